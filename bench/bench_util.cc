@@ -1,0 +1,59 @@
+#include "bench_util.h"
+
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+#include "kernels/masked_softmax.h"
+#include "matmul/matmul.h"
+
+namespace attnscore::bench {
+
+const Engine& SharedEngine() {
+  static std::unique_ptr<Engine> engine = [] {
+    EngineOptions options;
+    if (const char* threads = std::getenv("ATTNSCORE_BENCH_THREADS")) {
+      options.threads = std::atoi(threads);
+    }
+    if (const char* isa = std::getenv("ATTNSCORE_ISA")) ParseIsa(isa, &options.isa);
+    std::unique_ptr<Engine> created;
+    Status s = Engine::Create(options, &created);
+    if (!s.ok()) {
+      std::fprintf(stderr, "attnscore_bench: %s\n", s.message().c_str());
+      std::exit(2);
+    }
+    benchmark::AddCustomContext("highway_target", kernels::MaskedSoftmaxTarget());
+    benchmark::AddCustomContext("onednn_version", matmul::OnednnVersion());
+    benchmark::AddCustomContext("onednn_isa", matmul::OnednnIsa());
+    benchmark::AddCustomContext("engine_threads", std::to_string(options.threads));
+    return created;
+  }();
+  return *engine;
+}
+
+std::vector<float> RandomFloats(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+std::vector<int64_t> RandomLengths(int64_t count, int64_t keys, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> length(1, keys);
+  std::vector<int64_t> lens(static_cast<size_t>(count));
+  for (int64_t& l : lens) l = length(rng);
+  return lens;
+}
+
+double ValidKeys(const std::vector<int64_t>& lens, int64_t queries, int64_t keys) {
+  double total = 0;
+  for (int64_t l : lens) total += static_cast<double>(std::min(l, keys) * queries);
+  return total;
+}
+
+}  // namespace attnscore::bench

@@ -1,0 +1,298 @@
+#!/usr/bin/python3
+"""Time attnscore's CLI against the PyTorch seed modules on the same shapes.
+
+PyTorch side: the d2l masked_softmax and DotProductAttention (eval mode, no
+dropout), float32, torch.no_grad(), torch.set_num_threads(T); 3 warm-up calls,
+then the median of R calls each timed with time.perf_counter_ns.
+attnscore side: `attnscore bench OP ... --json`, which does its own warm-up
+and reports median_us over R runs.
+
+"random" valid lengths are per-query lengths of shape (B, N) drawn uniformly
+from [1, M]; the torch side draws them the same way (seeded), the CLI draws
+its own.
+
+Prints a markdown table:
+  op | shape | valid lens | attnscore median µs | PyTorch median µs | speed-up
+where speed-up = PyTorch median / attnscore median (> 1: attnscore faster).
+
+Usage:
+  bench/compare_torch.py [--attnscore PATH] [--threads T] [--repeat R]
+                         [--only softmax|dot] [--torch-only]
+Exit status: 0 ok, 1 an attnscore run failed, 2 the CLI is missing.
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+from torch import nn
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_CLI = os.path.join(REPO_ROOT, "build", "bin", "attnscore")
+WARMUP = 3
+
+
+# ---------------------------------------------------------------------------
+# The seed modules (d2l "Attention Scoring Functions"), as the notebooks
+# define them. sequence_mask writes into X in place, as d2l's does.
+
+def sequence_mask(X, valid_len, value=0.0):
+    maxlen = X.size(1)
+    mask = torch.arange(maxlen, dtype=torch.float32,
+                        device=X.device)[None, :] < valid_len[:, None]
+    X[~mask] = value
+    return X
+
+
+def masked_softmax(X, valid_lens):
+    if valid_lens is None:
+        return nn.functional.softmax(X, dim=-1)
+    shape = X.shape
+    if valid_lens.dim() == 1:
+        valid_lens = torch.repeat_interleave(valid_lens, shape[1])
+    else:
+        valid_lens = valid_lens.reshape(-1)
+    X = sequence_mask(X.reshape(-1, shape[-1]), valid_lens, value=-1e6)
+    return nn.functional.softmax(X.reshape(shape), dim=-1)
+
+
+class DotProductAttention(nn.Module):
+    def __init__(self, dropout=0.0):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries, keys, values, valid_lens=None):
+        d = queries.shape[-1]
+        scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
+        self.attention_weights = masked_softmax(scores, valid_lens)
+        return torch.bmm(self.dropout(self.attention_weights), values)
+
+
+# ---------------------------------------------------------------------------
+# Problems.
+
+# (op, label, dims, valid-lens spec). dims: softmax (B, N, M);
+# dot (B, N, M, D, Dv). Lens spec: "random" | "none" | an integer string.
+DEFAULT_PROBLEMS = [
+    ("softmax", "", (64, 128, 512), "random"),
+    ("dot", "decode", (8, 1, 1024, 64, 64), "random"),
+    ("dot", "encoder", (4, 128, 128, 64, 64), "random"),
+    ("dot", "long", (1, 1024, 4096, 64, 64), "random"),
+]
+
+
+def make_lens(spec, B, N, M, gen):
+    """Torch-side valid lengths for a CLI --valid-lens spec."""
+    if spec == "none":
+        return None
+    if spec == "random":
+        return torch.randint(1, M + 1, (B, N), generator=gen, dtype=torch.int64)
+    return torch.full((B,), int(spec), dtype=torch.int64)
+
+
+def shape_text(op, label, dims):
+    if op == "softmax":
+        s = "(%d,%d,%d)" % dims
+    else:
+        B, N, M, D, Dv = dims
+        s = "B=%d N=%d M=%d D=%d Dv=%d" % (B, N, M, D, Dv)
+    return "%s %s" % (label, s) if label else s
+
+
+def median_us(fn, repeat):
+    for _ in range(WARMUP):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter_ns()
+        fn()
+        samples.append(time.perf_counter_ns() - t0)
+    return statistics.median(samples) / 1e3
+
+
+def time_torch(op, dims, spec, repeat, seed):
+    gen = torch.Generator().manual_seed(seed)
+    if op == "softmax":
+        B, N, M = dims
+        X = torch.randn(B, N, M, generator=gen)
+        lens = make_lens(spec, B, N, M, gen)
+        # masked_softmax masks X in place, as the seed does; repeated calls
+        # rewrite the same -1e6 entries, so every call does the same work.
+        fn = lambda: masked_softmax(X, lens)
+    else:
+        B, N, M, D, Dv = dims
+        Q = torch.randn(B, N, D, generator=gen)
+        K = torch.randn(B, M, D, generator=gen)
+        V = torch.randn(B, M, Dv, generator=gen)
+        lens = make_lens(spec, B, N, M, gen)
+        attn = DotProductAttention(dropout=0.5)
+        attn.eval()
+        fn = lambda: attn(Q, K, V, lens)
+    with torch.no_grad():
+        return median_us(fn, repeat)
+
+
+# ---------------------------------------------------------------------------
+# attnscore CLI.
+
+def cli_command(cli, op, dims, spec, threads, repeat):
+    if op == "softmax":
+        B, N, M = dims
+        cmd = [cli, "bench", "softmax", "--batch", B, "--queries", N,
+               "--keys", M]
+    else:
+        B, N, M, D, Dv = dims
+        cmd = [cli, "bench", "dot", "--batch", B, "--queries", N,
+               "--keys", M, "--query-dim", D, "--value-dim", Dv]
+    cmd += ["--valid-lens", spec, "--threads", threads, "--repeat", repeat,
+            "--json"]
+    return [str(c) for c in cmd]
+
+
+def parse_json_stdout(text):
+    """The CLI prints one JSON object on stdout; accept surrounding blank
+    lines, and fall back to the last line that looks like an object."""
+    text = text.strip()
+    try:
+        return json.loads(text)
+    except ValueError:
+        for line in reversed(text.splitlines()):
+            line = line.strip()
+            if line.startswith("{"):
+                return json.loads(line)
+        raise
+
+
+def time_attnscore(cli, op, dims, spec, threads, repeat):
+    """Returns (median_us, record) or (None, error text)."""
+    cmd = cli_command(cli, op, dims, spec, threads, repeat)
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=900)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, "%s: %s" % (" ".join(cmd), e)
+    if p.returncode != 0:
+        return None, "%s: exit %d: %s" % (" ".join(cmd), p.returncode,
+                                          p.stderr.strip())
+    try:
+        rec = parse_json_stdout(p.stdout)
+        med = float(rec["median_us"])
+    except (ValueError, KeyError, TypeError) as e:
+        return None, "%s: bad JSON (%s): %r" % (" ".join(cmd), e,
+                                                 p.stdout[:300])
+    if rec.get("op") not in (None, op):
+        return None, "%s: JSON op is %r, expected %r" % (" ".join(cmd),
+                                                       rec.get("op"), op)
+    return med, rec
+
+
+# ---------------------------------------------------------------------------
+# Environment report.
+
+def blas_report():
+    """The BLAS line of torch.__config__.show(), plus the BLAS library
+    actually mapped into this process (Debian routes libblas.so.3 through
+    update-alternatives, so BLAS_INFO=generic says little on its own)."""
+    lines = []
+    for line in torch.__config__.show().splitlines():
+        if "BLAS" not in line:
+            continue
+        # The build-settings line is long; keep only its BLAS/LAPACK entries.
+        if "Build settings" in line:
+            keep = [t.strip() for t in line.split(",") if "BLAS" in t or "LAPACK" in t]
+            lines.append("torch build: " + ", ".join(k.split(": ")[-1] for k in keep))
+        else:
+            lines.append("torch config: " + line.strip(" -"))
+    # Force BLAS to load (first gemm), then read what is mapped.
+    torch.mm(torch.ones(64, 64), torch.ones(64, 64))
+    mapped = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for row in f:
+                path = row.split()[-1] if len(row.split()) >= 6 else ""
+                name = os.path.basename(path)
+                if "blas" in name.lower() or name.startswith("libmkl"):
+                    mapped.add(path)
+    except OSError:
+        pass
+    for path in sorted(mapped):
+        real = os.path.realpath(path)
+        lines.append("mapped: %s%s" % (path, "" if real == path else " -> " + real))
+    if not lines:
+        lines.append("no BLAS line in torch.__config__.show()")
+    return lines
+
+
+def fmt_us(x):
+    if x is None:
+        return "—"
+    return "%.1f" % x if x < 1000 else "%.0f" % x
+
+
+def main():
+    ap = argparse.ArgumentParser(
+        description="attnscore CLI vs the PyTorch seed modules")
+    ap.add_argument("--attnscore", default=DEFAULT_CLI,
+                    help="path to the CLI (default: build/bin/attnscore)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=30,
+                    help="timed calls per shape (median); default 30")
+    ap.add_argument("--only", choices=["softmax", "dot"])
+    ap.add_argument("--torch-only", action="store_true",
+                    help="skip the attnscore column (no CLI needed)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed for the torch-side data and random lengths")
+    args = ap.parse_args()
+    if args.threads < 1 or args.repeat < 1:
+        ap.error("--threads and --repeat must be >= 1")
+
+    cli = os.path.abspath(args.attnscore)
+    if not args.torch_only and not (os.path.isfile(cli) and os.access(cli, os.X_OK)):
+        sys.stderr.write(
+            "compare_torch: error: attnscore CLI not found or not executable: "
+            "%s\n(build it first, pass --attnscore PATH, or use --torch-only)\n"
+            % cli)
+        return 2
+
+    torch.set_num_threads(args.threads)
+    print("torch %s, %d thread(s), repeat %d (+%d warm-up)"
+          % (torch.__version__, torch.get_num_threads(), args.repeat, WARMUP))
+    for line in blas_report():
+        print(line)
+    if not args.torch_only:
+        print("attnscore: %s" % cli)
+    print()
+
+    problems = [p for p in DEFAULT_PROBLEMS if args.only in (None, p[0])]
+    rows, errors = [], []
+    for idx, (op, label, dims, spec) in enumerate(problems):
+        t_us = time_torch(op, dims, spec, args.repeat, args.seed + idx)
+        a_us = None
+        if not args.torch_only:
+            a_us, rec = time_attnscore(cli, op, dims, spec, args.threads,
+                                       args.repeat)
+            if a_us is None:
+                errors.append(rec)
+        speedup = "—" if not a_us else "%.2f×" % (t_us / a_us)
+        rows.append((op, shape_text(op, label, dims), spec, fmt_us(a_us),
+                     fmt_us(t_us), speedup))
+
+    head = ("op", "shape", "valid lens", "attnscore median µs",
+            "PyTorch median µs", "speed-up")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join(["---", "---", "---", "---:", "---:", "---:"]) + "|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    for e in errors:
+        sys.stderr.write("compare_torch: attnscore failed: %s\n" % e)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+// Scaled dot-product attention on the decode, encoder and long shapes, with
+// random per-batch valid lengths. GFLOP/s counts only valid keys:
+// 2·L·(D + Dv) per query; BM_OnednnMatmul in peers_bench.cc runs one oneDNN
+// matmul of the same FLOPs.
+#include <benchmark/benchmark.h>
+
+#include "bench_util.h"
+
+namespace attnscore::bench {
+namespace {
+
+void BM_DotProduct(benchmark::State& state) {
+  const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),
+                depth = state.range(3), value_dim = depth;
+  const Engine& engine = SharedEngine();
+  const std::vector<float> q = RandomFloats(batch * queries * depth, 1);
+  const std::vector<float> k = RandomFloats(batch * keys * depth, 2);
+  const std::vector<float> v = RandomFloats(batch * keys * value_dim, 3);
+  std::vector<float> out(static_cast<size_t>(batch * queries * value_dim));
+  const std::vector<int64_t> lens = RandomLengths(batch, keys, 4);
+  const ValidLens valid = ValidLens::PerBatch(lens.data(), batch);
+  for (auto _ : state) {
+    Status s = engine.DotProductAttention(
+        ConstTensor(q.data(), {batch, queries, depth}), ConstTensor(k.data(), {batch, keys, depth}),
+        ConstTensor(v.data(), {batch, keys, value_dim}), valid,
+        Tensor(out.data(), {batch, queries, value_dim}));
+    if (!s.ok()) state.SkipWithError(s.message().c_str());
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double flops = 2.0 * ValidKeys(lens, queries, keys) * static_cast<double>(depth + value_dim);
+  state.counters["GFLOPS"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_DotProduct)
+    ->ArgNames({"batch", "queries", "keys", "dim"})
+    ->Args({8, 1, 1024, 64})     // decode
+    ->Args({4, 128, 128, 64})    // encoder
+    ->Args({1, 1024, 4096, 64})  // long
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace attnscore::bench

@@ -1,0 +1,36 @@
+// Masked softmax (64, 128, 512) with random per-query valid lengths. Its
+// bytes/s counts the bytes the op must move (valid scores read, every weight
+// written), to set beside BM_Memcpy of the same bytes in peers_bench.cc.
+#include <benchmark/benchmark.h>
+
+#include "bench_util.h"
+
+namespace attnscore::bench {
+namespace {
+
+void BM_MaskedSoftmax(benchmark::State& state) {
+  const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2);
+  const Engine& engine = SharedEngine();
+  const std::vector<float> x = RandomFloats(batch * queries * keys, 1);
+  std::vector<float> y(x.size());
+  const std::vector<int64_t> lens = RandomLengths(batch * queries, keys, 2);
+  const ValidLens valid = ValidLens::PerQuery(lens.data(), batch, queries);
+  for (auto _ : state) {
+    Status s = engine.MaskedSoftmax(ConstTensor(x.data(), {batch, queries, keys}), valid,
+                                    Tensor(y.data(), {batch, queries, keys}));
+    if (!s.ok()) state.SkipWithError(s.message().c_str());
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double bytes = 4.0 * (ValidKeys(lens, 1, keys) + static_cast<double>(y.size()));
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+  state.counters["rows"] = static_cast<double>(batch * queries);
+}
+
+BENCHMARK(BM_MaskedSoftmax)
+    ->ArgNames({"batch", "queries", "keys"})
+    ->Args({64, 128, 512})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace attnscore::bench

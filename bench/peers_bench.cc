@@ -1,0 +1,76 @@
+// Peers measured in the same binary as the ops, for ratios from one run:
+// memcpy of the bytes the masked softmax moves, and one plain oneDNN matmul
+// with the FLOPs of each dot-product shape.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+
+#include "bench_util.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace attnscore::bench {
+namespace {
+
+// Copies half the softmax's byte count, so reads + writes equal its bytes.
+void BM_Memcpy(benchmark::State& state) {
+  const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2);
+  SharedEngine();  // same context as the other benchmarks
+  const std::vector<int64_t> lens = RandomLengths(batch * queries, keys, 2);
+  const double bytes = 4.0 * (ValidKeys(lens, 1, keys) + static_cast<double>(batch * queries * keys));
+  const size_t copied = static_cast<size_t>(bytes / 2);
+  std::vector<char> src(copied, 1), dst(copied);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), copied);
+    benchmark::DoNotOptimize(dst.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(2 * copied) * state.iterations());
+}
+
+BENCHMARK(BM_Memcpy)
+    ->ArgNames({"batch", "queries", "keys"})
+    ->Args({64, 128, 512})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// C (B·N, L) = A (B·N, D + Dv) · W (D + Dv, L) with L the mean valid length:
+// 2·B·N·L·(D + Dv) FLOPs, as many as BM_DotProduct counts for the same args.
+void BM_OnednnMatmul(benchmark::State& state) {
+  const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),
+                depth = state.range(3);
+  SharedEngine();  // applies the ISA cap and thread count first
+  const std::vector<int64_t> lens = RandomLengths(batch, keys, 4);
+  const int64_t m = batch * queries, k = 2 * depth;
+  const auto n = static_cast<int64_t>(ValidKeys(lens, 1, keys) / static_cast<double>(batch) + 0.5);
+  std::vector<float> a = RandomFloats(m * k, 1), w = RandomFloats(k * n, 2);
+  std::vector<float> c(static_cast<size_t>(m * n));
+
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  dnnl::memory::desc a_md({m, k}, dt::f32, tag::ab), w_md({k, n}, dt::f32, tag::ab),
+      c_md({m, n}, dt::f32, tag::ab);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, w_md, c_md), engine);
+  dnnl::matmul matmul(pd);
+  dnnl::memory a_mem(a_md, engine, a.data()), w_mem(w_md, engine, w.data()),
+      c_mem(c_md, engine, c.data());
+  for (auto _ : state) {
+    matmul.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, c_mem}});
+    stream.wait();
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.SetLabel(pd.impl_info_str());
+  const double flops = 2.0 * static_cast<double>(m * n * k);
+  state.counters["GFLOPS"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_OnednnMatmul)
+    ->ArgNames({"batch", "queries", "keys", "dim"})
+    ->Args({8, 1, 1024, 64})
+    ->Args({4, 128, 128, 64})
+    ->Args({1, 1024, 4096, 64})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace attnscore::bench

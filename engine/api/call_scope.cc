@@ -1,0 +1,34 @@
+#include "api/call_scope.h"
+
+#include <omp.h>
+#include <xmmintrin.h>
+
+#include <vector>
+
+namespace attnscore {
+namespace {
+constexpr unsigned kFlushToZero = 1u << 15;
+constexpr unsigned kDenormalsAreZero = 1u << 6;
+constexpr int kScratchSlots = 4;
+}  // namespace
+
+FlushDenormals::FlushDenormals() : saved_(_mm_getcsr()) {
+  _mm_setcsr(saved_ | kFlushToZero | kDenormalsAreZero);
+}
+
+FlushDenormals::~FlushDenormals() { _mm_setcsr(saved_); }
+
+CallScope::CallScope(int threads) : saved_threads_(omp_get_max_threads()) {
+  omp_set_num_threads(threads);
+}
+
+CallScope::~CallScope() { omp_set_num_threads(saved_threads_); }
+
+float* ThreadScratch(int slot, size_t count) {
+  thread_local std::vector<float> buffers[kScratchSlots];
+  std::vector<float>& buffer = buffers[slot];
+  if (buffer.size() < count) buffer.resize(count);
+  return buffer.data();
+}
+
+}  // namespace attnscore

@@ -1,0 +1,121 @@
+#include "api/checks.h"
+
+#include <algorithm>
+#include <string>
+
+namespace attnscore {
+namespace {
+
+std::string Prefix(const char* op, const char* name) {
+  return std::string(op) + ": " + name;
+}
+
+std::string ExpectedString(std::initializer_list<int64_t> dims) {
+  std::string s = "(";
+  bool first = true;
+  for (int64_t n : dims) {
+    if (!first) s += ", ";
+    s += n == kAnyDim ? std::string("*") : std::to_string(n);
+    first = false;
+  }
+  return s + ")";
+}
+
+// Byte range [first, last] that a checked view touches.
+struct Extent {
+  uintptr_t first, last;
+};
+
+Extent ExtentOf(const ConstTensor& v) {
+  int64_t last = 0;
+  for (int d = 0; d < v.rank; ++d) last += (v.dims[d] - 1) * v.strides[d];
+  const auto first = reinterpret_cast<uintptr_t>(v.data);
+  return {first, first + static_cast<uintptr_t>(last) * sizeof(float) + sizeof(float) - 1};
+}
+
+bool SameView(const ConstTensor& a, const ConstTensor& b) {
+  if (a.data != b.data || a.rank != b.rank) return false;
+  for (int d = 0; d < a.rank; ++d) {
+    if (a.dims[d] != b.dims[d] || a.strides[d] != b.strides[d]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Status CheckTensor(const char* op, const char* name, const ConstTensor& view,
+                   std::initializer_list<int64_t> dims, const char* layout) {
+  const int rank = static_cast<int>(dims.size());
+  if (view.rank != rank) {
+    return Status::InvalidArgument(
+        Prefix(op, name) + " must have rank " + std::to_string(rank) + " " +
+        layout + " but has rank " + std::to_string(view.rank) +
+        (view.rank < 0 ? " (dims and strides differ in count)" : ""));
+  }
+  if (view.data == nullptr) {
+    return Status::InvalidArgument(Prefix(op, name) + " is null");
+  }
+  int64_t elements = 1;
+  int64_t last_offset = 0;
+  for (int d = 0; d < rank; ++d) {
+    if (view.dims[d] < 1) {
+      return Status::InvalidArgument(Prefix(op, name) + " has shape " +
+                                     ShapeString(view) + ": every dim must be >= 1");
+    }
+    if (view.strides[d] < 0) {
+      return Status::InvalidArgument(Prefix(op, name) + " has a negative stride");
+    }
+    int64_t span = 0;
+    if (__builtin_mul_overflow(elements, view.dims[d], &elements) ||
+        __builtin_mul_overflow(view.dims[d] - 1, view.strides[d], &span) ||
+        __builtin_add_overflow(last_offset, span, &last_offset) ||
+        last_offset > INT64_MAX / static_cast<int64_t>(sizeof(float))) {
+      return Status::InvalidArgument(Prefix(op, name) + " has shape " +
+                                     ShapeString(view) + ", too large to address");
+    }
+  }
+  int d = 0;
+  for (int64_t want : dims) {
+    if (want != kAnyDim && view.dims[d] != want) {
+      return Status::InvalidArgument(Prefix(op, name) + " has shape " +
+                                     ShapeString(view) + " but must be " + layout +
+                                     " = " + ExpectedString(dims));
+    }
+    ++d;
+  }
+  return Status::Ok();
+}
+
+Status CheckWritable(const char* op, const char* name, const ConstTensor& view) {
+  // Sorted by stride, each dim must step past everything the smaller ones span.
+  // CheckTensor ran first, so 0 < rank <= kMaxRank.
+  const int rank = std::clamp(view.rank, 0, kMaxRank);
+  int order[kMaxRank];
+  for (int d = 0; d < rank; ++d) order[d] = d;
+  std::sort(order, order + rank,
+            [&](int a, int b) { return view.strides[a] < view.strides[b]; });
+  int64_t span = 1;  // elements covered by the dims sorted so far
+  for (int k = 0; k < rank; ++k) {
+    const int d = order[k];
+    if (view.dims[d] == 1) continue;
+    if (view.strides[d] < span) {
+      return Status::InvalidArgument(
+          Prefix(op, name) + " has strides that make elements share memory");
+    }
+    span = view.strides[d] * (view.dims[d] - 1) + span;
+  }
+  return Status::Ok();
+}
+
+Status CheckDisjoint(const char* op, const char* out_name, const ConstTensor& out,
+                     const char* in_name, const ConstTensor& in, bool allow_same) {
+  if (allow_same && SameView(out, in)) return Status::Ok();
+  const Extent a = ExtentOf(out), b = ExtentOf(in);
+  if (a.first <= b.last && b.first <= a.last) {
+    return Status::InvalidArgument(Prefix(op, out_name) + " overlaps " + in_name +
+                                   (allow_same ? " (only an exact in-place view is allowed)" : ""));
+  }
+  return Status::Ok();
+}
+
+}  // namespace attnscore

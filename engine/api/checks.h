@@ -1,0 +1,34 @@
+// Argument checks shared by every op. Each returns a Status whose message
+// starts with the op and names the argument and its shape.
+#ifndef ATTNSCORE_API_CHECKS_H_
+#define ATTNSCORE_API_CHECKS_H_
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "attnscore/status.h"
+#include "attnscore/tensor.h"
+
+namespace attnscore {
+
+// Size of each dim a check expects; kAnyDim accepts any size >= 1.
+inline constexpr int64_t kAnyDim = -1;
+
+// `view` is a usable rank-`dims.size()` tensor whose dims match `dims`
+// (kAnyDim: any), with a non-null pointer, no zero-size dim, non-negative
+// strides and offsets that fit in int64. `layout` ("(B, N, D)") names the dims.
+Status CheckTensor(const char* op, const char* name, const ConstTensor& view,
+                   std::initializer_list<int64_t> dims, const char* layout);
+
+// An output must not map two elements to one address (e.g. a zero stride).
+Status CheckWritable(const char* op, const char* name, const ConstTensor& view);
+
+// Outputs must not share memory with inputs or other outputs; `allow_same`
+// lets an output be exactly its input (same pointer, dims and strides).
+Status CheckDisjoint(const char* op, const char* out_name, const ConstTensor& out,
+                     const char* in_name, const ConstTensor& in,
+                     bool allow_same = false);
+
+}  // namespace attnscore
+
+#endif  // ATTNSCORE_API_CHECKS_H_

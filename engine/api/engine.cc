@@ -1,0 +1,62 @@
+#include "attnscore/engine.h"
+
+#include <new>
+#include <string>
+
+#include "api/call_scope.h"
+#include "api/isa.h"
+#include "kernels/masked_softmax.h"
+#include "matmul/matmul.h"
+#include "ops/dot_product.h"
+#include "ops/masked_softmax.h"
+
+namespace attnscore {
+
+struct Engine::Impl {
+  EngineOptions options;
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Status Engine::Create(const EngineOptions& options, std::unique_ptr<Engine>* engine) {
+  if (engine == nullptr) return Status::InvalidArgument("Engine::Create: engine is null");
+  if (options.threads < 1) {
+    return Status::InvalidArgument("Engine::Create: threads is " +
+                                   std::to_string(options.threads) + "; it must be >= 1");
+  }
+  ATTNSCORE_RETURN_IF_ERROR(ApplyIsaCap(options.isa));
+  auto impl = std::unique_ptr<Impl>(new (std::nothrow) Impl{options});
+  if (!impl) return Status::Internal("Engine::Create: out of memory");
+  engine->reset(new (std::nothrow) Engine(std::move(impl)));
+  if (!*engine) return Status::Internal("Engine::Create: out of memory");
+  return Status::Ok();
+}
+
+const EngineOptions& Engine::options() const { return impl_->options; }
+
+Status Engine::MaskedSoftmax(ConstTensor x, const ValidLens& valid_lens, Tensor y) const {
+  CallScope scope(impl_->options.threads);
+  return ops::MaskedSoftmax(impl_->options, x, valid_lens, y);
+}
+
+Status Engine::DotProductAttention(ConstTensor queries, ConstTensor keys,
+                                   ConstTensor values, const ValidLens& valid_lens,
+                                   Tensor out, Tensor weights) const {
+  CallScope scope(impl_->options.threads);
+  return ops::DotProductAttention(impl_->options, queries, keys, values,
+                                  valid_lens, out, weights);
+}
+
+std::string Engine::Describe() const {
+  std::string s;
+  s += "highway targets supported: " + SupportedTargetNames() + "\n";
+  s += "highway target in use: " + std::string(kernels::MaskedSoftmaxTarget()) + "\n";
+  s += "onednn version: " + matmul::OnednnVersion() + "\n";
+  s += "onednn isa: " + matmul::OnednnIsa() + "\n";
+  s += "isa cap: " + std::string(IsaName(impl_->options.isa)) + "\n";
+  s += "threads: " + std::to_string(impl_->options.threads) + "\n";
+  return s;
+}
+
+}  // namespace attnscore

@@ -1,0 +1,56 @@
+// exp(x) for x <= 0, the only arguments a softmax gives it after subtracting
+// the row maximum; per-target, included from other -inl.h files.
+//
+// Accuracy (tests/fast_exp_test.cc, every 7th float in [-87.5, 0], each
+// target): relative error below 1.6e-6 for x >= -20 (it grows with |x|, as
+// x·log2(e) is rounded to float: about 2.3e-7 + 6e-8·|x|), and below 6e-6
+// further down, where results are < 2.1e-9 and a softmax weight only sees
+// absolute errors under 1e-14. -Inf gives 0. Results below 2^-126 are 0 or,
+// without flush-to-zero, subnormal; engine calls run with flush-to-zero.
+// NaN is not handled (the softmax kernel screens rows for it).
+// Why not Highway's Exp: it covers the whole range (two-step scaling, overflow
+// handling) and costs about 1.6x more per vector here.
+#if defined(ATTNSCORE_KERNELS_FAST_EXP_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNSCORE_KERNELS_FAST_EXP_INL_H_
+#undef ATTNSCORE_KERNELS_FAST_EXP_INL_H_
+#else
+#define ATTNSCORE_KERNELS_FAST_EXP_INL_H_
+#endif
+
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnscore {
+namespace HWY_NAMESPACE {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// exp(x - shift) for x - shift <= 0, as 2^t with t = (x - shift)·log2(e)
+// = n + f, n = round(t), |f| <= 1/2: 2^f from a degree-5 polynomial
+// (near-minimax for relative error on [-1/2, 1/2], 7.5e-8 in exact
+// arithmetic, 2.3e-7 in float Horner), 2^n built in the exponent bits.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V ExpNonPositive(D d, V x, V shift) {
+  const hn::RebindToSigned<D> di;
+  const V kLog2e = hn::Set(d, 1.44269504088896341f);
+  // Clamping at -127 makes the exponent field 0 below, so 2^n is +0 there:
+  // -Inf and the tiniest results come out as exact zeros.
+  const V t = hn::Max(hn::Mul(hn::Sub(x, shift), kLog2e), hn::Set(d, -127.0f));
+  const V n = hn::Round(t);
+  const V f = hn::Sub(t, n);
+  V p = hn::Set(d, 0.001327647129073739f);
+  p = hn::MulAdd(p, f, hn::Set(d, 0.009675541892647743f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.05550713092088699f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.24022120237350464f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.6931469440460205f));
+  p = hn::MulAdd(p, f, hn::Set(d, 1.0000001192092896f));
+  const auto biased = hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127));
+  return hn::Mul(p, hn::BitCast(d, hn::ShiftLeft<23>(biased)));
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace attnscore
+HWY_AFTER_NAMESPACE();
+
+#endif  // ATTNSCORE_KERNELS_FAST_EXP_INL_H_ toggle

@@ -1,0 +1,44 @@
+// Run-time dispatch of ExpNonPositive over arrays.
+#include "kernels/fast_exp.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/fast_exp.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/fast_exp-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnscore {
+namespace HWY_NAMESPACE {
+
+void ExpNonPositiveArray(const float* x, size_t n, float* y) {
+  const hn::ScalableTag<float> d;
+  const size_t lanes = hn::Lanes(d);
+  const auto zero = hn::Zero(d);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    hn::StoreU(ExpNonPositive(d, hn::LoadU(d, x + i), zero), d, y + i);
+  }
+  // The remainder one lane at a time, through the same code.
+  const hn::CappedTag<float, 1> d1;
+  for (; i < n; ++i) {
+    hn::StoreU(ExpNonPositive(d1, hn::LoadU(d1, x + i), hn::Zero(d1)), d1, y + i);
+  }
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace attnscore
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attnscore::kernels {
+
+HWY_EXPORT(ExpNonPositiveArray);
+
+void ExpNonPositiveArray(const float* x, size_t n, float* y) {
+  HWY_DYNAMIC_DISPATCH(ExpNonPositiveArray)(x, n, y);
+}
+
+}  // namespace attnscore::kernels
+#endif  // HWY_ONCE

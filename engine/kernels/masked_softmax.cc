@@ -1,0 +1,34 @@
+// Run-time dispatch of the masked softmax kernel (masked_softmax-inl.h).
+#include "kernels/masked_softmax.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/masked_softmax.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "kernels/masked_softmax-inl.h"
+
+#if HWY_ONCE
+namespace attnscore::kernels {
+
+HWY_EXPORT(MaskedSoftmaxRow);
+HWY_EXPORT(MaskedSoftmaxRowStream);
+HWY_EXPORT(MaskedSoftmaxTarget);
+
+void MaskedSoftmaxRow(const float* x, size_t valid, size_t width, float* y) {
+  HWY_DYNAMIC_DISPATCH(MaskedSoftmaxRow)(x, valid, width, y);
+}
+
+void MaskedSoftmaxRowStream(const float* x, size_t valid, size_t width,
+                            float* y, float* row_buffer) {
+  HWY_DYNAMIC_DISPATCH(MaskedSoftmaxRowStream)(x, valid, width, y, row_buffer);
+}
+
+void FlushStreams() { hwy::FlushStream(); }
+
+const char* MaskedSoftmaxTarget() {
+  return HWY_DYNAMIC_DISPATCH(MaskedSoftmaxTarget)();
+}
+
+}  // namespace attnscore::kernels
+#endif  // HWY_ONCE

@@ -1,0 +1,30 @@
+// Masked softmax of one row, vectorised by Highway and dispatched at run time
+// to the best target the CPU (and the process's ISA cap) allows.
+#ifndef ATTNSCORE_KERNELS_MASKED_SOFTMAX_H_
+#define ATTNSCORE_KERNELS_MASKED_SOFTMAX_H_
+
+#include <cstddef>
+
+namespace attnscore::kernels {
+
+// y[0, valid) = softmax(x[0, valid)); y[valid, width) = 0 exactly, and
+// x[valid, width) is never read. valid = 0 gives y = 1/width everywhere, as
+// the reference's -1e6 mask does. Requires valid <= width, width >= 1.
+// x may equal y (in place); otherwise they must not overlap.
+// Non-finite inputs follow IEEE arithmetic as the reference does: a NaN or
+// +Inf among the valid scores (or all of them -Inf) makes the whole row NaN.
+void MaskedSoftmaxRow(const float* x, size_t valid, size_t width, float* y);
+
+// The same result, for outputs too large to stay in cache: y is written once
+// with non-temporal stores. `row_buffer` holds >= width floats of scratch.
+// Call FlushStreams() on this thread before another thread reads y.
+void MaskedSoftmaxRowStream(const float* x, size_t valid, size_t width,
+                            float* y, float* row_buffer);
+void FlushStreams();
+
+// The Highway target that MaskedSoftmaxRow runs on now, e.g. "AVX3".
+const char* MaskedSoftmaxTarget();
+
+}  // namespace attnscore::kernels
+
+#endif  // ATTNSCORE_KERNELS_MASKED_SOFTMAX_H_

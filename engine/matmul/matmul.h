@@ -1,0 +1,51 @@
+// The oneDNN adapter: every oneDNN call in the engine lives in matmul.cc, so
+// the 2.x-only API (matmul::desc, set_output_scales) is in one place.
+#ifndef ATTNSCORE_MATMUL_MATMUL_H_
+#define ATTNSCORE_MATMUL_MATMUL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "attnscore/engine.h"
+#include "attnscore/status.h"
+
+namespace attnscore::matmul {
+
+// A batch of matrices addressed by element strides. A transposed operand is
+// just swapped strides: no copy is ever made.
+struct Layout {
+  int64_t rows = 0, cols = 0;
+  int64_t batch_stride = 0, row_stride = 0, col_stride = 1;
+};
+
+// C[b] = scale · A[b] · B[b] for b < batch; A: (m, k), B: (k, n), C: (m, n).
+struct Problem {
+  int64_t batch = 1;
+  Layout a, b, c;
+  float scale = 1.0f;
+};
+
+// A oneDNN primitive made for one Problem; immutable and shareable, so many
+// threads may Run it at once.
+class Plan {
+ public:
+  virtual ~Plan() = default;
+  virtual Status Run(const float* a, const float* b, float* c) const = 0;
+  // oneDNN's name for the implementation it chose, e.g. "brg:avx512_core".
+  virtual const char* implementation() const = 0;
+};
+
+// The cached plan for `problem`, created on first use. Thread-safe.
+Status GetPlan(const Problem& problem, std::shared_ptr<const Plan>* plan);
+
+// Caps oneDNN's ISA for the process; must come before the first plan.
+Status SetMaxIsa(Isa isa);
+
+// "2.6.3", and the ISA oneDNN actually uses (after any cap).
+std::string OnednnVersion();
+std::string OnednnIsa();
+
+}  // namespace attnscore::matmul
+
+#endif  // ATTNSCORE_MATMUL_MATMUL_H_

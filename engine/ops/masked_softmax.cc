@@ -1,0 +1,79 @@
+#include "ops/masked_softmax.h"
+
+#include "api/call_scope.h"
+#include "api/checks.h"
+#include "api/valid_lens.h"
+#include "kernels/masked_softmax.h"
+
+namespace attnscore::ops {
+namespace {
+// Outputs from this size on are streamed: about what one core's share of L3 holds.
+constexpr int64_t kStreamBytes = int64_t{8} << 20;
+
+constexpr int64_t kPrefetchRows = 2;
+
+void PrefetchRow(const float* row, int64_t count) {
+  constexpr int64_t kLineFloats = 64 / sizeof(float);
+  for (int64_t j = 0; j < count; j += kLineFloats) __builtin_prefetch(row + j);
+}
+}  // namespace
+
+void SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
+                 int64_t first_batch, int64_t first_query, int threads) {
+  const int64_t queries = y.dims[1], width = y.dims[2];
+  const int64_t rows = y.dims[0] * queries;
+  // The kernel wants unit column strides; other views go through a row buffer.
+  const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
+  // An output larger than the caches would only evict the caller's data and
+  // cost a read per line written: stream it to memory instead.
+  const bool stream = unit_columns && rows * width * sizeof(float) >= kStreamBytes;
+#pragma omp parallel if (threads > 1)
+  {
+    FlushDenormals flush;  // MXCSR is per thread
+    float* row_buffer = stream ? ThreadScratch(0, static_cast<size_t>(width)) : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t b = r / queries, i = r % queries;
+      const int64_t valid = RowValidLength(valid_lens, first_batch + b, first_query + i, width);
+      const float* in = x.data + b * x.strides[0] + i * x.strides[1];
+      float* out = y.data + b * y.strides[0] + i * y.strides[1];
+      if (stream) {
+        // Memory-bound here: fetch the next row's scores while this one computes.
+        if (r + kPrefetchRows < rows) {
+          const int64_t nb = (r + kPrefetchRows) / queries, ni = (r + kPrefetchRows) % queries;
+          PrefetchRow(x.data + nb * x.strides[0] + ni * x.strides[1],
+                      RowValidLength(valid_lens, first_batch + nb, first_query + ni, width));
+        }
+        kernels::MaskedSoftmaxRowStream(in, static_cast<size_t>(valid),
+                                        static_cast<size_t>(width), out, row_buffer);
+        continue;
+      }
+      if (unit_columns) {
+        kernels::MaskedSoftmaxRow(in, static_cast<size_t>(valid),
+                                  static_cast<size_t>(width), out);
+        continue;
+      }
+      float* row = ThreadScratch(0, static_cast<size_t>(width));
+      for (int64_t j = 0; j < valid; ++j) row[j] = in[j * x.strides[2]];
+      kernels::MaskedSoftmaxRow(row, static_cast<size_t>(valid),
+                                static_cast<size_t>(width), row);
+      for (int64_t j = 0; j < width; ++j) out[j * y.strides[2]] = row[j];
+    }
+    if (stream) kernels::FlushStreams();  // before other threads read y
+  }
+}
+
+Status MaskedSoftmax(const EngineOptions& options, ConstTensor x,
+                     const ValidLens& valid_lens, Tensor y) {
+  constexpr const char* kOp = "MaskedSoftmax";
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "x", x, {kAnyDim, kAnyDim, kAnyDim}, "(B, N, M)"));
+  const int64_t batch = x.dims[0], queries = x.dims[1], keys = x.dims[2];
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "y", y, {batch, queries, keys}, "(B, N, M) like x"));
+  ATTNSCORE_RETURN_IF_ERROR(CheckWritable(kOp, "y", y));
+  ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "x", x, /*allow_same=*/true));
+  ATTNSCORE_RETURN_IF_ERROR(CheckValidLens(valid_lens, batch, queries, kOp));
+  SoftmaxRows(x, y, valid_lens, /*first_batch=*/0, /*first_query=*/0, options.threads);
+  return Status::Ok();
+}
+
+}  // namespace attnscore::ops

@@ -1,0 +1,23 @@
+// Masked softmax over the last axis (REFERENCE.md section 1).
+#ifndef ATTNSCORE_OPS_MASKED_SOFTMAX_H_
+#define ATTNSCORE_OPS_MASKED_SOFTMAX_H_
+
+#include <cstdint>
+
+#include "attnscore/engine.h"
+
+namespace attnscore::ops {
+
+// Engine::MaskedSoftmax without the call scope (threads, denormals).
+Status MaskedSoftmax(const EngineOptions& options, ConstTensor x,
+                     const ValidLens& valid_lens, Tensor y);
+
+// The unchecked core, shared with the attention ops: y[b, i] = masked softmax
+// of x[b, i] over y's width W, where row (b, i) of the views is row
+// (first_batch + b, first_query + i) of valid_lens. Reads only x[b, i, 0:L].
+void SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
+                 int64_t first_batch, int64_t first_query, int threads);
+
+}  // namespace attnscore::ops
+
+#endif  // ATTNSCORE_OPS_MASKED_SOFTMAX_H_

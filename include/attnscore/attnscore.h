@@ -1,0 +1,10 @@
+// Everything an embedding program needs.
+#ifndef ATTNSCORE_ATTNSCORE_H_
+#define ATTNSCORE_ATTNSCORE_H_
+
+#include "attnscore/engine.h"
+#include "attnscore/status.h"
+#include "attnscore/tensor.h"
+#include "attnscore/valid_lens.h"
+
+#endif  // ATTNSCORE_ATTNSCORE_H_

@@ -1,0 +1,71 @@
+// The attnscore engine: attention scoring functions on the CPU.
+//
+//   attnscore::EngineOptions options;          // 1 thread, best ISA
+//   std::unique_ptr<attnscore::Engine> engine;
+//   attnscore::Status s = attnscore::Engine::Create(options, &engine);
+//   s = engine->DotProductAttention(q, k, v, lens, out);
+//
+// An Engine is immutable after Create and safe to call from many threads at
+// once. Every call checks all of its arguments first: a call that returns a
+// non-OK Status has written nothing to its outputs.
+#ifndef ATTNSCORE_ENGINE_H_
+#define ATTNSCORE_ENGINE_H_
+
+#include <memory>
+#include <string>
+
+#include "attnscore/status.h"
+#include "attnscore/tensor.h"
+#include "attnscore/valid_lens.h"
+
+namespace attnscore {
+
+// The highest instruction set the process may use, for both the Highway
+// kernels and oneDNN. kBest lets each pick the best the CPU has.
+enum class Isa { kScalar, kSse4, kAvx2, kAvx512, kBest };
+
+// "scalar", "sse4", "avx2", "avx512", "best".
+const char* IsaName(Isa isa);
+// Parses one of the names above; false if `name` is none of them.
+bool ParseIsa(const std::string& name, Isa* isa);
+
+struct EngineOptions {
+  int threads = 1;       // threads per call, >= 1
+  Isa isa = Isa::kBest;  // process-wide cap, fixed before the first primitive
+};
+
+class Engine {
+ public:
+  static Status Create(const EngineOptions& options,
+                       std::unique_ptr<Engine>* engine);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Y = masked_softmax(X, valid_lens) over the last axis. X, Y: (B, N, M).
+  Status MaskedSoftmax(ConstTensor x, const ValidLens& valid_lens,
+                       Tensor y) const;
+
+  // out = softmax(Q Kᵀ / sqrt(D), masked) V.
+  // Q: (B, N, D), K: (B, M, D), V: (B, M, Dv), out: (B, N, Dv).
+  // `weights`, when not empty, receives the attention weights (B, N, M).
+  Status DotProductAttention(ConstTensor queries, ConstTensor keys,
+                             ConstTensor values, const ValidLens& valid_lens,
+                             Tensor out, Tensor weights = Tensor()) const;
+
+  const EngineOptions& options() const;
+
+  // Human-readable runtime facts: Highway targets (supported, in use), the
+  // oneDNN version and its ISA, threads.
+  std::string Describe() const;
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace attnscore
+
+#endif  // ATTNSCORE_ENGINE_H_

@@ -1,0 +1,186 @@
+// The attnscore command-line tool, driven as a user would: exit codes, the
+// error line, output files (present on success, absent on failure), values.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace attnscore::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code;
+  std::string out, err;
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("attnscore_cli_test_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `attnscore <args>` (args are shell words; test paths have no spaces).
+  Result Run(const std::string& args, const std::string& env = "") {
+    const std::string out = (dir_ / "stdout").string(), err = (dir_ / "stderr").string();
+    const std::string command = env + " " + ATTNSCORE_CLI + " " + args + " >" + out + " 2>" + err;
+    const int status = std::system(command.c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
+  }
+
+  static std::string Slurp(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  std::string Golden(const std::string& test_case, const std::string& name) const {
+    return std::string(ATTNSCORE_GOLDEN_DIR) + "/" + test_case + "/" + name + ".npy";
+  }
+  std::string Temp(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Exit 2, one "attnscore: error:" line containing `part`, no file at `out`.
+  void ExpectBadInput(const Result& r, const std::string& part, const std::string& out = "") {
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.err.rfind("attnscore: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    if (!out.empty()) EXPECT_FALSE(fs::exists(out)) << out << " was left behind";
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
+    }
+  }
+
+  std::string SoftmaxArgs(const std::string& out) const {
+    return "run softmax --x " + Golden("softmax_seed_per_query", "x") + " --valid-lens " +
+           Golden("softmax_seed_per_query", "valid_lens") + " --out " + out;
+  }
+  std::string DotArgs(const std::string& name, const std::string& out) const {
+    return "run dot --queries " + Golden(name, "queries") + " --keys " + Golden(name, "keys") +
+           " --values " + Golden(name, "values") + " --valid-lens " + Golden(name, "valid_lens") +
+           " --out " + out;
+  }
+
+  fs::path dir_;
+};
+
+double MaxDiff(const io::NpyArray& a, const io::NpyArray& b) {
+  EXPECT_EQ(a.shape, b.shape);
+  double worst = 0;
+  for (int64_t e = 0; e < a.size() && e < b.size(); ++e) {
+    worst = std::max(worst, static_cast<double>(std::abs(a.data<float>()[e] - b.data<float>()[e])));
+  }
+  return worst;
+}
+
+io::NpyArray Read(const std::string& path) {
+  io::NpyArray array;
+  const Status s = io::ReadNpy(path, &array);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return array;
+}
+
+TEST_F(CliTest, HelpAndInfo) {
+  Result r = Run("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("attnscore run dot"), std::string::npos);
+  r = Run("");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("usage:"), std::string::npos);
+  r = Run("info");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("highway targets supported:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("onednn version:"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, RunSoftmaxMatchesGolden) {
+  const std::string out = Temp("y.npy");
+  const Result r = Run(SoftmaxArgs(out));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LE(MaxDiff(Read(out), Read(Golden("softmax_seed_per_query", "y"))), 1e-5);
+}
+
+TEST_F(CliTest, RunDotWritesOutAndWeights) {
+  const std::string out = Temp("o.npy"), weights = Temp("w.npy");
+  const Result r = Run(DotArgs("dot_toy", out) + " --weights-out " + weights + " --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LE(MaxDiff(Read(out), Read(Golden("dot_toy", "out"))), 1e-5 * 40);
+  EXPECT_LE(MaxDiff(Read(weights), Read(Golden("dot_toy", "weights"))), 1e-5);
+}
+
+TEST_F(CliTest, BenchPrintsJson) {
+  for (const char* op : {"softmax", "dot"}) {
+    const Result r = Run(std::string("bench ") + op +
+                         " --batch 2 --queries 3 --keys 40 --valid-lens random --repeat 3 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const char* key : {"\"median_us\": ", "\"min_us\": ", "\"gflops\": ", "\"gbytes_per_s\": "}) {
+      EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
+    }
+    EXPECT_EQ(r.out.front(), '{');
+  }
+}
+
+TEST_F(CliTest, UsageErrors) {
+  ExpectBadInput(Run("frobnicate"), "unknown command 'frobnicate'");
+  ExpectBadInput(Run("run"), "run wants an op");
+  ExpectBadInput(Run("run additive --out x.npy"), "run wants an op: softmax or dot, got 'additive'");
+  ExpectBadInput(Run("run softmax --x a.npy"), "'run softmax' needs --out");
+  ExpectBadInput(Run("run softmax --x a.npy --out b.npy --bogus 1"), "unknown flag --bogus");
+  ExpectBadInput(Run("run softmax --x a.npy --x b.npy --out c.npy"), "--x is given twice");
+  ExpectBadInput(Run("run softmax --x a.npy --out"), "--out needs a value");
+  ExpectBadInput(Run(SoftmaxArgs(Temp("y.npy")) + " --threads 0"), "--threads is 0", Temp("y.npy"));
+  ExpectBadInput(Run(SoftmaxArgs(Temp("y.npy")) + " --threads two"), "--threads wants an integer");
+  ExpectBadInput(Run(SoftmaxArgs(Temp("y.npy")) + " --isa avx9000"), "--isa is 'avx9000'");
+  ExpectBadInput(Run(SoftmaxArgs(Temp("y.npy")), "ATTNSCORE_ISA=bogus"), "ATTNSCORE_ISA is 'bogus'");
+  ExpectBadInput(Run("bench softmax --queries 3 --keys 4"), "'bench softmax' needs --batch");
+  ExpectBadInput(Run("bench concat --batch 1 --queries 3 --keys 4"), "bench wants an op");
+  ExpectBadInput(Run("bench dot --batch 1 --queries 3 --keys 4 --valid-lens sometimes"),
+                 "--valid-lens is 'sometimes'");
+  ExpectBadInput(Run("bench dot --batch 0 --queries 3 --keys 4"), "--batch is 0");
+}
+
+TEST_F(CliTest, BadFilesLeaveNoOutput) {
+  const std::string out = Temp("out.npy");
+  const std::string text = Temp("text.npy");
+  std::ofstream(text) << "not numpy at all";
+  std::vector<int64_t> bad_lens = {2, -1};
+  ASSERT_TRUE(io::WriteNpy(Temp("neg.npy"), io::DType::kInt64, {2}, bad_lens.data()).ok());
+  std::vector<float> float_lens = {2, 3};
+  ASSERT_TRUE(io::WriteNpy(Temp("flens.npy"), io::DType::kFloat32, {2}, float_lens.data()).ok());
+  const std::string x = Golden("softmax_seed_per_batch", "x");
+
+  ExpectBadInput(Run("run softmax --x " + Temp("missing.npy") + " --out " + out), "missing.npy", out);
+  ExpectBadInput(Run("run softmax --x " + text + " --out " + out), "text.npy", out);
+  ExpectBadInput(Run("run softmax --x " + Golden("softmax_seed_per_batch", "valid_lens") +
+                     " --out " + out), "dtype is int64; want float32", out);
+  ExpectBadInput(Run("run softmax --x " + std::string(ATTNSCORE_GOLDEN_DIR) +
+                     "/npy/f32_2x3.npy --out " + out), "shape (2, 3) has rank 2; want rank 3", out);
+  ExpectBadInput(Run("run softmax --x " + x + " --valid-lens " + Temp("neg.npy") + " --out " + out),
+                 "valid_lens[1] is -1", out);
+  ExpectBadInput(Run("run softmax --x " + x + " --valid-lens " + Temp("flens.npy") + " --out " + out),
+                 "want int32 or int64", out);
+  ExpectBadInput(Run("run softmax --x " + x + " --valid-lens " + x + " --out " + out),
+                 "want int32 or int64", out);
+  ExpectBadInput(Run("run softmax --x " + x + " --out " + Temp("no/such/dir/y.npy")), "--out");
+  // keys from another case: D differs from the queries'.
+  ExpectBadInput(Run("run dot --queries " + Golden("dot_toy", "queries") + " --keys " +
+                     Golden("dot_no_lens", "keys") + " --values " + Golden("dot_toy", "values") +
+                     " --out " + out),
+                 "keys has shape (2, 9, 16)", out);
+  // The weights cannot be written: the output written first is removed too.
+  ExpectBadInput(Run(DotArgs("dot_toy", out) + " --weights-out " + Temp("no/dir/w.npy")),
+                 "--weights-out", out);
+}
+
+}  // namespace
+}  // namespace attnscore::test

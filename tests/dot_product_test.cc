@@ -1,0 +1,288 @@
+// Scaled dot-product attention (REFERENCE.md section 2): every Highway target
+// against a double-precision reference, golden data from the PyTorch seed
+// module, the d2l toy, strided views, query blocking and bad input.
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace attnscore::test {
+namespace {
+
+constexpr double kWeightTolerance = 1e-5;  // REFERENCE.md, tolerances
+constexpr float kSentinel = -12345.0f;
+
+double OutTolerance(const std::vector<float>& v) {
+  double max_abs = 0;
+  for (float x : v) max_abs = std::max(max_abs, static_cast<double>(std::abs(x)));
+  return 1e-5 * (1 + max_abs);
+}
+
+class DotProductTest : public PerTarget {};
+ATTNSCORE_INSTANTIATE_PER_TARGET(DotProductTest);
+
+struct Shape {
+  int64_t batch, queries, keys, depth, value_dim;
+};
+
+// Lengths per query (or per batch entry when !per_query) with 0, 1, M and
+// beyond M among them; empty `kind` "none" means no lengths.
+std::vector<int64_t> Lengths(const Shape& s, bool per_query, uint32_t seed) {
+  const int64_t count = per_query ? s.batch * s.queries : s.batch;
+  std::vector<int64_t> lens(static_cast<size_t>(count));
+  uint32_t state = seed;
+  for (int64_t n = 0; n < count; ++n) {
+    state = state * 1664525u + 1013904223u;
+    lens[static_cast<size_t>(n)] = static_cast<int64_t>(state >> 8) % (s.keys + 3);
+  }
+  if (count > 2) lens[1] = 1, lens[2] = s.keys;
+  return lens;
+}
+
+// Runs the op (dense views) and checks out and weights against the reference.
+void CheckAgainstReference(const Shape& s, const std::vector<int64_t>& lens, bool per_query,
+                           uint32_t seed) {
+  SCOPED_TRACE("B=" + std::to_string(s.batch) + " N=" + std::to_string(s.queries) +
+               " M=" + std::to_string(s.keys) + " D=" + std::to_string(s.depth) +
+               " Dv=" + std::to_string(s.value_dim) + (lens.empty() ? " no lens" : ""));
+  const auto q = RandomFloats(static_cast<size_t>(s.batch * s.queries * s.depth), seed);
+  const auto k = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.depth), seed + 1);
+  const auto v = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.value_dim), seed + 2, 3.0f);
+  std::vector<float> out(static_cast<size_t>(s.batch * s.queries * s.value_dim), kSentinel);
+  std::vector<float> weights(static_cast<size_t>(s.batch * s.queries * s.keys), kSentinel);
+  const ValidLens valid = lens.empty() ? ValidLens::None()
+                          : per_query  ? ValidLens::PerQuery(lens.data(), s.batch, s.queries)
+                                       : ValidLens::PerBatch(lens.data(), s.batch);
+  const std::vector<int64_t> rows =
+      lens.empty() ? std::vector<int64_t>() : RowLengths(lens, per_query, s.batch, s.queries);
+  std::vector<double> want_weights;
+  const std::vector<double> want_out = ReferenceDotProduct(
+      q, k, v, s.batch, s.queries, s.keys, s.depth, s.value_dim, rows, &want_weights);
+
+  const ConstTensor qv(q.data(), {s.batch, s.queries, s.depth});
+  const ConstTensor kv(k.data(), {s.batch, s.keys, s.depth});
+  const ConstTensor vv(v.data(), {s.batch, s.keys, s.value_dim});
+  const Tensor ov(out.data(), {s.batch, s.queries, s.value_dim});
+  Status st = DefaultEngine().DotProductAttention(qv, kv, vv, valid, ov,
+                                                  Tensor(weights.data(), {s.batch, s.queries, s.keys}));
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_LE(MaxAbsDiff(out.data(), want_out), OutTolerance(v));
+  EXPECT_LE(MaxAbsDiff(weights.data(), want_weights), kWeightTolerance);
+
+  // Without the weights output: the in-place scratch path, same answer.
+  std::vector<float> out2(out.size(), kSentinel);
+  st = DefaultEngine().DotProductAttention(qv, kv, vv, valid,
+                                           Tensor(out2.data(), {s.batch, s.queries, s.value_dim}));
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_LE(MaxAbsDiff(out2.data(), want_out), OutTolerance(v));
+}
+
+TEST_P(DotProductTest, OddShapesAndEveryLengthKind) {
+  const Shape shapes[] = {{1, 1, 1, 1, 1},   {2, 3, 17, 5, 7},   {3, 7, 33, 33, 5},
+                          {2, 16, 16, 16, 16}, {1, 5, 100, 64, 3}, {4, 9, 31, 8, 40}};
+  uint32_t seed = 100;
+  for (const Shape& s : shapes) {
+    CheckAgainstReference(s, {}, false, ++seed);
+    CheckAgainstReference(s, Lengths(s, /*per_query=*/true, seed), true, ++seed);
+    CheckAgainstReference(s, Lengths(s, /*per_query=*/false, seed), false, ++seed);
+  }
+}
+
+TEST_P(DotProductTest, LongRowsAreProcessedInQueryBlocks) {
+  // 600 keys per row: blocks of a few hundred queries, the last one shorter.
+  const Shape s{2, 300, 600, 16, 8};
+  CheckAgainstReference(s, {600, 451}, false, 7);
+  CheckAgainstReference(s, Lengths(s, true, 8), true, 9);
+}
+
+TEST_P(DotProductTest, GoldenCasesFromTheSeedModule) {
+  for (const char* name : {"dot_toy", "dot_no_lens", "dot_odd_per_query", "dot_per_batch_int32"}) {
+    SCOPED_TRACE(name);
+    const io::NpyArray q = LoadGolden(name, "queries"), k = LoadGolden(name, "keys"),
+                       v = LoadGolden(name, "values"), want_out = LoadGolden(name, "out"),
+                       want_weights = LoadGolden(name, "weights");
+    io::NpyArray lens_array;
+    ValidLens lens = ValidLens::None();
+    if (GoldenExists(name, "valid_lens")) {
+      lens_array = LoadGolden(name, "valid_lens");
+      lens = LensView(lens_array);
+    }
+    const int64_t b = q.shape[0], n = q.shape[1], m = k.shape[1], d = q.shape[2], dv = v.shape[2];
+    std::vector<float> out(static_cast<size_t>(b * n * dv)), weights(static_cast<size_t>(b * n * m));
+    const Status s = DefaultEngine().DotProductAttention(
+        ConstTensor(q.data<float>(), {b, n, d}), ConstTensor(k.data<float>(), {b, m, d}),
+        ConstTensor(v.data<float>(), {b, m, dv}), lens, Tensor(out.data(), {b, n, dv}),
+        Tensor(weights.data(), {b, n, m}));
+    ASSERT_TRUE(s.ok()) << s.message();
+    const std::vector<float> values(v.data<float>(), v.data<float>() + v.size());
+    EXPECT_LE(MaxAbsDiff(out.data(), {want_out.data<float>(), want_out.data<float>() + want_out.size()}),
+              OutTolerance(values));
+    EXPECT_LE(MaxAbsDiff(weights.data(), {want_weights.data<float>(),
+                                          want_weights.data<float>() + want_weights.size()}),
+              kWeightTolerance);
+  }
+}
+
+TEST_P(DotProductTest, SeedToyGivesUniformWeightsOverValidKeys) {
+  // d2l: queries (2, 1, 2) ~ N(0, 1), keys = ones, values = arange(40) as
+  // (10, 4) twice, valid_lens [2, 6]: out = [[[2, 3, 4, 5]], [[10, 11, 12, 13]]].
+  const std::vector<float> q = RandomFloats(4, 1);
+  const std::vector<float> k(2 * 10 * 2, 1.0f);
+  std::vector<float> v(2 * 10 * 4);
+  for (size_t e = 0; e < v.size(); ++e) v[e] = static_cast<float>(e % 40);
+  const int64_t lens[] = {2, 6};
+  std::vector<float> out(8);
+  ASSERT_TRUE(DefaultEngine()
+                  .DotProductAttention(ConstTensor(q.data(), {2, 1, 2}), ConstTensor(k.data(), {2, 10, 2}),
+                                       ConstTensor(v.data(), {2, 10, 4}), ValidLens::PerBatch(lens, 2),
+                                       Tensor(out.data(), {2, 1, 4}))
+                  .ok());
+  const float want[] = {2, 3, 4, 5, 10, 11, 12, 13};
+  for (int e = 0; e < 8; ++e) EXPECT_NEAR(out[e], want[e], OutTolerance(v)) << e;
+}
+
+TEST_P(DotProductTest, StridedViewsIncludingKeysStoredTransposed) {
+  const Shape s{2, 5, 23, 12, 6};
+  const auto q = RandomFloats(static_cast<size_t>(s.batch * s.queries * s.depth), 21);
+  const auto k = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.depth), 22);
+  const auto v = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.value_dim), 23);
+  const std::vector<int64_t> lens = {23, 9};
+  std::vector<double> want_weights;
+  const std::vector<double> want_out =
+      ReferenceDotProduct(q, k, v, s.batch, s.queries, s.keys, s.depth, s.value_dim,
+                          RowLengths(lens, false, s.batch, s.queries), &want_weights);
+
+  // Q with padded rows; K stored as (B, D, M), viewed as (B, M, D) by strides;
+  // out with padded rows; weights with column stride 2.
+  const int64_t qpad = s.depth + 5;
+  std::vector<float> q_padded(static_cast<size_t>(s.batch * s.queries * qpad), std::nanf(""));
+  for (int64_t r = 0; r < s.batch * s.queries; ++r) {
+    std::memcpy(&q_padded[static_cast<size_t>(r * qpad)], &q[static_cast<size_t>(r * s.depth)],
+                sizeof(float) * static_cast<size_t>(s.depth));
+  }
+  std::vector<float> k_transposed(k.size());
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t j = 0; j < s.keys; ++j)
+      for (int64_t d = 0; d < s.depth; ++d)
+        k_transposed[static_cast<size_t>((b * s.depth + d) * s.keys + j)] =
+            k[static_cast<size_t>((b * s.keys + j) * s.depth + d)];
+  const int64_t opad = s.value_dim + 3;
+  std::vector<float> out(static_cast<size_t>(s.batch * s.queries * opad), kSentinel);
+  std::vector<float> weights(static_cast<size_t>(s.batch * s.queries * s.keys * 2), kSentinel);
+  const Status st = DefaultEngine().DotProductAttention(
+      ConstTensor(q_padded.data(), {s.batch, s.queries, s.depth}, {s.queries * qpad, qpad, 1}),
+      ConstTensor(k_transposed.data(), {s.batch, s.keys, s.depth}, {s.depth * s.keys, 1, s.keys}),
+      ConstTensor(v.data(), {s.batch, s.keys, s.value_dim}), ValidLens::PerBatch(lens.data(), 2),
+      Tensor(out.data(), {s.batch, s.queries, s.value_dim}, {s.queries * opad, opad, 1}),
+      Tensor(weights.data(), {s.batch, s.queries, s.keys}, {s.queries * s.keys * 2, s.keys * 2, 2}));
+  ASSERT_TRUE(st.ok()) << st.message();
+  std::vector<float> out_dense, weights_dense;
+  for (int64_t r = 0; r < s.batch * s.queries; ++r) {
+    for (int64_t c = 0; c < s.value_dim; ++c) out_dense.push_back(out[static_cast<size_t>(r * opad + c)]);
+    for (int64_t c = s.value_dim; c < opad; ++c) EXPECT_EQ(out[static_cast<size_t>(r * opad + c)], kSentinel);
+  }
+  for (size_t e = 0; e < weights.size(); e += 2) {
+    weights_dense.push_back(weights[e]);
+    EXPECT_EQ(weights[e + 1], kSentinel);
+  }
+  EXPECT_LE(MaxAbsDiff(out_dense.data(), want_out), OutTolerance(v));
+  EXPECT_LE(MaxAbsDiff(weights_dense.data(), want_weights), kWeightTolerance);
+}
+
+TEST_P(DotProductTest, ZeroLengthAveragesAllValues) {
+  const Shape s{2, 3, 11, 4, 5};
+  const std::vector<int64_t> lens = {0, 0, 0, 0, 4, 0};  // per query: rows with L = 0
+  CheckAgainstReference(s, lens, true, 31);
+  CheckAgainstReference(s, {0, 0}, false, 32);
+}
+
+TEST(DotProductThreads, ResultsIdenticalForAnyThreadCount) {
+  const Shape s{3, 40, 300, 32, 16};
+  const auto q = RandomFloats(static_cast<size_t>(s.batch * s.queries * s.depth), 41);
+  const auto k = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.depth), 42);
+  const auto v = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.value_dim), 43);
+  const std::vector<int64_t> lens = Lengths(s, true, 44);
+  std::vector<float> one(static_cast<size_t>(s.batch * s.queries * s.value_dim)), two(one.size());
+  for (auto [threads, out] : {std::pair{1, &one}, {2, &two}}) {
+    EngineOptions options;
+    options.threads = threads;
+    std::unique_ptr<Engine> engine;
+    ASSERT_TRUE(Engine::Create(options, &engine).ok());
+    ASSERT_TRUE(engine->DotProductAttention(ConstTensor(q.data(), {s.batch, s.queries, s.depth}),
+                                            ConstTensor(k.data(), {s.batch, s.keys, s.depth}),
+                                            ConstTensor(v.data(), {s.batch, s.keys, s.value_dim}),
+                                            ValidLens::PerQuery(lens.data(), s.batch, s.queries),
+                                            Tensor(out->data(), {s.batch, s.queries, s.value_dim}))
+                    .ok());
+  }
+  EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float)));
+}
+
+// ---- bad input: a clear error naming the argument, nothing written --------
+
+TEST(DotProductErrors, RejectsBadInputAndWritesNothing) {
+  static std::vector<float> q(2 * 3 * 4, 0.5f), k(2 * 5 * 4, 0.5f), v(2 * 5 * 6, 0.5f);
+  const ConstTensor qv(q.data(), {2, 3, 4}), kv(k.data(), {2, 5, 4}), vv(v.data(), {2, 5, 6});
+  static const int64_t negative[] = {3, -1};
+  static const int32_t per_batch3[] = {1, 2, 3};
+  struct Case {
+    std::string name;
+    std::function<Status(const Engine&, float* out, float* weights)> call;
+    std::string message_part;
+  };
+  const ValidLens none = ValidLens::None();
+  const std::vector<Case> cases = {
+      {"queries rank 2", [&](const Engine& e, float* o, float*) {
+         return e.DotProductAttention(ConstTensor(q.data(), {6, 4}), kv, vv, none, Tensor(o, {2, 3, 6}));
+       }, "queries must have rank 3"},
+      {"keys depth", [&](const Engine& e, float* o, float*) {
+         return e.DotProductAttention(qv, ConstTensor(k.data(), {2, 4, 5}), vv, none, Tensor(o, {2, 3, 6}));
+       }, "keys has shape (2, 4, 5) but must be (B, M, D) = (2, *, 4)"},
+      {"keys batch", [&](const Engine& e, float* o, float*) {
+         return e.DotProductAttention(qv, ConstTensor(k.data(), {1, 10, 4}), vv, none, Tensor(o, {2, 3, 6}));
+       }, "keys has shape (1, 10, 4)"},
+      {"values rows", [&](const Engine& e, float* o, float*) {
+         return e.DotProductAttention(qv, kv, ConstTensor(v.data(), {2, 6, 5}), none, Tensor(o, {2, 3, 6}));
+       }, "values has shape (2, 6, 5) but must be (B, M, Dv) = (2, 5, *)"},
+      {"values null", [&](const Engine& e, float* o, float*) {
+         return e.DotProductAttention(qv, kv, ConstTensor(nullptr, {2, 5, 6}), none, Tensor(o, {2, 3, 6}));
+       }, "values is null"},
+      {"keys zero-size", [&](const Engine& e, float* o, float*) {
+         return e.DotProductAttention(qv, ConstTensor(k.data(), {2, 0, 4}), vv, none, Tensor(o, {2, 3, 6}));
+       }, "keys has shape (2, 0, 4)"},
+      {"out shape", [&](const Engine& e, float* o, float*) {
+         return e.DotProductAttention(qv, kv, vv, none, Tensor(o, {2, 3, 5}));
+       }, "out has shape (2, 3, 5)"},
+      {"out overlaps values", [&](const Engine& e, float*, float*) {
+         return e.DotProductAttention(qv, kv, vv, none, Tensor(v.data(), {2, 3, 6}));
+       }, "out overlaps values"},
+      {"weights shape", [&](const Engine& e, float* o, float* w) {
+         return e.DotProductAttention(qv, kv, vv, none, Tensor(o, {2, 3, 6}), Tensor(w, {2, 3, 4}));
+       }, "weights has shape (2, 3, 4)"},
+      {"weights overlaps out", [&](const Engine& e, float* o, float*) {
+         return e.DotProductAttention(qv, kv, vv, none, Tensor(o, {2, 3, 6}), Tensor(o, {2, 3, 5}));
+       }, "weights overlaps out"},
+      {"lens negative", [&](const Engine& e, float* o, float*) {
+         return e.DotProductAttention(qv, kv, vv, ValidLens::PerBatch(negative, 2), Tensor(o, {2, 3, 6}));
+       }, "valid_lens[1] is -1"},
+      {"lens shape", [&](const Engine& e, float* o, float*) {
+         return e.DotProductAttention(qv, kv, vv, ValidLens::PerBatch(per_batch3, 3), Tensor(o, {2, 3, 6}));
+       }, "valid_lens has shape (3,)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<float> out(2 * 3 * 6, kSentinel), weights(2 * 3 * 5, kSentinel);
+    const Status s = c.call(DefaultEngine(), out.data(), weights.data());
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("DotProductAttention: "), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(c.message_part), std::string::npos) << s.message();
+    for (float x : out) ASSERT_EQ(x, kSentinel) << "a failed call wrote out";
+    for (float x : weights) ASSERT_EQ(x, kSentinel) << "a failed call wrote weights";
+  }
+}
+
+}  // namespace
+}  // namespace attnscore::test

@@ -1,0 +1,326 @@
+// Masked softmax (REFERENCE.md section 1): every Highway target against a
+// double-precision reference, the seed checks, golden data from the PyTorch
+// seed module, and every edge case of the contract.
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "hwy/targets.h"
+#include "test_util.h"
+
+namespace attnscore::test {
+namespace {
+
+constexpr double kWeightTolerance = 1e-5;  // REFERENCE.md, tolerances
+constexpr float kSentinel = -12345.0f;     // marks outputs a failed call must not touch
+
+class MaskedSoftmaxTest : public PerTarget {};
+ATTNSCORE_INSTANTIATE_PER_TARGET(MaskedSoftmaxTest);
+
+// Runs the op on dense (B, N, M) data with per-query lengths and checks it
+// against the reference: within tolerance, exact zeros past each length.
+void CheckAgainstReference(int64_t batch, int64_t queries, int64_t keys,
+                           const std::vector<int64_t>& per_query_lens, uint32_t seed) {
+  SCOPED_TRACE("shape (" + std::to_string(batch) + ", " + std::to_string(queries) + ", " +
+               std::to_string(keys) + ")");
+  const std::vector<float> x = RandomFloats(static_cast<size_t>(batch * queries * keys), seed, 3.0f);
+  std::vector<float> y(x.size(), kSentinel);
+  const ValidLens lens = per_query_lens.empty()
+                             ? ValidLens::None()
+                             : ValidLens::PerQuery(per_query_lens.data(), batch, queries);
+  const Status s = DefaultEngine().MaskedSoftmax(ConstTensor(x.data(), {batch, queries, keys}), lens,
+                                                 Tensor(y.data(), {batch, queries, keys}));
+  ASSERT_TRUE(s.ok()) << s.message();
+  const std::vector<double> expected = ReferenceMaskedSoftmax(x, batch, queries, keys, per_query_lens);
+  EXPECT_LE(MaxAbsDiff(y.data(), expected), kWeightTolerance);
+  for (int64_t r = 0; r < batch * queries; ++r) {
+    const int64_t valid = per_query_lens.empty() ? keys : per_query_lens[static_cast<size_t>(r)];
+    for (int64_t j = valid; valid > 0 && j < keys; ++j) {
+      ASSERT_EQ(y[static_cast<size_t>(r * keys + j)], 0.0f) << "row " << r << " key " << j;
+    }
+  }
+}
+
+// Lengths 0, 1, M - 1, M, M + 5 and random ones, cycling over the rows.
+std::vector<int64_t> MixedLengths(int64_t rows, int64_t keys, uint32_t seed) {
+  std::vector<int64_t> lens(static_cast<size_t>(rows));
+  const int64_t specials[] = {0, 1, keys - 1, keys, keys + 5};
+  uint32_t state = seed;
+  for (int64_t r = 0; r < rows; ++r) {
+    state = state * 1664525u + 1013904223u;
+    lens[static_cast<size_t>(r)] = r < 5 ? std::max<int64_t>(specials[r], 0)
+                                         : static_cast<int64_t>(state >> 8) % (keys + 1);
+  }
+  return lens;
+}
+
+TEST_P(MaskedSoftmaxTest, SizesAroundTheVectorWidth) {
+  const int64_t lanes = 16;  // AVX-512 floats; covers the narrower targets' multiples too
+  for (int64_t keys = 1; keys <= 2 * lanes + 1; ++keys) {
+    CheckAgainstReference(2, 7, keys, MixedLengths(14, keys, static_cast<uint32_t>(keys)), 1);
+  }
+  for (int64_t keys : {17, 33, 1000}) {
+    CheckAgainstReference(3, 5, keys, MixedLengths(15, keys, 7), 2);
+    CheckAgainstReference(3, 5, keys, {}, 3);
+  }
+}
+
+TEST_P(MaskedSoftmaxTest, LargeOutputsTakeTheStreamingPath) {
+  // 8 x 64 x 4096 floats = 8 MiB: at the streaming threshold.
+  CheckAgainstReference(8, 64, 4096, MixedLengths(8 * 64, 4096, 11), 4);
+}
+
+TEST_P(MaskedSoftmaxTest, GoldenCasesFromTheSeedModule) {
+  for (const char* name : {"softmax_seed_per_batch", "softmax_seed_per_query", "softmax_no_lens",
+                           "softmax_odd_int32", "softmax_per_query_mixed"}) {
+    SCOPED_TRACE(name);
+    const io::NpyArray x = LoadGolden(name, "x"), expected = LoadGolden(name, "y");
+    io::NpyArray lens_array;
+    ValidLens lens = ValidLens::None();
+    if (GoldenExists(name, "valid_lens")) {
+      lens_array = LoadGolden(name, "valid_lens");
+      lens = LensView(lens_array);
+    }
+    const int64_t b = x.shape[0], n = x.shape[1], m = x.shape[2];
+    std::vector<float> y(static_cast<size_t>(x.size()));
+    const Status s = DefaultEngine().MaskedSoftmax(ConstTensor(x.data<float>(), {b, n, m}), lens,
+                                                   Tensor(y.data(), {b, n, m}));
+    ASSERT_TRUE(s.ok()) << s.message();
+    std::vector<double> want(expected.data<float>(), expected.data<float>() + expected.size());
+    EXPECT_LE(MaxAbsDiff(y.data(), want), kWeightTolerance);
+  }
+}
+
+TEST_P(MaskedSoftmaxTest, SeedChecks) {
+  // masked_softmax(rand(2, 2, 4), [2, 3]): zeros in columns 2-3 of batch 0
+  // and column 3 of batch 1; rows sum to 1.
+  const std::vector<float> x = {0.1f, 0.9f, 0.4f, 0.3f, 0.7f, 0.2f, 0.5f, 0.8f,
+                                0.6f, 0.0f, 0.3f, 0.9f, 0.2f, 0.4f, 0.1f, 0.5f};
+  const int32_t per_batch[] = {2, 3};
+  std::vector<float> y(16);
+  ASSERT_TRUE(DefaultEngine()
+                  .MaskedSoftmax(ConstTensor(x.data(), {2, 2, 4}), ValidLens::PerBatch(per_batch, 2),
+                                 Tensor(y.data(), {2, 2, 4}))
+                  .ok());
+  for (int r = 0; r < 4; ++r) {
+    const int valid = r < 2 ? 2 : 3;
+    double sum = 0;
+    for (int j = 0; j < 4; ++j) {
+      sum += y[r * 4 + j];
+      if (j >= valid) EXPECT_EQ(y[r * 4 + j], 0.0f);
+      else EXPECT_GT(y[r * 4 + j], 0.0f);
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-6);
+  }
+  // With [[1, 3], [2, 4]], row (0, 0) is exactly [1, 0, 0, 0].
+  const int64_t per_query[] = {1, 3, 2, 4};
+  ASSERT_TRUE(DefaultEngine()
+                  .MaskedSoftmax(ConstTensor(x.data(), {2, 2, 4}),
+                                 ValidLens::PerQuery(per_query, 2, 2), Tensor(y.data(), {2, 2, 4}))
+                  .ok());
+  EXPECT_EQ(y[0], 1.0f);
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_EQ(y[2], 0.0f);
+  EXPECT_EQ(y[3], 0.0f);
+}
+
+TEST_P(MaskedSoftmaxTest, StridedAndInPlaceViews) {
+  const int64_t b = 2, n = 3, m = 37;
+  const std::vector<float> dense = RandomFloats(static_cast<size_t>(b * n * m), 5, 2.0f);
+  const std::vector<int64_t> lens = MixedLengths(b * n, m, 9);
+  const std::vector<double> expected = ReferenceMaskedSoftmax(dense, b, n, m, lens);
+  const ValidLens valid = ValidLens::PerQuery(lens.data(), b, n);
+
+  // x with padded rows (stride m + 3); y with every other column (stride 2).
+  std::vector<float> padded(static_cast<size_t>(b * n * (m + 3)), std::nanf(""));
+  for (int64_t r = 0; r < b * n; ++r) {
+    std::memcpy(&padded[static_cast<size_t>(r * (m + 3))], &dense[static_cast<size_t>(r * m)],
+                sizeof(float) * static_cast<size_t>(m));
+  }
+  std::vector<float> wide(static_cast<size_t>(b * n * m * 2), kSentinel);
+  ASSERT_TRUE(DefaultEngine()
+                  .MaskedSoftmax(ConstTensor(padded.data(), {b, n, m}, {n * (m + 3), m + 3, 1}), valid,
+                                 Tensor(wide.data(), {b, n, m}, {n * m * 2, m * 2, 2}))
+                  .ok());
+  std::vector<float> gathered(dense.size());
+  for (size_t e = 0; e < gathered.size(); ++e) {
+    gathered[e] = wide[2 * e];
+    EXPECT_EQ(wide[2 * e + 1], kSentinel) << "wrote between strided columns";
+  }
+  EXPECT_LE(MaxAbsDiff(gathered.data(), expected), kWeightTolerance);
+
+  // In place: y is exactly x.
+  std::vector<float> inplace = dense;
+  ASSERT_TRUE(DefaultEngine()
+                  .MaskedSoftmax(ConstTensor(inplace.data(), {b, n, m}), valid,
+                                 Tensor(inplace.data(), {b, n, m}))
+                  .ok());
+  EXPECT_LE(MaxAbsDiff(inplace.data(), expected), kWeightTolerance);
+}
+
+TEST_P(MaskedSoftmaxTest, ZeroLengthGivesUniformWeights) {
+  const std::vector<float> x = RandomFloats(2 * 3 * 7, 6);
+  const int64_t lens[] = {0, 3};
+  std::vector<float> y(x.size());
+  ASSERT_TRUE(DefaultEngine()
+                  .MaskedSoftmax(ConstTensor(x.data(), {2, 3, 7}), ValidLens::PerBatch(lens, 2),
+                                 Tensor(y.data(), {2, 3, 7}))
+                  .ok());
+  for (int j = 0; j < 21; ++j) EXPECT_FLOAT_EQ(y[j], 1.0f / 7) << j;
+}
+
+TEST_P(MaskedSoftmaxTest, LengthAtOrBeyondKeysIsPlainSoftmax) {
+  const std::vector<float> x = RandomFloats(4 * 19, 7);
+  const int32_t lens[] = {19, 20, 1 << 30, 19};
+  std::vector<float> with(x.size()), without(x.size());
+  const auto& engine = DefaultEngine();
+  ASSERT_TRUE(engine.MaskedSoftmax(ConstTensor(x.data(), {4, 1, 19}), ValidLens::PerBatch(lens, 4),
+                                   Tensor(with.data(), {4, 1, 19})).ok());
+  ASSERT_TRUE(engine.MaskedSoftmax(ConstTensor(x.data(), {4, 1, 19}), ValidLens::None(),
+                                   Tensor(without.data(), {4, 1, 19})).ok());
+  EXPECT_EQ(with, without);
+}
+
+TEST_P(MaskedSoftmaxTest, NonFiniteScores) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const int64_t m = 21;
+  // Rows: NaN in a valid position; +Inf valid; -Inf valid with finite others;
+  // NaN and Inf only in masked positions; all valid -Inf.
+  std::vector<float> x = RandomFloats(5 * m, 8);
+  x[0 * m + 4] = nan;
+  x[1 * m + 17] = inf;
+  x[2 * m + 3] = -inf;
+  x[3 * m + 15] = nan;
+  x[3 * m + 16] = inf;
+  x[3 * m + 20] = -inf;
+  for (int j = 0; j < 10; ++j) x[4 * m + j] = -inf;
+  const int64_t lens[] = {10, 18, 10, 10, 10};
+  std::vector<float> y(x.size());
+  ASSERT_TRUE(DefaultEngine()
+                  .MaskedSoftmax(ConstTensor(x.data(), {5, 1, m}), ValidLens::PerBatch(lens, 5),
+                                 Tensor(y.data(), {5, 1, m}))
+                  .ok());
+  for (int j = 0; j < m; ++j) EXPECT_TRUE(std::isnan(y[0 * m + j])) << "NaN row, key " << j;
+  for (int j = 0; j < m; ++j) EXPECT_TRUE(std::isnan(y[1 * m + j])) << "+Inf row, key " << j;
+  for (int j = 0; j < m; ++j) EXPECT_TRUE(std::isnan(y[4 * m + j])) << "all -Inf row, key " << j;
+  EXPECT_EQ(y[2 * m + 3], 0.0f);  // -Inf among finite scores weighs nothing
+  for (int r : {2, 3}) {
+    double sum = 0;
+    for (int j = 0; j < m; ++j) {
+      ASSERT_TRUE(std::isfinite(y[r * m + j])) << "row " << r << " key " << j;
+      sum += y[r * m + j];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-6) << "row " << r;
+  }
+  // Masked NaN/Inf ignored: row 3 equals the softmax of its first 10 scores.
+  std::vector<float> clean(x.begin() + 3 * m, x.begin() + 4 * m);
+  const std::vector<double> expected = ReferenceMaskedSoftmax(clean, 1, 1, m, {10});
+  EXPECT_LE(MaxAbsDiff(&y[3 * m], expected), kWeightTolerance);
+}
+
+TEST_P(MaskedSoftmaxTest, VeryLargeScoresStayStable) {
+  std::vector<float> x = {1e4f, -1e4f, 1e4f, 0.0f, -1e4f, 3e38f, -3e38f, 1.0f};
+  std::vector<float> y(x.size());
+  ASSERT_TRUE(DefaultEngine()
+                  .MaskedSoftmax(ConstTensor(x.data(), {2, 1, 4}), ValidLens::None(),
+                                 Tensor(y.data(), {2, 1, 4}))
+                  .ok());
+  const std::vector<double> expected = ReferenceMaskedSoftmax(x, 2, 1, 4, {});
+  for (float w : y) EXPECT_TRUE(std::isfinite(w));
+  EXPECT_LE(MaxAbsDiff(y.data(), expected), kWeightTolerance);
+}
+
+TEST(MaskedSoftmaxThreads, ResultsIdenticalForAnyThreadCount) {
+  const int64_t b = 4, n = 33, m = 515;
+  const std::vector<float> x = RandomFloats(static_cast<size_t>(b * n * m), 10);
+  const std::vector<int64_t> lens = MixedLengths(b * n, m, 3);
+  std::vector<float> one(x.size()), two(x.size());
+  for (auto [threads, y] : {std::pair{1, &one}, {2, &two}}) {
+    EngineOptions options;
+    options.threads = threads;
+    std::unique_ptr<Engine> engine;
+    ASSERT_TRUE(Engine::Create(options, &engine).ok());
+    ASSERT_TRUE(engine->MaskedSoftmax(ConstTensor(x.data(), {b, n, m}),
+                                      ValidLens::PerQuery(lens.data(), b, n),
+                                      Tensor(y->data(), {b, n, m})).ok());
+  }
+  EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float)));
+}
+
+// ---- bad input: a clear error naming the argument, nothing written --------
+
+struct BadCase {
+  std::string name;
+  std::function<Status(const Engine&, float* y)> call;
+  std::string message_part;
+};
+
+TEST(MaskedSoftmaxErrors, RejectsBadInputAndWritesNothing) {
+  static const std::vector<float> x(2 * 3 * 4, 0.5f);
+  static const int64_t good_lens[] = {1, 2};
+  static const int64_t negative[] = {1, -2};
+  static const int32_t negative_per_query[] = {1, 2, 3, 4, 5, -6};
+  static const int64_t five[] = {1, 2, 3, 4, 5};
+  const ConstTensor xv(x.data(), {2, 3, 4});
+  const std::vector<BadCase> cases = {
+      {"x rank 2", [&](const Engine& e, float* y) {
+         return e.MaskedSoftmax(ConstTensor(x.data(), {6, 4}), ValidLens::None(), Tensor(y, {2, 3, 4}));
+       }, "x must have rank 3"},
+      {"x null", [&](const Engine& e, float* y) {
+         return e.MaskedSoftmax(ConstTensor(nullptr, {2, 3, 4}), ValidLens::None(), Tensor(y, {2, 3, 4}));
+       }, "x is null"},
+      {"x zero-size", [&](const Engine& e, float* y) {
+         return e.MaskedSoftmax(ConstTensor(x.data(), {2, 0, 4}), ValidLens::None(), Tensor(y, {2, 0, 4}));
+       }, "x has shape (2, 0, 4)"},
+      {"x negative stride", [&](const Engine& e, float* y) {
+         return e.MaskedSoftmax(ConstTensor(x.data(), {2, 3, 4}, {12, -4, 1}), ValidLens::None(),
+                                Tensor(y, {2, 3, 4}));
+       }, "negative stride"},
+      {"x huge", [&](const Engine& e, float* y) {
+         return e.MaskedSoftmax(ConstTensor(x.data(), {int64_t{1} << 40, int64_t{1} << 40, 4}),
+                                ValidLens::None(), Tensor(y, {2, 3, 4}));
+       }, "too large"},
+      {"y shape", [&](const Engine& e, float* y) {
+         return e.MaskedSoftmax(xv, ValidLens::None(), Tensor(y, {2, 4, 3}));
+       }, "y has shape (2, 4, 3)"},
+      {"y aliases itself", [&](const Engine& e, float* y) {
+         return e.MaskedSoftmax(xv, ValidLens::None(), Tensor(y, {2, 3, 4}, {0, 4, 1}));
+       }, "share memory"},
+      {"y overlaps x", [&](const Engine& e, float*) {
+         return e.MaskedSoftmax(xv, ValidLens::None(),
+                                Tensor(const_cast<float*>(x.data()) + 1, {2, 3, 4}));
+       }, "y overlaps x"},
+      {"lens negative", [&](const Engine& e, float* y) {
+         return e.MaskedSoftmax(xv, ValidLens::PerBatch(negative, 2), Tensor(y, {2, 3, 4}));
+       }, "valid_lens[1] is -2"},
+      {"lens negative per query", [&](const Engine& e, float* y) {
+         return e.MaskedSoftmax(xv, ValidLens::PerQuery(negative_per_query, 2, 3), Tensor(y, {2, 3, 4}));
+       }, "valid_lens[1, 2] is -6"},
+      {"lens wrong batch", [&](const Engine& e, float* y) {
+         return e.MaskedSoftmax(xv, ValidLens::PerBatch(five, 5), Tensor(y, {2, 3, 4}));
+       }, "valid_lens has shape (5,)"},
+      {"lens wrong queries", [&](const Engine& e, float* y) {
+         return e.MaskedSoftmax(xv, ValidLens::PerQuery(good_lens, 2, 1), Tensor(y, {2, 3, 4}));
+       }, "valid_lens has shape (2, 1)"},
+      {"lens null", [&](const Engine& e, float* y) {
+         return e.MaskedSoftmax(xv, ValidLens::PerBatch(static_cast<const int64_t*>(nullptr), 2),
+                                Tensor(y, {2, 3, 4}));
+       }, "valid_lens is null"},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<float> y(x.size(), kSentinel);
+    const Status s = c.call(DefaultEngine(), y.data());
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("MaskedSoftmax: "), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(c.message_part), std::string::npos) << s.message();
+    for (float v : y) ASSERT_EQ(v, kSentinel) << "a failed call wrote its output";
+  }
+}
+
+}  // namespace
+}  // namespace attnscore::test

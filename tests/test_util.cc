@@ -1,0 +1,157 @@
+#include "test_util.h"
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <random>
+
+#include "hwy/targets.h"
+#include "kernels/masked_softmax.h"
+
+namespace attnscore::test {
+
+namespace {
+std::string GoldenPath(const std::string& test_case, const std::string& name) {
+  return std::string(ATTNSCORE_GOLDEN_DIR) + "/" + test_case + "/" + name + ".npy";
+}
+}  // namespace
+
+io::NpyArray LoadGolden(const std::string& test_case, const std::string& name) {
+  io::NpyArray array;
+  const Status s = io::ReadNpy(GoldenPath(test_case, name), &array);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return array;
+}
+
+bool GoldenExists(const std::string& test_case, const std::string& name) {
+  return std::filesystem::exists(GoldenPath(test_case, name));
+}
+
+std::vector<int64_t> RowLengths(const std::vector<int64_t>& lens, bool per_query,
+                                int64_t batch, int64_t queries) {
+  std::vector<int64_t> rows(static_cast<size_t>(batch * queries));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < queries; ++i) {
+      rows[static_cast<size_t>(b * queries + i)] =
+          lens[static_cast<size_t>(per_query ? b * queries + i : b)];
+    }
+  }
+  return rows;
+}
+
+std::vector<int64_t> RowLengths(const io::NpyArray& lens, int64_t batch, int64_t queries) {
+  std::vector<int64_t> values(static_cast<size_t>(lens.size()));
+  for (size_t n = 0; n < values.size(); ++n) {
+    values[n] = lens.dtype == io::DType::kInt64 ? lens.data<int64_t>()[n]
+                                                : lens.data<int32_t>()[n];
+  }
+  return RowLengths(values, lens.shape.size() == 2, batch, queries);
+}
+
+ValidLens LensView(const io::NpyArray& lens) {
+  const bool is64 = lens.dtype == io::DType::kInt64;
+  if (lens.shape.size() == 1) {
+    return is64 ? ValidLens::PerBatch(lens.data<int64_t>(), lens.shape[0])
+                : ValidLens::PerBatch(lens.data<int32_t>(), lens.shape[0]);
+  }
+  return is64 ? ValidLens::PerQuery(lens.data<int64_t>(), lens.shape[0], lens.shape[1])
+              : ValidLens::PerQuery(lens.data<int32_t>(), lens.shape[0], lens.shape[1]);
+}
+
+std::vector<double> ReferenceMaskedSoftmax(const std::vector<float>& x, int64_t batch,
+                                           int64_t queries, int64_t keys,
+                                           const std::vector<int64_t>& row_lens) {
+  std::vector<double> y(x.size());
+  for (int64_t r = 0; r < batch * queries; ++r) {
+    const int64_t valid = row_lens.empty() ? keys : row_lens[static_cast<size_t>(r)];
+    std::vector<double> row(static_cast<size_t>(keys));
+    double max = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < keys; ++j) {
+      row[j] = j < valid ? x[static_cast<size_t>(r * keys + j)] : -1e6;
+      max = std::max(max, row[j]);
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < keys; ++j) sum += row[j] = std::exp(row[j] - max);
+    for (int64_t j = 0; j < keys; ++j) y[static_cast<size_t>(r * keys + j)] = row[j] / sum;
+  }
+  return y;
+}
+
+std::vector<double> ReferenceDotProduct(const std::vector<float>& q, const std::vector<float>& k,
+                                        const std::vector<float>& v, int64_t batch,
+                                        int64_t queries, int64_t keys, int64_t depth,
+                                        int64_t value_dim, const std::vector<int64_t>& row_lens,
+                                        std::vector<double>* weights) {
+  std::vector<double> out(static_cast<size_t>(batch * queries * value_dim));
+  weights->assign(static_cast<size_t>(batch * queries * keys), 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(depth));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < queries; ++i) {
+      const int64_t r = b * queries + i;
+      const int64_t valid = row_lens.empty() ? keys : row_lens[static_cast<size_t>(r)];
+      std::vector<double> row(static_cast<size_t>(keys));
+      double max = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < keys; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < depth; ++d) {
+          dot += static_cast<double>(q[static_cast<size_t>(r * depth + d)]) *
+                 k[static_cast<size_t>((b * keys + j) * depth + d)];
+        }
+        row[j] = j < valid ? dot * scale : -1e6;
+        max = std::max(max, row[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < keys; ++j) sum += row[j] = std::exp(row[j] - max);
+      for (int64_t j = 0; j < keys; ++j) {
+        const double w = row[j] / sum;
+        (*weights)[static_cast<size_t>(r * keys + j)] = w;
+        for (int64_t c = 0; c < value_dim; ++c) {
+          out[static_cast<size_t>(r * value_dim + c)] +=
+              w * v[static_cast<size_t>((b * keys + j) * value_dim + c)];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+double MaxAbsDiff(const float* actual, const std::vector<double>& expected) {
+  double worst = 0;
+  for (size_t n = 0; n < expected.size(); ++n) {
+    if (std::isnan(actual[n]) != std::isnan(expected[n])) return std::nan("");
+    if (!std::isnan(expected[n])) worst = std::max(worst, std::abs(actual[n] - expected[n]));
+  }
+  return worst;
+}
+
+const Engine& DefaultEngine() {
+  static std::unique_ptr<Engine> engine = [] {
+    std::unique_ptr<Engine> created;
+    const Status s = Engine::Create(EngineOptions(), &created);
+    if (!s.ok()) ADD_FAILURE() << s.message();
+    return created;
+  }();
+  return *engine;
+}
+
+void PerTarget::SetUp() {
+  hwy::SetSupportedTargetsForTest(GetParam());
+  // The dispatch really goes to the target under test.
+  ASSERT_STREQ(kernels::MaskedSoftmaxTarget(), hwy::TargetName(GetParam()));
+}
+
+void PerTarget::TearDown() { hwy::SetSupportedTargetsForTest(0); }
+
+std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info) {
+  return hwy::TargetName(info.param);
+}
+
+}  // namespace attnscore::test

@@ -1,0 +1,73 @@
+// Shared test helpers: golden files, double-precision references, and a
+// fixture that runs a test once per Highway target the CPU supports.
+#ifndef ATTNSCORE_TESTS_TEST_UTIL_H_
+#define ATTNSCORE_TESTS_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnscore/attnscore.h"
+#include "hwy/targets.h"
+#include "io/npy.h"
+
+namespace attnscore::test {
+
+// tests/golden/<case>/<name>.npy; fails the test if it cannot be read.
+io::NpyArray LoadGolden(const std::string& test_case, const std::string& name);
+bool GoldenExists(const std::string& test_case, const std::string& name);
+
+// Valid lengths of every row, as the reference reads them: lens[b * N + i].
+// `per_query`: one length per (b, i); otherwise per batch entry.
+std::vector<int64_t> RowLengths(const std::vector<int64_t>& lens, bool per_query,
+                                int64_t batch, int64_t queries);
+// Lengths read from a golden valid_lens.npy (int32 or int64, (B,) or (B, N)).
+std::vector<int64_t> RowLengths(const io::NpyArray& lens, int64_t batch, int64_t queries);
+// The same file as a ValidLens view (the array must outlive it).
+ValidLens LensView(const io::NpyArray& lens);
+
+// REFERENCE.md section 1, in double, literally: positions j >= L become
+// -1e6, then a softmax over all M. x is (B, N, M) dense; row_lens from
+// RowLengths, or empty for no lengths.
+std::vector<double> ReferenceMaskedSoftmax(const std::vector<float>& x, int64_t batch,
+                                           int64_t queries, int64_t keys,
+                                           const std::vector<int64_t>& row_lens);
+
+// REFERENCE.md section 2 in double. Dense inputs; returns out (B, N, Dv) and
+// sets *weights (B, N, M).
+std::vector<double> ReferenceDotProduct(const std::vector<float>& q, const std::vector<float>& k,
+                                        const std::vector<float>& v, int64_t batch,
+                                        int64_t queries, int64_t keys, int64_t depth,
+                                        int64_t value_dim, const std::vector<int64_t>& row_lens,
+                                        std::vector<double>* weights);
+
+// n floats ~ N(0, scale^2) from `seed`.
+std::vector<float> RandomFloats(size_t n, uint32_t seed, float scale = 1.0f);
+
+// Largest |a - b| over the arrays (NaN if any pair differs in NaN-ness).
+double MaxAbsDiff(const float* actual, const std::vector<double>& expected);
+
+// One engine with default options (1 thread, best ISA) for the whole run.
+const Engine& DefaultEngine();
+
+// Runs each test once per Highway target the CPU supports and the library
+// was built for, with dispatch forced to that target.
+class PerTarget : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+};
+
+std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info);
+
+}  // namespace attnscore::test
+
+#define ATTNSCORE_INSTANTIATE_PER_TARGET(suite)                                   \
+  INSTANTIATE_TEST_SUITE_P(AllTargets, suite,                                     \
+                           ::testing::ValuesIn(::hwy::SupportedAndGeneratedTargets()), \
+                           ::attnscore::test::TargetParamName)
+
+#endif  // ATTNSCORE_TESTS_TEST_UTIL_H_

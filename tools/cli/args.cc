@@ -1,0 +1,76 @@
+#include "cli/args.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace attnscore::cli {
+
+std::string Args::get(const std::string& flag, const std::string& fallback) const {
+  auto it = flags.find(flag);
+  return it == flags.end() ? fallback : it->second;
+}
+
+Status ParseArgs(const std::vector<std::string>& argv,
+                 const std::set<std::string>& switches, Args* args) {
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& word = argv[i];
+    if (word.rfind("--", 0) != 0) {
+      if (!args->flags.empty()) {
+        return Status::InvalidArgument("unexpected argument '" + word + "' after the flags");
+      }
+      args->words.push_back(word);
+      continue;
+    }
+    if (args->flags.count(word)) {
+      return Status::InvalidArgument(word + " is given twice");
+    }
+    if (switches.count(word)) {
+      args->flags[word] = "";
+      continue;
+    }
+    if (i + 1 >= argv.size() || argv[i + 1].rfind("--", 0) == 0) {
+      return Status::InvalidArgument(word + " needs a value");
+    }
+    args->flags[word] = argv[++i];
+  }
+  return Status::Ok();
+}
+
+Status CheckFlags(const Args& args, const std::set<std::string>& allowed,
+                  const std::set<std::string>& required, const std::string& command) {
+  for (const auto& [flag, value] : args.flags) {
+    if (!allowed.count(flag)) {
+      return Status::InvalidArgument("unknown flag " + flag + " for '" + command +
+                                     "' (see attnscore --help)");
+    }
+  }
+  for (const std::string& flag : required) {
+    if (!args.has(flag)) {
+      return Status::InvalidArgument("'" + command + "' needs " + flag);
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParseInt(const Args& args, const std::string& flag, int64_t fallback,
+                int64_t min, int64_t max, int64_t* value) {
+  if (!args.has(flag)) {
+    *value = fallback;
+    return Status::Ok();
+  }
+  const std::string& text = args.get(flag);
+  char* end = nullptr;
+  errno = 0;
+  const long long parsed = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE) {
+    return Status::InvalidArgument(flag + " wants an integer, got '" + text + "'");
+  }
+  if (parsed < min || parsed > max) {
+    return Status::InvalidArgument(flag + " is " + text + "; it must be in [" +
+                                   std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  *value = parsed;
+  return Status::Ok();
+}
+
+}  // namespace attnscore::cli

@@ -1,0 +1,398 @@
+#include "cli/commands.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <random>
+
+#include "attnscore/attnscore.h"
+#include "cli/args.h"
+#include "io/npy.h"
+
+namespace attnscore::cli {
+
+const char kUsage[] = R"(attnscore: attention scoring functions on the CPU
+
+usage:
+  attnscore info
+  attnscore run softmax --x X.npy [--valid-lens L.npy] --out Y.npy
+  attnscore run dot     --queries Q.npy --keys K.npy --values V.npy
+                        [--valid-lens L.npy] --out O.npy [--weights-out W.npy]
+  attnscore bench softmax|dot --batch B --queries N --keys M
+                        [--query-dim D] [--value-dim Dv]
+                        [--valid-lens none|full|random|random-batch|INT]
+                        [--weights] [--repeat R] [--json]
+common flags: --threads T (default 1), --isa scalar|sse4|avx2|avx512|best
+              (default: $ATTNSCORE_ISA, else best), --help
+
+Tensors are float32 .npy files (C order): X (B, N, M); Q (B, N, D),
+K (B, M, D), V (B, M, Dv). Valid lengths are int32 or int64, shape (B,) or
+(B, N). Outputs are written atomically; on error none is left behind.
+
+bench times the op on random data: median and min of R runs (default 20)
+after 3 warm-up runs. --valid-lens: none (all keys), full (L = M given
+explicitly), random (per query, uniform in [1, M]), random-batch (per batch
+entry, uniform in [1, M]), or one INT for every query. GFLOP/s and GB/s
+count only valid keys.
+
+exit status: 0 success, 2 bad input or usage, 1 internal failure.
+)";
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitInternal = 1;
+constexpr int kExitBadInput = 2;
+
+int Fail(const Status& status) {
+  std::fprintf(stderr, "attnscore: error: %s\n", status.message().c_str());
+  return status.code() == StatusCode::kInternal ? kExitInternal : kExitBadInput;
+}
+
+const std::set<std::string> kSwitches = {"--json", "--help", "--weights"};
+
+Status MakeEngine(const Args& args, std::unique_ptr<Engine>* engine) {
+  EngineOptions options;
+  int64_t threads;
+  ATTNSCORE_RETURN_IF_ERROR(ParseInt(args, "--threads", 1, 1, 1024, &threads));
+  options.threads = static_cast<int>(threads);
+  const char* env = std::getenv("ATTNSCORE_ISA");
+  const std::string isa = args.get("--isa", env && *env ? env : "best");
+  if (!ParseIsa(isa, &options.isa)) {
+    return Status::InvalidArgument(
+        std::string(args.has("--isa") ? "--isa" : "ATTNSCORE_ISA") + " is '" + isa +
+        "'; want scalar, sse4, avx2, avx512 or best");
+  }
+  return Engine::Create(options, engine);
+}
+
+// ---- run -------------------------------------------------------------------
+
+std::string ShapeOf(const io::NpyArray& a) {
+  std::string s = "(";
+  for (size_t d = 0; d < a.shape.size(); ++d) {
+    s += (d ? ", " : "") + std::to_string(a.shape[d]);
+  }
+  return s + (a.shape.size() == 1 ? ",)" : ")");
+}
+
+// Reads a float32 tensor of rank 3 named by `flag`.
+Status ReadTensor(const Args& args, const std::string& flag, io::NpyArray* array) {
+  const std::string path = args.get(flag);
+  ATTNSCORE_RETURN_IF_ERROR(io::ReadNpy(path, array));
+  if (array->dtype != io::DType::kFloat32) {
+    return Status::InvalidArgument(flag + " " + path + ": dtype is " +
+                                   io::DTypeName(array->dtype) + "; want float32");
+  }
+  if (array->shape.size() != 3) {
+    return Status::InvalidArgument(flag + " " + path + ": shape " + ShapeOf(*array) +
+                                   " has rank " + std::to_string(array->shape.size()) +
+                                   "; want rank 3");
+  }
+  return Status::Ok();
+}
+
+ConstTensor ViewOf(const io::NpyArray& a) {
+  return ConstTensor(a.data<float>(), {a.shape[0], a.shape[1], a.shape[2]});
+}
+
+// Reads --valid-lens if given (int32/int64, (B,) or (B, N)).
+Status ReadValidLens(const Args& args, io::NpyArray* array, ValidLens* lens) {
+  *lens = ValidLens::None();
+  if (!args.has("--valid-lens")) return Status::Ok();
+  const std::string path = args.get("--valid-lens");
+  ATTNSCORE_RETURN_IF_ERROR(io::ReadNpy(path, array));
+  const bool is64 = array->dtype == io::DType::kInt64;
+  if (!is64 && array->dtype != io::DType::kInt32) {
+    return Status::InvalidArgument("--valid-lens " + path + ": dtype is " +
+                                   io::DTypeName(array->dtype) + "; want int32 or int64");
+  }
+  if (array->shape.size() == 1) {
+    *lens = is64 ? ValidLens::PerBatch(array->data<int64_t>(), array->shape[0])
+                 : ValidLens::PerBatch(array->data<int32_t>(), array->shape[0]);
+  } else if (array->shape.size() == 2) {
+    *lens = is64 ? ValidLens::PerQuery(array->data<int64_t>(), array->shape[0], array->shape[1])
+                 : ValidLens::PerQuery(array->data<int32_t>(), array->shape[0], array->shape[1]);
+  } else {
+    return Status::InvalidArgument("--valid-lens " + path + ": shape " + ShapeOf(*array) +
+                                   " has rank " + std::to_string(array->shape.size()) +
+                                   "; want (B,) or (B, N)");
+  }
+  return Status::Ok();
+}
+
+// Writes each (flag, shape, data) output; if one fails, the ones already
+// written are removed, so a failed run leaves no output file behind.
+struct Output {
+  std::string flag;
+  std::vector<int64_t> shape;
+  const float* data;
+};
+
+Status WriteOutputs(const Args& args, const std::vector<Output>& outputs) {
+  std::vector<std::string> written;
+  for (const Output& o : outputs) {
+    const std::string path = args.get(o.flag);
+    Status s = io::WriteNpy(path, io::DType::kFloat32, o.shape, o.data);
+    if (!s.ok()) {
+      for (const std::string& done : written) unlink(done.c_str());
+      return Status(s.code(), o.flag + ": " + s.message());
+    }
+    written.push_back(path);
+  }
+  return Status::Ok();
+}
+
+int RunSoftmax(const Args& args) {
+  Status s = CheckFlags(args, {"--x", "--valid-lens", "--out", "--threads", "--isa"},
+                        {"--x", "--out"}, "run softmax");
+  if (!s.ok()) return Fail(s);
+  std::unique_ptr<Engine> engine;
+  io::NpyArray x, lens_array;
+  ValidLens lens;
+  if (!(s = MakeEngine(args, &engine)).ok() || !(s = ReadTensor(args, "--x", &x)).ok() ||
+      !(s = ReadValidLens(args, &lens_array, &lens)).ok()) {
+    return Fail(s);
+  }
+  std::vector<float> y(static_cast<size_t>(x.size()));
+  const ConstTensor xv = ViewOf(x);
+  s = engine->MaskedSoftmax(xv, lens, Tensor(y.data(), {xv.dims[0], xv.dims[1], xv.dims[2]}));
+  if (s.ok()) s = WriteOutputs(args, {{"--out", x.shape, y.data()}});
+  return s.ok() ? kExitOk : Fail(s);
+}
+
+int RunDot(const Args& args) {
+  Status s = CheckFlags(args,
+                        {"--queries", "--keys", "--values", "--valid-lens", "--out",
+                         "--weights-out", "--threads", "--isa"},
+                        {"--queries", "--keys", "--values", "--out"}, "run dot");
+  if (!s.ok()) return Fail(s);
+  std::unique_ptr<Engine> engine;
+  io::NpyArray q, k, v, lens_array;
+  ValidLens lens;
+  if (!(s = MakeEngine(args, &engine)).ok() || !(s = ReadTensor(args, "--queries", &q)).ok() ||
+      !(s = ReadTensor(args, "--keys", &k)).ok() || !(s = ReadTensor(args, "--values", &v)).ok() ||
+      !(s = ReadValidLens(args, &lens_array, &lens)).ok()) {
+    return Fail(s);
+  }
+  const int64_t batch = q.shape[0], queries = q.shape[1], keys = k.shape[1], dv = v.shape[2];
+  std::vector<float> out(static_cast<size_t>(batch * queries * dv));
+  std::vector<float> weights;
+  Tensor weights_view;
+  if (args.has("--weights-out")) {
+    weights.resize(static_cast<size_t>(batch * queries * keys));
+    weights_view = Tensor(weights.data(), {batch, queries, keys});
+  }
+  s = engine->DotProductAttention(ViewOf(q), ViewOf(k), ViewOf(v), lens,
+                                  Tensor(out.data(), {batch, queries, dv}), weights_view);
+  if (s.ok()) {
+    std::vector<Output> outputs = {{"--out", {batch, queries, dv}, out.data()}};
+    if (!weights.empty()) outputs.push_back({"--weights-out", {batch, queries, keys}, weights.data()});
+    s = WriteOutputs(args, outputs);
+  }
+  return s.ok() ? kExitOk : Fail(s);
+}
+
+// ---- bench -----------------------------------------------------------------
+
+struct BenchShape {
+  int64_t batch, queries, keys, depth, value_dim;
+};
+
+// Valid lengths for --valid-lens: empty means none.
+Status MakeBenchLens(const std::string& mode, const BenchShape& s, std::mt19937* rng,
+                     std::vector<int64_t>* lens, bool* per_query) {
+  std::uniform_int_distribution<int64_t> length(1, s.keys);
+  *per_query = false;
+  lens->clear();
+  if (mode == "none") return Status::Ok();
+  if (mode == "full") {
+    lens->assign(static_cast<size_t>(s.batch), s.keys);
+  } else if (mode == "random-batch") {
+    for (int64_t b = 0; b < s.batch; ++b) lens->push_back(length(*rng));
+  } else if (mode == "random") {
+    *per_query = true;
+    for (int64_t r = 0; r < s.batch * s.queries; ++r) lens->push_back(length(*rng));
+  } else {
+    char* end = nullptr;
+    const long long fixed = std::strtoll(mode.c_str(), &end, 10);
+    if (mode.empty() || *end != '\0' || fixed < 0) {
+      return Status::InvalidArgument("--valid-lens is '" + mode +
+                                     "'; want none, full, random, random-batch or an INT >= 0");
+    }
+    lens->assign(static_cast<size_t>(s.batch), static_cast<int64_t>(fixed));
+  }
+  return Status::Ok();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int Bench(const Args& args) {
+  const std::string op = args.words.size() > 1 ? args.words[1] : "";
+  if (op != "softmax" && op != "dot") {
+    return Fail(Status::InvalidArgument("bench wants an op: softmax or dot, got '" + op + "'"));
+  }
+  Status s = CheckFlags(args,
+                        {"--batch", "--queries", "--keys", "--query-dim", "--value-dim",
+                         "--valid-lens", "--weights", "--repeat", "--json", "--threads", "--isa"},
+                        {"--batch", "--queries", "--keys"}, "bench " + op);
+  BenchShape shape{};
+  int64_t repeat = 0;
+  constexpr int64_t kMaxDim = int64_t{1} << 20;
+  if (!s.ok() || !(s = ParseInt(args, "--batch", 1, 1, kMaxDim, &shape.batch)).ok() ||
+      !(s = ParseInt(args, "--queries", 1, 1, kMaxDim, &shape.queries)).ok() ||
+      !(s = ParseInt(args, "--keys", 1, 1, kMaxDim, &shape.keys)).ok() ||
+      !(s = ParseInt(args, "--query-dim", 64, 1, kMaxDim, &shape.depth)).ok() ||
+      !(s = ParseInt(args, "--value-dim", 64, 1, kMaxDim, &shape.value_dim)).ok() ||
+      !(s = ParseInt(args, "--repeat", 20, 1, 1000000, &repeat)).ok()) {
+    return Fail(s);
+  }
+  const int64_t scores = shape.batch * shape.queries * shape.keys;
+  const int64_t inputs = op == "softmax" ? scores
+                                         : shape.batch * (shape.queries * shape.depth +
+                                                          shape.keys * (shape.depth + shape.value_dim));
+  constexpr int64_t kMaxFloats = int64_t{1} << 31;  // 8 GiB per tensor
+  if (scores > kMaxFloats || inputs > kMaxFloats) {
+    return Fail(Status::InvalidArgument("bench shape is too large (over 2^31 floats per tensor)"));
+  }
+  std::unique_ptr<Engine> engine;
+  if (!(s = MakeEngine(args, &engine)).ok()) return Fail(s);
+
+  std::mt19937 rng(42);
+  std::vector<int64_t> lens_data;
+  bool per_query = false;
+  const std::string mode = args.get("--valid-lens", "none");
+  if (!(s = MakeBenchLens(mode, shape, &rng, &lens_data, &per_query)).ok()) return Fail(s);
+  const ValidLens lens = lens_data.empty() ? ValidLens::None()
+                         : per_query ? ValidLens::PerQuery(lens_data.data(), shape.batch, shape.queries)
+                                     : ValidLens::PerBatch(lens_data.data(), shape.batch);
+
+  // Work over valid keys only: the keys a row reads and the FLOPs it needs.
+  double valid_keys = 0;
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    for (int64_t i = 0; i < shape.queries; ++i) {
+      const int64_t l = lens_data.empty() ? shape.keys
+                        : per_query       ? lens_data[static_cast<size_t>(b * shape.queries + i)]
+                                          : lens_data[static_cast<size_t>(b)];
+      valid_keys += static_cast<double>(std::min(l, shape.keys));
+    }
+  }
+
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto random_vector = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = normal(rng);
+    return v;
+  };
+  const int64_t B = shape.batch, N = shape.queries, M = shape.keys;
+  std::vector<float> a, k, v, out, weights;
+  Tensor weights_view;
+  std::function<Status()> call;
+  double flops = 0, bytes = 0;
+  if (op == "softmax") {
+    a = random_vector(scores);
+    out.resize(static_cast<size_t>(scores));
+    call = [&] {
+      return engine->MaskedSoftmax(ConstTensor(a.data(), {B, N, M}), lens,
+                                   Tensor(out.data(), {B, N, M}));
+    };
+    bytes = 4.0 * (valid_keys + static_cast<double>(scores));  // read valid, write all
+  } else {
+    const int64_t D = shape.depth, Dv = shape.value_dim;
+    a = random_vector(B * N * D);
+    k = random_vector(B * M * D);
+    v = random_vector(B * M * Dv);
+    out.resize(static_cast<size_t>(B * N * Dv));
+    if (args.has("--weights")) {
+      weights.resize(static_cast<size_t>(scores));
+      weights_view = Tensor(weights.data(), {B, N, M});
+    }
+    call = [&] {
+      return engine->DotProductAttention(ConstTensor(a.data(), {B, N, D}),
+                                         ConstTensor(k.data(), {B, M, D}),
+                                         ConstTensor(v.data(), {B, M, Dv}), lens,
+                                         Tensor(out.data(), {B, N, Dv}), weights_view);
+    };
+    flops = 2.0 * valid_keys * static_cast<double>(D + Dv);
+    bytes = 4.0 * static_cast<double>(B * N * (D + Dv) + B * M * (D + Dv));
+  }
+
+  for (int w = 0; w < 3; ++w) {
+    if (!(s = call()).ok()) return Fail(s);
+  }
+  std::vector<double> times_us;
+  for (int64_t r = 0; r < repeat; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    s = call();
+    const auto stop = std::chrono::steady_clock::now();
+    if (!s.ok()) return Fail(s);
+    times_us.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+  }
+  const double median = Median(times_us);
+  const double min = *std::min_element(times_us.begin(), times_us.end());
+  const double gflops = flops / (median * 1e3);
+  const double gbytes = bytes / (median * 1e3);
+  const std::string isa = IsaName(engine->options().isa);
+  if (args.has("--json")) {
+    std::printf(
+        "{\"op\": \"%s\", \"batch\": %lld, \"queries\": %lld, \"keys\": %lld, "
+        "\"query_dim\": %lld, \"value_dim\": %lld, \"valid_lens\": \"%s\", "
+        "\"threads\": %d, \"isa\": \"%s\", \"repeat\": %lld, \"median_us\": %.3f, "
+        "\"min_us\": %.3f, \"gflops\": %.3f, \"gbytes_per_s\": %.3f}\n",
+        op.c_str(), static_cast<long long>(B), static_cast<long long>(N),
+        static_cast<long long>(M), static_cast<long long>(shape.depth),
+        static_cast<long long>(shape.value_dim), mode.c_str(), engine->options().threads,
+        isa.c_str(), static_cast<long long>(repeat), median, min, gflops, gbytes);
+  } else {
+    std::printf("%s (%lld, %lld, %lld) valid-lens %s, %d thread(s), isa %s\n", op.c_str(),
+                static_cast<long long>(B), static_cast<long long>(N), static_cast<long long>(M),
+                mode.c_str(), engine->options().threads, isa.c_str());
+    std::printf("median %.2f us, min %.2f us over %lld runs; %.2f GFLOP/s, %.2f GB/s\n",
+                median, min, static_cast<long long>(repeat), gflops, gbytes);
+  }
+  return kExitOk;
+}
+
+int Info(const Args& args) {
+  Status s = CheckFlags(args, {"--threads", "--isa"}, {}, "info");
+  std::unique_ptr<Engine> engine;
+  if (!s.ok() || !(s = MakeEngine(args, &engine)).ok()) return Fail(s);
+  std::printf("attnscore 0.1.0\n%s", engine->Describe().c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunCli(const std::vector<std::string>& argv) {
+  Args args;
+  Status s = ParseArgs(argv, kSwitches, &args);
+  if (!s.ok()) return Fail(s);
+  if (args.has("--help") || args.words.empty() || args.words[0] == "help") {
+    std::fputs(kUsage, args.words.empty() && !args.has("--help") ? stderr : stdout);
+    return args.words.empty() && !args.has("--help") ? kExitBadInput : kExitOk;
+  }
+  const std::string& command = args.words[0];
+  const std::string sub = args.words.size() > 1 ? args.words[1] : "";
+  if (args.words.size() > 2) {
+    return Fail(Status::InvalidArgument("unexpected argument '" + args.words[2] + "'"));
+  }
+  if (command == "info" && sub.empty()) return Info(args);
+  if (command == "bench") return Bench(args);
+  if (command == "run" && sub == "softmax") return RunSoftmax(args);
+  if (command == "run" && sub == "dot") return RunDot(args);
+  if (command == "run") {
+    return Fail(Status::InvalidArgument("run wants an op: softmax or dot, got '" + sub + "'"));
+  }
+  return Fail(Status::InvalidArgument("unknown command '" + command + "' (see attnscore --help)"));
+}
+
+}  // namespace attnscore::cli

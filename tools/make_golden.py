@@ -1,0 +1,289 @@
+#!/usr/bin/python3
+"""Generate the golden .npy files for attnscore's masked softmax and
+scaled dot-product attention (REFERENCE.md sections 1 and 2).
+
+The reference is the d2l "Attention Scoring Functions" code (seeds/003, 004),
+re-stated below in a few lines: masked_softmax via sequence_mask(value=-1e6)
+and DotProductAttention in eval mode (dropout inactive).
+
+Inputs are drawn as float32 with a fixed torch seed per case; the reference
+runs in float64 on those same float32 values (cast to double) and the expected
+outputs are stored as float32. Files go to tests/golden/<case>/, one tensor
+per file, little-endian C order. Running the script twice yields byte-identical
+files.
+
+Usage: tools/make_golden.py [--out DIR]
+"""
+
+import argparse
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+from torch import nn
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "golden")
+
+
+# ---------------------------------------------------------------------------
+# The seed modules, as the d2l notebooks define them.
+
+def sequence_mask(X, valid_len, value=0.0):
+    """d2l.sequence_mask: X is (rows, M); entries at column >= valid_len[row]
+    are overwritten in place with `value`."""
+    maxlen = X.size(1)
+    mask = torch.arange(maxlen, dtype=torch.float32,
+                        device=X.device)[None, :] < valid_len[:, None]
+    X[~mask] = value
+    return X
+
+
+def masked_softmax(X, valid_lens):
+    """Softmax over the last axis of X (B, N, M), masking positions beyond the
+    valid length with -1e6. valid_lens: None, (B,) or (B, N)."""
+    if valid_lens is None:
+        return nn.functional.softmax(X, dim=-1)
+    shape = X.shape
+    if valid_lens.dim() == 1:
+        valid_lens = torch.repeat_interleave(valid_lens, shape[1])
+    else:
+        valid_lens = valid_lens.reshape(-1)
+    X = sequence_mask(X.reshape(-1, shape[-1]), valid_lens, value=-1e6)
+    return nn.functional.softmax(X.reshape(shape), dim=-1)
+
+
+class DotProductAttention(nn.Module):
+    """Scaled dot-product attention; returns the output and keeps the weights
+    in self.attention_weights."""
+
+    def __init__(self, dropout=0.0):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries, keys, values, valid_lens=None):
+        d = queries.shape[-1]
+        scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
+        self.attention_weights = masked_softmax(scores, valid_lens)
+        return torch.bmm(self.dropout(self.attention_weights), values)
+
+
+# ---------------------------------------------------------------------------
+# Reference evaluation (float64 from float32 inputs) and checks.
+
+def ref_softmax(x32, lens):
+    """float64 masked softmax of float32 input; returns float32 (and f64)."""
+    x64 = x32.double().clone()  # sequence_mask writes in place
+    y64 = masked_softmax(x64, lens)
+    return y64.float(), y64
+
+
+def ref_dot(q32, k32, v32, lens):
+    attn = DotProductAttention(dropout=0.5)
+    attn.eval()
+    with torch.no_grad():
+        out64 = attn(q32.double(), k32.double(), v32.double(), lens)
+        w64 = attn.attention_weights
+    return out64.float(), w64.float(), out64, w64
+
+
+def row_lengths(lens, B, N, M):
+    """Per-row valid length as a (B, N) int64 numpy array (M when absent)."""
+    if lens is None:
+        return np.full((B, N), M, dtype=np.int64)
+    l = lens.numpy().astype(np.int64)
+    if l.ndim == 1:
+        l = np.repeat(l[:, None], N, axis=1)
+    return l
+
+
+def check_weights(name, w64, w32, lens):
+    """REFERENCE.md section 1 seed checks on (B, N, M) weights."""
+    B, N, M = w64.shape
+    L = row_lengths(lens, B, N, M)
+    w = w64.numpy()
+    sums = w.sum(axis=-1)
+    assert np.all(np.abs(sums - 1.0) < 1e-12), (name, "rows must sum to 1")
+    for b in range(B):
+        for i in range(N):
+            l = int(L[b, i])
+            row = w[b, i]
+            if l == 0:
+                # Every position masked: uniform 1/M over all M keys.
+                assert np.allclose(row, 1.0 / M, rtol=0, atol=1e-15), (name, b, i)
+            elif l < M:
+                assert np.all(w32[b, i, l:].numpy() == 0.0), \
+                    (name, b, i, "weights beyond L must be exactly 0")
+                assert np.all(row[:l] > 0.0), (name, b, i)
+            if l == 1:
+                assert w32[b, i, 0].item() == 1.0, (name, b, i, "L=1 -> [1,0,..]")
+
+
+def check_against_f32(name, got32, ref64, atol):
+    """The float32 run of the same module must agree within the tolerance of
+    REFERENCE.md (a sanity check of the contract, not part of the data)."""
+    err = (got32.double() - ref64).abs().max().item()
+    assert err <= atol, (name, "float32 torch vs float64 reference", err, atol)
+    return err
+
+
+# ---------------------------------------------------------------------------
+# Output.
+
+def save(folder, name, t, dtype):
+    a = np.ascontiguousarray(t.numpy().astype(dtype))
+    np.save(os.path.join(folder, name + ".npy"), a, allow_pickle=False)
+    return a.nbytes
+
+
+def case_dir(out_root, case):
+    folder = os.path.join(out_root, case)
+    os.makedirs(folder, exist_ok=True)
+    # A case never keeps files from an earlier layout (e.g. a dropped lens).
+    for f in os.listdir(folder):
+        if f.endswith(".npy"):
+            os.remove(os.path.join(folder, f))
+    return folder
+
+
+def lens_dtype(lens):
+    return {torch.int32: "<i4", torch.int64: "<i8"}[lens.dtype]
+
+
+def describe_lens(lens):
+    if lens is None:
+        return "lens=none"
+    kind = "per-batch" if lens.dim() == 1 else "per-query"
+    vals = lens.reshape(-1).tolist()
+    shown = vals if len(vals) <= 8 else vals[:8] + ["..."]
+    return "lens=%s %s %s %s" % (str(lens.dtype).replace("torch.", ""), kind,
+                                tuple(lens.shape), shown)
+
+
+def emit_softmax(out_root, case, x, lens):
+    folder = case_dir(out_root, case)
+    y32, y64 = ref_softmax(x, lens)
+    check_weights(case, y64, y32, lens)
+    err = check_against_f32(case, masked_softmax(x.clone(), lens), y64, 1e-5)
+    nbytes = save(folder, "x", x, "<f4")
+    if lens is not None:
+        nbytes += save(folder, "valid_lens", lens, lens_dtype(lens))
+    nbytes += save(folder, "y", y32, "<f4")
+    print("%-26s softmax X%s %s  f32-vs-f64 %.1e  %d B"
+          % (case, tuple(x.shape), describe_lens(lens), err, nbytes))
+    return y32
+
+
+def emit_dot(out_root, case, q, k, v, lens):
+    folder = case_dir(out_root, case)
+    out32, w32, out64, w64 = ref_dot(q, k, v, lens)
+    check_weights(case, w64, w32, lens)
+    attn = DotProductAttention(dropout=0.5)
+    attn.eval()
+    with torch.no_grad():
+        got = attn(q, k, v, lens)
+    vmax = v.abs().max().item()
+    err_o = check_against_f32(case, got, out64, 1e-5 * (1.0 + vmax))
+    err_w = check_against_f32(case, attn.attention_weights, w64, 1e-5)
+    nbytes = save(folder, "queries", q, "<f4")
+    nbytes += save(folder, "keys", k, "<f4")
+    nbytes += save(folder, "values", v, "<f4")
+    if lens is not None:
+        nbytes += save(folder, "valid_lens", lens, lens_dtype(lens))
+    nbytes += save(folder, "out", out32, "<f4")
+    nbytes += save(folder, "weights", w32, "<f4")
+    print("%-26s dot Q%s K%s V%s %s  f32-vs-f64 out %.1e w %.1e  %d B"
+          % (case, tuple(q.shape), tuple(k.shape), tuple(v.shape),
+             describe_lens(lens), err_o, err_w, nbytes))
+    return out32, w32
+
+
+# ---------------------------------------------------------------------------
+# Cases. Each case seeds torch itself, so cases do not depend on each other.
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=DEFAULT_OUT,
+                    help="output root (default: tests/golden in the repo)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # reductions in a fixed order
+    out = args.out
+
+    # --- masked softmax ---------------------------------------------------
+    torch.manual_seed(1001)
+    x = torch.rand(2, 2, 4)
+    lens = torch.tensor([2, 3], dtype=torch.int64)
+    y = emit_softmax(out, "softmax_seed_per_batch", x, lens)
+    # Seed check: zeros in columns 2-3 of batch 0 and column 3 of batch 1.
+    assert torch.all(y[0, :, 2:] == 0) and torch.all(y[1, :, 3] == 0)
+    assert torch.all(y[0, :, :2] > 0) and torch.all(y[1, :, :3] > 0)
+
+    torch.manual_seed(1002)
+    x = torch.rand(2, 2, 4)
+    lens = torch.tensor([[1, 3], [2, 4]], dtype=torch.int64)
+    y = emit_softmax(out, "softmax_seed_per_query", x, lens)
+    # Seed check: row (0,0) is exactly [1,0,0,0].
+    assert y[0, 0].tolist() == [1.0, 0.0, 0.0, 0.0], y[0, 0]
+
+    torch.manual_seed(1003)
+    x = torch.randn(2, 3, 17) * 3
+    emit_softmax(out, "softmax_no_lens", x, None)
+
+    torch.manual_seed(1004)
+    x = torch.randn(3, 5, 37) * 4
+    lens = torch.tensor([0, 37, 50], dtype=torch.int32)
+    y = emit_softmax(out, "softmax_odd_int32", x, lens)
+    # L = 0: uniform 1/M; L = M and L > M: plain softmax.
+    assert torch.allclose(y[0], torch.full((5, 37), 1.0 / 37), rtol=0, atol=1e-7)
+    plain = nn.functional.softmax(x.double(), dim=-1).float()
+    assert torch.equal(y[1], plain[1]) and torch.equal(y[2], plain[2])
+
+    torch.manual_seed(1005)
+    x = torch.randn(2, 7, 33) * 2
+    lens = torch.randint(0, 41, (2, 7), dtype=torch.int64)
+    lens[0, 0], lens[0, 3], lens[1, 1], lens[1, 5] = 0, 1, 33, 40
+    emit_softmax(out, "softmax_per_query_mixed", x, lens)
+
+    # --- scaled dot-product attention --------------------------------------
+    torch.manual_seed(2001)
+    q = torch.normal(0, 1, (2, 1, 2))
+    k = torch.ones((2, 10, 2))
+    v = torch.arange(40, dtype=torch.float32).reshape(1, 10, 4).repeat(2, 1, 1)
+    lens = torch.tensor([2, 6], dtype=torch.int64)
+    o, w = emit_dot(out, "dot_toy", q, k, v, lens)
+    # The d2l toy: all keys are equal, so weights are uniform over valid keys.
+    expect = torch.tensor([[[2.0, 3.0, 4.0, 5.0]], [[10.0, 11.0, 12.0, 13.0]]])
+    assert torch.equal(o, expect), o
+
+    torch.manual_seed(2002)
+    q = torch.randn(2, 4, 16)
+    k = torch.randn(2, 9, 16)
+    v = torch.randn(2, 9, 8)
+    emit_dot(out, "dot_no_lens", q, k, v, None)
+
+    torch.manual_seed(2003)
+    q = torch.randn(3, 7, 33)
+    k = torch.randn(3, 19, 33)
+    v = torch.randn(3, 19, 5)
+    lens = torch.randint(0, 26, (3, 7), dtype=torch.int64)
+    lens[0, 0], lens[0, 1], lens[1, 2], lens[2, 3], lens[2, 6] = 0, 1, 19, 25, 20
+    emit_dot(out, "dot_odd_per_query", q, k, v, lens)
+
+    torch.manual_seed(2004)
+    q = torch.randn(2, 5, 64)
+    k = torch.randn(2, 130, 64)
+    v = torch.randn(2, 130, 24)
+    lens = torch.tensor([77, 130], dtype=torch.int32)
+    emit_dot(out, "dot_per_batch_int32", q, k, v, lens)
+
+    total = 0
+    for root, _, files in os.walk(out):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    print("wrote %s (%.1f KB)" % (os.path.relpath(out, REPO_ROOT), total / 1024))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
