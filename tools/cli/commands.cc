@@ -316,7 +316,7 @@ int Bench(const Args& args) {
       weights.resize(static_cast<size_t>(scores));
       weights_view = Tensor(weights.data(), {B, N, M});
     }
-    call = [&] {
+    call = [&, D, Dv] {  // D and Dv end with this block; the call outlives it
       return engine->DotProductAttention(ConstTensor(a.data(), {B, N, D}),
                                          ConstTensor(k.data(), {B, M, D}),
                                          ConstTensor(v.data(), {B, M, Dv}), lens,
