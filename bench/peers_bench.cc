@@ -32,15 +32,22 @@ BENCHMARK(BM_Memcpy)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
-// C (B·N, L) = A (B·N, D + Dv) · W (D + Dv, L) with L the mean valid length:
-// 2·B·N·L·(D + Dv) FLOPs, as many as BM_DotProduct counts for the same args.
+// One plain oneDNN matmul doing as many FLOPs as BM_DotProduct counts for the
+// same args, 2·B·N·L·(D + Dv) with L the mean valid length, in two shapes:
+//   inner:0  C (B·N, L)  = A (B·N, D + Dv) · W (D + Dv, L)
+//   inner:1  C (B·N, 2L) = A (B·N, D) · W (D, 2L), the op's own Q·Kᵀ widened;
+// oneDNN is slower with the shorter inner dimension, so both are reported.
 void BM_OnednnMatmul(benchmark::State& state) {
   const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),
                 depth = state.range(3);
+  const bool inner_is_depth = state.range(4) != 0;
   SharedEngine();  // applies the ISA cap and thread count first
   const std::vector<int64_t> lens = RandomLengths(batch, keys, 4);
-  const int64_t m = batch * queries, k = 2 * depth;
-  const auto n = static_cast<int64_t>(ValidKeys(lens, 1, keys) / static_cast<double>(batch) + 0.5);
+  const auto mean_valid =
+      static_cast<int64_t>(ValidKeys(lens, 1, keys) / static_cast<double>(batch) + 0.5);
+  const int64_t m = batch * queries;
+  const int64_t k = inner_is_depth ? depth : 2 * depth;
+  const int64_t n = inner_is_depth ? 2 * mean_valid : mean_valid;
   std::vector<float> a = RandomFloats(m * k, 1), w = RandomFloats(k * n, 2);
   std::vector<float> c(static_cast<size_t>(m * n));
 
@@ -65,10 +72,10 @@ void BM_OnednnMatmul(benchmark::State& state) {
 }
 
 BENCHMARK(BM_OnednnMatmul)
-    ->ArgNames({"batch", "queries", "keys", "dim"})
-    ->Args({8, 1, 1024, 64})
-    ->Args({4, 128, 128, 64})
-    ->Args({1, 1024, 4096, 64})
+    ->ArgNames({"batch", "queries", "keys", "dim", "inner"})
+    ->ArgsProduct({{8}, {1}, {1024}, {64}, {0, 1}})
+    ->ArgsProduct({{4}, {128}, {128}, {64}, {0, 1}})
+    ->ArgsProduct({{1}, {1024}, {4096}, {64}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -85,9 +85,10 @@ TEST_P(DotProductTest, OddShapesAndEveryLengthKind) {
                           {2, 16, 16, 16, 16}, {1, 5, 100, 64, 3}, {4, 9, 31, 8, 40}};
   uint32_t seed = 100;
   for (const Shape& s : shapes) {
-    CheckAgainstReference(s, {}, false, ++seed);
-    CheckAgainstReference(s, Lengths(s, /*per_query=*/true, seed), true, ++seed);
-    CheckAgainstReference(s, Lengths(s, /*per_query=*/false, seed), false, ++seed);
+    seed += 10;
+    CheckAgainstReference(s, {}, false, seed);
+    CheckAgainstReference(s, Lengths(s, /*per_query=*/true, seed + 1), true, seed + 2);
+    CheckAgainstReference(s, Lengths(s, /*per_query=*/false, seed + 3), false, seed + 4);
   }
 }
 

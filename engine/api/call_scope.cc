@@ -9,11 +9,14 @@ namespace attnscore {
 namespace {
 constexpr unsigned kFlushToZero = 1u << 15;
 constexpr unsigned kDenormalsAreZero = 1u << 6;
+// All six exception mask bits: a caller who unmasked, say, invalid-operation
+// traps must not get SIGFPE from the kernels' deliberate Inf * 0 probes.
+constexpr unsigned kMaskAllExceptions = 0x1F80u;
 constexpr int kScratchSlots = 4;
 }  // namespace
 
 FlushDenormals::FlushDenormals() : saved_(_mm_getcsr()) {
-  _mm_setcsr(saved_ | kFlushToZero | kDenormalsAreZero);
+  _mm_setcsr(saved_ | kFlushToZero | kDenormalsAreZero | kMaskAllExceptions);
 }
 
 FlushDenormals::~FlushDenormals() { _mm_setcsr(saved_); }

@@ -1,5 +1,6 @@
 #include "attnscore/engine.h"
 
+#include <exception>
 #include <new>
 #include <string>
 
@@ -16,6 +17,23 @@ struct Engine::Impl {
   EngineOptions options;
 };
 
+namespace {
+
+// No exception crosses the API: the only ones the engine can meet are
+// allocation failures (scratch, plan cache) and dependency errors.
+template <class Call>
+Status Guarded(const char* op, Call call) {
+  try {
+    return call();
+  } catch (const std::bad_alloc&) {
+    return Status::Internal(std::string(op) + ": out of memory");
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string(op) + ": " + e.what());
+  }
+}
+
+}  // namespace
+
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
@@ -25,7 +43,7 @@ Status Engine::Create(const EngineOptions& options, std::unique_ptr<Engine>* eng
     return Status::InvalidArgument("Engine::Create: threads is " +
                                    std::to_string(options.threads) + "; it must be >= 1");
   }
-  ATTNSCORE_RETURN_IF_ERROR(ApplyIsaCap(options.isa));
+  ATTNSCORE_RETURN_IF_ERROR(Guarded("Engine::Create", [&] { return ApplyIsaCap(options.isa); }));
   auto impl = std::unique_ptr<Impl>(new (std::nothrow) Impl{options});
   if (!impl) return Status::Internal("Engine::Create: out of memory");
   engine->reset(new (std::nothrow) Engine(std::move(impl)));
@@ -37,15 +55,18 @@ const EngineOptions& Engine::options() const { return impl_->options; }
 
 Status Engine::MaskedSoftmax(ConstTensor x, const ValidLens& valid_lens, Tensor y) const {
   CallScope scope(impl_->options.threads);
-  return ops::MaskedSoftmax(impl_->options, x, valid_lens, y);
+  return Guarded("MaskedSoftmax",
+                 [&] { return ops::MaskedSoftmax(impl_->options, x, valid_lens, y); });
 }
 
 Status Engine::DotProductAttention(ConstTensor queries, ConstTensor keys,
                                    ConstTensor values, const ValidLens& valid_lens,
                                    Tensor out, Tensor weights) const {
   CallScope scope(impl_->options.threads);
-  return ops::DotProductAttention(impl_->options, queries, keys, values,
-                                  valid_lens, out, weights);
+  return Guarded("DotProductAttention", [&] {
+    return ops::DotProductAttention(impl_->options, queries, keys, values, valid_lens, out,
+                                    weights);
+  });
 }
 
 std::string Engine::Describe() const {

@@ -72,8 +72,12 @@ Status ApplyIsaCap(Isa isa) {
                                IsaName(isa) + "' (supported: " +
                                SupportedTargetNames() + ")");
   }
-  ATTNSCORE_RETURN_IF_ERROR(matmul::SetMaxIsa(isa));
-  hwy::DisableTargets(~AllowedTargets(isa));
+  // "best" leaves both libraries as the host set them (ONEDNN_MAX_CPU_ISA,
+  // targets the host disabled), and works even if the host used oneDNN first.
+  if (isa != Isa::kBest) {
+    ATTNSCORE_RETURN_IF_ERROR(matmul::SetMaxIsa(isa));
+    hwy::DisableTargets(~AllowedTargets(isa));
+  }
   applied = isa;
   return Status::Ok();
 }

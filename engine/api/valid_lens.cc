@@ -61,4 +61,21 @@ Status CheckValidLens(const ValidLens& lens, int64_t batch, int64_t queries,
              : CheckNonNegative(static_cast<const int32_t*>(lens.data), count, columns, op);
 }
 
+Status CheckValidLensDisjoint(const ValidLens& lens, const char* op,
+                              const char* out_name, const ConstTensor& out) {
+  if (lens.kind == ValidLens::Kind::kNone) return Status::Ok();
+  const int64_t count = lens.kind == ValidLens::Kind::kPerBatch ? lens.dims[0]
+                                                                : lens.dims[0] * lens.dims[1];
+  const auto first = reinterpret_cast<uintptr_t>(lens.data);
+  const uintptr_t last = first + static_cast<uintptr_t>(count) * (lens.is_int64 ? 8 : 4) - 1;
+  int64_t span = 0;
+  for (int d = 0; d < out.rank; ++d) span += (out.dims[d] - 1) * out.strides[d];
+  const auto out_first = reinterpret_cast<uintptr_t>(out.data);
+  const uintptr_t out_last = out_first + static_cast<uintptr_t>(span) * sizeof(float) + 3;
+  if (first <= out_last && out_first <= last) {
+    return Status::InvalidArgument(std::string(op) + ": " + out_name + " overlaps valid_lens");
+  }
+  return Status::Ok();
+}
+
 }  // namespace attnscore

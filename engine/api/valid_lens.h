@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "attnscore/status.h"
+#include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
 
 namespace attnscore {
@@ -14,6 +15,11 @@ namespace attnscore {
 // in messages.
 Status CheckValidLens(const ValidLens& lens, int64_t batch, int64_t queries,
                       const char* op);
+
+// The lengths must not share memory with an output: the dot product reads
+// them again after writing its first outputs.
+Status CheckValidLensDisjoint(const ValidLens& lens, const char* op,
+                              const char* out_name, const ConstTensor& out);
 
 // The number of keys row (b, i) attends to, clamped to [0, keys].
 inline int64_t RowValidLength(const ValidLens& lens, int64_t b, int64_t i,

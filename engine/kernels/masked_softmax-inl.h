@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -21,40 +22,96 @@ namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Calls body(d, offset, vec) for each whole vector of x[0, n), then once for
-// the remainder, copied into a vector padded with `pad` so the same math runs
-// on it and no byte past x[n - 1] is read. Returns the remainder's size.
-template <class D, class Body>
-HWY_INLINE size_t ForEachVector(D d, const float* HWY_RESTRICT x, size_t n,
-                                float pad, float* HWY_RESTRICT tail, Body body) {
-  const size_t lanes = hn::Lanes(d);
-  size_t i = 0;
-  for (; i + lanes <= n; i += lanes) body(i, hn::LoadU(d, x + i));
-  const size_t rest = n - i;
-  if (rest != 0) {
-    for (size_t k = 0; k < lanes; ++k) tail[k] = k < rest ? x[i + k] : pad;
-    body(i, hn::Load(d, tail));
-  }
-  return rest;
+// A row rarely ends on a vector boundary, and its last partial vector must
+// not touch memory past the row. AVX2 and AVX-512 have masked loads and
+// stores that neither fault nor write outside the mask; other targets go
+// through a small aligned buffer.
+#undef ATTNSCORE_NATIVE_MASKED_TAILS  // set anew for each target
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#define ATTNSCORE_NATIVE_MASKED_TAILS 1
+#else
+#define ATTNSCORE_NATIVE_MASKED_TAILS 0
+#endif
+
+// x[0, count) in the first lanes, `pad` in the others; count < Lanes(d).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V LoadTail(D d, const float* HWY_RESTRICT x, size_t count, float pad) {
+#if ATTNSCORE_NATIVE_MASKED_TAILS
+  const auto mask = hn::FirstN(d, count);
+  return hn::IfThenElse(mask, hn::MaskedLoad(mask, d, x), hn::Set(d, pad));
+#else
+  HWY_ALIGN float buffer[hn::MaxLanes(d)];
+  for (size_t k = 0; k < hn::Lanes(d); ++k) buffer[k] = k < count ? x[k] : pad;
+  return hn::Load(d, buffer);
+#endif
+}
+
+// The first `count` lanes of v into y[0, count); count < Lanes(d).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void StoreTail(D d, V v, size_t count, float* HWY_RESTRICT y) {
+#if ATTNSCORE_NATIVE_MASKED_TAILS
+  hn::BlendedStore(v, hn::FirstN(d, count), d, y);
+#else
+  HWY_ALIGN float buffer[hn::MaxLanes(d)];
+  hn::Store(v, d, buffer);
+  for (size_t k = 0; k < count; ++k) y[k] = buffer[k];
+#endif
 }
 
 // Max of x[0, n), n >= 1. Also reports whether any element is Inf or NaN:
 // x * 0 is 0 for every finite x and NaN otherwise, so one multiply-add per
 // element tells, where Max alone would hide a NaN (x86 max returns an operand).
-HWY_INLINE float RowMax(const float* HWY_RESTRICT x, size_t n,
-                        bool* all_finite) {
-  const hn::ScalableTag<float> d;
-  HWY_ALIGN float tail[hn::MaxLanes(d)];
+template <class D>
+HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_finite) {
+  const size_t lanes = hn::Lanes(d);
   const auto zero = hn::Zero(d);
   auto max = hn::Set(d, -std::numeric_limits<float>::infinity());
   auto probe = zero;
-  // Padding with x[0] leaves both the max and the finiteness verdict as they are.
-  ForEachVector(d, x, n, x[0], tail, [&](size_t, decltype(zero) v) {
+  size_t j = 0;
+  for (; j + lanes <= n; j += lanes) {
+    const auto v = hn::LoadU(d, x + j);
     max = hn::Max(max, v);
     probe = hn::MulAdd(v, zero, probe);
-  });
+  }
+  if (j < n) {
+    // Padding with x[0] leaves both the max and the finiteness verdict as they are.
+    const auto v = LoadTail(d, x + j, n - j, x[0]);
+    max = hn::Max(max, v);
+    probe = hn::MulAdd(v, zero, probe);
+  }
   *all_finite = !std::isnan(hn::GetLane(hn::SumOfLanes(d, probe)));
   return hn::GetLane(hn::MaxOfLanes(d, max));
+}
+
+// e[j] = exp(x[j] - max) for j < n; returns their sum. e may equal x (in
+// place), so neither pointer is restrict.
+template <class D>
+HWY_INLINE float ExpAndSum(D d, const float* x, size_t n, float max, float* e) {
+  const size_t lanes = hn::Lanes(d);
+  const auto vmax = hn::Set(d, max);
+  auto sum = hn::Zero(d);
+  size_t j = 0;
+  for (; j + lanes <= n; j += lanes) {
+    const auto exps = ExpNonPositive(d, hn::LoadU(d, x + j), vmax);
+    sum = hn::Add(sum, exps);
+    hn::StoreU(exps, d, e + j);
+  }
+  if (j < n) {
+    const auto exps = ExpNonPositive(d, LoadTail(d, x + j, n - j, max), vmax);
+    sum = hn::Add(sum, hn::IfThenElseZero(hn::FirstN(d, n - j), exps));
+    StoreTail(d, exps, n - j, e + j);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
+// y[j] = e[j] * scale for j < n (e may equal y).
+template <class D>
+HWY_INLINE void Scale(D d, const float* e, size_t n, float scale, float* y) {
+  const size_t lanes = hn::Lanes(d);
+  const auto vscale = hn::Set(d, scale);
+  size_t j = 0;
+  for (; j + lanes <= n; j += lanes) hn::StoreU(hn::Mul(hn::LoadU(d, e + j), vscale), d, y + j);
+  if (j < n) StoreTail(d, hn::Mul(LoadTail(d, e + j, n - j, 0.0f), vscale), n - j, y + j);
 }
 
 // Writes value to y[0, n).
@@ -64,7 +121,7 @@ HWY_INLINE void Fill(D d, float value, float* HWY_RESTRICT y, size_t n) {
   const auto v = hn::Set(d, value);
   size_t j = 0;
   for (; j + lanes <= n; j += lanes) hn::StoreU(v, d, y + j);
-  for (; j < n; ++j) y[j] = value;
+  if (j < n) StoreTail(d, v, n - j, y + j);
 }
 
 // Stores e[0, valid)·scale, then zeros up to width, into y with non-temporal
@@ -74,25 +131,26 @@ template <class D>
 HWY_INLINE void StreamScaled(D d, const float* HWY_RESTRICT e, float scale,
                              size_t valid, size_t width, float* HWY_RESTRICT y) {
   const size_t lanes = hn::Lanes(d);
-  auto value = [&](size_t j) { return j < valid ? e[j] * scale : 0.0f; };
-  size_t j = 0;
-  // Non-temporal stores need aligned addresses: the head goes one by one.
-  for (; j < width && reinterpret_cast<uintptr_t>(y + j) % (lanes * sizeof(float)); ++j) {
-    y[j] = value(j);
-  }
-  HWY_ALIGN float straddle[hn::MaxLanes(d)];
+  // Non-temporal stores need aligned addresses: the head is stored plainly.
+  const size_t offset = (reinterpret_cast<uintptr_t>(y) / sizeof(float)) % lanes;
+  const size_t head = offset == 0 ? 0 : std::min(width, lanes - offset);
+  Scale(d, e, std::min(head, valid), scale, y);
+  if (head > valid) Fill(d, 0.0f, y + valid, head - valid);
   const auto vscale = hn::Set(d, scale);
+  size_t j = head;
   for (; j + lanes <= width; j += lanes) {
     auto v = hn::Zero(d);
     if (j + lanes <= valid) {
       v = hn::Mul(hn::LoadU(d, e + j), vscale);
-    } else if (j < valid) {
-      for (size_t k = 0; k < lanes; ++k) straddle[k] = value(j + k);
-      v = hn::Load(d, straddle);
+    } else if (j < valid) {  // the vector that straddles the valid length
+      v = hn::Mul(LoadTail(d, e + j, valid - j, 0.0f), vscale);
     }
     hn::Stream(v, d, y + j);
   }
-  for (; j < width; ++j) y[j] = value(j);
+  if (j < width) {
+    const auto v = j < valid ? hn::Mul(LoadTail(d, e + j, valid - j, 0.0f), vscale) : hn::Zero(d);
+    StoreTail(d, v, width - j, y + j);
+  }
 }
 
 // Softmax of x[0, valid) (see masked_softmax.h for the contract). Three
@@ -100,59 +158,32 @@ HWY_INLINE void StreamScaled(D d, const float* HWY_RESTRICT e, float scale,
 // then scale by 1/sum into y. Rows are short (<= a few thousand floats), so the
 // later passes read e back from L1, not from memory. With `stream`, e is a
 // separate row buffer and y is written once, by non-temporal stores.
-HWY_INLINE void SoftmaxRow(const float* HWY_RESTRICT x, size_t valid,
-                           size_t width, float* y, float* e, bool stream) {
+HWY_INLINE void SoftmaxRow(const float* x, size_t valid, size_t width, float* y,
+                           float* e, bool stream) {
   const hn::ScalableTag<float> d;
-  const size_t lanes = hn::Lanes(d);
+  HWY_DASSERT(valid <= width && width >= 1);
   if (valid == 0) return Fill(d, 1.0f / static_cast<float>(width), y, width);
 
   bool all_finite;
-  const float max = RowMax(x, valid, &all_finite);
+  const float max = RowMax(d, x, valid, &all_finite);
   bool nan_row = !all_finite && !std::isfinite(max);  // +Inf, or all -Inf
   for (size_t j = 0; !all_finite && !nan_row && j < valid; ++j) {
     nan_row = std::isnan(x[j]);  // Max may have hidden it
   }
   if (nan_row) return Fill(d, std::numeric_limits<float>::quiet_NaN(), y, width);
 
-  HWY_ALIGN float tail[hn::MaxLanes(d)];
-  const auto vmax = hn::Set(d, max);
-  auto sum = hn::Zero(d);
-  // The padding is max, whose exp is 1: those lanes stay out of the sum.
-  const size_t rest = ForEachVector(
-      d, x, valid, max, tail, [&](size_t j, hn::Vec<decltype(d)> v) {
-        const auto exps = ExpNonPositive(d, v, vmax);
-        if (j + lanes <= valid) {
-          sum = hn::Add(sum, exps);
-          hn::StoreU(exps, d, e + j);
-        } else {
-          hn::Store(exps, d, tail);
-        }
-      });
-  float total = hn::GetLane(hn::SumOfLanes(d, sum));
-  const size_t whole = valid - rest;
-  for (size_t k = 0; k < rest; ++k) {
-    total += tail[k];
-    e[whole + k] = tail[k];
-  }
-
-  const float inv = 1.0f / total;
+  const float inv = 1.0f / ExpAndSum(d, x, valid, max, e);
   if (stream) return StreamScaled(d, e, inv, valid, width, y);
-  const auto vinv = hn::Set(d, inv);
-  size_t j = 0;
-  for (; j + lanes <= valid; j += lanes) {
-    hn::StoreU(hn::Mul(hn::LoadU(d, e + j), vinv), d, y + j);
-  }
-  for (; j < valid; ++j) y[j] = e[j] * inv;
-  Fill(d, 0.0f, y + valid, width - valid);
+  Scale(d, e, valid, inv, y);
+  if (valid < width) Fill(d, 0.0f, y + valid, width - valid);
 }
 
-void MaskedSoftmaxRow(const float* HWY_RESTRICT x, size_t valid, size_t width,
-                      float* y) {
+void MaskedSoftmaxRow(const float* x, size_t valid, size_t width, float* y) {
   SoftmaxRow(x, valid, width, y, /*e=*/y, /*stream=*/false);
 }
 
-void MaskedSoftmaxRowStream(const float* HWY_RESTRICT x, size_t valid,
-                            size_t width, float* y, float* row_buffer) {
+void MaskedSoftmaxRowStream(const float* x, size_t valid, size_t width, float* y,
+                            float* row_buffer) {
   SoftmaxRow(x, valid, width, y, row_buffer, /*stream=*/true);
 }
 

@@ -1,10 +1,14 @@
 #include "matmul/matmul.h"
 
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
+
+#include <omp.h>
 
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -19,6 +23,10 @@ dnnl::engine& CpuEngine() {
   return *engine;
 }
 
+// Shapes vary with valid lengths, so the cache is bounded: past the limit it
+// starts over rather than grow without end in a long-running server.
+constexpr size_t kMaxCachedPlans = 512;
+
 dnnl::memory::desc Describe(int64_t batch, const Layout& l) {
   // oneDNN wants a batch stride even for a batch of one.
   const int64_t batch_stride = batch > 1 ? l.batch_stride : l.rows * l.cols;
@@ -26,37 +34,36 @@ dnnl::memory::desc Describe(int64_t batch, const Layout& l) {
                             dims{batch_stride, l.row_stride, l.col_stride});
 }
 
+// Each plan gets an id that is never reused, so per-thread state keyed by it
+// can never be mistaken for a later plan's.
+std::atomic<uint64_t> next_plan_id{1};
+
 class OnednnPlan final : public Plan {
  public:
-  explicit OnednnPlan(const Problem& p) {
-    const auto src = Describe(p.batch, p.a);
-    const auto weights = Describe(p.batch, p.b);
-    const auto dst = Describe(p.batch, p.c);
+  explicit OnednnPlan(const Problem& p) : id_(next_plan_id++) {
     dnnl::primitive_attr attr;
     if (p.scale != 1.0f) attr.set_output_scales(0, {p.scale});
     // The scratchpad is ours (per thread), so concurrent runs never share one.
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    pd_ = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst),
-                                       attr, CpuEngine());
+    pd_ = dnnl::matmul::primitive_desc(
+        dnnl::matmul::desc(Describe(p.batch, p.a), Describe(p.batch, p.b), Describe(p.batch, p.c)),
+        attr, CpuEngine());
     primitive_ = dnnl::matmul(pd_);
+    scratch_bytes_ = pd_.scratchpad_desc().get_size();
   }
 
   Status Run(const float* a, const float* b, float* c) const override {
-    thread_local dnnl::stream stream(CpuEngine());
-    thread_local std::vector<unsigned char> scratch;
     try {
-      const auto scratch_desc = pd_.scratchpad_desc();
-      if (scratch.size() < scratch_desc.get_size()) scratch.resize(scratch_desc.get_size());
+      Bindings& bind = BindingsForThisThread();
       // oneDNN takes non-const handles; it only reads src and weights.
-      dnnl::memory src(pd_.src_desc(), CpuEngine(), const_cast<float*>(a));
-      dnnl::memory weights(pd_.weights_desc(), CpuEngine(), const_cast<float*>(b));
-      dnnl::memory dst(pd_.dst_desc(), CpuEngine(), c);
-      dnnl::memory scratchpad(scratch_desc, CpuEngine(), scratch.data());
-      primitive_.execute(stream, {{DNNL_ARG_SRC, src},
-                                  {DNNL_ARG_WEIGHTS, weights},
-                                  {DNNL_ARG_DST, dst},
-                                  {DNNL_ARG_SCRATCHPAD, scratchpad}});
-      stream.wait();
+      bind.src.set_data_handle(const_cast<float*>(a));
+      bind.weights.set_data_handle(const_cast<float*>(b));
+      bind.dst.set_data_handle(c);
+      primitive_.execute(bind.stream, {{DNNL_ARG_SRC, bind.src},
+                                       {DNNL_ARG_WEIGHTS, bind.weights},
+                                       {DNNL_ARG_DST, bind.dst},
+                                       {DNNL_ARG_SCRATCHPAD, bind.scratchpad}});
+      bind.stream.wait();
     } catch (const dnnl::error& e) {
       return Status::Internal(std::string("oneDNN matmul failed: ") + e.what());
     }
@@ -66,17 +73,50 @@ class OnednnPlan final : public Plan {
   const char* implementation() const override { return pd_.impl_info_str(); }
 
  private:
+  // A thread's memory objects for this plan. Creating them costs more than a
+  // small matmul's execution, so each thread makes them once and then only
+  // swaps the data pointers.
+  struct Bindings {
+    dnnl::stream stream;
+    dnnl::memory src, weights, dst, scratchpad;
+  };
+
+  Bindings& BindingsForThisThread() const {
+    struct PerThread {
+      std::unordered_map<uint64_t, Bindings> by_plan;
+      std::vector<unsigned char> scratch;
+    };
+    thread_local PerThread state;
+    if (state.scratch.size() < scratch_bytes_) {
+      // The scratchpad memory objects point into the old buffer: start over.
+      state.scratch.resize(scratch_bytes_);
+      state.by_plan.clear();
+    }
+    auto it = state.by_plan.find(id_);
+    if (it != state.by_plan.end()) return it->second;
+    if (state.by_plan.size() >= kMaxCachedPlans) state.by_plan.clear();
+    Bindings bind{dnnl::stream(CpuEngine()),
+                  dnnl::memory(pd_.src_desc(), CpuEngine(), nullptr),
+                  dnnl::memory(pd_.weights_desc(), CpuEngine(), nullptr),
+                  dnnl::memory(pd_.dst_desc(), CpuEngine(), nullptr),
+                  dnnl::memory(pd_.scratchpad_desc(), CpuEngine(), state.scratch.data())};
+    return state.by_plan.emplace(id_, std::move(bind)).first->second;
+  }
+
+  const uint64_t id_;
   dnnl::matmul::primitive_desc pd_;
   dnnl::matmul primitive_;
+  size_t scratch_bytes_ = 0;
 };
 
-using Key = std::array<int64_t, 17>;
+using Key = std::array<int64_t, 18>;
 
 Key KeyOf(const Problem& p) {
   int32_t scale_bits;
   std::memcpy(&scale_bits, &p.scale, sizeof(scale_bits));
-  Key key = {p.batch, scale_bits};
-  int k = 2;
+  // oneDNN fixes a primitive's thread count when it is created.
+  Key key = {p.batch, scale_bits, omp_get_max_threads()};
+  int k = 3;
   for (const Layout* l : {&p.a, &p.b, &p.c}) {
     for (int64_t v : {l->rows, l->cols, l->batch_stride, l->row_stride, l->col_stride}) {
       key[k++] = v;
@@ -85,9 +125,6 @@ Key KeyOf(const Problem& p) {
   return key;
 }
 
-// Shapes vary with valid lengths, so the cache is bounded: past the limit it
-// starts over rather than grow without end in a long-running server.
-constexpr size_t kMaxCachedPlans = 512;
 
 struct Cache {
   std::mutex mutex;

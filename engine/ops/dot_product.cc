@@ -30,9 +30,14 @@ struct Group {
   // Key columns of W V: score_width, or all M when a query has length 0,
   // since the reference gives such a query uniform weights over all M keys.
   int64_t mix_width = 0;
-  int64_t row = 0;    // floats between score rows in scratch
-  int64_t block = 0;  // queries per block
-  Plans full, last;   // for whole blocks and the last, shorter one
+  int64_t row = 0;  // floats between score rows in scratch
+  // Plans by chunk shape (entries, rows); a group has at most four shapes.
+  std::vector<std::pair<std::pair<int64_t, int64_t>, Plans>> plans;
+};
+
+// A piece of a group small enough for its scores to stay in cache.
+struct Chunk {
+  int64_t first_batch, entries, first_query, rows;
 };
 
 std::vector<Group> GroupBatches(const ValidLens& lens, int64_t batch,
@@ -52,10 +57,31 @@ std::vector<Group> GroupBatches(const ValidLens& lens, int64_t batch,
         groups.back().mix_width == mix) {
       ++groups.back().count;
     } else {
-      groups.push_back(Group{b, 1, longest, mix, 0, 0, {}, {}});
+      groups.push_back(Group{b, 1, longest, mix, 0, {}});
     }
   }
   return groups;
+}
+
+// Calls fn(chunk) for pieces of `g` whose scores take about kChunkBytes:
+// whole batch entries while they fit, else blocks of queries (whole 16-row
+// multiples keep oneDNN's kernels on full tiles). 2 MiB measured fastest on
+// the long shape (1, 1024, 4096): smaller blocks make oneDNN's calls too
+// short, larger ones spill the scores out of L2 before W V reads them.
+template <class Fn>
+void ForEachChunk(const Group& g, int64_t queries, Fn fn) {
+  constexpr int64_t kChunkBytes = int64_t{2} << 20;
+  const int64_t row_bytes = 4 * std::max<int64_t>(g.row, 1);
+  const int64_t entries = std::clamp<int64_t>(kChunkBytes / (queries * row_bytes), 1, g.count);
+  int64_t rows = queries;
+  if (queries * row_bytes > kChunkBytes) {
+    rows = std::min(queries, std::max<int64_t>(16, kChunkBytes / row_bytes / 16 * 16));
+  }
+  for (int64_t b = 0; b < g.count; b += entries) {
+    for (int64_t i = 0; i < queries; i += rows) {
+      fn(Chunk{g.first + b, std::min(entries, g.count - b), i, std::min(rows, queries - i)});
+    }
+  }
 }
 
 matmul::Layout LayoutOf(const ConstTensor& t, int64_t rows, int64_t cols) {
@@ -82,17 +108,12 @@ Status CheckArguments(const ConstTensor& q, const ConstTensor& k,
       ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "weights", weights, name, other));
     }
   }
-  return CheckValidLens(lens, batch, queries, kOp);
-}
-
-// Queries are processed in blocks whose scores fit in L2 (1 MiB per core
-// here), so the softmax and W V read them from cache, not from memory. Blocks
-// of whole 16-row multiples keep oneDNN's kernels on full tiles.
-int64_t QueryBlock(int64_t batch_count, int64_t queries, int64_t row_floats) {
-  constexpr int64_t kScoreBlockBytes = 512 << 10;
-  const int64_t rows = kScoreBlockBytes / (4 * std::max<int64_t>(row_floats, 1) * batch_count);
-  if (rows >= queries) return queries;
-  return std::max<int64_t>(16, rows / 16 * 16);
+  ATTNSCORE_RETURN_IF_ERROR(CheckValidLens(lens, batch, queries, kOp));
+  ATTNSCORE_RETURN_IF_ERROR(CheckValidLensDisjoint(lens, kOp, "out", out));
+  if (!weights.empty()) {
+    ATTNSCORE_RETURN_IF_ERROR(CheckValidLensDisjoint(lens, kOp, "weights", weights));
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -110,60 +131,69 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
   // leaves the outputs untouched.
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(depth)));
   int64_t scratch_floats = 0;
+  Status status;
   for (Group& g : groups) {
     // Scores go to scratch; without a weights output the softmax then runs in
     // place there, so rows are mix_width apart to leave room for it.
     g.row = want_weights ? g.score_width : g.mix_width;
-    g.block = QueryBlock(g.count, queries, g.row);
-    scratch_floats = std::max(scratch_floats, g.count * g.block * g.row);
-    // One plan for the whole blocks and one for the last, shorter block.
-    for (int64_t rows : {g.block, queries % g.block}) {
-      if (rows == 0) continue;
-      Plans& plans = rows == g.block ? g.full : g.last;
+    ForEachChunk(g, queries, [&](const Chunk& c) {
+      scratch_floats = std::max(scratch_floats, c.entries * c.rows * g.row);
+      const std::pair<int64_t, int64_t> shape{c.entries, c.rows};
+      for (const auto& known : g.plans) {
+        if (known.first == shape) return;
+      }
+      Plans plans;
       if (g.score_width > 0) {
         matmul::Problem scores;
-        scores.batch = g.count;
-        scores.a = LayoutOf(q, rows, depth);
+        scores.batch = c.entries;
+        scores.a = LayoutOf(q, c.rows, depth);
         // Kᵀ by swapping the strides of K: no copy.
         scores.b = {depth, g.score_width, k.strides[0], k.strides[2], k.strides[1]};
-        scores.c = {rows, g.score_width, rows * g.row, g.row, 1};
+        scores.c = {c.rows, g.score_width, c.rows * g.row, g.row, 1};
         scores.scale = scale;
-        ATTNSCORE_RETURN_IF_ERROR(matmul::GetPlan(scores, &plans.scores));
+        if (status.ok()) status = matmul::GetPlan(scores, &plans.scores);
       }
       matmul::Problem mix;
-      mix.batch = g.count;
-      mix.a = want_weights ? LayoutOf(weights, rows, g.mix_width)
-                           : matmul::Layout{rows, g.mix_width, rows * g.row, g.row, 1};
+      mix.batch = c.entries;
+      mix.a = want_weights ? LayoutOf(weights, c.rows, g.mix_width)
+                           : matmul::Layout{c.rows, g.mix_width, c.rows * g.row, g.row, 1};
       mix.b = LayoutOf(v, g.mix_width, v.dims[2]);
-      mix.c = LayoutOf(out, rows, out.dims[2]);
-      ATTNSCORE_RETURN_IF_ERROR(matmul::GetPlan(mix, &plans.mix));
-    }
+      mix.c = LayoutOf(out, c.rows, out.dims[2]);
+      if (status.ok()) status = matmul::GetPlan(mix, &plans.mix);
+      g.plans.emplace_back(shape, std::move(plans));
+    });
+    ATTNSCORE_RETURN_IF_ERROR(status);
   }
 
   float* scratch = ThreadScratch(1, static_cast<size_t>(scratch_floats));
   for (const Group& g : groups) {
-    for (int64_t first = 0; first < queries; first += g.block) {
-      const int64_t rows = std::min(g.block, queries - first);
-      const Plans& plans = rows == g.block ? g.full : g.last;
-      const float* q_block = q.data + g.first * q.strides[0] + first * q.strides[1];
-      if (plans.scores) {
-        ATTNSCORE_RETURN_IF_ERROR(
-            plans.scores->Run(q_block, k.data + g.first * k.strides[0], scratch));
+    ForEachChunk(g, queries, [&](const Chunk& c) {
+      if (!status.ok()) return;
+      const Plans* plans = nullptr;
+      for (const auto& known : g.plans) {
+        if (known.first == std::pair{c.entries, c.rows}) plans = &known.second;
       }
-      const ConstTensor scores(scratch, {g.count, rows, g.row});
-      Tensor probabilities =
-          want_weights
-              ? Tensor(weights.data + g.first * weights.strides[0] + first * weights.strides[1],
-                       {g.count, rows, keys},
-                       {weights.strides[0], weights.strides[1], weights.strides[2]})
-              : Tensor(scratch, {g.count, rows, g.mix_width});
-      SoftmaxRows(scores, probabilities, valid_lens, g.first, first, options.threads);
-      ATTNSCORE_RETURN_IF_ERROR(plans.mix->Run(
-          probabilities.data, v.data + g.first * v.strides[0],
-          out.data + g.first * out.strides[0] + first * out.strides[1]));
-    }
+      if (plans->scores) {
+        status = plans->scores->Run(
+            q.data + c.first_batch * q.strides[0] + c.first_query * q.strides[1],
+            k.data + c.first_batch * k.strides[0], scratch);
+        if (!status.ok()) return;
+      }
+      const ConstTensor scores(scratch, {c.entries, c.rows, g.row});
+      const Tensor probabilities =
+          want_weights ? Tensor(weights.data + c.first_batch * weights.strides[0] +
+                                    c.first_query * weights.strides[1],
+                                {c.entries, c.rows, keys},
+                                {weights.strides[0], weights.strides[1], weights.strides[2]})
+                       : Tensor(scratch, {c.entries, c.rows, g.mix_width});
+      SoftmaxRows(scores, probabilities, valid_lens, c.first_batch, c.first_query,
+                  options.threads, /*stream=*/false);
+      status = plans->mix->Run(
+          probabilities.data, v.data + c.first_batch * v.strides[0],
+          out.data + c.first_batch * out.strides[0] + c.first_query * out.strides[1]);
+    });
   }
-  return Status::Ok();
+  return status;
 }
 
 }  // namespace attnscore::ops

@@ -19,14 +19,12 @@ void PrefetchRow(const float* row, int64_t count) {
 }  // namespace
 
 void SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
-                 int64_t first_batch, int64_t first_query, int threads) {
+                 int64_t first_batch, int64_t first_query, int threads, bool stream) {
   const int64_t queries = y.dims[1], width = y.dims[2];
   const int64_t rows = y.dims[0] * queries;
   // The kernel wants unit column strides; other views go through a row buffer.
   const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
-  // An output larger than the caches would only evict the caller's data and
-  // cost a read per line written: stream it to memory instead.
-  const bool stream = unit_columns && rows * width * sizeof(float) >= kStreamBytes;
+  stream = stream && unit_columns;
 #pragma omp parallel if (threads > 1)
   {
     FlushDenormals flush;  // MXCSR is per thread
@@ -72,7 +70,11 @@ Status MaskedSoftmax(const EngineOptions& options, ConstTensor x,
   ATTNSCORE_RETURN_IF_ERROR(CheckWritable(kOp, "y", y));
   ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "x", x, /*allow_same=*/true));
   ATTNSCORE_RETURN_IF_ERROR(CheckValidLens(valid_lens, batch, queries, kOp));
-  SoftmaxRows(x, y, valid_lens, /*first_batch=*/0, /*first_query=*/0, options.threads);
+  ATTNSCORE_RETURN_IF_ERROR(CheckValidLensDisjoint(valid_lens, kOp, "y", y));
+  // An output larger than the caches would only evict the caller's data and
+  // cost a read per line written: stream it to memory instead.
+  const bool stream = batch * queries * keys * int64_t{sizeof(float)} >= kStreamBytes;
+  SoftmaxRows(x, y, valid_lens, /*first_batch=*/0, /*first_query=*/0, options.threads, stream);
   return Status::Ok();
 }
 
