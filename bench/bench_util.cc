@@ -34,6 +34,12 @@ const Engine& SharedEngine() {
   return *engine;
 }
 
+namespace {
+// Google Benchmark prints its context before the first benchmark runs, so the
+// engine (and the facts it records) must exist by then.
+const bool kEngineReady = (SharedEngine(), true);
+}  // namespace
+
 std::vector<float> RandomFloats(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);

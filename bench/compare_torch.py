@@ -7,9 +7,10 @@ then the median of R calls each timed with time.perf_counter_ns.
 attnscore side: `attnscore bench OP ... --json`, which does its own warm-up
 and reports median_us over R runs.
 
-"random" valid lengths are per-query lengths of shape (B, N) drawn uniformly
-from [1, M]; the torch side draws them the same way (seeded), the CLI draws
-its own.
+"random" valid lengths are per-query lengths of shape (B, N), "random-batch"
+per-batch lengths of shape (B,), both drawn uniformly from [1, M]; the torch
+side draws them the same way (seeded), the CLI draws its own. The dot rows use
+random-batch, the d2l form (one length per sequence), as bench/ does.
 
 Prints a markdown table:
   op | shape | valid lens | attnscore median µs | PyTorch median µs | speed-up
@@ -78,12 +79,13 @@ class DotProductAttention(nn.Module):
 # Problems.
 
 # (op, label, dims, valid-lens spec). dims: softmax (B, N, M);
-# dot (B, N, M, D, Dv). Lens spec: "random" | "none" | an integer string.
+# dot (B, N, M, D, Dv). Lens spec: "random" | "random-batch" | "none" | an
+# integer string.
 DEFAULT_PROBLEMS = [
     ("softmax", "", (64, 128, 512), "random"),
-    ("dot", "decode", (8, 1, 1024, 64, 64), "random"),
-    ("dot", "encoder", (4, 128, 128, 64, 64), "random"),
-    ("dot", "long", (1, 1024, 4096, 64, 64), "random"),
+    ("dot", "decode", (8, 1, 1024, 64, 64), "random-batch"),
+    ("dot", "encoder", (4, 128, 128, 64, 64), "random-batch"),
+    ("dot", "long", (1, 1024, 4096, 64, 64), "random-batch"),
 ]
 
 
@@ -93,6 +95,8 @@ def make_lens(spec, B, N, M, gen):
         return None
     if spec == "random":
         return torch.randint(1, M + 1, (B, N), generator=gen, dtype=torch.int64)
+    if spec == "random-batch":
+        return torch.randint(1, M + 1, (B,), generator=gen, dtype=torch.int64)
     return torch.full((B,), int(spec), dtype=torch.int64)
 
 

@@ -3,6 +3,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -55,7 +57,9 @@ class CliTest : public ::testing::Test {
     EXPECT_EQ(r.err.rfind("attnscore: error: ", 0), 0u) << r.err;
     EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    if (!out.empty()) EXPECT_FALSE(fs::exists(out)) << out << " was left behind";
+    if (!out.empty()) {
+      EXPECT_FALSE(fs::exists(out)) << out << " was left behind";
+    }
     for (const auto& entry : fs::directory_iterator(dir_)) {
       EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
     }
@@ -97,10 +101,48 @@ TEST_F(CliTest, HelpAndInfo) {
   r = Run("");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("usage:"), std::string::npos);
+  r = Run("--threads 2 info");  // flags may come before the command
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("threads: 2"), std::string::npos) << r.out;
   r = Run("info");
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("highway targets supported:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("highway targets on this cpu:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("onednn version:"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, EveryIsaCapDispatchesThereAndMatchesGolden) {
+  const std::string cpu = Run("info").out;
+  const struct {
+    const char *isa, *target, *onednn;
+  } caps[] = {{"scalar", "SCALAR", "sse41"}, {"sse4", "SSE4", "sse41"},
+              {"avx2", "AVX2", "avx2"}, {"avx512", "AVX3", "avx512"}};
+  for (const auto& cap : caps) {
+    SCOPED_TRACE(cap.isa);
+    if (cpu.find(std::string(" ") + cap.target) == std::string::npos &&
+        cpu.find(std::string(": ") + cap.target) == std::string::npos) {
+      continue;  // this CPU lacks it
+    }
+    const Result info = Run(std::string("info --isa ") + cap.isa);
+    ASSERT_EQ(info.exit_code, 0) << info.err;
+    EXPECT_NE(info.out.find(std::string("highway target in use: ") + cap.target + "\n"),
+              std::string::npos) << info.out;
+    EXPECT_NE(info.out.find(std::string("onednn isa: ") + cap.onednn), std::string::npos)
+        << info.out;
+    const std::string y = Temp("y.npy"), out = Temp("o.npy"), weights = Temp("w.npy");
+    Result r = Run(SoftmaxArgs(y) + " --isa " + cap.isa);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_LE(MaxDiff(Read(y), Read(Golden("softmax_seed_per_query", "y"))), 1e-5);
+    r = Run(DotArgs("dot_odd_per_query", out) + " --weights-out " + weights,
+            std::string("ATTNSCORE_ISA=") + cap.isa);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const io::NpyArray values = Read(Golden("dot_odd_per_query", "values"));
+    double max_value = 0;
+    for (int64_t e = 0; e < values.size(); ++e) {
+      max_value = std::max(max_value, static_cast<double>(std::abs(values.data<float>()[e])));
+    }
+    EXPECT_LE(MaxDiff(Read(out), Read(Golden("dot_odd_per_query", "out"))), 1e-5 * (1 + max_value));
+    EXPECT_LE(MaxDiff(Read(weights), Read(Golden("dot_odd_per_query", "weights"))), 1e-5);
+  }
 }
 
 TEST_F(CliTest, RunSoftmaxMatchesGolden) {
@@ -119,9 +161,11 @@ TEST_F(CliTest, RunDotWritesOutAndWeights) {
 }
 
 TEST_F(CliTest, BenchPrintsJson) {
-  for (const char* op : {"softmax", "dot"}) {
-    const Result r = Run(std::string("bench ") + op +
-                         " --batch 2 --queries 3 --keys 40 --valid-lens random --repeat 3 --json");
+  for (const char* args : {"softmax --valid-lens random", "softmax --valid-lens none",
+                           "dot --valid-lens random-batch", "dot --valid-lens full --weights",
+                           "dot --valid-lens 7 --threads 2"}) {
+    SCOPED_TRACE(args);
+    const Result r = Run(std::string("bench ") + args + " --batch 2 --queries 3 --keys 40 --repeat 3 --json");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     for (const char* key : {"\"median_us\": ", "\"min_us\": ", "\"gflops\": ", "\"gbytes_per_s\": "}) {
       EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
@@ -147,6 +191,9 @@ TEST_F(CliTest, UsageErrors) {
   ExpectBadInput(Run("bench dot --batch 1 --queries 3 --keys 4 --valid-lens sometimes"),
                  "--valid-lens is 'sometimes'");
   ExpectBadInput(Run("bench dot --batch 0 --queries 3 --keys 4"), "--batch is 0");
+  ExpectBadInput(Run("bench dot --batch +2 --queries 3 --keys 4"), "--batch wants an integer");
+  ExpectBadInput(Run("bench dot --batch 1048576 --queries 1048576 --keys 4"), "bench scores would need");
+  ExpectBadInput(Run("info extra"), "unexpected argument 'extra'");
 }
 
 TEST_F(CliTest, BadFilesLeaveNoOutput) {
@@ -180,6 +227,30 @@ TEST_F(CliTest, BadFilesLeaveNoOutput) {
   // The weights cannot be written: the output written first is removed too.
   ExpectBadInput(Run(DotArgs("dot_toy", out) + " --weights-out " + Temp("no/dir/w.npy")),
                  "--weights-out", out);
+  ExpectBadInput(Run(DotArgs("dot_toy", out) + " --weights-out " + out), "name the same file", out);
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(entry.path().string().find("partial"), std::string::npos) << entry.path();
+  }
+}
+
+TEST_F(CliTest, FailedRunLeavesAnExistingOutputAlone) {
+  const std::string out = Temp("keep.npy");
+  std::ofstream(out) << "precious";
+  ExpectBadInput(Run(DotArgs("dot_toy", out) + " --weights-out " + Temp("no/dir/w.npy")),
+                 "--weights-out");
+  EXPECT_EQ(Slurp(out), "precious");
+}
+
+TEST_F(CliTest, HugeOutputsAreRefusedBeforeAllocating) {
+  // Inputs of 768 KB whose weights would be (1, 65536, 65536): 16 GiB.
+  std::vector<float> tall(65536, 1.0f);
+  for (const char* name : {"q.npy", "k.npy", "v.npy"}) {
+    ASSERT_TRUE(io::WriteNpy(Temp(name), io::DType::kFloat32, {1, 65536, 1}, tall.data()).ok());
+  }
+  ExpectBadInput(Run("run dot --queries " + Temp("q.npy") + " --keys " + Temp("k.npy") +
+                     " --values " + Temp("v.npy") + " --out " + Temp("o.npy") + " --weights-out " +
+                     Temp("w.npy")),
+                 "--weights-out would need more than 2^31 floats", Temp("o.npy"));
 }
 
 }  // namespace

@@ -93,10 +93,17 @@ TEST_P(DotProductTest, OddShapesAndEveryLengthKind) {
 }
 
 TEST_P(DotProductTest, LongRowsAreProcessedInQueryBlocks) {
-  // 600 keys per row: blocks of a few hundred queries, the last one shorter.
-  const Shape s{2, 300, 600, 16, 8};
-  CheckAgainstReference(s, {600, 451}, false, 7);
+  // 700 keys a row, 1000 queries: 2.8 MB of scores per batch entry, so blocks
+  // of 736 queries and a last, shorter one of 264.
+  const Shape s{2, 1000, 700, 8, 4};
+  CheckAgainstReference(s, {700, 651}, false, 7);
   CheckAgainstReference(s, Lengths(s, true, 8), true, 9);
+}
+
+TEST_P(DotProductTest, ManyBatchEntriesAreSplitIntoChunks) {
+  // 64 KB of scores per entry: chunks of 32 entries and a last one of 12.
+  const Shape s{300, 16, 1024, 4, 3};
+  CheckAgainstReference(s, std::vector<int64_t>(300, 1000), false, 10);
 }
 
 TEST_P(DotProductTest, GoldenCasesFromTheSeedModule) {
@@ -269,6 +276,14 @@ TEST(DotProductErrors, RejectsBadInputAndWritesNothing) {
       {"lens negative", [&](const Engine& e, float* o, float*) {
          return e.DotProductAttention(qv, kv, vv, ValidLens::PerBatch(negative, 2), Tensor(o, {2, 3, 6}));
        }, "valid_lens[1] is -1"},
+      {"out overlaps lens", [&](const Engine& e, float* o, float*) {
+         return e.DotProductAttention(qv, kv, vv, ValidLens::PerBatch(reinterpret_cast<int32_t*>(o), 2),
+                                      Tensor(o, {2, 3, 6}));
+       }, "out overlaps valid_lens"},
+      {"weights overlaps lens", [&](const Engine& e, float* o, float* w) {
+         return e.DotProductAttention(qv, kv, vv, ValidLens::PerBatch(reinterpret_cast<int64_t*>(w), 2),
+                                      Tensor(o, {2, 3, 6}), Tensor(w, {2, 3, 5}));
+       }, "weights overlaps valid_lens"},
       {"lens shape", [&](const Engine& e, float* o, float*) {
          return e.DotProductAttention(qv, kv, vv, ValidLens::PerBatch(per_batch3, 3), Tensor(o, {2, 3, 6}));
        }, "valid_lens has shape (3,)"},

@@ -234,8 +234,13 @@ TEST_P(MaskedSoftmaxTest, VeryLargeScoresStayStable) {
   EXPECT_LE(MaxAbsDiff(y.data(), expected), kWeightTolerance);
 }
 
-TEST(MaskedSoftmaxThreads, ResultsIdenticalForAnyThreadCount) {
-  const int64_t b = 4, n = 33, m = 515;
+class MaskedSoftmaxThreads : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
+INSTANTIATE_TEST_SUITE_P(CachedAndStreamed, MaskedSoftmaxThreads,
+                         ::testing::Values(std::tuple{4, 33, 515},     // in cache
+                                           std::tuple{8, 64, 4096}));  // streamed (8 MiB)
+
+TEST_P(MaskedSoftmaxThreads, ResultsIdenticalForAnyThreadCount) {
+  const auto [b, n, m] = GetParam();
   const std::vector<float> x = RandomFloats(static_cast<size_t>(b * n * m), 10);
   const std::vector<int64_t> lens = MixedLengths(b * n, m, 3);
   std::vector<float> one(x.size()), two(x.size());
@@ -306,6 +311,10 @@ TEST(MaskedSoftmaxErrors, RejectsBadInputAndWritesNothing) {
       {"lens wrong queries", [&](const Engine& e, float* y) {
          return e.MaskedSoftmax(xv, ValidLens::PerQuery(good_lens, 2, 1), Tensor(y, {2, 3, 4}));
        }, "valid_lens has shape (2, 1)"},
+      {"y overlaps lens", [&](const Engine& e, float* y) {
+         auto* lens_in_y = reinterpret_cast<int64_t*>(y);
+         return e.MaskedSoftmax(xv, ValidLens::PerBatch(lens_in_y, 2), Tensor(y, {2, 3, 4}));
+       }, "y overlaps valid_lens"},
       {"lens null", [&](const Engine& e, float* y) {
          return e.MaskedSoftmax(xv, ValidLens::PerBatch(static_cast<const int64_t*>(nullptr), 2),
                                 Tensor(y, {2, 3, 4}));

@@ -71,7 +71,8 @@ Status Engine::DotProductAttention(ConstTensor queries, ConstTensor keys,
 
 std::string Engine::Describe() const {
   std::string s;
-  s += "highway targets supported: " + SupportedTargetNames() + "\n";
+  s += "highway targets on this cpu: " + CpuTargetNames() + "\n";
+  s += "highway targets allowed: " + AllowedTargetNames() + "\n";
   s += "highway target in use: " + std::string(kernels::MaskedSoftmaxTarget()) + "\n";
   s += "onednn version: " + matmul::OnednnVersion() + "\n";
   s += "onednn isa: " + matmul::OnednnIsa() + "\n";

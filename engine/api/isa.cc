@@ -67,28 +67,44 @@ Status ApplyIsaCap(Isa isa) {
                                IsaName(isa) + "'");
   }
   const int64_t required = RequiredTarget(isa);
-  if (required != 0 && (hwy::SupportedTargets() & required) == 0) {
+  if (required != 0 && (CpuTargets() & required) == 0) {
     return Status::Unsupported(std::string("this CPU does not support ISA '") +
                                IsaName(isa) + "' (supported: " +
-                               SupportedTargetNames() + ")");
+                               CpuTargetNames() + ")");
   }
   // "best" leaves both libraries as the host set them (ONEDNN_MAX_CPU_ISA,
   // targets the host disabled), and works even if the host used oneDNN first.
   if (isa != Isa::kBest) {
     ATTNSCORE_RETURN_IF_ERROR(matmul::SetMaxIsa(isa));
-    hwy::DisableTargets(~AllowedTargets(isa));
+    // Highway 1.0.3's DisableTargets does not reach dispatch: SupportedTargets
+    // re-chooses from all detected targets before applying its mask. The
+    // mocked target set is honoured by HWY_DYNAMIC_DISPATCH, so the cap is
+    // applied through it.
+    hwy::SetSupportedTargetsForTest(CpuTargets() & AllowedTargets(isa));
   }
   applied = isa;
   return Status::Ok();
 }
 
-std::string SupportedTargetNames() {
+namespace {
+std::string NamesOf(int64_t targets) {
   std::string names;
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    if (!names.empty()) names += " ";
-    names += hwy::TargetName(target);
+  for (int64_t bits = targets & HWY_TARGETS; bits != 0; bits &= bits - 1) {
+    const int64_t target = bits & -bits;
+    names += (names.empty() ? "" : " ") + std::string(hwy::TargetName(target));  // best first
   }
   return names;
 }
+}  // namespace
+
+int64_t CpuTargets() {
+  // Read once, before any cap narrows what SupportedTargets reports.
+  static const int64_t targets = hwy::SupportedTargets();
+  return targets;
+}
+
+std::string CpuTargetNames() { return NamesOf(CpuTargets()); }
+
+std::string AllowedTargetNames() { return NamesOf(hwy::SupportedTargets()); }
 
 }  // namespace attnscore

@@ -2,6 +2,7 @@
 #ifndef ATTNSCORE_API_ISA_H_
 #define ATTNSCORE_API_ISA_H_
 
+#include <cstdint>
 #include <string>
 
 #include "attnscore/engine.h"
@@ -15,8 +16,12 @@ namespace attnscore {
 // CPU lacks is an error too.
 Status ApplyIsaCap(Isa isa);
 
-// The Highway targets this CPU supports, best first ("AVX3 AVX2 SSE4 ...").
-std::string SupportedTargetNames();
+// The Highway targets this CPU supports (and the library was built for),
+// whatever the cap; as a bit mask and as names, best first ("AVX3 AVX2 ...").
+int64_t CpuTargets();
+std::string CpuTargetNames();
+// The ones the cap allows.
+std::string AllowedTargetNames();
 
 }  // namespace attnscore
 

@@ -24,8 +24,8 @@ Status CheckNonNegative(const T* lens, int64_t count, int64_t columns,
 
 }  // namespace
 
-Status CheckValidLens(const ValidLens& lens, int64_t batch, int64_t queries,
-                      const char* op) {
+Status CheckValidLens(const ValidLens& lens, int64_t batch, int64_t queries, const char* op,
+                      std::initializer_list<NamedOutput> outputs) {
   const std::string name = std::string(op) + ": valid_lens";
   int64_t count = 0;
   int64_t columns = 0;
@@ -56,26 +56,21 @@ Status CheckValidLens(const ValidLens& lens, int64_t batch, int64_t queries,
   if (lens.data == nullptr) {
     return Status::InvalidArgument(name + " is null");
   }
+  const auto first = reinterpret_cast<uintptr_t>(lens.data);
+  const uintptr_t last = first + static_cast<uintptr_t>(count) * (lens.is_int64 ? 8 : 4) - 1;
+  for (const NamedOutput& out : outputs) {
+    if (out.view.empty()) continue;
+    int64_t span = 0;
+    for (int d = 0; d < out.view.rank; ++d) span += (out.view.dims[d] - 1) * out.view.strides[d];
+    const auto out_first = reinterpret_cast<uintptr_t>(out.view.data);
+    const uintptr_t out_last = out_first + static_cast<uintptr_t>(span) * sizeof(float) + 3;
+    if (first <= out_last && out_first <= last) {
+      return Status::InvalidArgument(std::string(op) + ": " + out.name + " overlaps valid_lens");
+    }
+  }
   return lens.is_int64
              ? CheckNonNegative(static_cast<const int64_t*>(lens.data), count, columns, op)
              : CheckNonNegative(static_cast<const int32_t*>(lens.data), count, columns, op);
-}
-
-Status CheckValidLensDisjoint(const ValidLens& lens, const char* op,
-                              const char* out_name, const ConstTensor& out) {
-  if (lens.kind == ValidLens::Kind::kNone) return Status::Ok();
-  const int64_t count = lens.kind == ValidLens::Kind::kPerBatch ? lens.dims[0]
-                                                                : lens.dims[0] * lens.dims[1];
-  const auto first = reinterpret_cast<uintptr_t>(lens.data);
-  const uintptr_t last = first + static_cast<uintptr_t>(count) * (lens.is_int64 ? 8 : 4) - 1;
-  int64_t span = 0;
-  for (int d = 0; d < out.rank; ++d) span += (out.dims[d] - 1) * out.strides[d];
-  const auto out_first = reinterpret_cast<uintptr_t>(out.data);
-  const uintptr_t out_last = out_first + static_cast<uintptr_t>(span) * sizeof(float) + 3;
-  if (first <= out_last && out_first <= last) {
-    return Status::InvalidArgument(std::string(op) + ": " + out_name + " overlaps valid_lens");
-  }
-  return Status::Ok();
 }
 
 }  // namespace attnscore

@@ -3,6 +3,7 @@
 #define ATTNSCORE_API_VALID_LENS_H_
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
@@ -10,16 +11,18 @@
 
 namespace attnscore {
 
-// OK when `lens` fits a problem of `batch` entries with `queries` each: the
-// right dims, a non-null pointer and no negative length. `op` names the call
-// in messages.
-Status CheckValidLens(const ValidLens& lens, int64_t batch, int64_t queries,
-                      const char* op);
+// A named view that valid lengths must not share memory with.
+struct NamedOutput {
+  const char* name;
+  ConstTensor view;
+};
 
-// The lengths must not share memory with an output: the dot product reads
-// them again after writing its first outputs.
-Status CheckValidLensDisjoint(const ValidLens& lens, const char* op,
-                              const char* out_name, const ConstTensor& out);
+// OK when `lens` fits a problem of `batch` entries with `queries` each: the
+// right dims, a non-null pointer, no memory shared with `outputs` (the dot
+// product reads the lengths again after writing its first outputs) and no
+// negative length. `op` names the call in messages.
+Status CheckValidLens(const ValidLens& lens, int64_t batch, int64_t queries, const char* op,
+                      std::initializer_list<NamedOutput> outputs);
 
 // The number of keys row (b, i) attends to, clamped to [0, keys].
 inline int64_t RowValidLength(const ValidLens& lens, int64_t b, int64_t i,

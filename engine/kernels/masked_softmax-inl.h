@@ -119,9 +119,9 @@ template <class D>
 HWY_INLINE void Fill(D d, float value, float* HWY_RESTRICT y, size_t n) {
   const size_t lanes = hn::Lanes(d);
   const auto v = hn::Set(d, value);
-  size_t j = 0;
-  for (; j + lanes <= n; j += lanes) hn::StoreU(v, d, y + j);
-  if (j < n) StoreTail(d, v, n - j, y + j);
+  const size_t whole = n - n % lanes;
+  for (size_t j = 0; j < whole; j += lanes) hn::StoreU(v, d, y + j);
+  if (whole < n) StoreTail(d, v, n - whole, y + whole);
 }
 
 // Stores e[0, valid)·scale, then zeros up to width, into y with non-temporal

@@ -108,12 +108,7 @@ Status CheckArguments(const ConstTensor& q, const ConstTensor& k,
       ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "weights", weights, name, other));
     }
   }
-  ATTNSCORE_RETURN_IF_ERROR(CheckValidLens(lens, batch, queries, kOp));
-  ATTNSCORE_RETURN_IF_ERROR(CheckValidLensDisjoint(lens, kOp, "out", out));
-  if (!weights.empty()) {
-    ATTNSCORE_RETURN_IF_ERROR(CheckValidLensDisjoint(lens, kOp, "weights", weights));
-  }
-  return Status::Ok();
+  return CheckValidLens(lens, batch, queries, kOp, {{"out", out}, {"weights", weights}});
 }
 
 }  // namespace

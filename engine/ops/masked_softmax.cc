@@ -69,8 +69,7 @@ Status MaskedSoftmax(const EngineOptions& options, ConstTensor x,
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "y", y, {batch, queries, keys}, "(B, N, M) like x"));
   ATTNSCORE_RETURN_IF_ERROR(CheckWritable(kOp, "y", y));
   ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "x", x, /*allow_same=*/true));
-  ATTNSCORE_RETURN_IF_ERROR(CheckValidLens(valid_lens, batch, queries, kOp));
-  ATTNSCORE_RETURN_IF_ERROR(CheckValidLensDisjoint(valid_lens, kOp, "y", y));
+  ATTNSCORE_RETURN_IF_ERROR(CheckValidLens(valid_lens, batch, queries, kOp, {{"y", y}}));
   // An output larger than the caches would only evict the caller's data and
   // cost a read per line written: stream it to memory instead.
   const bool stream = batch * queries * keys * int64_t{sizeof(float)} >= kStreamBytes;

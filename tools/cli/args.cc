@@ -15,9 +15,6 @@ Status ParseArgs(const std::vector<std::string>& argv,
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& word = argv[i];
     if (word.rfind("--", 0) != 0) {
-      if (!args->flags.empty()) {
-        return Status::InvalidArgument("unexpected argument '" + word + "' after the flags");
-      }
       args->words.push_back(word);
       continue;
     }
@@ -59,10 +56,14 @@ Status ParseInt(const Args& args, const std::string& flag, int64_t fallback,
     return Status::Ok();
   }
   const std::string& text = args.get(flag);
+  // Digits only (strtoll alone would also take spaces and '+').
+  const size_t digits_from = !text.empty() && text[0] == '-' ? 1 : 0;
+  const bool all_digits = text.size() > digits_from &&
+                          text.find_first_not_of("0123456789", digits_from) == std::string::npos;
   char* end = nullptr;
   errno = 0;
-  const long long parsed = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno == ERANGE) {
+  const long long parsed = all_digits ? std::strtoll(text.c_str(), &end, 10) : 0;
+  if (!all_digits || errno == ERANGE) {
     return Status::InvalidArgument(flag + " wants an integer, got '" + text + "'");
   }
   if (parsed < min || parsed > max) {

@@ -1,4 +1,5 @@
-// Command-line parsing for the attnscore tool: words, then --flag [value].
+// Command-line parsing for the attnscore tool: words and --flag [value] pairs,
+// in any order.
 #ifndef ATTNSCORE_TOOLS_CLI_ARGS_H_
 #define ATTNSCORE_TOOLS_CLI_ARGS_H_
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -126,8 +127,9 @@ Status ReadValidLens(const Args& args, io::NpyArray* array, ValidLens* lens) {
   return Status::Ok();
 }
 
-// Writes each (flag, shape, data) output; if one fails, the ones already
-// written are removed, so a failed run leaves no output file behind.
+// Writes each (flag, shape, data) output. All are written under staging
+// names first and renamed only when every one succeeded, so a failed run
+// leaves no output file behind and does not touch files already there.
 struct Output {
   std::string flag;
   std::vector<int64_t> shape;
@@ -135,15 +137,48 @@ struct Output {
 };
 
 Status WriteOutputs(const Args& args, const std::vector<Output>& outputs) {
-  std::vector<std::string> written;
+  for (size_t a = 0; a < outputs.size(); ++a) {
+    for (size_t b = a + 1; b < outputs.size(); ++b) {
+      if (args.get(outputs[a].flag) == args.get(outputs[b].flag)) {
+        return Status::InvalidArgument(outputs[a].flag + " and " + outputs[b].flag +
+                                       " name the same file " + args.get(outputs[a].flag));
+      }
+    }
+  }
+  std::vector<std::string> staged;
+  auto discard = [&] {
+    for (const std::string& path : staged) unlink(path.c_str());
+  };
   for (const Output& o : outputs) {
-    const std::string path = args.get(o.flag);
+    const std::string path = args.get(o.flag) + ".attnscore-partial";
     Status s = io::WriteNpy(path, io::DType::kFloat32, o.shape, o.data);
     if (!s.ok()) {
-      for (const std::string& done : written) unlink(done.c_str());
+      discard();
       return Status(s.code(), o.flag + ": " + s.message());
     }
-    written.push_back(path);
+    staged.push_back(path);
+  }
+  for (size_t n = 0; n < outputs.size(); ++n) {
+    const std::string final_path = args.get(outputs[n].flag);
+    if (std::rename(staged[n].c_str(), final_path.c_str()) != 0) {
+      staged.erase(staged.begin(), staged.begin() + static_cast<ptrdiff_t>(n));
+      discard();
+      return Status::IoError(outputs[n].flag + ": cannot rename into " + final_path);
+    }
+  }
+  return Status::Ok();
+}
+
+// Outputs the CLI allocates are capped, so a tiny but hostile input cannot
+// make it ask for tens of GiB (e.g. weights (B, N, M) from keys (1, 65536, 1)).
+constexpr int64_t kMaxOutputFloats = int64_t{1} << 31;  // 8 GiB
+
+Status CheckOutputSize(const std::string& what, const std::vector<int64_t>& shape) {
+  int64_t floats = 1;
+  for (int64_t n : shape) {
+    if (__builtin_mul_overflow(floats, n, &floats) || floats > kMaxOutputFloats) {
+      return Status::InvalidArgument(what + " would need more than 2^31 floats (8 GiB)");
+    }
   }
   return Status::Ok();
 }
@@ -181,6 +216,11 @@ int RunDot(const Args& args) {
     return Fail(s);
   }
   const int64_t batch = q.shape[0], queries = q.shape[1], keys = k.shape[1], dv = v.shape[2];
+  if (!(s = CheckOutputSize("--out", {batch, queries, dv})).ok() ||
+      (args.has("--weights-out") &&
+       !(s = CheckOutputSize("--weights-out", {batch, queries, keys})).ok())) {
+    return Fail(s);
+  }
   std::vector<float> out(static_cast<size_t>(batch * queries * dv));
   std::vector<float> weights;
   Tensor weights_view;
@@ -257,12 +297,14 @@ int Bench(const Args& args) {
     return Fail(s);
   }
   const int64_t scores = shape.batch * shape.queries * shape.keys;
-  const int64_t inputs = op == "softmax" ? scores
-                                         : shape.batch * (shape.queries * shape.depth +
-                                                          shape.keys * (shape.depth + shape.value_dim));
-  constexpr int64_t kMaxFloats = int64_t{1} << 31;  // 8 GiB per tensor
-  if (scores > kMaxFloats || inputs > kMaxFloats) {
-    return Fail(Status::InvalidArgument("bench shape is too large (over 2^31 floats per tensor)"));
+  for (const auto& [name, dims] :
+       std::vector<std::pair<std::string, std::vector<int64_t>>>{
+           {"scores", {shape.batch, shape.queries, shape.keys}},
+           {"queries", {shape.batch, shape.queries, shape.depth}},
+           {"keys", {shape.batch, shape.keys, shape.depth}},
+           {"values", {shape.batch, shape.keys, shape.value_dim}},
+           {"out", {shape.batch, shape.queries, shape.value_dim}}}) {
+    if (!(s = CheckOutputSize("bench " + name, dims)).ok()) return Fail(s);
   }
   std::unique_ptr<Engine> engine;
   if (!(s = MakeEngine(args, &engine)).ok()) return Fail(s);
@@ -382,10 +424,11 @@ int RunCli(const std::vector<std::string>& argv) {
   }
   const std::string& command = args.words[0];
   const std::string sub = args.words.size() > 1 ? args.words[1] : "";
-  if (args.words.size() > 2) {
-    return Fail(Status::InvalidArgument("unexpected argument '" + args.words[2] + "'"));
+  const size_t wanted = command == "info" ? 1 : 2;
+  if (args.words.size() > wanted) {
+    return Fail(Status::InvalidArgument("unexpected argument '" + args.words[wanted] + "'"));
   }
-  if (command == "info" && sub.empty()) return Info(args);
+  if (command == "info") return Info(args);
   if (command == "bench") return Bench(args);
   if (command == "run" && sub == "softmax") return RunSoftmax(args);
   if (command == "run" && sub == "dot") return RunDot(args);
