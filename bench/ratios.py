@@ -40,11 +40,16 @@ def main():
     for name, b in sorted(runs.items()):
         a = args_of(name)
         if name.startswith("BM_MaskedSoftmax"):
-            peer = runs.get(name.replace("BM_MaskedSoftmax", "BM_Memcpy"))
-            rate, peer_rate = b["bytes_per_second"] / 1e9, peer["bytes_per_second"] / 1e9
-            print(f"| masked softmax | ({a['batch']},{a['queries']},{a['keys']}) | "
-                  f"{b['real_time']:.1f} | {rate:.2f} GB/s | memcpy | {peer_rate:.2f} GB/s | "
-                  f"{rate / peer_rate:.0%} |")
+            rate = b["bytes_per_second"] / 1e9
+            for family, label in (("BM_Memcpy", "memcpy, same bytes"),
+                                  ("BM_MemcpyOpBuffers", "memcpy, op's buffers")):
+                peer = runs.get(name.replace("BM_MaskedSoftmax", family))
+                if peer is None:
+                    continue
+                peer_rate = peer["bytes_per_second"] / 1e9
+                print(f"| masked softmax | ({a['batch']},{a['queries']},{a['keys']}) | "
+                      f"{b['real_time']:.1f} | {rate:.2f} GB/s | {label} | {peer_rate:.2f} GB/s | "
+                      f"{rate / peer_rate:.0%} |")
         elif name.startswith("BM_DotProduct"):
             shape = f"({a['batch']},{a['queries']},{a['keys']},d{a['dim']})"
             for inner, label in (("0", "oneDNN K=D+Dv"), ("1", "oneDNN K=D")):

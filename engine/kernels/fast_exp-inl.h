@@ -36,7 +36,12 @@ HWY_INLINE V ExpNonPositive(D d, V x, V shift) {
   // Clamping at -127 makes the exponent field 0 below, so 2^n is +0 there:
   // -Inf and the tiniest results come out as exact zeros.
   const V t = hn::Max(hn::Mul(hn::Sub(x, shift), kLog2e), hn::Set(d, -127.0f));
-  const V n = hn::Round(t);
+  // Adding 1.5 * 2^23 rounds t to the nearest integer n (ties to even) and
+  // leaves n in the low mantissa bits: two adds instead of Round and a
+  // float-to-int conversion (which Highway follows with overflow fix-ups).
+  const V kShifter = hn::Set(d, 12582912.0f);  // 1.5 * 2^23, bits 0x4B400000
+  const V shifted = hn::Add(t, kShifter);
+  const V n = hn::Sub(shifted, kShifter);
   const V f = hn::Sub(t, n);
   V p = hn::Set(d, 0.001327647129073739f);
   p = hn::MulAdd(p, f, hn::Set(d, 0.009675541892647743f));
@@ -44,7 +49,9 @@ HWY_INLINE V ExpNonPositive(D d, V x, V shift) {
   p = hn::MulAdd(p, f, hn::Set(d, 0.24022120237350464f));
   p = hn::MulAdd(p, f, hn::Set(d, 0.6931469440460205f));
   p = hn::MulAdd(p, f, hn::Set(d, 1.0000001192092896f));
-  const auto biased = hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127));
+  // bits(shifted) = 0x4B400000 + n, so the biased exponent n + 127 is
+  // bits(shifted) - 0x4B400000 + 127.
+  const auto biased = hn::Add(hn::BitCast(di, shifted), hn::Set(di, 127 - 0x4B400000));
   return hn::Mul(p, hn::BitCast(d, hn::ShiftLeft<23>(biased)));
 }
 

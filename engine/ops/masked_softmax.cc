@@ -10,7 +10,7 @@ namespace {
 // Outputs from this size on are streamed: about what one core's share of L3 holds.
 constexpr int64_t kStreamBytes = int64_t{8} << 20;
 
-constexpr int64_t kPrefetchRows = 2;
+constexpr int64_t kPrefetchRows = 8;
 
 void PrefetchRow(const float* row, int64_t count) {
   constexpr int64_t kLineFloats = 64 / sizeof(float);

@@ -38,8 +38,9 @@ K (B, M, D), V (B, M, Dv). Valid lengths are int32 or int64, shape (B,) or
 bench times the op on random data: median and min of R runs (default 20)
 after 3 warm-up runs. --valid-lens: none (all keys), full (L = M given
 explicitly), random (per query, uniform in [1, M]), random-batch (per batch
-entry, uniform in [1, M]), or one INT for every query. GFLOP/s and GB/s
-count only valid keys.
+entry, uniform in [1, M]), or one INT for every query. dot: GFLOP/s counts
+2 L (D + Dv) per query over valid keys only, GB/s the bytes of Q, K, V and
+out. softmax: GB/s counts the valid scores read and every weight written.
 
 exit status: 0 success, 2 bad input or usage, 1 internal failure.
 )";
