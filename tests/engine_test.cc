@@ -21,6 +21,12 @@ TEST(Engine, RejectsBadThreadCount) {
   EXPECT_EQ(engine, nullptr);
 }
 
+TEST(Engine, CreateRejectsANullOutput) {
+  const Status s = Engine::Create(EngineOptions(), nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("engine is null"), std::string::npos) << s.message();
+}
+
 TEST(Engine, IsaCapCannotChangeOnceSet) {
   DefaultEngine();  // fixes the cap at "best"
   EngineOptions options;

@@ -299,6 +299,15 @@ TEST(MaskedSoftmaxErrors, RejectsBadInputAndWritesNothing) {
          return e.MaskedSoftmax(xv, ValidLens::None(),
                                 Tensor(const_cast<float*>(x.data()) + 1, {2, 3, 4}));
        }, "y overlaps x"},
+      {"y is x with other strides", [&](const Engine& e, float*) {
+         return e.MaskedSoftmax(xv, ValidLens::None(),
+                                Tensor(const_cast<float*>(x.data()), {2, 3, 4}, {12, 1, 3}));
+       }, "y overlaps x (only an exact in-place view is allowed)"},
+      {"lens of unknown kind", [&](const Engine& e, float* y) {
+         ValidLens lens = ValidLens::PerBatch(good_lens, 2);
+         lens.kind = static_cast<ValidLens::Kind>(7);
+         return e.MaskedSoftmax(xv, lens, Tensor(y, {2, 3, 4}));
+       }, "valid_lens has an unknown kind"},
       {"lens negative", [&](const Engine& e, float* y) {
          return e.MaskedSoftmax(xv, ValidLens::PerBatch(negative, 2), Tensor(y, {2, 3, 4}));
        }, "valid_lens[1] is -2"},
