@@ -11,8 +11,9 @@
 namespace attnscore::bench {
 
 // One engine per process, 1 thread unless ATTNSCORE_BENCH_THREADS says more,
-// ISA from ATTNSCORE_ISA. Records the Highway target and oneDNN facts in the
-// benchmark JSON context on first use.
+// ISA from ATTNSCORE_ISA; the peers get the same OpenMP thread count. Records
+// the Highway target, oneDNN facts and thread counts in the benchmark JSON
+// context before the first benchmark runs.
 const Engine& SharedEngine();
 
 // n floats ~ N(0, 1), fixed seed.

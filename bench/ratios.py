@@ -34,7 +34,8 @@ def main():
     context, runs = medians(sys.argv[1])
     print(f"context: highway_target={context.get('highway_target')} "
           f"onednn={context.get('onednn_version')} ({context.get('onednn_isa')}) "
-          f"threads={context.get('engine_threads')}\n")
+          f"threads={context.get('engine_threads')} "
+          f"(OpenMP for the peers: {context.get('omp_max_threads')})\n")
     print("| op | shape | median µs | rate | peer | peer rate | ratio |")
     print("|---|---|---:|---:|---|---:|---:|")
     for name, b in sorted(runs.items()):
