@@ -24,7 +24,6 @@ Exit status: 0 ok, 1 an attnscore run failed, 2 the CLI is missing.
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -32,47 +31,12 @@ import sys
 import time
 
 import torch
-from torch import nn
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO_ROOT, "tools"))
+from seed_modules import DotProductAttention, masked_softmax  # noqa: E402
 DEFAULT_CLI = os.path.join(REPO_ROOT, "build", "bin", "attnscore")
 WARMUP = 3
-
-
-# ---------------------------------------------------------------------------
-# The seed modules (d2l "Attention Scoring Functions"), as the notebooks
-# define them. sequence_mask writes into X in place, as d2l's does.
-
-def sequence_mask(X, valid_len, value=0.0):
-    maxlen = X.size(1)
-    mask = torch.arange(maxlen, dtype=torch.float32,
-                        device=X.device)[None, :] < valid_len[:, None]
-    X[~mask] = value
-    return X
-
-
-def masked_softmax(X, valid_lens):
-    if valid_lens is None:
-        return nn.functional.softmax(X, dim=-1)
-    shape = X.shape
-    if valid_lens.dim() == 1:
-        valid_lens = torch.repeat_interleave(valid_lens, shape[1])
-    else:
-        valid_lens = valid_lens.reshape(-1)
-    X = sequence_mask(X.reshape(-1, shape[-1]), valid_lens, value=-1e6)
-    return nn.functional.softmax(X.reshape(shape), dim=-1)
-
-
-class DotProductAttention(nn.Module):
-    def __init__(self, dropout=0.0):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, queries, keys, values, valid_lens=None):
-        d = queries.shape[-1]
-        scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
-        self.attention_weights = masked_softmax(scores, valid_lens)
-        return torch.bmm(self.dropout(self.attention_weights), values)
 
 
 # ---------------------------------------------------------------------------

@@ -16,58 +16,16 @@ Usage: tools/make_golden.py [--out DIR]
 """
 
 import argparse
-import math
 import os
 import sys
 
 import numpy as np
 import torch
-from torch import nn
+
+from seed_modules import DotProductAttention, masked_softmax  # tools/, beside this script
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "golden")
-
-
-# ---------------------------------------------------------------------------
-# The seed modules, as the d2l notebooks define them.
-
-def sequence_mask(X, valid_len, value=0.0):
-    """d2l.sequence_mask: X is (rows, M); entries at column >= valid_len[row]
-    are overwritten in place with `value`."""
-    maxlen = X.size(1)
-    mask = torch.arange(maxlen, dtype=torch.float32,
-                        device=X.device)[None, :] < valid_len[:, None]
-    X[~mask] = value
-    return X
-
-
-def masked_softmax(X, valid_lens):
-    """Softmax over the last axis of X (B, N, M), masking positions beyond the
-    valid length with -1e6. valid_lens: None, (B,) or (B, N)."""
-    if valid_lens is None:
-        return nn.functional.softmax(X, dim=-1)
-    shape = X.shape
-    if valid_lens.dim() == 1:
-        valid_lens = torch.repeat_interleave(valid_lens, shape[1])
-    else:
-        valid_lens = valid_lens.reshape(-1)
-    X = sequence_mask(X.reshape(-1, shape[-1]), valid_lens, value=-1e6)
-    return nn.functional.softmax(X.reshape(shape), dim=-1)
-
-
-class DotProductAttention(nn.Module):
-    """Scaled dot-product attention; returns the output and keeps the weights
-    in self.attention_weights."""
-
-    def __init__(self, dropout=0.0):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, queries, keys, values, valid_lens=None):
-        d = queries.shape[-1]
-        scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
-        self.attention_weights = masked_softmax(scores, valid_lens)
-        return torch.bmm(self.dropout(self.attention_weights), values)
 
 
 # ---------------------------------------------------------------------------
@@ -237,7 +195,7 @@ def main():
     y = emit_softmax(out, "softmax_odd_int32", x, lens)
     # L = 0: uniform 1/M; L = M and L > M: plain softmax.
     assert torch.allclose(y[0], torch.full((5, 37), 1.0 / 37), rtol=0, atol=1e-7)
-    plain = nn.functional.softmax(x.double(), dim=-1).float()
+    plain = torch.softmax(x.double(), dim=-1).float()
     assert torch.equal(y[1], plain[1]) and torch.equal(y[2], plain[2])
 
     torch.manual_seed(1005)

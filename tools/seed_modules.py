@@ -1,0 +1,50 @@
+"""The seed modules of d2l's "Attention Scoring Functions" (seeds 003, 004),
+restated as the notebooks define them: the PyTorch reference that
+tools/make_golden.py records and bench/compare_torch.py times.
+
+sequence_mask writes into X in place, as d2l's does.
+"""
+
+import math
+
+import torch
+from torch import nn
+
+
+def sequence_mask(X, valid_len, value=0.0):
+    """d2l.sequence_mask: X is (rows, M); entries at column >= valid_len[row]
+    are overwritten in place with `value`."""
+    maxlen = X.size(1)
+    mask = torch.arange(maxlen, dtype=torch.float32,
+                        device=X.device)[None, :] < valid_len[:, None]
+    X[~mask] = value
+    return X
+
+
+def masked_softmax(X, valid_lens):
+    """Softmax over the last axis of X (B, N, M), masking positions beyond the
+    valid length with -1e6. valid_lens: None, (B,) or (B, N)."""
+    if valid_lens is None:
+        return nn.functional.softmax(X, dim=-1)
+    shape = X.shape
+    if valid_lens.dim() == 1:
+        valid_lens = torch.repeat_interleave(valid_lens, shape[1])
+    else:
+        valid_lens = valid_lens.reshape(-1)
+    X = sequence_mask(X.reshape(-1, shape[-1]), valid_lens, value=-1e6)
+    return nn.functional.softmax(X.reshape(shape), dim=-1)
+
+
+class DotProductAttention(nn.Module):
+    """Scaled dot-product attention; returns the output and keeps the weights
+    in self.attention_weights. Dropout is inactive in eval mode."""
+
+    def __init__(self, dropout=0.0):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries, keys, values, valid_lens=None):
+        d = queries.shape[-1]
+        scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
+        self.attention_weights = masked_softmax(scores, valid_lens)
+        return torch.bmm(self.dropout(self.attention_weights), values)
