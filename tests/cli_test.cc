@@ -174,6 +174,20 @@ TEST_F(CliTest, BenchPrintsJson) {
   }
 }
 
+TEST_F(CliTest, BenchTakesLengthsFromAFile) {
+  const std::vector<int64_t> lens = {3, 40};
+  ASSERT_TRUE(io::WriteNpy(Temp("lens.npy"), io::DType::kInt64, {2}, lens.data()).ok());
+  Result r = Run("bench dot --batch 2 --queries 3 --keys 40 --repeat 2 --json --valid-lens " +
+                 Temp("lens.npy"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // 2 L (D + Dv) per query over valid keys: the file's lengths set the FLOPs.
+  EXPECT_NE(r.out.find("\"gflops\": "), std::string::npos) << r.out;
+  ExpectBadInput(Run("bench dot --batch 3 --queries 3 --keys 40 --valid-lens " + Temp("lens.npy")),
+                 "want int32 or int64 of shape (3,) or (3, 3)");
+  r = Run("bench softmax --batch 2 --queries 3 --keys 40 --repeat 2 --json");
+  EXPECT_NE(r.out.find("\"gflops\": null"), std::string::npos) << r.out;
+}
+
 TEST_F(CliTest, UsageErrors) {
   ExpectBadInput(Run("frobnicate"), "unknown command 'frobnicate'");
   ExpectBadInput(Run("run"), "run wants an op");
@@ -194,6 +208,8 @@ TEST_F(CliTest, UsageErrors) {
   ExpectBadInput(Run("bench dot --batch +2 --queries 3 --keys 4"), "--batch wants an integer");
   ExpectBadInput(Run("bench dot --batch 1048576 --queries 1048576 --keys 4"), "bench scores would need");
   ExpectBadInput(Run("info extra"), "unexpected argument 'extra'");
+  ExpectBadInput(Run("bench softmax --batch 1 --queries 2 --keys 3 --weights"),
+                 "unknown flag --weights for 'bench softmax'");
 }
 
 TEST_F(CliTest, BadFilesLeaveNoOutput) {
@@ -228,6 +244,11 @@ TEST_F(CliTest, BadFilesLeaveNoOutput) {
   ExpectBadInput(Run(DotArgs("dot_toy", out) + " --weights-out " + Temp("no/dir/w.npy")),
                  "--weights-out", out);
   ExpectBadInput(Run(DotArgs("dot_toy", out) + " --weights-out " + out), "name the same file", out);
+  ExpectBadInput(Run(DotArgs("dot_toy", out) + " --weights-out " + dir_.string() + "/./out.npy"),
+                 "name the same file", out);
+  // A directory as an output: refused before anything is written.
+  ExpectBadInput(Run(DotArgs("dot_toy", out) + " --weights-out " + dir_.string()), "is a directory",
+                 out);
   for (const auto& entry : fs::directory_iterator(dir_)) {
     EXPECT_EQ(entry.path().string().find("partial"), std::string::npos) << entry.path();
   }

@@ -207,6 +207,27 @@ TEST_P(DotProductTest, ZeroLengthAveragesAllValues) {
   CheckAgainstReference(s, {0, 0}, false, 32);
 }
 
+TEST_P(DotProductTest, KeysPastAnEntrysLengthsAreNeverRead) {
+  // One query per entry, lengths [2, 6]: entry 0's keys and values from 2 on
+  // are NaN and must not reach its output, nor entry 1's.
+  const float nan = std::nanf("");
+  std::vector<float> q = RandomFloats(2 * 1 * 4, 3), k = RandomFloats(2 * 8 * 4, 4),
+                     v = RandomFloats(2 * 8 * 3, 5);
+  for (int j = 2; j < 8; ++j) {
+    for (int c = 0; c < 4; ++c) k[j * 4 + c] = nan;
+    for (int c = 0; c < 3; ++c) v[j * 3 + c] = nan;
+  }
+  const int64_t lens[] = {2, 6};
+  std::vector<float> out(6), weights(16);
+  ASSERT_TRUE(DefaultEngine()
+                  .DotProductAttention(ConstTensor(q.data(), {2, 1, 4}), ConstTensor(k.data(), {2, 8, 4}),
+                                       ConstTensor(v.data(), {2, 8, 3}), ValidLens::PerBatch(lens, 2),
+                                       Tensor(out.data(), {2, 1, 3}), Tensor(weights.data(), {2, 1, 8}))
+                  .ok());
+  for (float x : out) EXPECT_FALSE(std::isnan(x));
+  for (float w : weights) EXPECT_FALSE(std::isnan(w));
+}
+
 TEST(DotProductThreads, ResultsIdenticalForAnyThreadCount) {
   const Shape s{3, 40, 300, 32, 16};
   const auto q = RandomFloats(static_cast<size_t>(s.batch * s.queries * s.depth), 41);

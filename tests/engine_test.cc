@@ -61,6 +61,26 @@ TEST(Engine, CallsRestoreTheCallersFloatingPointModeAndThreads) {
   omp_set_num_threads(1);
 }
 
+TEST(Engine, ResultsDoNotDependOnTheCallersRoundingMode) {
+  const std::vector<float> x = RandomFloats(3 * 64, 5, 2.0f);
+  std::vector<float> nearest(x.size()), upward(x.size());
+  const auto run = [&](std::vector<float>* y) {
+    ASSERT_TRUE(DefaultEngine()
+                    .MaskedSoftmax(ConstTensor(x.data(), {3, 1, 64}), ValidLens::None(),
+                                   Tensor(y->data(), {3, 1, 64}))
+                    .ok());
+  };
+  run(&nearest);
+  for (int mode : {FE_UPWARD, FE_DOWNWARD, FE_TOWARDZERO}) {
+    fesetround(mode);
+    run(&upward);
+    const int after = fegetround();
+    fesetround(FE_TONEAREST);
+    EXPECT_EQ(after, mode) << "the caller's rounding mode is restored";
+    EXPECT_EQ(nearest, upward) << "rounding mode " << mode;
+  }
+}
+
 TEST(Engine, IsaNamesRoundTrip) {
   for (Isa isa : {Isa::kScalar, Isa::kSse4, Isa::kAvx2, Isa::kAvx512, Isa::kBest}) {
     Isa parsed;

@@ -12,11 +12,14 @@ constexpr unsigned kDenormalsAreZero = 1u << 6;
 // All six exception mask bits: a caller who unmasked, say, invalid-operation
 // traps must not get SIGFPE from the kernels' deliberate Inf * 0 probes.
 constexpr unsigned kMaskAllExceptions = 0x1F80u;
+// Rounding control (bits 13-14); cleared means round to nearest, which the
+// fast exp's rounding by adding 1.5 * 2^23 relies on whatever the caller set.
+constexpr unsigned kRoundingBits = 3u << 13;
 constexpr int kScratchSlots = 4;
 }  // namespace
 
 FlushDenormals::FlushDenormals() : saved_(_mm_getcsr()) {
-  _mm_setcsr(saved_ | kFlushToZero | kDenormalsAreZero | kMaskAllExceptions);
+  _mm_setcsr((saved_ & ~kRoundingBits) | kFlushToZero | kDenormalsAreZero | kMaskAllExceptions);
 }
 
 FlushDenormals::~FlushDenormals() { _mm_setcsr(saved_); }

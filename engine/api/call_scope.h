@@ -9,8 +9,8 @@ namespace attnscore {
 // Flush-to-zero and denormals-are-zero on this thread while alive. exp(x - max)
 // lands in the subnormal range easily, and subnormals make Highway's Exp
 // 11-19x slower on this machine; results differ by less than 1e-38.
-// Floating-point exceptions are masked too. The caller's MXCSR comes back on
-// destruction.
+// Floating-point exceptions are masked and rounding is to nearest too. The
+// caller's MXCSR comes back on destruction.
 class FlushDenormals {
  public:
   FlushDenormals();

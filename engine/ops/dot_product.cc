@@ -20,8 +20,10 @@ struct Plans {
   std::shared_ptr<const matmul::Plan> scores, mix;
 };
 
-// Consecutive batch entries served by one batched oneDNN call: those that
-// need the same widths, or all of them when queries are few (see below).
+// Consecutive batch entries that need the same matmul widths, so one batched
+// oneDNN call serves them all. (Widening entries to share calls was faster
+// for decode, 116 -> 76-79 us on (8, 1, 1024), but computes keys past an
+// entry's own lengths, which the contract rules out: a NaN there leaks.)
 struct Group {
   int64_t first = 0, count = 0;
   // Key columns of Q Kᵀ: the longest valid length among the group's queries.
@@ -40,12 +42,6 @@ struct Chunk {
   int64_t first_batch, entries, first_query, rows;
 };
 
-// With fewer queries than this per entry (decode: one), each entry's
-// matmuls are matrix-vector products dominated by per-call cost, so all
-// entries share one call at the longest width. Measured on (8, 1, 1024):
-// 116 -> 79 us; on (4, 128, 128) merging made it slower (162 -> 240 us).
-constexpr int64_t kMergeBelowQueries = 16;
-
 std::vector<Group> GroupBatches(const ValidLens& lens, int64_t batch,
                                 int64_t queries, int64_t keys) {
   std::vector<Group> groups;
@@ -62,13 +58,6 @@ std::vector<Group> GroupBatches(const ValidLens& lens, int64_t batch,
     if (!groups.empty() && groups.back().score_width == longest &&
         groups.back().mix_width == mix) {
       ++groups.back().count;
-    } else if (!groups.empty() && queries < kMergeBelowQueries) {
-      // Widened to the longest entry: the extra keys are computed but never
-      // read, since each row's softmax stops at its own length.
-      Group& g = groups.back();
-      g.score_width = std::max(g.score_width, longest);
-      g.mix_width = std::max(g.mix_width, mix);
-      ++g.count;
     } else {
       groups.push_back(Group{b, 1, longest, mix, 0, {}});
     }
@@ -194,8 +183,9 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
                                 {c.entries, c.rows, keys},
                                 {weights.strides[0], weights.strides[1], weights.strides[2]})
                        : Tensor(scratch, {c.entries, c.rows, g.mix_width});
-      SoftmaxRows(scores, probabilities, valid_lens, c.first_batch, c.first_query,
-                  options.threads, /*stream=*/false);
+      status = SoftmaxRows(scores, probabilities, valid_lens, c.first_batch, c.first_query,
+                           options.threads, /*stream=*/false);
+      if (!status.ok()) return;
       status = plans->mix->Run(
           probabilities.data, v.data + c.first_batch * v.strides[0],
           out.data + c.first_batch * out.strides[0] + c.first_query * out.strides[1]);

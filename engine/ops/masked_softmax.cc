@@ -1,5 +1,8 @@
 #include "ops/masked_softmax.h"
 
+#include <atomic>
+#include <new>
+
 #include "api/call_scope.h"
 #include "api/checks.h"
 #include "api/valid_lens.h"
@@ -24,19 +27,28 @@ void PrefetchRow(const float* row, int64_t count) {
 }
 }  // namespace
 
-void SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
-                 int64_t first_batch, int64_t first_query, int threads, bool stream) {
+Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
+                   int64_t first_batch, int64_t first_query, int threads, bool stream) {
   const int64_t queries = y.dims[1], width = y.dims[2];
   const int64_t rows = y.dims[0] * queries;
   // The kernel wants unit column strides; other views go through a row buffer.
   const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
   stream = stream && unit_columns;
+  std::atomic<bool> out_of_memory{false};
 #pragma omp parallel if (threads > 1)
   {
     FlushDenormals flush;  // MXCSR is per thread
-    float* row_buffer = stream ? ThreadScratch(0, static_cast<size_t>(width)) : nullptr;
+    // Exceptions must not leave an OpenMP region: a thread that cannot get its
+    // buffer reports it, and every thread still meets the loop's barrier.
+    float* row_buffer = nullptr;
+    try {
+      row_buffer = ThreadScratch(0, static_cast<size_t>(width));
+    } catch (const std::bad_alloc&) {
+      out_of_memory = true;
+    }
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
+      if (row_buffer == nullptr) continue;
       const int64_t b = r / queries, i = r % queries;
       const int64_t valid = RowValidLength(valid_lens, first_batch + b, first_query + i, width);
       const float* in = x.data + b * x.strides[0] + i * x.strides[1];
@@ -57,7 +69,7 @@ void SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
                                   static_cast<size_t>(width), out);
         continue;
       }
-      float* row = ThreadScratch(0, static_cast<size_t>(width));
+      float* row = row_buffer;
       for (int64_t j = 0; j < valid; ++j) row[j] = in[j * x.strides[2]];
       kernels::MaskedSoftmaxRow(row, static_cast<size_t>(valid),
                                 static_cast<size_t>(width), row);
@@ -65,6 +77,7 @@ void SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
     }
     if (stream) kernels::FlushStreams();  // before other threads read y
   }
+  return out_of_memory ? Status::Internal("out of memory for a row buffer") : Status::Ok();
 }
 
 Status MaskedSoftmax(const EngineOptions& options, ConstTensor x,
@@ -79,8 +92,8 @@ Status MaskedSoftmax(const EngineOptions& options, ConstTensor x,
   // An output larger than the caches would only evict the caller's data and
   // cost a read per line written: stream it to memory instead.
   const bool stream = batch * queries * keys * int64_t{sizeof(float)} >= kStreamBytes;
-  SoftmaxRows(x, y, valid_lens, /*first_batch=*/0, /*first_query=*/0, options.threads, stream);
-  return Status::Ok();
+  return SoftmaxRows(x, y, valid_lens, /*first_batch=*/0, /*first_query=*/0, options.threads,
+                     stream);
 }
 
 }  // namespace attnscore::ops

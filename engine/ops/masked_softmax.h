@@ -16,8 +16,9 @@ Status MaskedSoftmax(const EngineOptions& options, ConstTensor x,
 // of x[b, i] over y's width W, where row (b, i) of the views is row
 // (first_batch + b, first_query + i) of valid_lens. Reads only x[b, i, 0:L].
 // `stream` writes y with non-temporal stores (for outputs nobody reads soon;
-// needs unit column strides).
-void SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
+// needs unit column strides). Fails only if a thread's row buffer cannot be
+// allocated, and then may have written part of y.
+Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
                  int64_t first_batch, int64_t first_query, int threads, bool stream);
 
 }  // namespace attnscore::ops

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <random>
@@ -26,7 +27,7 @@ usage:
                         [--valid-lens L.npy] --out O.npy [--weights-out W.npy]
   attnscore bench softmax|dot --batch B --queries N --keys M
                         [--query-dim D] [--value-dim Dv]
-                        [--valid-lens none|full|random|random-batch|INT]
+                        [--valid-lens none|full|random|random-batch|INT|FILE.npy]
                         [--weights] [--repeat R] [--json]
 common flags: --threads T (default 1), --isa scalar|sse4|avx2|avx512|best
               (default: $ATTNSCORE_ISA, else best), --help
@@ -38,9 +39,11 @@ K (B, M, D), V (B, M, Dv). Valid lengths are int32 or int64, shape (B,) or
 bench times the op on random data: median and min of R runs (default 20)
 after 3 warm-up runs. --valid-lens: none (all keys), full (L = M given
 explicitly), random (per query, uniform in [1, M]), random-batch (per batch
-entry, uniform in [1, M]), or one INT for every query. dot: GFLOP/s counts
-2 L (D + Dv) per query over valid keys only, GB/s the bytes of Q, K, V and
-out. softmax: GB/s counts the valid scores read and every weight written.
+entry, uniform in [1, M]), one INT for every query, or the lengths in a
+FILE.npy ((B,) or (B, N)). dot only: --query-dim, --value-dim, --weights;
+GFLOP/s counts 2 L (D + Dv) per query over valid keys only, GB/s the bytes of
+Q, K, V and out. softmax: GB/s counts the valid scores read and every weight
+written; its JSON "gflops" is null.
 
 exit status: 0 success, 2 bad input or usage, 1 internal failure.
 )";
@@ -138,13 +141,23 @@ struct Output {
 };
 
 Status WriteOutputs(const Args& args, const std::vector<Output>& outputs) {
-  for (size_t a = 0; a < outputs.size(); ++a) {
-    for (size_t b = a + 1; b < outputs.size(); ++b) {
-      if (args.get(outputs[a].flag) == args.get(outputs[b].flag)) {
-        return Status::InvalidArgument(outputs[a].flag + " and " + outputs[b].flag +
-                                       " name the same file " + args.get(outputs[a].flag));
+  // Checked before anything is written: the renames at the end then have no
+  // foreseeable reason to fail halfway.
+  std::vector<std::filesystem::path> targets;
+  for (const Output& o : outputs) {
+    std::error_code error;
+    const std::filesystem::path path = std::filesystem::weakly_canonical(args.get(o.flag), error);
+    if (error || std::filesystem::is_directory(path)) {
+      return Status::InvalidArgument(o.flag + " " + args.get(o.flag) +
+                                     (error ? ": not a usable path" : ": is a directory"));
+    }
+    for (size_t n = 0; n < targets.size(); ++n) {
+      if (targets[n] == path) {
+        return Status::InvalidArgument(outputs[n].flag + " and " + o.flag +
+                                       " name the same file " + args.get(o.flag));
       }
     }
+    targets.push_back(path);
   }
   std::vector<std::string> staged;
   auto discard = [&] {
@@ -252,6 +265,26 @@ Status MakeBenchLens(const std::string& mode, const BenchShape& s, std::mt19937*
   *per_query = false;
   lens->clear();
   if (mode == "none") return Status::Ok();
+  if (mode.size() > 4 && mode.compare(mode.size() - 4, 4, ".npy") == 0) {
+    // Given lengths, e.g. the very ones another tool times the same shape with.
+    io::NpyArray array;
+    ATTNSCORE_RETURN_IF_ERROR(io::ReadNpy(mode, &array));
+    const bool is64 = array.dtype == io::DType::kInt64;
+    const bool per_batch_shape = array.shape == std::vector<int64_t>{s.batch};
+    const bool per_query_shape = array.shape == std::vector<int64_t>{s.batch, s.queries};
+    if ((!is64 && array.dtype != io::DType::kInt32) || (!per_batch_shape && !per_query_shape)) {
+      return Status::InvalidArgument("--valid-lens " + mode + ": want int32 or int64 of shape (" +
+                                     std::to_string(s.batch) + ",) or (" + std::to_string(s.batch) +
+                                     ", " + std::to_string(s.queries) + ")");
+    }
+    for (int64_t n = 0; n < array.size(); ++n) {
+      const int64_t value = is64 ? array.data<int64_t>()[n] : array.data<int32_t>()[n];
+      if (value < 0) return Status::InvalidArgument("--valid-lens " + mode + ": negative length");
+      lens->push_back(value);
+    }
+    *per_query = per_query_shape;
+    return Status::Ok();
+  }
   if (mode == "full") {
     lens->assign(static_cast<size_t>(s.batch), s.keys);
   } else if (mode == "random-batch") {
@@ -263,8 +296,9 @@ Status MakeBenchLens(const std::string& mode, const BenchShape& s, std::mt19937*
     char* end = nullptr;
     const long long fixed = std::strtoll(mode.c_str(), &end, 10);
     if (mode.empty() || *end != '\0' || fixed < 0) {
-      return Status::InvalidArgument("--valid-lens is '" + mode +
-                                     "'; want none, full, random, random-batch or an INT >= 0");
+      return Status::InvalidArgument(
+          "--valid-lens is '" + mode +
+          "'; want none, full, random, random-batch, an INT >= 0 or a FILE.npy");
     }
     lens->assign(static_cast<size_t>(s.batch), static_cast<int64_t>(fixed));
   }
@@ -282,10 +316,10 @@ int Bench(const Args& args) {
   if (op != "softmax" && op != "dot") {
     return Fail(Status::InvalidArgument("bench wants an op: softmax or dot, got '" + op + "'"));
   }
-  Status s = CheckFlags(args,
-                        {"--batch", "--queries", "--keys", "--query-dim", "--value-dim",
-                         "--valid-lens", "--weights", "--repeat", "--json", "--threads", "--isa"},
-                        {"--batch", "--queries", "--keys"}, "bench " + op);
+  std::set<std::string> allowed = {"--batch", "--queries", "--keys", "--valid-lens",
+                                   "--repeat", "--json", "--threads", "--isa"};
+  if (op == "dot") allowed.insert({"--query-dim", "--value-dim", "--weights"});
+  Status s = CheckFlags(args, allowed, {"--batch", "--queries", "--keys"}, "bench " + op);
   BenchShape shape{};
   int64_t repeat = 0;
   constexpr int64_t kMaxDim = int64_t{1} << 20;
@@ -390,17 +424,20 @@ int Bench(const Args& args) {
         "{\"op\": \"%s\", \"batch\": %lld, \"queries\": %lld, \"keys\": %lld, "
         "\"query_dim\": %lld, \"value_dim\": %lld, \"valid_lens\": \"%s\", "
         "\"threads\": %d, \"isa\": \"%s\", \"repeat\": %lld, \"median_us\": %.3f, "
-        "\"min_us\": %.3f, \"gflops\": %.3f, \"gbytes_per_s\": %.3f}\n",
+        "\"min_us\": %.3f, \"gflops\": %s, \"gbytes_per_s\": %.3f}\n",
         op.c_str(), static_cast<long long>(B), static_cast<long long>(N),
         static_cast<long long>(M), static_cast<long long>(shape.depth),
         static_cast<long long>(shape.value_dim), mode.c_str(), engine->options().threads,
-        isa.c_str(), static_cast<long long>(repeat), median, min, gflops, gbytes);
+        isa.c_str(), static_cast<long long>(repeat), median, min,
+        op == "dot" ? std::to_string(gflops).c_str() : "null", gbytes);
   } else {
     std::printf("%s (%lld, %lld, %lld) valid-lens %s, %d thread(s), isa %s\n", op.c_str(),
                 static_cast<long long>(B), static_cast<long long>(N), static_cast<long long>(M),
                 mode.c_str(), engine->options().threads, isa.c_str());
-    std::printf("median %.2f us, min %.2f us over %lld runs; %.2f GFLOP/s, %.2f GB/s\n",
-                median, min, static_cast<long long>(repeat), gflops, gbytes);
+    std::printf("median %.2f us, min %.2f us over %lld runs; ", median, min,
+                static_cast<long long>(repeat));
+    if (op == "dot") std::printf("%.2f GFLOP/s, ", gflops);
+    std::printf("%.2f GB/s\n", gbytes);
   }
   return kExitOk;
 }
