@@ -9,8 +9,9 @@ and reports median_us over R runs.
 
 "random" valid lengths are per-query lengths of shape (B, N), "random-batch"
 per-batch lengths of shape (B,), both drawn uniformly from [1, M]; the torch
-side draws them the same way (seeded), the CLI draws its own. The dot rows use
-random-batch, the d2l form (one length per sequence), as bench/ does.
+side draws them (seeded) and the CLI is given the very same lengths through a
+.npy file (`--valid-lens FILE.npy`). The dot rows use random-batch, the d2l
+form (one length per sequence), as bench/ does.
 
 Prints a markdown table:
   op | shape | valid lens | attnscore median µs | PyTorch median µs | speed-up
@@ -26,10 +27,13 @@ import argparse
 import json
 import os
 import statistics
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
+import numpy as np
 import torch
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,6 +66,13 @@ def make_lens(spec, B, N, M, gen):
     if spec == "random-batch":
         return torch.randint(1, M + 1, (B,), generator=gen, dtype=torch.int64)
     return torch.full((B,), int(spec), dtype=torch.int64)
+
+
+def lens_text(spec, lens):
+    """The spec, and the lengths themselves when there are few."""
+    if lens is None or lens.numel() > 8:
+        return spec
+    return "%s %s" % (spec, lens.tolist())
 
 
 def shape_text(op, label, dims):
@@ -103,7 +114,7 @@ def time_torch(op, dims, spec, repeat, seed):
         attn.eval()
         fn = lambda: attn(Q, K, V, lens)
     with torch.no_grad():
-        return median_us(fn, repeat)
+        return median_us(fn, repeat), lens
 
 
 # ---------------------------------------------------------------------------
@@ -239,17 +250,25 @@ def main():
 
     problems = [p for p in DEFAULT_PROBLEMS if args.only in (None, p[0])]
     rows, errors = [], []
+    lens_dir = tempfile.mkdtemp(prefix="attnscore_lens_")
     for idx, (op, label, dims, spec) in enumerate(problems):
-        t_us = time_torch(op, dims, spec, args.repeat, args.seed + idx)
+        t_us, lens = time_torch(op, dims, spec, args.repeat, args.seed + idx)
+        # The CLI times the very lengths PyTorch had: with one batch entry a
+        # fresh draw could differ by thousands of keys.
+        cli_spec = spec
+        if lens is not None:
+            cli_spec = os.path.join(lens_dir, "lens%d.npy" % idx)
+            np.save(cli_spec, lens.numpy())
         a_us = None
         if not args.torch_only:
-            a_us, rec = time_attnscore(cli, op, dims, spec, args.threads,
+            a_us, rec = time_attnscore(cli, op, dims, cli_spec, args.threads,
                                        args.repeat)
             if a_us is None:
                 errors.append(rec)
         speedup = "—" if not a_us else "%.2f×" % (t_us / a_us)
-        rows.append((op, shape_text(op, label, dims), spec, fmt_us(a_us),
-                     fmt_us(t_us), speedup))
+        rows.append((op, shape_text(op, label, dims), lens_text(spec, lens),
+                     fmt_us(a_us), fmt_us(t_us), speedup))
+    shutil.rmtree(lens_dir, ignore_errors=True)
 
     head = ("op", "shape", "valid lens", "attnscore median µs",
             "PyTorch median µs", "speed-up")

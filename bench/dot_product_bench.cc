@@ -1,7 +1,7 @@
 // Scaled dot-product attention on the decode, encoder and long shapes, with
 // random per-batch valid lengths. GFLOP/s counts only valid keys:
 // 2·L·(D + Dv) per query; BM_OnednnMatmul in peers_bench.cc runs one oneDNN
-// matmul of the same FLOPs.
+// matmul of the same FLOPs. bytes/s counts Q, out and the valid rows of K, V.
 #include <benchmark/benchmark.h>
 
 #include "bench_util.h"
@@ -27,8 +27,13 @@ void BM_DotProduct(benchmark::State& state) {
     if (!s.ok()) state.SkipWithError(s.message().c_str());
     benchmark::DoNotOptimize(out.data());
   }
-  const double flops = 2.0 * ValidKeys(lens, queries, keys) * static_cast<double>(depth + value_dim);
+  const double valid_keys = ValidKeys(lens, 1, keys);  // summed over batch entries
+  const double flops = 2.0 * valid_keys * static_cast<double>(queries * (depth + value_dim));
   state.counters["GFLOPS"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  // Bytes it must move: Q and out once, the valid rows of K and V.
+  const double bytes = 4.0 * (static_cast<double>(batch * queries * (depth + value_dim)) +
+                              valid_keys * static_cast<double>(depth + value_dim));
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
 }
 
 BENCHMARK(BM_DotProduct)
