@@ -54,7 +54,7 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
       const float* in = x.data + b * x.strides[0] + i * x.strides[1];
       float* out = y.data + b * y.strides[0] + i * y.strides[1];
       if (stream) {
-        // Memory-bound here: fetch the next row's scores while this one computes.
+        // Memory-bound here: fetch scores a few rows ahead while this one computes.
         if (r + kPrefetchRows < rows) {
           const int64_t nb = (r + kPrefetchRows) / queries, ni = (r + kPrefetchRows) % queries;
           PrefetchRow(x.data + nb * x.strides[0] + ni * x.strides[1],
