@@ -228,8 +228,66 @@ TEST_P(DotProductTest, KeysPastAnEntrysLengthsAreNeverRead) {
   for (float w : weights) EXPECT_FALSE(std::isnan(w));
 }
 
-TEST(DotProductThreads, ResultsIdenticalForAnyThreadCount) {
-  const Shape s{3, 40, 300, 32, 16};
+TEST_P(DotProductTest, FewQueriesTakeTheRowPathAndAgreeWithTheMatmulPath) {
+  // N <= 3 with contiguous rows runs the row kernels; the same problem with K
+  // stored transposed (a strided view) runs the oneDNN path. Depth 70 and 131
+  // value columns cover the kernels' partial vectors and several blocks.
+  const Shape s{3, 2, 37, 70, 131};
+  const auto q = RandomFloats(static_cast<size_t>(s.batch * s.queries * s.depth), 51);
+  const auto k = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.depth), 52);
+  const auto v = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.value_dim), 53, 2.0f);
+  const std::vector<int64_t> lens = {0, 37, 1, 19, 36, 50};  // per query, with 0 and > M
+  std::vector<double> want_weights;
+  const std::vector<double> want_out =
+      ReferenceDotProduct(q, k, v, s.batch, s.queries, s.keys, s.depth, s.value_dim,
+                          RowLengths(lens, true, s.batch, s.queries), &want_weights);
+  std::vector<float> k_transposed(k.size());
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t j = 0; j < s.keys; ++j)
+      for (int64_t d = 0; d < s.depth; ++d)
+        k_transposed[static_cast<size_t>((b * s.depth + d) * s.keys + j)] =
+            k[static_cast<size_t>((b * s.keys + j) * s.depth + d)];
+  const ConstTensor keys_rows(k.data(), {s.batch, s.keys, s.depth});
+  const ConstTensor keys_transposed(k_transposed.data(), {s.batch, s.keys, s.depth},
+                                    {s.depth * s.keys, 1, s.keys});
+  for (const ConstTensor& keys : {keys_rows, keys_transposed}) {
+    SCOPED_TRACE(keys.strides[2] == 1 ? "row path" : "matmul path");
+    std::vector<float> out(static_cast<size_t>(s.batch * s.queries * s.value_dim), kSentinel);
+    // Weights with column stride 2: the row path scatters them.
+    std::vector<float> weights(static_cast<size_t>(s.batch * s.queries * s.keys * 2), kSentinel);
+    const Status st = DefaultEngine().DotProductAttention(
+        ConstTensor(q.data(), {s.batch, s.queries, s.depth}), keys,
+        ConstTensor(v.data(), {s.batch, s.keys, s.value_dim}),
+        ValidLens::PerQuery(lens.data(), s.batch, s.queries),
+        Tensor(out.data(), {s.batch, s.queries, s.value_dim}),
+        Tensor(weights.data(), {s.batch, s.queries, s.keys}, {s.queries * s.keys * 2, s.keys * 2, 2}));
+    ASSERT_TRUE(st.ok()) << st.message();
+    std::vector<float> weights_dense;
+    for (size_t e = 0; e < weights.size(); e += 2) {
+      weights_dense.push_back(weights[e]);
+      ASSERT_EQ(weights[e + 1], kSentinel);
+    }
+    EXPECT_LE(MaxAbsDiff(out.data(), want_out), OutTolerance(v));
+    EXPECT_LE(MaxAbsDiff(weights_dense.data(), want_weights), kWeightTolerance);
+    // Without weights: the in-place probabilities.
+    std::vector<float> out2(out.size(), kSentinel);
+    ASSERT_TRUE(DefaultEngine()
+                    .DotProductAttention(ConstTensor(q.data(), {s.batch, s.queries, s.depth}), keys,
+                                         ConstTensor(v.data(), {s.batch, s.keys, s.value_dim}),
+                                         ValidLens::PerQuery(lens.data(), s.batch, s.queries),
+                                         Tensor(out2.data(), {s.batch, s.queries, s.value_dim}))
+                    .ok());
+    EXPECT_LE(MaxAbsDiff(out2.data(), want_out), OutTolerance(v));
+  }
+}
+
+class DotProductThreads : public ::testing::TestWithParam<Shape> {};
+INSTANTIATE_TEST_SUITE_P(MatmulAndRowPaths, DotProductThreads,
+                         ::testing::Values(Shape{3, 40, 300, 32, 16},  // oneDNN path
+                                           Shape{6, 1, 300, 32, 16}));  // row path
+
+TEST_P(DotProductThreads, ResultsIdenticalForAnyThreadCount) {
+  const Shape s = GetParam();
   const auto q = RandomFloats(static_cast<size_t>(s.batch * s.queries * s.depth), 41);
   const auto k = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.depth), 42);
   const auto v = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.value_dim), 43);
