@@ -1,18 +1,16 @@
 #include "io/npy.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <bit>
-#include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string_view>
-#include <system_error>
 #include <utility>
+
+#include "io/file_io.h"
 
 namespace attnscore::io {
 namespace {
@@ -65,146 +63,23 @@ const DTypeInfo* FindDescr(std::string_view descr) {
 }
 
 // ---------------------------------------------------------------------------
-// Messages
+// Messages and sizes (the shared helpers are in io/file_io.h)
 
-// Header text comes from the file; escape it so a message stays one clean
-// line whatever bytes the file holds, and keep it short.
-std::string Printable(std::string_view text) {
-  constexpr size_t kMaxShown = 40;
-  std::string out;
-  for (size_t i = 0; i < text.size() && i < kMaxShown; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 0xf]);
-    }
-  }
-  if (text.size() > kMaxShown) out += "...";
-  return out;
-}
+using detail::Fd;
+using detail::FormatShape;
+using detail::Malformed;
+using detail::OpenForRead;
+using detail::ReadExactly;
+using detail::ShapeProduct;
 
-// Python tuple syntax, as in the header: "()", "(3,)", "(2, 3)".
-std::string FormatShape(const std::vector<int64_t>& shape) {
-  std::string out = "(";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  if (shape.size() == 1) out += ",";
-  out += ")";
-  return out;
-}
+// Header text comes from the file; messages show it escaped, cut after 40
+// bytes.
+std::string Printable(std::string_view text) { return detail::Printable(text, 40); }
 
-Status Malformed(const std::string& path, const std::string& what) {
-  return Status::InvalidArgument(path + ": " + what);
-}
-
-Status IoFailure(const std::string& path, const std::string& what, int err) {
-  return Status::IoError(path + ": " + what + ": " +
-                         std::generic_category().message(err));
-}
-
-// ---------------------------------------------------------------------------
-// Sizes
-
-// a * b for non-negative a and b; false when the product exceeds int64.
-bool MulNonNegative(int64_t a, int64_t b, int64_t* product) {
-  if (a != 0 && b > kInt64Max / a) return false;
-  *product = a * b;
-  return true;
-}
-
-// Byte size of a C-order array with non-negative dims. False on overflow.
-// Zero dims are skipped while multiplying, so (2^62, 2^62, 0) still counts as
-// overflow: code computing strides from such a shape would overflow too.
+// Byte size of a C-order array with non-negative dims. False on overflow,
+// also for (2^62, 2^62, 0): see ShapeProduct.
 bool ByteSize(DType dtype, const std::vector<int64_t>& shape, int64_t* bytes) {
-  int64_t product = static_cast<int64_t>(DTypeSize(dtype));
-  bool empty = false;
-  for (int64_t dim : shape) {
-    if (dim == 0) {
-      empty = true;
-    } else if (!MulNonNegative(product, dim, &product)) {
-      return false;
-    }
-  }
-  *bytes = empty ? 0 : product;
-  return true;
-}
-
-// ---------------------------------------------------------------------------
-// File descriptors
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-
-  int get() const { return fd_; }
-
-  // Closes now and returns close()'s errno, 0 on success: some filesystems
-  // (NFS) report a failed write only here.
-  int Close() {
-    const int fd = std::exchange(fd_, -1);
-    return ::close(fd) == 0 ? 0 : errno;
-  }
-
- private:
-  int fd_;
-};
-
-// Reads up to `n` bytes at `offset`, retrying short reads and EINTR; `*got`
-// is the count read before end of file. Returns 0 or an errno value.
-int ReadAt(int fd, uint64_t offset, size_t n, void* buf, size_t* got) {
-  auto* dst = static_cast<unsigned char*>(buf);
-  *got = 0;
-  while (*got < n) {
-    const ssize_t r = ::pread(fd, dst + *got, n - *got,
-                              static_cast<off_t>(offset + *got));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (r == 0) break;
-    *got += static_cast<size_t>(r);
-  }
-  return 0;
-}
-
-// Writes all `n` bytes, retrying short writes and EINTR. Returns 0 or errno.
-int WriteAll(int fd, const void* buf, size_t n) {
-  const auto* src = static_cast<const unsigned char*>(buf);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, src, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    src += w;
-    n -= static_cast<size_t>(w);
-  }
-  return 0;
-}
-
-// Reads exactly `n` bytes at `offset`. Sizes were checked against fstat
-// already, so coming up short means the file shrank underneath us.
-Status ReadExactly(const std::string& path, int fd, uint64_t offset, size_t n,
-                   void* buf) {
-  size_t got = 0;
-  if (const int err = ReadAt(fd, offset, n, buf, &got); err != 0) {
-    return IoFailure(path, "read failed", err);
-  }
-  if (got != n) {
-    return Status::IoError(path + ": read failed: file shrank while reading");
-  }
-  return Status::Ok();
+  return ShapeProduct(shape, static_cast<int64_t>(DTypeSize(dtype)), bytes);
 }
 
 // ---------------------------------------------------------------------------
@@ -523,21 +398,6 @@ Status CheckDataSize(const std::string& path, DType dtype,
   return Status::Ok();
 }
 
-// Opens `path` for reading and returns its size.
-Status OpenForRead(const std::string& path, std::optional<Fd>* fd,
-                   uint64_t* file_size) {
-  // O_NONBLOCK keeps open() from hanging on a FIFO; it is rejected below.
-  fd->emplace(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if ((*fd)->get() < 0) return IoFailure(path, "cannot open", errno);
-  struct stat st {};
-  if (::fstat((*fd)->get(), &st) != 0) return IoFailure(path, "cannot stat", errno);
-  if (!S_ISREG(st.st_mode)) {
-    return Status::IoError(path + ": cannot read: not a regular file");
-  }
-  *file_size = static_cast<uint64_t>(st.st_size);
-  return Status::Ok();
-}
-
 Status ReadNpyImpl(const std::string& path, NpyArray* out) {
   if (out == nullptr) return Status::InvalidArgument(path + ": output array is null");
   std::optional<Fd> fd;
@@ -624,54 +484,15 @@ std::string EncodeHeader(DType dtype, const std::vector<int64_t>& shape) {
   return out;
 }
 
-// Unlinks a temporary file on every early return; Release() it once the file
-// has been renamed into place.
-class TempFileGuard {
- public:
-  explicit TempFileGuard(std::string path) : path_(std::move(path)) {}
-  ~TempFileGuard() {
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-  TempFileGuard(const TempFileGuard&) = delete;
-  TempFileGuard& operator=(const TempFileGuard&) = delete;
-  void Release() { path_.clear(); }
-
- private:
-  std::string path_;
-};
-
 Status WriteNpyImpl(const std::string& path, DType dtype,
                     const std::vector<int64_t>& shape, const void* data) {
   size_t data_bytes = 0;
   ATTNSCORE_RETURN_IF_ERROR(CheckWriteArgs(path, dtype, shape, data, &data_bytes));
   const std::string header = EncodeHeader(dtype, shape);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-
-  // A file left here by a crashed run with the same pid is stale: remove it.
-  // O_EXCL then refuses anything that reappears, including a planted symlink
-  // that O_TRUNC would have followed.
-  ::unlink(tmp.c_str());
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
-  if (fd.get() < 0) {
-    return IoFailure(path, "cannot create temporary file '" + tmp + "'", errno);
-  }
-  TempFileGuard guard(tmp);
-
-  int err = WriteAll(fd.get(), header.data(), header.size());
-  if (err == 0 && data_bytes > 0) err = WriteAll(fd.get(), data, data_bytes);
-  // Flush before the rename so a crash cannot leave `path` naming a file
-  // whose data never reached the disk.
-  if (err == 0 && ::fsync(fd.get()) != 0) err = errno;
-  const int close_err = fd.Close();
-  if (err == 0) err = close_err;
-  if (err != 0) {
-    return IoFailure(path, "cannot write temporary file '" + tmp + "'", err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return IoFailure(path, "cannot rename '" + tmp + "' into place", errno);
-  }
-  guard.Release();
-  return Status::Ok();
+  const std::span<const std::byte> pieces[] = {
+      std::as_bytes(std::span(header)),
+      {static_cast<const std::byte*>(data), data_bytes}};
+  return detail::WriteFileAtomically(path, pieces);
 }
 
 }  // namespace

@@ -1,21 +1,17 @@
 #include "io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <cerrno>
-#include <cstring>
+#include <cstddef>
 #include <exception>
-#include <limits>
 #include <optional>
 #include <set>
+#include <span>
 #include <string_view>
-#include <system_error>
 #include <utility>
+
+#include "io/file_io.h"
 
 namespace attnscore::io {
 namespace {
@@ -34,8 +30,6 @@ constexpr const char* kLoadableDType = "F32";
 // JavaScript's is not); the format's integers stay within 2^53 so that every
 // reader agrees on them. Larger claims are rejected rather than rounded.
 constexpr int64_t kMaxJsonInt = int64_t{1} << 53;
-
-constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 struct DTypeInfo {
   const char* name;
@@ -60,80 +54,29 @@ const DTypeInfo* FindDType(std::string_view name) {
 }
 
 // ---------------------------------------------------------------------------
-// Messages
+// Messages and sizes (the shared helpers are in io/file_io.h)
 
-// Names and header text come from the file; escape them so a message stays
-// one clean line whatever bytes the file holds, and keep them short.
-std::string Printable(std::string_view text) {
-  constexpr size_t kMaxShown = 60;
-  std::string out;
-  for (size_t i = 0; i < text.size() && i < kMaxShown; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 0xf]);
-    }
-  }
-  if (text.size() > kMaxShown) out += "...";
-  return out;
-}
+using detail::Fd;
+using detail::FormatShape;
+using detail::Malformed;
+using detail::MulNonNegative;
+using detail::OpenForRead;
+using detail::ReadExactly;
+
+// Names and header text come from the file; messages show them escaped, cut
+// after 60 bytes.
+std::string Printable(std::string_view text) { return detail::Printable(text, 60); }
 
 std::string Quoted(std::string_view name) { return "'" + Printable(name) + "'"; }
-
-// Python tuple syntax, as torch prints sizes: "()", "(3,)", "(2, 3)".
-// `any` marks FindTensor's -1 wildcard.
-std::string FormatShape(const std::vector<int64_t>& shape, bool wildcards = false) {
-  std::string out = "(";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += wildcards && shape[i] == -1 ? std::string("any") : std::to_string(shape[i]);
-  }
-  if (shape.size() == 1) out += ",";
-  out += ")";
-  return out;
-}
 
 std::string FormatRange(int64_t begin, int64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
 }
 
-Status Malformed(const std::string& path, const std::string& what) {
-  return Status::InvalidArgument(path + ": " + what);
-}
-
-Status IoFailure(const std::string& path, const std::string& what, int err) {
-  return Status::IoError(path + ": " + what + ": " + std::generic_category().message(err));
-}
-
-// ---------------------------------------------------------------------------
-// Sizes
-
-// a * b for non-negative a and b; false when the product exceeds int64.
-bool MulNonNegative(int64_t a, int64_t b, int64_t* product) {
-  if (a != 0 && b > kInt64Max / a) return false;
-  *product = a * b;
-  return true;
-}
-
-// Element count of a shape with non-negative dims; false on overflow. Zero
-// dims are skipped while multiplying, so (2^40, 2^40, 2^40, 0) still counts
-// as overflow: code computing strides from such a shape would overflow too.
+// Element count of a shape with non-negative dims. False on overflow, also
+// for (2^40, 2^40, 2^40, 0): see ShapeProduct.
 bool ElementCount(const std::vector<int64_t>& shape, int64_t* count) {
-  int64_t product = 1;
-  bool empty = false;
-  for (int64_t dim : shape) {
-    if (dim == 0) {
-      empty = true;
-    } else if (!MulNonNegative(product, dim, &product)) {
-      return false;
-    }
-  }
-  *count = empty ? 0 : product;
-  return true;
+  return detail::ShapeProduct(shape, 1, count);
 }
 
 // ---------------------------------------------------------------------------
@@ -674,75 +617,6 @@ Status CheckTiling(const std::string& path, const std::vector<Entry>& entries,
 }
 
 // ---------------------------------------------------------------------------
-// File descriptors
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-
-  int get() const { return fd_; }
-
-  // Closes now and returns close()'s errno, 0 on success: some filesystems
-  // (NFS) report a failed write only here.
-  int Close() {
-    const int fd = std::exchange(fd_, -1);
-    return ::close(fd) == 0 ? 0 : errno;
-  }
-
- private:
-  int fd_;
-};
-
-// Reads exactly `n` bytes at `offset`, retrying short reads and EINTR. Sizes
-// were checked against fstat already, so end of file means the file shrank.
-Status ReadExactly(const std::string& path, int fd, uint64_t offset, size_t n, void* buf) {
-  auto* dst = static_cast<unsigned char*>(buf);
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::pread(fd, dst + got, n - got, static_cast<off_t>(offset + got));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return IoFailure(path, "read failed", errno);
-    }
-    if (r == 0) return Status::IoError(path + ": read failed: file shrank while reading");
-    got += static_cast<size_t>(r);
-  }
-  return Status::Ok();
-}
-
-// Writes all `n` bytes, retrying short writes and EINTR. Returns 0 or errno.
-int WriteAll(int fd, const void* buf, size_t n) {
-  const auto* src = static_cast<const unsigned char*>(buf);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, src, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    src += w;
-    n -= static_cast<size_t>(w);
-  }
-  return 0;
-}
-
-// Opens `path` for reading and returns its size.
-Status OpenForRead(const std::string& path, std::optional<Fd>* fd, uint64_t* file_size) {
-  // O_NONBLOCK keeps open() from hanging on a FIFO; it is rejected below.
-  fd->emplace(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if ((*fd)->get() < 0) return IoFailure(path, "cannot open", errno);
-  struct stat st {};
-  if (::fstat((*fd)->get(), &st) != 0) return IoFailure(path, "cannot stat", errno);
-  if (!S_ISREG(st.st_mode)) return Status::IoError(path + ": cannot read: not a regular file");
-  *file_size = static_cast<uint64_t>(st.st_size);
-  return Status::Ok();
-}
-
-// ---------------------------------------------------------------------------
 // Reading
 
 // Reads the length prefix and the header text, checking the claimed length
@@ -1002,52 +876,18 @@ std::string EncodeHeader(const std::vector<const SafetensorsTensor*>& sorted,
   return out + json;
 }
 
-// Unlinks a temporary file on every early return; Release() it once the file
-// has been renamed into place.
-class TempFileGuard {
- public:
-  explicit TempFileGuard(std::string path) : path_(std::move(path)) {}
-  ~TempFileGuard() {
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-  TempFileGuard(const TempFileGuard&) = delete;
-  TempFileGuard& operator=(const TempFileGuard&) = delete;
-  void Release() { path_.clear(); }
-
- private:
-  std::string path_;
-};
-
 Status WriteSafetensorsImpl(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                             const SafetensorsMetadata& metadata) {
   std::vector<const SafetensorsTensor*> sorted;
   ATTNSCORE_RETURN_IF_ERROR(CheckWriteArgs(path, tensors, metadata, &sorted));
   const std::string header = EncodeHeader(sorted, metadata);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-
-  // A file left here by a crashed run with the same pid is stale: remove it.
-  // O_EXCL then refuses anything that reappears, including a planted symlink
-  // that O_TRUNC would have followed.
-  ::unlink(tmp.c_str());
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
-  if (fd.get() < 0) return IoFailure(path, "cannot create temporary file '" + tmp + "'", errno);
-  TempFileGuard guard(tmp);
-
-  int err = WriteAll(fd.get(), header.data(), header.size());
-  for (size_t i = 0; err == 0 && i < sorted.size(); ++i) {
-    err = WriteAll(fd.get(), sorted[i]->data.data(), sorted[i]->data.size() * sizeof(float));
+  std::vector<std::span<const std::byte>> pieces;
+  pieces.reserve(sorted.size() + 1);
+  pieces.push_back(std::as_bytes(std::span(header)));
+  for (const SafetensorsTensor* tensor : sorted) {
+    pieces.push_back(std::as_bytes(std::span(tensor->data)));
   }
-  // Flush before the rename so a crash cannot leave `path` naming a file
-  // whose data never reached the disk.
-  if (err == 0 && ::fsync(fd.get()) != 0) err = errno;
-  const int close_err = fd.Close();
-  if (err == 0) err = close_err;
-  if (err != 0) return IoFailure(path, "cannot write temporary file '" + tmp + "'", err);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return IoFailure(path, "cannot rename '" + tmp + "' into place", errno);
-  }
-  guard.Release();
-  return Status::Ok();
+  return detail::WriteFileAtomically(path, pieces);
 }
 
 }  // namespace
