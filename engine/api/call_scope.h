@@ -2,7 +2,12 @@
 #ifndef ATTNSCORE_API_CALL_SCOPE_H_
 #define ATTNSCORE_API_CALL_SCOPE_H_
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <new>
+
+#include "attnscore/status.h"
 
 namespace attnscore {
 
@@ -40,6 +45,34 @@ class CallScope {
 // ends; `slot` tells apart buffers one call needs at the same time. Grows, never
 // shrinks, so the steady state does not allocate.
 float* ThreadScratch(int slot, size_t count);
+
+// Runs body(row, scratch) for every row in [0, rows) on up to `threads`
+// OpenMP threads, each with denormals flushed and its own scratch of
+// `scratch_floats` (ThreadScratch slot `slot`); then after() once per
+// thread. An exception may not leave an OpenMP region, so a thread that
+// cannot allocate its scratch skips its rows and the call reports it (rows
+// done by other threads stay written).
+template <class Body, class After>
+Status ForEachRowInParallel(int threads, int64_t rows, int slot, size_t scratch_floats,
+                            Body body, After after) {
+  std::atomic<bool> out_of_memory{false};
+#pragma omp parallel if (threads > 1)
+  {
+    FlushDenormals flush;  // MXCSR is per thread
+    float* scratch = nullptr;
+    try {
+      scratch = ThreadScratch(slot, scratch_floats);
+    } catch (const std::bad_alloc&) {
+      out_of_memory = true;
+    }
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      if (scratch != nullptr) body(r, scratch);
+    }
+    after();
+  }
+  return out_of_memory ? Status::Internal("out of memory for per-thread scratch") : Status::Ok();
+}
 
 }  // namespace attnscore
 

@@ -1,10 +1,8 @@
 #include "ops/dot_product.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <memory>
-#include <new>
 #include <vector>
 
 #include "api/call_scope.h"
@@ -137,43 +135,31 @@ Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTe
   const int64_t value_dim = v.dims[2], rows = q.dims[0] * queries;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(depth)));
   const bool want_weights = !weights.empty();
-  std::atomic<bool> out_of_memory{false};
-#pragma omp parallel if (options.threads > 1)
-  {
-    FlushDenormals flush;  // MXCSR is per thread
-    float* scratch = nullptr;  // scores, then probabilities: one row of M
-    try {
-      scratch = ThreadScratch(2, static_cast<size_t>(keys));
-    } catch (const std::bad_alloc&) {
-      out_of_memory = true;
-    }
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      if (scratch == nullptr) continue;
-      const int64_t b = r / queries, i = r % queries;
-      const int64_t valid = RowValidLength(valid_lens, b, i, keys);
-      // A query with length 0 weighs all M keys equally, as the reference does.
-      const int64_t mixed = valid > 0 ? valid : keys;
-      const float* key_rows = k.data + b * k.strides[0];
-      const float* value_rows = v.data + b * v.strides[0];
-      kernels::ScoreRow(q.data + b * q.strides[0] + i * q.strides[1], static_cast<size_t>(depth),
-                        key_rows, k.strides[1], static_cast<size_t>(valid), scale, scratch);
-      float* probabilities = scratch;
-      if (want_weights) {
-        float* row = weights.data + b * weights.strides[0] + i * weights.strides[1];
-        kernels::MaskedSoftmaxRow(scratch, static_cast<size_t>(valid), static_cast<size_t>(keys),
-                                  scratch);
-        for (int64_t j = 0; j < keys; ++j) row[j * weights.strides[2]] = scratch[j];
-      } else {
-        kernels::MaskedSoftmaxRow(scratch, static_cast<size_t>(valid),
-                                  static_cast<size_t>(mixed), probabilities);
-      }
-      kernels::MixRow(probabilities, static_cast<size_t>(mixed), value_rows, v.strides[1],
-                      static_cast<size_t>(value_dim),
-                      out.data + b * out.strides[0] + i * out.strides[1]);
-    }
-  }
-  return out_of_memory ? Status::Internal("out of memory for a score row") : Status::Ok();
+  // Each thread's scratch holds one row of scores, then its probabilities.
+  return ForEachRowInParallel(
+      options.threads, rows, /*slot=*/2, static_cast<size_t>(keys),
+      [&](int64_t r, float* scratch) {
+        const int64_t b = r / queries, i = r % queries;
+        const int64_t valid = RowValidLength(valid_lens, b, i, keys);
+        // A query with length 0 weighs all M keys equally, as the reference does.
+        const int64_t mixed = valid > 0 ? valid : keys;
+        kernels::ScoreRow(q.data + b * q.strides[0] + i * q.strides[1],
+                          static_cast<size_t>(depth), k.data + b * k.strides[0], k.strides[1],
+                          static_cast<size_t>(valid), scale, scratch);
+        if (want_weights) {
+          float* row = weights.data + b * weights.strides[0] + i * weights.strides[1];
+          kernels::MaskedSoftmaxRow(scratch, static_cast<size_t>(valid),
+                                    static_cast<size_t>(keys), scratch);
+          for (int64_t j = 0; j < keys; ++j) row[j * weights.strides[2]] = scratch[j];
+        } else {
+          kernels::MaskedSoftmaxRow(scratch, static_cast<size_t>(valid),
+                                    static_cast<size_t>(mixed), scratch);
+        }
+        kernels::MixRow(scratch, static_cast<size_t>(mixed), v.data + b * v.strides[0],
+                        v.strides[1], static_cast<size_t>(value_dim),
+                        out.data + b * out.strides[0] + i * out.strides[1]);
+      },
+      [] {});
 }
 
 }  // namespace

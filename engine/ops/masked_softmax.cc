@@ -1,8 +1,5 @@
 #include "ops/masked_softmax.h"
 
-#include <atomic>
-#include <new>
-
 #include "api/call_scope.h"
 #include "api/checks.h"
 #include "api/valid_lens.h"
@@ -34,50 +31,37 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
   // The kernel wants unit column strides; other views go through a row buffer.
   const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
   stream = stream && unit_columns;
-  std::atomic<bool> out_of_memory{false};
-#pragma omp parallel if (threads > 1)
-  {
-    FlushDenormals flush;  // MXCSR is per thread
-    // Exceptions must not leave an OpenMP region: a thread that cannot get its
-    // buffer reports it, and every thread still meets the loop's barrier.
-    float* row_buffer = nullptr;
-    try {
-      row_buffer = ThreadScratch(0, static_cast<size_t>(width));
-    } catch (const std::bad_alloc&) {
-      out_of_memory = true;
-    }
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      if (row_buffer == nullptr) continue;
-      const int64_t b = r / queries, i = r % queries;
-      const int64_t valid = RowValidLength(valid_lens, first_batch + b, first_query + i, width);
-      const float* in = x.data + b * x.strides[0] + i * x.strides[1];
-      float* out = y.data + b * y.strides[0] + i * y.strides[1];
-      if (stream) {
-        // Memory-bound here: fetch scores a few rows ahead while this one computes.
-        if (r + kPrefetchRows < rows) {
-          const int64_t nb = (r + kPrefetchRows) / queries, ni = (r + kPrefetchRows) % queries;
-          PrefetchRow(x.data + nb * x.strides[0] + ni * x.strides[1],
-                      RowValidLength(valid_lens, first_batch + nb, first_query + ni, width));
+  return ForEachRowInParallel(
+      threads, rows, /*slot=*/0, static_cast<size_t>(width),
+      [&](int64_t r, float* row_buffer) {
+        const int64_t b = r / queries, i = r % queries;
+        const int64_t valid = RowValidLength(valid_lens, first_batch + b, first_query + i, width);
+        const float* in = x.data + b * x.strides[0] + i * x.strides[1];
+        float* out = y.data + b * y.strides[0] + i * y.strides[1];
+        if (stream) {
+          // Memory-bound here: fetch scores a few rows ahead while this one computes.
+          if (r + kPrefetchRows < rows) {
+            const int64_t nb = (r + kPrefetchRows) / queries, ni = (r + kPrefetchRows) % queries;
+            PrefetchRow(x.data + nb * x.strides[0] + ni * x.strides[1],
+                        RowValidLength(valid_lens, first_batch + nb, first_query + ni, width));
+          }
+          kernels::MaskedSoftmaxRowStream(in, static_cast<size_t>(valid),
+                                          static_cast<size_t>(width), out, row_buffer);
+          return;
         }
-        kernels::MaskedSoftmaxRowStream(in, static_cast<size_t>(valid),
-                                        static_cast<size_t>(width), out, row_buffer);
-        continue;
-      }
-      if (unit_columns) {
-        kernels::MaskedSoftmaxRow(in, static_cast<size_t>(valid),
-                                  static_cast<size_t>(width), out);
-        continue;
-      }
-      float* row = row_buffer;
-      for (int64_t j = 0; j < valid; ++j) row[j] = in[j * x.strides[2]];
-      kernels::MaskedSoftmaxRow(row, static_cast<size_t>(valid),
-                                static_cast<size_t>(width), row);
-      for (int64_t j = 0; j < width; ++j) out[j * y.strides[2]] = row[j];
-    }
-    if (stream) kernels::FlushStreams();  // before other threads read y
-  }
-  return out_of_memory ? Status::Internal("out of memory for a row buffer") : Status::Ok();
+        if (unit_columns) {
+          kernels::MaskedSoftmaxRow(in, static_cast<size_t>(valid), static_cast<size_t>(width),
+                                    out);
+          return;
+        }
+        for (int64_t j = 0; j < valid; ++j) row_buffer[j] = in[j * x.strides[2]];
+        kernels::MaskedSoftmaxRow(row_buffer, static_cast<size_t>(valid),
+                                  static_cast<size_t>(width), row_buffer);
+        for (int64_t j = 0; j < width; ++j) out[j * y.strides[2]] = row_buffer[j];
+      },
+      [&] {
+        if (stream) kernels::FlushStreams();  // before other threads read y
+      });
 }
 
 Status MaskedSoftmax(const EngineOptions& options, ConstTensor x,
