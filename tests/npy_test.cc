@@ -1,5 +1,6 @@
 #include "io/npy.h"
 
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include "io_test_util.h"
 
 #ifndef ATTNSCORE_GOLDEN_DIR
 #error "compile with -DATTNSCORE_GOLDEN_DIR=\"<absolute path of tests/golden>\""
@@ -71,56 +73,16 @@ std::string F32Dict(const std::string& shape) {
   NpyArray array;
   array.shape = {42};  // a sentinel a failed read must not change
   const Status status = ReadNpy(path, &array);
-  if (status.code() != code) {
-    return ::testing::AssertionFailure()
-           << "code " << static_cast<int>(status.code()) << ", want "
-           << static_cast<int>(code) << "; message: " << status.message();
-  }
-  if (status.message().rfind(path + ": ", 0) != 0) {
-    return ::testing::AssertionFailure()
-           << "message does not start with the path: " << status.message();
-  }
-  if (status.message().find(fragment) == std::string::npos) {
-    return ::testing::AssertionFailure()
-           << "message lacks \"" << fragment << "\": " << status.message();
-  }
-  if (array.shape != std::vector<int64_t>{42}) {
+  ::testing::AssertionResult result = FailedAs(status, path, code, fragment);
+  if (result && array.shape != std::vector<int64_t>{42}) {
     return ::testing::AssertionFailure() << "a failed read changed the output";
   }
-  return ::testing::AssertionSuccess() << status.message();
+  return result;
 }
 
-class NpyTest : public ::testing::Test {
+class NpyTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "npy_test.XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-
-  std::string WriteRaw(const std::string& name, const std::string& bytes) const {
-    const std::string path = Path(name);
-    std::ofstream(path, std::ios::binary) << bytes;
-    return path;
-  }
-
-  // Names in the temp dir, sorted: shows stray temporary files.
-  std::vector<std::string> Listing() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(dir_)) {
-      names.push_back(entry.path().filename().string());
-    }
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
-  fs::path dir_;
+  NpyTest() : TempDirTest("npy_test") {}
 };
 
 // ---------------------------------------------------------------------------

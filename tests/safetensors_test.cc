@@ -16,6 +16,7 @@
 #include <ostream>
 #include <string>
 #include <vector>
+#include "io_test_util.h"
 
 #ifndef ATTNSCORE_GOLDEN_DIR
 #error "compile with -DATTNSCORE_GOLDEN_DIR=\"<absolute path of tests/golden>\""
@@ -85,56 +86,16 @@ SafetensorsTensor MakeTensor(const std::string& name, std::vector<int64_t> shape
   tensors[0].name = "sentinel";  // a failed read must not change it
   SafetensorsMetadata metadata = {{"sentinel", "x"}};
   const Status status = ReadSafetensors(path, &tensors, &metadata);
-  if (status.code() != code) {
-    return ::testing::AssertionFailure()
-           << "code " << StatusCodeName(status.code()) << ", want " << StatusCodeName(code)
-           << "; message: " << status.message();
-  }
-  if (status.message().rfind(path + ": ", 0) != 0) {
-    return ::testing::AssertionFailure()
-           << "message does not start with the path: " << status.message();
-  }
-  if (status.message().find(fragment) == std::string::npos) {
-    return ::testing::AssertionFailure()
-           << "message lacks \"" << fragment << "\": " << status.message();
-  }
-  if (tensors.size() != 1 || tensors[0].name != "sentinel" || metadata.size() != 1) {
+  ::testing::AssertionResult result = FailedAs(status, path, code, fragment);
+  if (result && (tensors.size() != 1 || tensors[0].name != "sentinel" || metadata.size() != 1)) {
     return ::testing::AssertionFailure() << "a failed read changed the output";
   }
-  return ::testing::AssertionSuccess() << status.message();
+  return result;
 }
 
-class SafetensorsTest : public ::testing::Test {
+class SafetensorsTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "safetensors_test.XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-
-  std::string WriteRaw(const std::string& name, const std::string& bytes) const {
-    const std::string path = Path(name);
-    std::ofstream(path, std::ios::binary) << bytes;
-    return path;
-  }
-
-  // Names in the temp dir, sorted: shows stray temporary files.
-  std::vector<std::string> Listing() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(dir_)) {
-      names.push_back(entry.path().filename().string());
-    }
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
-  fs::path dir_;
+  SafetensorsTest() : TempDirTest("safetensors_test") {}
 };
 
 // ---------------------------------------------------------------------------
