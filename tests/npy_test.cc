@@ -18,6 +18,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
 #include "io_test_util.h"
 
 #ifndef ATTNSCORE_GOLDEN_DIR

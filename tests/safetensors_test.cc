@@ -16,6 +16,7 @@
 #include <ostream>
 #include <string>
 #include <vector>
+
 #include "io_test_util.h"
 
 #ifndef ATTNSCORE_GOLDEN_DIR
