@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <new>
+#include <string>
 
 #include "attnscore/status.h"
 
@@ -48,8 +50,8 @@ float* ThreadScratch(int slot, size_t count);
 
 // Runs body(row, scratch) for every row in [0, rows) on up to `threads`
 // OpenMP threads, each with denormals flushed and its own scratch of
-// `scratch_floats` (ThreadScratch slot `slot`); then after() once per
-// thread. An exception may not leave an OpenMP region, so a thread that
+// `scratch_floats` (ThreadScratch slot `slot`; none and a null pointer when
+// 0); then after() once per thread. An exception may not leave an OpenMP region, so a thread that
 // cannot allocate its scratch skips its rows and the call reports it (rows
 // done by other threads stay written).
 template <class Body, class After>
@@ -60,18 +62,34 @@ Status ForEachRowInParallel(int threads, int64_t rows, int slot, size_t scratch_
   {
     FlushDenormals flush;  // MXCSR is per thread
     float* scratch = nullptr;
+    bool ready = scratch_floats == 0;
     try {
-      scratch = ThreadScratch(slot, scratch_floats);
+      if (!ready) scratch = ThreadScratch(slot, scratch_floats);
+      ready = true;
     } catch (const std::bad_alloc&) {
       out_of_memory = true;
     }
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      if (scratch != nullptr) body(r, scratch);
+      if (ready) body(r, scratch);
     }
     after();
   }
   return out_of_memory ? Status::Internal("out of memory for per-thread scratch") : Status::Ok();
+}
+
+// Runs call() and turns an exception into a Status, so none crosses the API:
+// the only ones the engine can meet are allocation failures (scratch, plan
+// cache, model weights) and dependency errors.
+template <class Call>
+Status Guarded(const char* op, Call call) {
+  try {
+    return call();
+  } catch (const std::bad_alloc&) {
+    return Status::Internal(std::string(op) + ": out of memory");
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string(op) + ": " + e.what());
+  }
 }
 
 }  // namespace attnscore

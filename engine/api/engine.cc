@@ -1,6 +1,5 @@
 #include "attnscore/engine.h"
 
-#include <exception>
 #include <new>
 #include <string>
 
@@ -16,23 +15,6 @@ namespace attnscore {
 struct Engine::Impl {
   EngineOptions options;
 };
-
-namespace {
-
-// No exception crosses the API: the only ones the engine can meet are
-// allocation failures (scratch, plan cache) and dependency errors.
-template <class Call>
-Status Guarded(const char* op, Call call) {
-  try {
-    return call();
-  } catch (const std::bad_alloc&) {
-    return Status::Internal(std::string(op) + ": out of memory");
-  } catch (const std::exception& e) {
-    return Status::Internal(std::string(op) + ": " + e.what());
-  }
-}
-
-}  // namespace
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;

@@ -2,6 +2,7 @@
 #ifndef ATTNSCORE_ATTNSCORE_H_
 #define ATTNSCORE_ATTNSCORE_H_
 
+#include "attnscore/additive.h"
 #include "attnscore/engine.h"
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"

@@ -1,0 +1,343 @@
+// Additive attention (REFERENCE.md section 3): the model's weights, loading
+// them from a state_dict, and Forward.
+//
+// Per batch entry: Qh = Q W_qᵀ and Khᵀ = W_k Kᵀ by oneDNN (Khᵀ holds each
+// key's features as a column, so the score kernel loads vectors of keys);
+// then the score kernel (kernels/additive_scores) over blocks of query rows,
+// chunk by chunk of keys; then the masked softmax and W V by oneDNN. Keys
+// past the entry's longest valid length are never read.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "api/call_scope.h"
+#include "api/checks.h"
+#include "api/valid_lens.h"
+#include "attnscore/additive.h"
+#include "io/safetensors.h"
+#include "kernels/additive_scores.h"
+#include "matmul/matmul.h"
+#include "ops/masked_softmax.h"
+
+namespace attnscore {
+
+struct AdditiveAttention::Weights {
+  int64_t query_size = 0, key_size = 0, hidden = 0;
+  std::vector<float> w_q_t;  // (Dq, H): Qh = Q · w_q_t, oneDNN's plain layout
+  std::vector<float> w_k;    // (H, Dk): Khᵀ = W_k · Kᵀ
+  std::vector<float> w_v;    // (H)
+  float w_sum = 0;           // Σ w_v: the fast tanh's scores are w_sum − 2·Σ w_v/(1 + A·B)
+};
+
+namespace {
+
+constexpr const char* kOp = "AdditiveAttention";
+
+// The "state_dict" names, as PyTorch's module calls its parameters.
+constexpr const char* kQueryWeight = "W_q.weight";
+constexpr const char* kKeyWeight = "W_k.weight";
+constexpr const char* kScoreWeight = "w_v.weight";
+
+int64_t RoundUp(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+// Keys per chunk: a chunk's features (H × chunk floats) should stay in L2
+// (512 KiB of it) while every block of query rows walks them.
+int64_t KeyChunk(int64_t hidden) {
+  return std::max<int64_t>(64, (int64_t{128} << 10) / hidden / 64 * 64);
+}
+
+// Copies a rank-2 view, refusing NaN and Inf: a model weight that is not
+// finite means a corrupt or diverged model, better reported than served.
+Status CopyFinite(const char* name, const ConstTensor& t, bool transpose, std::vector<float>* out) {
+  const int64_t rows = t.dims[0], cols = t.dims[1];
+  out->resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float x = t.data[r * t.strides[0] + c * t.strides[1]];
+      if (!std::isfinite(x)) {
+        return Status::InvalidArgument(std::string(kOp) + ": " + name + " has " +
+                                       (std::isnan(x) ? "NaN" : "Inf") + " at (" +
+                                       std::to_string(r) + ", " + std::to_string(c) +
+                                       "); model weights must be finite");
+      }
+      (*out)[static_cast<size_t>(transpose ? c * rows + r : r * cols + c)] = x;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+AdditiveAttention::AdditiveAttention(std::unique_ptr<Weights> weights)
+    : weights_(std::move(weights)) {}
+AdditiveAttention::~AdditiveAttention() = default;
+
+int64_t AdditiveAttention::query_size() const { return weights_->query_size; }
+int64_t AdditiveAttention::key_size() const { return weights_->key_size; }
+int64_t AdditiveAttention::hidden_size() const { return weights_->hidden; }
+
+Status AdditiveAttention::Create(ConstTensor w_q, ConstTensor w_k, ConstTensor w_v,
+                                 std::unique_ptr<AdditiveAttention>* model) {
+  if (model == nullptr) return Status::InvalidArgument("AdditiveAttention::Create: model is null");
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kQueryWeight, w_q, {kAnyDim, kAnyDim}, "(H, Dq)"));
+  const int64_t hidden = w_q.dims[0];
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kKeyWeight, w_k, {hidden, kAnyDim}, "(H, Dk)"));
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kScoreWeight, w_v, {1, hidden}, "(1, H)"));
+  return Guarded("AdditiveAttention::Create", [&] {
+    auto weights = std::make_unique<Weights>();
+    weights->query_size = w_q.dims[1];
+    weights->key_size = w_k.dims[1];
+    weights->hidden = hidden;
+    ATTNSCORE_RETURN_IF_ERROR(CopyFinite(kQueryWeight, w_q, /*transpose=*/true, &weights->w_q_t));
+    ATTNSCORE_RETURN_IF_ERROR(CopyFinite(kKeyWeight, w_k, /*transpose=*/false, &weights->w_k));
+    ATTNSCORE_RETURN_IF_ERROR(CopyFinite(kScoreWeight, w_v, /*transpose=*/false, &weights->w_v));
+    double sum = 0;
+    for (float w : weights->w_v) sum += w;
+    weights->w_sum = static_cast<float>(sum);
+    model->reset(new AdditiveAttention(std::move(weights)));
+    return Status::Ok();
+  });
+}
+
+Status AdditiveAttention::Load(const std::string& path,
+                               std::unique_ptr<AdditiveAttention>* model) {
+  if (model == nullptr) return Status::InvalidArgument("AdditiveAttention::Load: model is null");
+  return Guarded("AdditiveAttention::Load", [&] {
+    std::vector<io::SafetensorsTensor> tensors;
+    ATTNSCORE_RETURN_IF_ERROR(io::ReadSafetensors(path, &tensors));
+    const std::set<std::string> expected = {kQueryWeight, kKeyWeight, kScoreWeight};
+    for (const io::SafetensorsTensor& t : tensors) {
+      if (expected.count(t.name) == 0) {
+        return Status::InvalidArgument(path + ": unexpected tensor \"" + t.name +
+                                       "\"; an additive attention state_dict has only " +
+                                       kQueryWeight + ", " + kKeyWeight + " and " + kScoreWeight);
+      }
+    }
+    const io::SafetensorsTensor *w_q = nullptr, *w_k = nullptr, *w_v = nullptr;
+    ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kQueryWeight, {-1, -1}, &w_q));
+    const int64_t hidden = w_q->shape[0];
+    ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kKeyWeight, {hidden, -1}, &w_k));
+    ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kScoreWeight, {1, hidden}, &w_v));
+    const auto view = [](const io::SafetensorsTensor* t) {
+      return ConstTensor(t->data.data(), {t->shape[0], t->shape[1]});
+    };
+    Status s = Create(view(w_q), view(w_k), view(w_v), model);
+    if (!s.ok()) return Status(s.code(), path + ": " + s.message());
+    return s;
+  });
+}
+
+namespace {
+
+Status CheckArguments(const AdditiveAttention::Weights& m, const ConstTensor& q,
+                      const ConstTensor& k, const ConstTensor& v, const ValidLens& lens,
+                      const ConstTensor& out, const Tensor& weights) {
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, m.query_size}, "(B, N, Dq)"));
+  const int64_t batch = q.dims[0], queries = q.dims[1];
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "keys", k, {batch, kAnyDim, m.key_size}, "(B, M, Dk)"));
+  const int64_t keys = k.dims[1];
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "values", v, {batch, keys, kAnyDim}, "(B, M, Dv)"));
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "out", out, {batch, queries, v.dims[2]}, "(B, N, Dv)"));
+  ATTNSCORE_RETURN_IF_ERROR(CheckWritable(kOp, "out", out));
+  for (auto [name, input] : {std::pair{"queries", q}, {"keys", k}, {"values", v}}) {
+    ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, name, input));
+  }
+  if (!weights.empty()) {
+    ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "weights", weights, {batch, queries, keys}, "(B, N, M)"));
+    ATTNSCORE_RETURN_IF_ERROR(CheckWritable(kOp, "weights", weights));
+    for (auto [name, other] : {std::pair{"queries", q}, {"keys", k}, {"values", v}, {"out", out}}) {
+      ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "weights", weights, name, other));
+    }
+  }
+  return CheckValidLens(lens, batch, queries, kOp, {{"out", out}, {"weights", weights}});
+}
+
+// What one batch entry needs, worked out (with every oneDNN plan) before
+// anything is written.
+struct Entry {
+  int64_t longest = 0;    // the longest valid length among its queries
+  int64_t mix_width = 0;  // key columns of W V: longest, or M if a query has L = 0
+  std::shared_ptr<const matmul::Plan> mix;
+};
+
+class ForwardPass {
+ public:
+  ForwardPass(const EngineOptions& options, const AdditiveAttention::Weights& m, const ConstTensor& q,
+          const ConstTensor& k, const ConstTensor& v, const ValidLens& lens, const Tensor& out,
+          const Tensor& weights)
+      : options_(options), m_(m), q_(q), k_(k), v_(v), lens_(lens), out_(out), weights_(weights),
+        queries_(q.dims[1]), keys_(k.dims[1]), hidden_(m.hidden), chunk_(KeyChunk(m.hidden)),
+        chunk_stride_(RoundUp(std::min(chunk_, keys_), kernels::kAdditivePadFloats)),
+        score_stride_(RoundUp(keys_, kernels::kAdditivePadFloats)) {}
+
+  Status Prepare() {
+    matmul::Problem project;
+    project.a = {queries_, m_.query_size, 0, q_.strides[1], q_.strides[2]};
+    project.b = {m_.query_size, hidden_, 0, hidden_, 1};
+    project.c = {queries_, hidden_, 0, hidden_, 1};
+    ATTNSCORE_RETURN_IF_ERROR(matmul::GetPlan(project, &project_queries_));
+    entries_.resize(static_cast<size_t>(q_.dims[0]));
+    for (int64_t b = 0; b < q_.dims[0]; ++b) {
+      Entry& e = entries_[static_cast<size_t>(b)];
+      bool has_empty = false;
+      for (int64_t i = 0; i < queries_; ++i) {
+        const int64_t valid = RowValidLength(lens_, b, i, keys_);
+        e.longest = std::max(e.longest, valid);
+        has_empty |= valid == 0;
+      }
+      e.mix_width = has_empty ? keys_ : e.longest;
+      for (int64_t j = 0; j < e.longest; j += chunk_) {
+        ATTNSCORE_RETURN_IF_ERROR(KeyPlan(std::min(chunk_, e.longest - j), nullptr));
+      }
+      matmul::Problem mix;
+      mix.a = want_weights() ? matmul::Layout{queries_, e.mix_width, 0, weights_.strides[1], weights_.strides[2]}
+                             : matmul::Layout{queries_, e.mix_width, 0, score_stride_, 1};
+      mix.b = {e.mix_width, v_.dims[2], 0, v_.strides[1], v_.strides[2]};
+      mix.c = {queries_, out_.dims[2], 0, out_.strides[1], out_.strides[2]};
+      ATTNSCORE_RETURN_IF_ERROR(matmul::GetPlan(mix, &e.mix));
+    }
+    return Status::Ok();
+  }
+
+  Status Run() {
+    // Raw projections, their tanh factors, one chunk of key features, scores.
+    const int64_t q_floats = queries_ * hidden_;
+    float* scratch = ThreadScratch(1, static_cast<size_t>(2 * q_floats + hidden_ * chunk_stride_ +
+                                                          queries_ * score_stride_));
+    q_raw_ = scratch;
+    q_factors_ = q_raw_ + q_floats;
+    k_cols_ = q_factors_ + q_floats;
+    scores_ = k_cols_ + hidden_ * chunk_stride_;
+    for (int64_t b = 0; b < q_.dims[0]; ++b) ATTNSCORE_RETURN_IF_ERROR(RunEntry(b));
+    return Status::Ok();
+  }
+
+ private:
+  bool want_weights() const { return !weights_.empty(); }
+
+  // Khᵀ for `width` keys: (H, width) columns chunk_stride_ apart.
+  Status KeyPlan(int64_t width, std::shared_ptr<const matmul::Plan>* plan) {
+    for (const auto& known : key_plans_) {
+      if (known.first == width) {
+        if (plan) *plan = known.second;
+        return Status::Ok();
+      }
+    }
+    matmul::Problem project;
+    project.a = {hidden_, m_.key_size, 0, m_.key_size, 1};
+    project.b = {m_.key_size, width, 0, k_.strides[2], k_.strides[1]};  // Kᵀ by strides
+    project.c = {hidden_, width, 0, chunk_stride_, 1};
+    std::shared_ptr<const matmul::Plan> created;
+    ATTNSCORE_RETURN_IF_ERROR(matmul::GetPlan(project, &created));
+    key_plans_.emplace_back(width, created);
+    if (plan) *plan = created;
+    return Status::Ok();
+  }
+
+  Status RunEntry(int64_t b) {
+    const Entry& e = entries_[static_cast<size_t>(b)];
+    if (e.longest > 0) {
+      ATTNSCORE_RETURN_IF_ERROR(project_queries_->Run(q_.data + b * q_.strides[0], m_.w_q_t.data(), q_raw_));
+      const float largest_query = kernels::MaxAbs(q_raw_, static_cast<size_t>(queries_ * hidden_));
+      bool have_query_factors = false;
+      for (int64_t first = 0; first < e.longest; first += chunk_) {
+        const int64_t width = std::min(chunk_, e.longest - first);
+        const int64_t padded = RoundUp(width, kernels::kAdditivePadFloats);
+        std::shared_ptr<const matmul::Plan> plan;
+        ATTNSCORE_RETURN_IF_ERROR(KeyPlan(width, &plan));
+        ATTNSCORE_RETURN_IF_ERROR(plan->Run(m_.w_k.data(), k_.data + b * k_.strides[0] + first * k_.strides[1], k_cols_));
+        float largest_key = 0;
+        for (int64_t h = 0; h < hidden_; ++h) {
+          float* row = k_cols_ + h * chunk_stride_;
+          // The kernel reads whole vectors; keep the padding finite and fixed.
+          std::fill(row + width, row + padded, 0.0f);
+          largest_key = std::max(largest_key, kernels::MaxAbs(row, static_cast<size_t>(width)));
+        }
+        // The fast tanh is exact unless a clamped factor can meet a large one
+        // of the other side (kernels/additive_scores.h); NaN compares false
+        // and takes Highway's Tanh, which propagates it as well.
+        const float clamp = kernels::kTanhFactorClamp, bound = kernels::kTanhFactorExactBound;
+        const bool fast = (largest_query <= clamp && largest_key <= clamp) ||
+                          largest_query <= bound || largest_key <= bound;
+        if (fast) {
+          if (!have_query_factors) {
+            std::memcpy(q_factors_, q_raw_, sizeof(float) * static_cast<size_t>(queries_ * hidden_));
+            kernels::ToTanhFactors(q_factors_, static_cast<size_t>(queries_ * hidden_));
+            have_query_factors = true;
+          }
+          for (int64_t h = 0; h < hidden_; ++h) {
+            kernels::ToTanhFactors(k_cols_ + h * chunk_stride_, static_cast<size_t>(padded));
+          }
+        }
+        ATTNSCORE_RETURN_IF_ERROR(ScoreChunk(b, first, width, fast));
+      }
+    }
+    const ConstTensor scores(scores_, {1, queries_, score_stride_});
+    const Tensor probabilities =
+        want_weights() ? Tensor(weights_.data + b * weights_.strides[0], {1, queries_, keys_},
+                                {weights_.strides[0], weights_.strides[1], weights_.strides[2]})
+                       : Tensor(scores_, {1, queries_, e.mix_width}, {queries_ * score_stride_, score_stride_, 1});
+    ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(scores, probabilities, lens_, b, 0, options_.threads, /*stream=*/false));
+    return e.mix->Run(probabilities.data, v_.data + b * v_.strides[0], out_.data + b * out_.strides[0]);
+  }
+
+  // Scores of keys [first, first + width) for every query row of entry b,
+  // each block of rows up to the longest valid length among them.
+  Status ScoreChunk(int64_t b, int64_t first, int64_t width, bool fast) {
+    constexpr int64_t kBlock = kernels::kAdditiveRowBlock;
+    const float* q_source = fast ? q_factors_ : q_raw_;
+    const auto mode = fast ? kernels::TanhMode::kExpProduct : kernels::TanhMode::kHighway;
+    const int64_t blocks = (queries_ + kBlock - 1) / kBlock;
+    return ForEachRowInParallel(
+        options_.threads, blocks, /*slot=*/0, /*scratch_floats=*/0,
+        [&](int64_t block, float*) {
+          const int64_t i0 = block * kBlock, rows = std::min(kBlock, queries_ - i0);
+          int64_t longest = 0;
+          const float* q_rows[kBlock];
+          float* out_rows[kBlock];
+          for (int64_t r = 0; r < rows; ++r) {
+            longest = std::max(longest, RowValidLength(lens_, b, i0 + r, keys_));
+            q_rows[r] = q_source + (i0 + r) * hidden_;
+            out_rows[r] = scores_ + (i0 + r) * score_stride_ + first;
+          }
+          const int64_t columns = std::min(longest - first, width);
+          if (columns <= 0) return;
+          kernels::AdditiveScoreBlock(mode, q_rows, static_cast<size_t>(rows), k_cols_,
+                                      static_cast<size_t>(chunk_stride_), static_cast<size_t>(hidden_),
+                                      m_.w_v.data(), m_.w_sum, static_cast<size_t>(columns), out_rows);
+        },
+        [] {});
+  }
+
+  const EngineOptions& options_;
+  const AdditiveAttention::Weights& m_;
+  const ConstTensor &q_, &k_, &v_;
+  const ValidLens& lens_;
+  const Tensor &out_, &weights_;
+  const int64_t queries_, keys_, hidden_, chunk_, chunk_stride_, score_stride_;
+  std::shared_ptr<const matmul::Plan> project_queries_;
+  std::vector<std::pair<int64_t, std::shared_ptr<const matmul::Plan>>> key_plans_;
+  std::vector<Entry> entries_;
+  float *q_raw_ = nullptr, *q_factors_ = nullptr, *k_cols_ = nullptr, *scores_ = nullptr;
+};
+
+}  // namespace
+
+Status AdditiveAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
+                                  ConstTensor values, const ValidLens& valid_lens, Tensor out,
+                                  Tensor weights) const {
+  CallScope scope(engine.options().threads);
+  return Guarded(kOp, [&] {
+    ATTNSCORE_RETURN_IF_ERROR(CheckArguments(*weights_, queries, keys, values, valid_lens, out, weights));
+    ForwardPass forward(engine.options(), *weights_, queries, keys, values, valid_lens, out, weights);
+    ATTNSCORE_RETURN_IF_ERROR(forward.Prepare());
+    return forward.Run();
+  });
+}
+
+}  // namespace attnscore
