@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Generate the golden .npy files for attnscore's masked softmax and
-scaled dot-product attention (REFERENCE.md sections 1 and 2).
+"""Generate the golden files for attnscore's masked softmax, scaled
+dot-product attention and additive attention (REFERENCE.md sections 1-3).
 
 The reference is the d2l "Attention Scoring Functions" code (seeds/003, 004),
 re-stated below in a few lines: masked_softmax via sequence_mask(value=-1e6)
@@ -9,8 +9,9 @@ and DotProductAttention in eval mode (dropout inactive).
 Inputs are drawn as float32 with a fixed torch seed per case; the reference
 runs in float64 on those same float32 values (cast to double) and the expected
 outputs are stored as float32. Files go to tests/golden/<case>/, one tensor
-per file, little-endian C order. Running the script twice yields byte-identical
-files.
+per file, little-endian C order; an additive case also has its weights as
+model.safetensors (the module's state_dict, written by tools/export_torch.py).
+Running the script twice yields byte-identical files.
 
 Usage: tools/make_golden.py [--out DIR]
 """
@@ -22,7 +23,10 @@ import sys
 import numpy as np
 import torch
 
-from seed_modules import DotProductAttention, masked_softmax  # tools/, beside this script
+import copy
+
+from export_torch import save_safetensors  # tools/, beside this script
+from seed_modules import AdditiveAttention, DotProductAttention, masked_softmax
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "golden")
@@ -44,6 +48,15 @@ def ref_dot(q32, k32, v32, lens):
     with torch.no_grad():
         out64 = attn(q32.double(), k32.double(), v32.double(), lens)
         w64 = attn.attention_weights
+    return out64.float(), w64.float(), out64, w64
+
+
+def ref_additive(model32, q32, k32, v32, lens):
+    """The seed module itself, run in float64 on the float32 weights and inputs."""
+    model64 = copy.deepcopy(model32).double()
+    with torch.no_grad():
+        out64 = model64(q32.double(), k32.double(), v32.double(), lens)
+    w64 = model64.attention_weights
     return out64.float(), w64.float(), out64, w64
 
 
@@ -101,7 +114,7 @@ def case_dir(out_root, case):
     os.makedirs(folder, exist_ok=True)
     # A case never keeps files from an earlier layout (e.g. a dropped lens).
     for f in os.listdir(folder):
-        if f.endswith(".npy"):
+        if f.endswith(".npy") or f.endswith(".safetensors"):
             os.remove(os.path.join(folder, f))
     return folder
 
@@ -154,6 +167,30 @@ def emit_dot(out_root, case, q, k, v, lens):
     nbytes += save(folder, "weights", w32, "<f4")
     print("%-26s dot Q%s K%s V%s %s  f32-vs-f64 out %.1e w %.1e  %d B"
           % (case, tuple(q.shape), tuple(k.shape), tuple(v.shape),
+             describe_lens(lens), err_o, err_w, nbytes))
+    return out32, w32
+
+
+def emit_additive(out_root, case, model, q, k, v, lens):
+    folder = case_dir(out_root, case)
+    out32, w32, out64, w64 = ref_additive(model, q, k, v, lens)
+    check_weights(case, w64, w32, lens)
+    with torch.no_grad():
+        got = model(q, k, v, lens)
+    vmax = v.abs().max().item()
+    err_o = check_against_f32(case, got, out64, 1e-5 * (1.0 + vmax))
+    err_w = check_against_f32(case, model.attention_weights, w64, 1e-5)
+    save_safetensors(model.state_dict(), os.path.join(folder, "model.safetensors"))
+    nbytes = os.path.getsize(os.path.join(folder, "model.safetensors"))
+    nbytes += save(folder, "queries", q, "<f4")
+    nbytes += save(folder, "keys", k, "<f4")
+    nbytes += save(folder, "values", v, "<f4")
+    if lens is not None:
+        nbytes += save(folder, "valid_lens", lens, lens_dtype(lens))
+    nbytes += save(folder, "out", out32, "<f4")
+    nbytes += save(folder, "weights", w32, "<f4")
+    print("%-26s additive H=%d Q%s K%s V%s %s  f32-vs-f64 out %.1e w %.1e  %d B"
+          % (case, model.w_v.weight.shape[1], tuple(q.shape), tuple(k.shape), tuple(v.shape),
              describe_lens(lens), err_o, err_w, nbytes))
     return out32, w32
 
@@ -235,6 +272,37 @@ def main():
     v = torch.randn(2, 130, 24)
     lens = torch.tensor([77, 130], dtype=torch.int32)
     emit_dot(out, "dot_per_batch_int32", q, k, v, lens)
+
+    # --- additive attention -------------------------------------------------
+    torch.manual_seed(3001)
+    model = AdditiveAttention(key_size=2, query_size=20, num_hiddens=8).eval()
+    q = torch.normal(0, 1, (2, 1, 20))
+    k = torch.ones((2, 10, 2))
+    v = torch.arange(40, dtype=torch.float32).reshape(1, 10, 4).repeat(2, 1, 1)
+    lens = torch.tensor([2, 6], dtype=torch.int64)
+    o, w = emit_additive(out, "additive_toy", model, q, k, v, lens)
+    # The d2l toy: all keys are equal, so weights are uniform over valid keys.
+    assert torch.equal(w[0, 0, :2], torch.full((2,), 0.5)) and torch.all(w[0, 0, 2:] == 0)
+    assert torch.allclose(o, torch.tensor([[[2.0, 3.0, 4.0, 5.0]], [[10.0, 11.0, 12.0, 13.0]]]),
+                          rtol=0, atol=1e-5), o
+
+    torch.manual_seed(3002)
+    model = AdditiveAttention(key_size=7, query_size=5, num_hiddens=31).eval()
+    emit_additive(out, "additive_no_lens", model, torch.randn(2, 3, 5), torch.randn(2, 17, 7),
+                  torch.randn(2, 17, 6), None)
+
+    torch.manual_seed(3003)
+    model = AdditiveAttention(key_size=9, query_size=11, num_hiddens=1).eval()
+    lens = torch.randint(0, 20, (3, 6), dtype=torch.int64)
+    lens[0, 0], lens[0, 1], lens[1, 2], lens[2, 3] = 0, 1, 17, 19
+    emit_additive(out, "additive_h1_per_query", model, torch.randn(3, 6, 11) * 2,
+                  torch.randn(3, 17, 9) * 2, torch.randn(3, 17, 3), lens)
+
+    torch.manual_seed(3004)
+    model = AdditiveAttention(key_size=24, query_size=16, num_hiddens=300).eval()
+    lens = torch.tensor([700, 1, 333], dtype=torch.int32)
+    emit_additive(out, "additive_h300_m700_int32", model, torch.randn(3, 5, 16),
+                  torch.randn(3, 700, 24), torch.randn(3, 700, 8), lens)
 
     total = 0
     for root, _, files in os.walk(out):

@@ -48,3 +48,23 @@ class DotProductAttention(nn.Module):
         scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
         self.attention_weights = masked_softmax(scores, valid_lens)
         return torch.bmm(self.dropout(self.attention_weights), values)
+
+
+class AdditiveAttention(nn.Module):
+    """d2l's additive attention: w_v · tanh(W_q q + W_k k), materialising the
+    (B, N, M, H) features as the notebook does. Keeps the weights in
+    self.attention_weights."""
+
+    def __init__(self, key_size, query_size, num_hiddens, dropout=0.0):
+        super().__init__()
+        self.W_k = nn.Linear(key_size, num_hiddens, bias=False)
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=False)
+        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries, keys, values, valid_lens=None):
+        queries, keys = self.W_q(queries), self.W_k(keys)
+        features = torch.tanh(queries.unsqueeze(2) + keys.unsqueeze(1))
+        scores = self.w_v(features).squeeze(-1)
+        self.attention_weights = masked_softmax(scores, valid_lens)
+        return torch.bmm(self.dropout(self.attention_weights), values)

@@ -1,0 +1,186 @@
+#!/usr/bin/python3
+"""Export PyTorch models and inputs in the files attnscore reads.
+
+  export_torch.py convert STATE.pt OUT.safetensors
+      A state_dict (or a whole module) saved with torch.save, written as
+      .safetensors with the state_dict keys as tensor names.
+
+  export_torch.py additive --query-size DQ --key-size DK --hidden H --out DIR
+                  [--batch B --queries N --keys M --value-dim DV]
+                  [--valid-lens none|L0,L1,...] [--seed S] [--toy]
+      The seed AdditiveAttention module (tools/seed_modules.py) with random
+      weights: DIR/model.safetensors, random float32 inputs as DIR/queries.npy,
+      keys.npy, values.npy (and valid_lens.npy, int64, one per batch entry),
+      and what the module itself returns: DIR/out.npy and DIR/weights.npy.
+      --toy uses d2l's inputs instead: keys all ones, values arange(M*DV)
+      repeated over the batch.
+
+Floating-point tensors are written as float32 (F32, the engine's type);
+integer tensors keep their type. The file is written by hand when the
+`safetensors` package is absent: an 8-byte little-endian header length, the
+JSON header (tensors sorted by name, padded with spaces to a multiple of 8),
+then the tensors back to back. Files are written to a temporary name and
+renamed, so a failure leaves nothing behind.
+
+As a library: save_safetensors(state_dict, path) and save_npy(array, path).
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from seed_modules import AdditiveAttention  # noqa: E402
+
+DTYPES = {np.dtype("<f4"): "F32", np.dtype("<f8"): "F64", np.dtype("<f2"): "F16",
+          np.dtype("<i8"): "I64", np.dtype("<i4"): "I32", np.dtype("<i2"): "I16",
+          np.dtype("i1"): "I8", np.dtype("u1"): "U8", np.dtype("bool"): "BOOL"}
+
+
+def as_array(tensor):
+    """A state_dict entry as a little-endian C-order numpy array; floats as float32."""
+    t = tensor.detach().cpu()
+    if t.is_floating_point():
+        t = t.float()
+    a = np.ascontiguousarray(t.numpy())
+    return a.astype(a.dtype.newbyteorder("<"), copy=False)
+
+
+def atomic_write(path, chunks):
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def save_safetensors(state_dict, path):
+    """Writes {name: tensor} to path as .safetensors (float tensors as F32)."""
+    arrays = {name: as_array(t) for name, t in state_dict.items()}
+    for name, a in arrays.items():
+        if a.dtype not in DTYPES:
+            raise ValueError("%s: dtype %s has no safetensors name here" % (name, a.dtype))
+    try:
+        from safetensors.numpy import save_file
+    except ImportError:
+        save_file = None
+    if save_file is not None:
+        tmp = "%s.tmp.%d" % (path, os.getpid())
+        try:
+            save_file(arrays, tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+        return
+    header, offset = {}, 0
+    for name in sorted(arrays):
+        a = arrays[name]
+        header[name] = {"dtype": DTYPES[a.dtype], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    atomic_write(path, [struct.pack("<Q", len(text)), text] +
+                 [arrays[name].tobytes() for name in sorted(arrays)])
+
+
+def save_npy(array, path):
+    a = np.ascontiguousarray(array)
+    tmp = "%s.tmp.%d.npy" % (path, os.getpid())
+    try:
+        np.save(tmp, a, allow_pickle=False)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def convert(args):
+    obj = torch.load(args.state, map_location="cpu")
+    if isinstance(obj, torch.nn.Module):
+        obj = obj.state_dict()
+    if not isinstance(obj, dict) or not all(torch.is_tensor(t) for t in obj.values()):
+        sys.exit("export_torch.py: error: %s holds neither a module nor a state_dict of tensors"
+                 % args.state)
+    save_safetensors(obj, args.out)
+    print("wrote %s: %s" % (args.out, ", ".join(
+        "%s %s" % (k, tuple(v.shape)) for k, v in sorted(obj.items()))))
+
+
+def parse_lens(text, batch):
+    if text == "none":
+        return None
+    lens = [int(x) for x in text.split(",")]
+    if len(lens) != batch or min(lens) < 0:
+        sys.exit("export_torch.py: error: --valid-lens needs %d non-negative integers, got %r"
+                 % (batch, text))
+    return torch.tensor(lens, dtype=torch.int64)
+
+
+def additive(args):
+    torch.manual_seed(args.seed)
+    model = AdditiveAttention(args.key_size, args.query_size, args.hidden).eval()
+    B, N, M, DV = args.batch, args.queries, args.keys, args.value_dim
+    q = torch.randn(B, N, args.query_size)
+    if args.toy:
+        k = torch.ones(B, M, args.key_size)
+        v = torch.arange(M * DV, dtype=torch.float32).reshape(1, M, DV).repeat(B, 1, 1)
+    else:
+        k = torch.randn(B, M, args.key_size)
+        v = torch.randn(B, M, DV)
+    lens = parse_lens(args.valid_lens, B)
+    with torch.no_grad():
+        out = model(q, k, v, lens)
+    os.makedirs(args.out, exist_ok=True)
+    save_safetensors(model.state_dict(), os.path.join(args.out, "model.safetensors"))
+    for name, t in (("queries", q), ("keys", k), ("values", v), ("out", out),
+                    ("weights", model.attention_weights)):
+        save_npy(t.numpy().astype("<f4"), os.path.join(args.out, name + ".npy"))
+    if lens is not None:
+        save_npy(lens.numpy().astype("<i8"), os.path.join(args.out, "valid_lens.npy"))
+    print("wrote %s: model.safetensors (H=%d), Q%s K%s V%s, out%s" %
+          (args.out, args.hidden, tuple(q.shape), tuple(k.shape), tuple(v.shape), tuple(out.shape)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    sub = ap.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("convert", help="a torch.save'd state_dict or module to .safetensors")
+    c.add_argument("state")
+    c.add_argument("out")
+    a = sub.add_parser("additive", help="the seed AdditiveAttention, its inputs and outputs")
+    a.add_argument("--query-size", type=int, required=True)
+    a.add_argument("--key-size", type=int, required=True)
+    a.add_argument("--hidden", type=int, required=True)
+    a.add_argument("--batch", type=int, default=2)
+    a.add_argument("--queries", type=int, default=1)
+    a.add_argument("--keys", type=int, default=10)
+    a.add_argument("--value-dim", type=int, default=4)
+    a.add_argument("--valid-lens", default="none")
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--toy", action="store_true")
+    a.add_argument("--out", required=True)
+    args = ap.parse_args()
+    for name in ("query_size", "key_size", "hidden", "batch", "queries", "keys", "value_dim"):
+        if getattr(args, name, 1) < 1:
+            ap.error("--%s must be >= 1" % name.replace("_", "-"))
+    {"convert": convert, "additive": additive}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
