@@ -61,6 +61,13 @@ ValidLens LensView(const io::NpyArray& lens) {
 std::vector<double> ReferenceMaskedSoftmax(const std::vector<float>& x, int64_t batch,
                                            int64_t queries, int64_t keys,
                                            const std::vector<int64_t>& row_lens) {
+  return ReferenceMaskedSoftmax(std::vector<double>(x.begin(), x.end()), batch, queries, keys,
+                                row_lens);
+}
+
+std::vector<double> ReferenceMaskedSoftmax(const std::vector<double>& x, int64_t batch,
+                                           int64_t queries, int64_t keys,
+                                           const std::vector<int64_t>& row_lens) {
   std::vector<double> y(x.size());
   for (int64_t r = 0; r < batch * queries; ++r) {
     const int64_t valid = row_lens.empty() ? keys : row_lens[static_cast<size_t>(r)];

@@ -35,6 +35,9 @@ ValidLens LensView(const io::NpyArray& lens);
 std::vector<double> ReferenceMaskedSoftmax(const std::vector<float>& x, int64_t batch,
                                            int64_t queries, int64_t keys,
                                            const std::vector<int64_t>& row_lens);
+std::vector<double> ReferenceMaskedSoftmax(const std::vector<double>& x, int64_t batch,
+                                           int64_t queries, int64_t keys,
+                                           const std::vector<int64_t>& row_lens);
 
 // REFERENCE.md section 2 in double. Dense inputs; returns out (B, N, Dv) and
 // sets *weights (B, N, M).
