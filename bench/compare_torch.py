@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Time attnscore's CLI against the PyTorch seed modules on the same shapes.
 
-PyTorch side: the d2l masked_softmax and DotProductAttention (eval mode, no
-dropout), float32, torch.no_grad(), torch.set_num_threads(T); 3 warm-up calls,
+PyTorch side: the d2l masked_softmax, DotProductAttention and
+AdditiveAttention (eval mode, no dropout), float32, torch.no_grad(), torch.set_num_threads(T); 3 warm-up calls,
 then the median of R calls each timed with time.perf_counter_ns.
 attnscore side: `attnscore bench OP ... --json`, which does its own warm-up
 and reports median_us over R runs.
@@ -11,7 +11,9 @@ and reports median_us over R runs.
 per-batch lengths of shape (B,), both drawn uniformly from [1, M]; the torch
 side draws them (seeded) and the CLI is given the very same lengths through a
 .npy file (`--valid-lens FILE.npy`). The dot rows use random-batch, the d2l
-form (one length per sequence), as bench/ does.
+form (one length per sequence), as bench/ does; additive_big runs with none
+too. Additive weights are random on both sides (nn.Linear's initialisation):
+the work does not depend on their values.
 
 Prints a markdown table:
   op | shape | valid lens | attnscore median µs | PyTorch median µs | speed-up
@@ -19,7 +21,7 @@ where speed-up = PyTorch median / attnscore median (> 1: attnscore faster).
 
 Usage:
   bench/compare_torch.py [--attnscore PATH] [--threads T] [--repeat R]
-                         [--only softmax|dot] [--torch-only]
+                         [--only softmax|dot|additive] [--torch-only]
 Exit status: 0 ok, 1 an attnscore run failed, 2 the CLI is missing.
 """
 
@@ -38,7 +40,7 @@ import torch
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO_ROOT, "tools"))
-from seed_modules import DotProductAttention, masked_softmax  # noqa: E402
+from seed_modules import AdditiveAttention, DotProductAttention, masked_softmax  # noqa: E402
 DEFAULT_CLI = os.path.join(REPO_ROOT, "build", "bin", "attnscore")
 WARMUP = 3
 
@@ -47,13 +49,17 @@ WARMUP = 3
 # Problems.
 
 # (op, label, dims, valid-lens spec). dims: softmax (B, N, M);
-# dot (B, N, M, D, Dv). Lens spec: "random" | "random-batch" | "none" | an
-# integer string.
+# dot (B, N, M, D, Dv); additive (B, N, M, Dq, Dk, H, Dv). Lens spec:
+# "random" | "random-batch" | "none" | an integer string.
 DEFAULT_PROBLEMS = [
     ("softmax", "", (64, 128, 512), "random"),
     ("dot", "decode", (8, 1, 1024, 64, 64), "random-batch"),
     ("dot", "encoder", (4, 128, 128, 64, 64), "random-batch"),
     ("dot", "long", (1, 1024, 4096, 64, 64), "random-batch"),
+    ("additive", "toy", (2, 1, 10, 20, 2, 8, 4), "random-batch"),
+    ("additive", "mid", (4, 32, 256, 128, 128, 128, 128), "random-batch"),
+    ("additive", "big", (8, 64, 512, 256, 256, 256, 256), "random-batch"),
+    ("additive", "big", (8, 64, 512, 256, 256, 256, 256), "none"),
 ]
 
 
@@ -78,6 +84,8 @@ def lens_text(spec, lens):
 def shape_text(op, label, dims):
     if op == "softmax":
         s = "(%d,%d,%d)" % dims
+    elif op == "additive":
+        s = "B=%d N=%d M=%d Dq=%d Dk=%d H=%d Dv=%d" % dims
     else:
         B, N, M, D, Dv = dims
         s = "B=%d N=%d M=%d D=%d Dv=%d" % (B, N, M, D, Dv)
@@ -104,6 +112,15 @@ def time_torch(op, dims, spec, repeat, seed):
         # masked_softmax masks X in place, as the seed does; repeated calls
         # rewrite the same -1e6 entries, so every call does the same work.
         fn = lambda: masked_softmax(X, lens)
+    elif op == "additive":
+        B, N, M, Dq, Dk, H, Dv = dims
+        Q = torch.randn(B, N, Dq, generator=gen)
+        K = torch.randn(B, M, Dk, generator=gen)
+        V = torch.randn(B, M, Dv, generator=gen)
+        lens = make_lens(spec, B, N, M, gen)
+        attn = AdditiveAttention(Dk, Dq, H, dropout=0.5)
+        attn.eval()
+        fn = lambda: attn(Q, K, V, lens)
     else:
         B, N, M, D, Dv = dims
         Q = torch.randn(B, N, D, generator=gen)
@@ -125,6 +142,10 @@ def cli_command(cli, op, dims, spec, threads, repeat):
         B, N, M = dims
         cmd = [cli, "bench", "softmax", "--batch", B, "--queries", N,
                "--keys", M]
+    elif op == "additive":
+        B, N, M, Dq, Dk, H, Dv = dims
+        cmd = [cli, "bench", "additive", "--batch", B, "--queries", N, "--keys", M,
+               "--query-dim", Dq, "--key-dim", Dk, "--hidden", H, "--value-dim", Dv]
     else:
         B, N, M, D, Dv = dims
         cmd = [cli, "bench", "dot", "--batch", B, "--queries", N,
@@ -222,7 +243,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=30,
                     help="timed calls per shape (median); default 30")
-    ap.add_argument("--only", choices=["softmax", "dot"])
+    ap.add_argument("--only", choices=["softmax", "dot", "additive"])
     ap.add_argument("--torch-only", action="store_true",
                     help="skip the attnscore column (no CLI needed)")
     ap.add_argument("--seed", type=int, default=0,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -25,8 +26,11 @@ usage:
   attnscore run softmax --x X.npy [--valid-lens L.npy] --out Y.npy
   attnscore run dot     --queries Q.npy --keys K.npy --values V.npy
                         [--valid-lens L.npy] --out O.npy [--weights-out W.npy]
-  attnscore bench softmax|dot --batch B --queries N --keys M
-                        [--query-dim D] [--value-dim Dv]
+  attnscore run additive --model M.safetensors --queries Q.npy --keys K.npy
+                        --values V.npy [--valid-lens L.npy] --out O.npy
+                        [--weights-out W.npy]
+  attnscore bench softmax|dot|additive --batch B --queries N --keys M
+                        [--query-dim D] [--key-dim Dk] [--hidden H] [--value-dim Dv]
                         [--valid-lens none|full|random|random-batch|INT|FILE.npy]
                         [--weights] [--repeat R] [--json]
 common flags: --threads T (default 1), --isa scalar|sse4|avx2|avx512|best
@@ -35,15 +39,24 @@ common flags: --threads T (default 1), --isa scalar|sse4|avx2|avx512|best
 Tensors are float32 .npy files (C order): X (B, N, M); Q (B, N, D),
 K (B, M, D), V (B, M, Dv). Valid lengths are int32 or int64, shape (B,) or
 (B, N). Outputs are written atomically; on error none is left behind.
+An additive model is a .safetensors state_dict of d2l's AdditiveAttention:
+float32 W_q.weight (H, Dq), W_k.weight (H, Dk) and w_v.weight (1, H), as
+tools/export_torch.py writes it; then Q is (B, N, Dq) and K (B, M, Dk).
 
 bench times the op on random data: median and min of R runs (default 20)
 after 3 warm-up runs. --valid-lens: none (all keys), full (L = M given
 explicitly), random (per query, uniform in [1, M]), random-batch (per batch
 entry, uniform in [1, M]), one INT for every query, or the lengths in a
-FILE.npy ((B,) or (B, N)). dot only: --query-dim, --value-dim, --weights;
-GFLOP/s counts 2 L (D + Dv) per query over valid keys only, GB/s the bytes of
-Q, K, V and out. softmax: GB/s counts the valid scores read and every weight
-written; its JSON "gflops" is null.
+FILE.npy ((B,) or (B, N)). dot and additive: --query-dim (default 64),
+--value-dim (64), --weights (also write the attention weights). dot: GFLOP/s
+counts 2 L (D + Dv) per query over valid keys only, GB/s the bytes of Q, K, V
+and out. additive: random weights initialised as nn.Linear does, --key-dim
+(default: the query dim) and --hidden (64); "triples/ns" counts the valid
+(query, key, hidden) triples, one tanh each; GFLOP/s counts the reference's
+arithmetic except tanh: the projections 2 H (N Dq + Lmax Dk) per batch entry
+(Lmax: its longest length), 3 per triple and 2 L Dv per query. softmax: GB/s
+counts the valid scores read and every weight written; its JSON "gflops" is
+null.
 
 exit status: 0 success, 2 bad input or usage, 1 internal failure.
 )";
@@ -215,17 +228,23 @@ int RunSoftmax(const Args& args) {
   return s.ok() ? kExitOk : Fail(s);
 }
 
-int RunDot(const Args& args) {
-  Status s = CheckFlags(args,
-                        {"--queries", "--keys", "--values", "--valid-lens", "--out",
-                         "--weights-out", "--threads", "--isa"},
-                        {"--queries", "--keys", "--values", "--out"}, "run dot");
+// run dot | run additive: the same inputs and outputs; additive adds --model.
+int RunAttention(const Args& args, const std::string& op) {
+  const bool additive = op == "additive";
+  std::set<std::string> allowed = {"--queries", "--keys", "--values", "--valid-lens", "--out",
+                                   "--weights-out", "--threads", "--isa"};
+  std::set<std::string> required = {"--queries", "--keys", "--values", "--out"};
+  if (additive) allowed.insert("--model"), required.insert("--model");
+  Status s = CheckFlags(args, allowed, required, "run " + op);
   if (!s.ok()) return Fail(s);
   std::unique_ptr<Engine> engine;
+  std::unique_ptr<AdditiveAttention> model;
   io::NpyArray q, k, v, lens_array;
   ValidLens lens;
-  if (!(s = MakeEngine(args, &engine)).ok() || !(s = ReadTensor(args, "--queries", &q)).ok() ||
-      !(s = ReadTensor(args, "--keys", &k)).ok() || !(s = ReadTensor(args, "--values", &v)).ok() ||
+  if (!(s = MakeEngine(args, &engine)).ok() ||
+      (additive && !(s = AdditiveAttention::Load(args.get("--model"), &model)).ok()) ||
+      !(s = ReadTensor(args, "--queries", &q)).ok() || !(s = ReadTensor(args, "--keys", &k)).ok() ||
+      !(s = ReadTensor(args, "--values", &v)).ok() ||
       !(s = ReadValidLens(args, &lens_array, &lens)).ok()) {
     return Fail(s);
   }
@@ -242,8 +261,10 @@ int RunDot(const Args& args) {
     weights.resize(static_cast<size_t>(batch * queries * keys));
     weights_view = Tensor(weights.data(), {batch, queries, keys});
   }
-  s = engine->DotProductAttention(ViewOf(q), ViewOf(k), ViewOf(v), lens,
-                                  Tensor(out.data(), {batch, queries, dv}), weights_view);
+  const Tensor out_view(out.data(), {batch, queries, dv});
+  s = additive ? model->Forward(*engine, ViewOf(q), ViewOf(k), ViewOf(v), lens, out_view, weights_view)
+               : engine->DotProductAttention(ViewOf(q), ViewOf(k), ViewOf(v), lens, out_view,
+                                             weights_view);
   if (s.ok()) {
     std::vector<Output> outputs = {{"--out", {batch, queries, dv}, out.data()}};
     if (!weights.empty()) outputs.push_back({"--weights-out", {batch, queries, keys}, weights.data()});
@@ -256,6 +277,7 @@ int RunDot(const Args& args) {
 
 struct BenchShape {
   int64_t batch, queries, keys, depth, value_dim;
+  int64_t key_dim, hidden;  // additive only
 };
 
 // Valid lengths for --valid-lens: empty means none.
@@ -313,12 +335,14 @@ double Median(std::vector<double> v) {
 
 int Bench(const Args& args) {
   const std::string op = args.words.size() > 1 ? args.words[1] : "";
-  if (op != "softmax" && op != "dot") {
-    return Fail(Status::InvalidArgument("bench wants an op: softmax or dot, got '" + op + "'"));
+  if (op != "softmax" && op != "dot" && op != "additive") {
+    return Fail(Status::InvalidArgument("bench wants an op: softmax, dot or additive, got '" +
+                                        op + "'"));
   }
   std::set<std::string> allowed = {"--batch", "--queries", "--keys", "--valid-lens",
                                    "--repeat", "--json", "--threads", "--isa"};
-  if (op == "dot") allowed.insert({"--query-dim", "--value-dim", "--weights"});
+  if (op != "softmax") allowed.insert({"--query-dim", "--value-dim", "--weights"});
+  if (op == "additive") allowed.insert({"--key-dim", "--hidden"});
   Status s = CheckFlags(args, allowed, {"--batch", "--queries", "--keys"}, "bench " + op);
   BenchShape shape{};
   int64_t repeat = 0;
@@ -328,6 +352,8 @@ int Bench(const Args& args) {
       !(s = ParseInt(args, "--keys", 1, 1, kMaxDim, &shape.keys)).ok() ||
       !(s = ParseInt(args, "--query-dim", 64, 1, kMaxDim, &shape.depth)).ok() ||
       !(s = ParseInt(args, "--value-dim", 64, 1, kMaxDim, &shape.value_dim)).ok() ||
+      !(s = ParseInt(args, "--key-dim", shape.depth, 1, kMaxDim, &shape.key_dim)).ok() ||
+      !(s = ParseInt(args, "--hidden", 64, 1, kMaxDim, &shape.hidden)).ok() ||
       !(s = ParseInt(args, "--repeat", 20, 1, 1000000, &repeat)).ok()) {
     return Fail(s);
   }
@@ -336,7 +362,8 @@ int Bench(const Args& args) {
        std::vector<std::pair<std::string, std::vector<int64_t>>>{
            {"scores", {shape.batch, shape.queries, shape.keys}},
            {"queries", {shape.batch, shape.queries, shape.depth}},
-           {"keys", {shape.batch, shape.keys, shape.depth}},
+           {"keys", {shape.batch, shape.keys, std::max(shape.depth, shape.key_dim)}},
+           {"additive weights", {shape.hidden, std::max(shape.depth, shape.key_dim)}},
            {"values", {shape.batch, shape.keys, shape.value_dim}},
            {"out", {shape.batch, shape.queries, shape.value_dim}}}) {
     if (!(s = CheckOutputSize("bench " + name, dims)).ok()) return Fail(s);
@@ -353,15 +380,19 @@ int Bench(const Args& args) {
                          : per_query ? ValidLens::PerQuery(lens_data.data(), shape.batch, shape.queries)
                                      : ValidLens::PerBatch(lens_data.data(), shape.batch);
 
-  // Work over valid keys only: the keys a row reads and the FLOPs it needs.
-  double valid_keys = 0;
+  // Work over valid keys only: the keys a row reads and the FLOPs it needs;
+  // projected keys: each entry's longest length.
+  double valid_keys = 0, projected_keys = 0;
   for (int64_t b = 0; b < shape.batch; ++b) {
+    int64_t longest = 0;
     for (int64_t i = 0; i < shape.queries; ++i) {
       const int64_t l = lens_data.empty() ? shape.keys
                         : per_query       ? lens_data[static_cast<size_t>(b * shape.queries + i)]
                                           : lens_data[static_cast<size_t>(b)];
       valid_keys += static_cast<double>(std::min(l, shape.keys));
+      longest = std::max(longest, std::min(l, shape.keys));
     }
+    projected_keys += static_cast<double>(longest);
   }
 
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -373,6 +404,8 @@ int Bench(const Args& args) {
   const int64_t B = shape.batch, N = shape.queries, M = shape.keys;
   std::vector<float> a, k, v, out, weights;
   Tensor weights_view;
+  std::unique_ptr<AdditiveAttention> model;
+  double triples = 0;
   std::function<Status()> call;
   double flops = 0, bytes = 0;
   if (op == "softmax") {
@@ -385,22 +418,46 @@ int Bench(const Args& args) {
     bytes = 4.0 * (valid_keys + static_cast<double>(scores));  // read valid, write all
   } else {
     const int64_t D = shape.depth, Dv = shape.value_dim;
+    const int64_t Dk = op == "additive" ? shape.key_dim : D, H = shape.hidden;
     a = random_vector(B * N * D);
-    k = random_vector(B * M * D);
+    k = random_vector(B * M * Dk);
     v = random_vector(B * M * Dv);
     out.resize(static_cast<size_t>(B * N * Dv));
     if (args.has("--weights")) {
       weights.resize(static_cast<size_t>(scores));
       weights_view = Tensor(weights.data(), {B, N, M});
     }
-    call = [&, D, Dv] {  // D and Dv end with this block; the call outlives it
-      return engine->DotProductAttention(ConstTensor(a.data(), {B, N, D}),
-                                         ConstTensor(k.data(), {B, M, D}),
-                                         ConstTensor(v.data(), {B, M, Dv}), lens,
-                                         Tensor(out.data(), {B, N, Dv}), weights_view);
-    };
-    flops = 2.0 * valid_keys * static_cast<double>(D + Dv);
-    bytes = 4.0 * static_cast<double>(B * N * (D + Dv) + B * M * (D + Dv));
+    if (op == "additive") {
+      // As nn.Linear initialises them: uniform in ±1/sqrt(fan_in).
+      auto linear = [&](int64_t out_features, int64_t in_features) {
+        const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
+        std::uniform_real_distribution<float> uniform(-bound, bound);
+        std::vector<float> w(static_cast<size_t>(out_features * in_features));
+        for (float& x : w) x = uniform(rng);
+        return w;
+      };
+      const std::vector<float> w_q = linear(H, D), w_k = linear(H, Dk), w_v = linear(1, H);
+      s = AdditiveAttention::Create(ConstTensor(w_q.data(), {H, D}), ConstTensor(w_k.data(), {H, Dk}),
+                                    ConstTensor(w_v.data(), {1, H}), &model);
+      if (!s.ok()) return Fail(s);
+      call = [&, D, Dk, Dv] {
+        return model->Forward(*engine, ConstTensor(a.data(), {B, N, D}),
+                              ConstTensor(k.data(), {B, M, Dk}), ConstTensor(v.data(), {B, M, Dv}),
+                              lens, Tensor(out.data(), {B, N, Dv}), weights_view);
+      };
+      triples = valid_keys * static_cast<double>(H);
+      flops = 2.0 * static_cast<double>(H) * (static_cast<double>(B * N * D) + projected_keys * static_cast<double>(Dk)) +
+              3.0 * triples + 2.0 * valid_keys * static_cast<double>(Dv);
+    } else {
+      call = [&, D, Dv] {  // D and Dv end with this block; the call outlives it
+        return engine->DotProductAttention(ConstTensor(a.data(), {B, N, D}),
+                                           ConstTensor(k.data(), {B, M, D}),
+                                           ConstTensor(v.data(), {B, M, Dv}), lens,
+                                           Tensor(out.data(), {B, N, Dv}), weights_view);
+      };
+      flops = 2.0 * valid_keys * static_cast<double>(D + Dv);
+    }
+    bytes = 4.0 * static_cast<double>(B * N * (D + Dv) + B * M * (Dk + Dv));
   }
 
   for (int w = 0; w < 3; ++w) {
@@ -424,19 +481,25 @@ int Bench(const Args& args) {
         "{\"op\": \"%s\", \"batch\": %lld, \"queries\": %lld, \"keys\": %lld, "
         "\"query_dim\": %lld, \"value_dim\": %lld, \"valid_lens\": \"%s\", "
         "\"threads\": %d, \"isa\": \"%s\", \"repeat\": %lld, \"median_us\": %.3f, "
-        "\"min_us\": %.3f, \"gflops\": %s, \"gbytes_per_s\": %.3f}\n",
+        "\"min_us\": %.3f, \"gflops\": %s, \"gbytes_per_s\": %.3f%s}\n",
         op.c_str(), static_cast<long long>(B), static_cast<long long>(N),
         static_cast<long long>(M), static_cast<long long>(shape.depth),
         static_cast<long long>(shape.value_dim), mode.c_str(), engine->options().threads,
         isa.c_str(), static_cast<long long>(repeat), median, min,
-        op == "dot" ? std::to_string(gflops).c_str() : "null", gbytes);
+        op != "softmax" ? std::to_string(gflops).c_str() : "null", gbytes,
+        op == "additive" ? (", \"hidden\": " + std::to_string(shape.hidden) + ", \"key_dim\": " +
+                            std::to_string(shape.key_dim) + ", \"triples_per_ns\": " +
+                            std::to_string(triples / (median * 1e3)))
+                               .c_str()
+                         : "");
   } else {
     std::printf("%s (%lld, %lld, %lld) valid-lens %s, %d thread(s), isa %s\n", op.c_str(),
                 static_cast<long long>(B), static_cast<long long>(N), static_cast<long long>(M),
                 mode.c_str(), engine->options().threads, isa.c_str());
     std::printf("median %.2f us, min %.2f us over %lld runs; ", median, min,
                 static_cast<long long>(repeat));
-    if (op == "dot") std::printf("%.2f GFLOP/s, ", gflops);
+    if (op == "additive") std::printf("%.2f triples/ns, ", triples / (median * 1e3));
+    if (op != "softmax") std::printf("%.2f GFLOP/s, ", gflops);
     std::printf("%.2f GB/s\n", gbytes);
   }
   return kExitOk;
@@ -469,9 +532,10 @@ int RunCli(const std::vector<std::string>& argv) {
   if (command == "info") return Info(args);
   if (command == "bench") return Bench(args);
   if (command == "run" && sub == "softmax") return RunSoftmax(args);
-  if (command == "run" && sub == "dot") return RunDot(args);
+  if (command == "run" && (sub == "dot" || sub == "additive")) return RunAttention(args, sub);
   if (command == "run") {
-    return Fail(Status::InvalidArgument("run wants an op: softmax or dot, got '" + sub + "'"));
+    return Fail(Status::InvalidArgument("run wants an op: softmax, dot or additive, got '" + sub +
+                                        "'"));
   }
   return Fail(Status::InvalidArgument("unknown command '" + command + "' (see attnscore --help)"));
 }
