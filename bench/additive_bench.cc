@@ -1,16 +1,72 @@
-// Additive attention: the score kernel alone, in (query, key, hidden)
-// triples per ns, against Highway's Tanh alone in elements per ns on the same
-// target: the kernel does one tanh per triple, so the ratio is how much the
-// fast tanh and the register tiling buy over the straightforward vector tanh.
+// Additive attention: the op on d2l's toy and on the mid and big shapes of
+// issue 3 (random per-batch lengths, as the dot-product benchmark uses); the
+// score kernel alone, in (query, key, hidden) triples per ns (items/s in G),
+// against Highway's Tanh alone in elements per ns on the same target: the
+// kernel does one tanh per triple, so the ratio is how much the fast tanh and
+// the register tiling buy over the straightforward vector tanh.
 #include <benchmark/benchmark.h>
 
+#include <cmath>
+#include <memory>
+#include <random>
 #include <vector>
 
+#include "attnscore/additive.h"
 #include "bench_util.h"
 #include "kernels/additive_scores.h"
 
 namespace attnscore::bench {
 namespace {
+
+// Weights as nn.Linear initialises them: uniform in ±1/sqrt(fan_in).
+std::vector<float> LinearWeights(int64_t out_features, int64_t in_features, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
+  std::uniform_real_distribution<float> uniform(-bound, bound);
+  std::vector<float> w(static_cast<size_t>(out_features * in_features));
+  for (float& x : w) x = uniform(rng);
+  return w;
+}
+
+void BM_Additive(benchmark::State& state) {
+  const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),
+                query_size = state.range(3), key_size = state.range(4), hidden = state.range(5),
+                value_dim = state.range(6);
+  const Engine& engine = SharedEngine();
+  const std::vector<float> w_q = LinearWeights(hidden, query_size, 5),
+                           w_k = LinearWeights(hidden, key_size, 6), w_v = LinearWeights(1, hidden, 7);
+  std::unique_ptr<AdditiveAttention> model;
+  Status s = AdditiveAttention::Create(ConstTensor(w_q.data(), {hidden, query_size}),
+                                       ConstTensor(w_k.data(), {hidden, key_size}),
+                                       ConstTensor(w_v.data(), {1, hidden}), &model);
+  if (!s.ok()) state.SkipWithError(s.message().c_str());
+  const std::vector<float> q = RandomFloats(batch * queries * query_size, 1);
+  const std::vector<float> k = RandomFloats(batch * keys * key_size, 2);
+  const std::vector<float> v = RandomFloats(batch * keys * value_dim, 3);
+  std::vector<float> out(static_cast<size_t>(batch * queries * value_dim));
+  const std::vector<int64_t> lens = RandomLengths(batch, keys, 4);
+  const ValidLens valid = ValidLens::PerBatch(lens.data(), batch);
+  for (auto _ : state) {
+    if (!model) break;
+    s = model->Forward(engine, ConstTensor(q.data(), {batch, queries, query_size}),
+                       ConstTensor(k.data(), {batch, keys, key_size}),
+                       ConstTensor(v.data(), {batch, keys, value_dim}), valid,
+                       Tensor(out.data(), {batch, queries, value_dim}));
+    if (!s.ok()) state.SkipWithError(s.message().c_str());
+    benchmark::DoNotOptimize(out.data());
+  }
+  // Valid (query, key, hidden) triples: one tanh each.
+  state.SetItemsProcessed(static_cast<int64_t>(ValidKeys(lens, queries, keys)) * hidden *
+                          state.iterations());
+}
+
+BENCHMARK(BM_Additive)
+    ->ArgNames({"batch", "queries", "keys", "dq", "dk", "hidden", "dv"})
+    ->Args({2, 1, 10, 20, 2, 8, 4})                // toy
+    ->Args({4, 32, 256, 128, 128, 128, 128})       // mid
+    ->Args({8, 64, 512, 256, 256, 256, 256})       // big
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // One batch entry's scores: queries × keys × hidden triples, every key valid.
 // mode 0: the fast tanh (factors); mode 1: Highway's Tanh of a + b.
@@ -45,8 +101,7 @@ void BM_AdditiveScoreKernel(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(scores.data());
   }
-  state.counters["per_ns"] = benchmark::Counter(
-      static_cast<double>(queries * keys * hidden) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetItemsProcessed(queries * keys * hidden * state.iterations());
 }
 
 BENCHMARK(BM_AdditiveScoreKernel)
@@ -66,8 +121,7 @@ void BM_HighwayTanh(benchmark::State& state) {
     kernels::HighwayTanhArray(x.data(), x.size(), y.data());
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["per_ns"] = benchmark::Counter(static_cast<double>(count) * 1e-9,
-                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.SetItemsProcessed(count * state.iterations());
 }
 
 BENCHMARK(BM_HighwayTanh)->Arg(16384)->Unit(benchmark::kMicrosecond)->UseRealTime();

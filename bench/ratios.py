@@ -9,7 +9,10 @@
 Prints markdown: each op's median against its peer from the same run, the
 masked softmax's bytes/s against memcpy of the same bytes, and the dot
 product's GFLOP/s (valid keys only) against one oneDNN matmul of the same
-FLOPs in both peer shapes (inner dim D + Dv, and D).
+FLOPs in both peer shapes (inner dim D + Dv, and D), and the additive score
+kernel's (query, key, hidden) triples per ns against Highway's Tanh
+elements per ns (one tanh per triple). The additive op's own rows show its
+triples per ns; its peer, the PyTorch seed module, is in compare_torch.py.
 """
 import json
 import re
@@ -61,6 +64,21 @@ def main():
                 rate, peer_rate = b["GFLOPS"], peer["GFLOPS"]
                 print(f"| dot product | {shape} | {b['real_time']:.1f} | {rate:.1f} GFLOP/s | "
                       f"{label} | {peer_rate:.1f} GFLOP/s | {rate / peer_rate:.0%} |")
+        elif name.startswith("BM_AdditiveScoreKernel"):
+            tanh = next((r for n, r in runs.items() if n.startswith("BM_HighwayTanh")), None)
+            mode = "fast tanh" if a["mode"] == "0" else "Highway Tanh"
+            shape = f"({a['queries']},{a['keys']},h{a['hidden']}), {mode}"
+            rate = b["items_per_second"] / 1e9
+            if tanh is not None:
+                peer_rate = tanh["items_per_second"] / 1e9
+                print(f"| additive score kernel | {shape} | {b['real_time']:.1f} | "
+                      f"{rate:.2f} triples/ns | Highway Tanh alone | {peer_rate:.2f} /ns | "
+                      f"{rate / peer_rate:.1f}× |")
+        elif name.startswith("BM_Additive/"):
+            shape = (f"({a['batch']},{a['queries']},{a['keys']}; {a['dq']}/{a['dk']}/"
+                     f"{a['hidden']}; v{a['dv']})")
+            print(f"| additive attention | {shape} | {b['real_time']:.1f} | "
+                  f"{b['items_per_second'] / 1e9:.2f} triples/ns | PyTorch: compare_torch.py | | |")
 
 
 if __name__ == "__main__":

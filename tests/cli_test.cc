@@ -174,6 +174,50 @@ TEST_F(CliTest, BenchPrintsJson) {
   }
 }
 
+std::string AdditiveArgs(const std::string& golden, const std::string& name,
+                         const std::string& out) {
+  const std::string dir = golden + "/" + name + "/";
+  return "run additive --model " + dir + "model.safetensors --queries " + dir +
+         "queries.npy --keys " + dir + "keys.npy --values " + dir + "values.npy --valid-lens " +
+         dir + "valid_lens.npy --out " + out;
+}
+
+TEST_F(CliTest, RunAdditiveMatchesTheSeedModule) {
+  for (const char* name : {"additive_toy", "additive_h1_per_query"}) {
+    SCOPED_TRACE(name);
+    const std::string out = Temp("o.npy"), weights = Temp("w.npy");
+    const Result r = Run(AdditiveArgs(ATTNSCORE_GOLDEN_DIR, name, out) + " --weights-out " + weights);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_LE(MaxDiff(Read(out), Read(Golden(name, "out"))), 1e-5 * 40);
+    EXPECT_LE(MaxDiff(Read(weights), Read(Golden(name, "weights"))), 1e-5);
+  }
+}
+
+TEST_F(CliTest, RunAdditiveRejectsBadModelsAndShapes) {
+  const std::string out = Temp("o.npy");
+  const std::string toy = std::string(ATTNSCORE_GOLDEN_DIR) + "/additive_toy/";
+  // A model file that is not one, a model of other sizes, queries of the wrong width.
+  std::string args = AdditiveArgs(ATTNSCORE_GOLDEN_DIR, "additive_toy", out);
+  std::string wrong = args;
+  wrong.replace(wrong.find(toy + "model.safetensors"), toy.size() + 17, toy + "keys.npy");
+  ExpectBadInput(Run(wrong), toy + "keys.npy: ", out);
+  wrong = args;
+  const std::string other = std::string(ATTNSCORE_GOLDEN_DIR) + "/additive_no_lens/model.safetensors";
+  wrong.replace(wrong.find(toy + "model.safetensors"), toy.size() + 17, other);
+  ExpectBadInput(Run(wrong), "AdditiveAttention: queries has shape (2, 1, 20)", out);
+  ExpectBadInput(Run(args + " --weights-out " + out), "name the same file", out);
+}
+
+TEST_F(CliTest, BenchAdditivePrintsTriplesPerNs) {
+  const Result r = Run("bench additive --batch 2 --queries 5 --keys 40 --query-dim 6 --key-dim 3 "
+                       "--hidden 9 --value-dim 4 --valid-lens random --repeat 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* key : {"\"op\": \"additive\"", "\"hidden\": 9", "\"key_dim\": 3",
+                          "\"triples_per_ns\": ", "\"gflops\": "}) {
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
+  }
+}
+
 TEST_F(CliTest, BenchTakesLengthsFromAFile) {
   const std::vector<int64_t> lens = {3, 40};
   ASSERT_TRUE(io::WriteNpy(Temp("lens.npy"), io::DType::kInt64, {2}, lens.data()).ok());
@@ -191,7 +235,9 @@ TEST_F(CliTest, BenchTakesLengthsFromAFile) {
 TEST_F(CliTest, UsageErrors) {
   ExpectBadInput(Run("frobnicate"), "unknown command 'frobnicate'");
   ExpectBadInput(Run("run"), "run wants an op");
-  ExpectBadInput(Run("run additive --out x.npy"), "run wants an op: softmax or dot, got 'additive'");
+  ExpectBadInput(Run("run concat --out x.npy"), "run wants an op: softmax, dot or additive, got 'concat'");
+  ExpectBadInput(Run("run additive --queries q.npy --keys k.npy --values v.npy --out x.npy"),
+                 "'run additive' needs --model");
   ExpectBadInput(Run("run softmax --x a.npy"), "'run softmax' needs --out");
   ExpectBadInput(Run("run softmax --x a.npy --out b.npy --bogus 1"), "unknown flag --bogus");
   ExpectBadInput(Run("run softmax --x a.npy --x b.npy --out c.npy"), "--x is given twice");
@@ -210,6 +256,9 @@ TEST_F(CliTest, UsageErrors) {
   ExpectBadInput(Run("info extra"), "unexpected argument 'extra'");
   ExpectBadInput(Run("bench softmax --batch 1 --queries 2 --keys 3 --weights"),
                  "unknown flag --weights for 'bench softmax'");
+  ExpectBadInput(Run("bench dot --batch 1 --queries 2 --keys 3 --hidden 4"),
+                 "unknown flag --hidden for 'bench dot'");
+  ExpectBadInput(Run("bench additive --batch 1 --queries 2 --keys 3 --hidden 0"), "--hidden is 0");
 }
 
 TEST_F(CliTest, BadFilesLeaveNoOutput) {
