@@ -167,9 +167,9 @@ struct Entry {
 
 class ForwardPass {
  public:
-  ForwardPass(const EngineOptions& options, const AdditiveAttention::Weights& m, const ConstTensor& q,
-          const ConstTensor& k, const ConstTensor& v, const ValidLens& lens, const Tensor& out,
-          const Tensor& weights)
+  ForwardPass(const EngineOptions& options, const AdditiveAttention::Weights& m,
+              const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+              const ValidLens& lens, const Tensor& out, const Tensor& weights)
       : options_(options), m_(m), q_(q), k_(k), v_(v), lens_(lens), out_(out), weights_(weights),
         queries_(q.dims[1]), keys_(k.dims[1]), hidden_(m.hidden), chunk_(KeyChunk(m.hidden)),
         chunk_stride_(RoundUp(std::min(chunk_, keys_), kernels::kAdditivePadFloats)),
@@ -259,8 +259,8 @@ class ForwardPass {
           largest_key = std::max(largest_key, kernels::MaxAbs(row, static_cast<size_t>(width)));
         }
         // The fast tanh is exact unless a clamped factor can meet a large one
-        // of the other side (kernels/additive_scores.h); NaN compares false
-        // and takes Highway's Tanh, which propagates it as well.
+        // of the other side (kernels/additive_scores.h). A NaN, whether
+        // MaxAbs returns or skips it, gives NaN scores on either path.
         const float clamp = kernels::kTanhFactorClamp, bound = kernels::kTanhFactorExactBound;
         const bool fast = (largest_query <= clamp && largest_key <= clamp) ||
                           largest_query <= bound || largest_key <= bound;
