@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
+
+#include "api/valid_lens.h"
 
 namespace attnscore {
 namespace {
@@ -116,6 +119,25 @@ Status CheckDisjoint(const char* op, const char* out_name, const ConstTensor& ou
                                    (allow_same ? " (only an exact in-place view is allowed)" : ""));
   }
   return Status::Ok();
+}
+
+Status CheckAttentionOutputs(const char* op, const ConstTensor& q, const ConstTensor& k,
+                             const ConstTensor& v, const ValidLens& valid_lens,
+                             const ConstTensor& out, const ConstTensor& weights) {
+  const int64_t batch = q.dims[0], queries = q.dims[1], keys = k.dims[1];
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(op, "out", out, {batch, queries, v.dims[2]}, "(B, N, Dv)"));
+  ATTNSCORE_RETURN_IF_ERROR(CheckWritable(op, "out", out));
+  for (auto [name, input] : {std::pair{"queries", q}, {"keys", k}, {"values", v}}) {
+    ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(op, "out", out, name, input));
+  }
+  if (!weights.empty()) {
+    ATTNSCORE_RETURN_IF_ERROR(CheckTensor(op, "weights", weights, {batch, queries, keys}, "(B, N, M)"));
+    ATTNSCORE_RETURN_IF_ERROR(CheckWritable(op, "weights", weights));
+    for (auto [name, other] : {std::pair{"queries", q}, {"keys", k}, {"values", v}, {"out", out}}) {
+      ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(op, "weights", weights, name, other));
+    }
+  }
+  return CheckValidLens(valid_lens, batch, queries, op, {{"out", out}, {"weights", weights}});
 }
 
 }  // namespace attnscore

@@ -8,6 +8,7 @@
 
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
+#include "attnscore/valid_lens.h"
 
 namespace attnscore {
 
@@ -28,6 +29,14 @@ Status CheckWritable(const char* op, const char* name, const ConstTensor& view);
 Status CheckDisjoint(const char* op, const char* out_name, const ConstTensor& out,
                      const char* in_name, const ConstTensor& in,
                      bool allow_same = false);
+
+// The outputs and lengths of an attention op whose inputs q (B, N, *),
+// k (B, M, *) and v (B, M, Dv) are already checked: out (B, N, Dv), the
+// optional weights (B, N, M), both writable and apart from the inputs and
+// each other, and valid_lens for B entries of N queries.
+Status CheckAttentionOutputs(const char* op, const ConstTensor& q, const ConstTensor& k,
+                             const ConstTensor& v, const ValidLens& valid_lens,
+                             const ConstTensor& out, const ConstTensor& weights);
 
 }  // namespace attnscore
 

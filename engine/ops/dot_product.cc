@@ -96,23 +96,11 @@ Status CheckArguments(const ConstTensor& q, const ConstTensor& k,
                       const ConstTensor& v, const ValidLens& lens,
                       const ConstTensor& out, const Tensor& weights) {
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, kAnyDim}, "(B, N, D)"));
-  const int64_t batch = q.dims[0], queries = q.dims[1], depth = q.dims[2];
+  const int64_t batch = q.dims[0], depth = q.dims[2];
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "keys", k, {batch, kAnyDim, depth}, "(B, M, D)"));
   const int64_t keys = k.dims[1];
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "values", v, {batch, keys, kAnyDim}, "(B, M, Dv)"));
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "out", out, {batch, queries, v.dims[2]}, "(B, N, Dv)"));
-  ATTNSCORE_RETURN_IF_ERROR(CheckWritable(kOp, "out", out));
-  for (auto [name, input] : {std::pair{"queries", q}, {"keys", k}, {"values", v}}) {
-    ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, name, input));
-  }
-  if (!weights.empty()) {
-    ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "weights", weights, {batch, queries, keys}, "(B, N, M)"));
-    ATTNSCORE_RETURN_IF_ERROR(CheckWritable(kOp, "weights", weights));
-    for (auto [name, other] : {std::pair{"queries", q}, {"keys", k}, {"values", v}, {"out", out}}) {
-      ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "weights", weights, name, other));
-    }
-  }
-  return CheckValidLens(lens, batch, queries, kOp, {{"out", out}, {"weights", weights}});
+  return CheckAttentionOutputs(kOp, q, k, v, lens, out, weights);
 }
 
 // Up to this many queries per entry, and with contiguous rows, each query row
