@@ -24,17 +24,8 @@
 namespace attnscore::test {
 namespace {
 
-constexpr double kWeightTolerance = 1e-5;  // REFERENCE.md, tolerances
-constexpr float kSentinel = -12345.0f;
-
 // The bound stated in kernels/additive_scores-inl.h.
 constexpr double kFastTanhBound = 6e-7;
-
-double OutTolerance(const std::vector<float>& v) {
-  double max_abs = 0;
-  for (float x : v) max_abs = std::max(max_abs, static_cast<double>(std::abs(x)));
-  return 1e-5 * (1 + max_abs);
-}
 
 // ---------------------------------------------------------------------------
 // The fast tanh, through the score kernel itself: one hidden feature with
@@ -321,30 +312,20 @@ TEST_P(AdditiveTest, GoldenCasesFromTheSeedModule) {
     const Status loaded = AdditiveAttention::Load(
         std::string(ATTNSCORE_GOLDEN_DIR) + "/" + name + "/model.safetensors", &model);
     ASSERT_TRUE(loaded.ok()) << loaded.message();
-    const io::NpyArray q = LoadGolden(name, "queries"), k = LoadGolden(name, "keys"),
-                       v = LoadGolden(name, "values"), want_out = LoadGolden(name, "out"),
-                       want_weights = LoadGolden(name, "weights");
-    io::NpyArray lens_array;
-    ValidLens lens = ValidLens::None();
-    if (GoldenExists(name, "valid_lens")) {
-      lens_array = LoadGolden(name, "valid_lens");
-      lens = LensView(lens_array);
-    }
-    const int64_t b = q.shape[0], n = q.shape[1], m = k.shape[1], dv = v.shape[2];
-    EXPECT_EQ(model->query_size(), q.shape[2]);
-    EXPECT_EQ(model->key_size(), k.shape[2]);
+    GoldenAttention g;
+    LoadGoldenAttention(name, &g);
+    const int64_t b = g.queries.shape[0], n = g.queries.shape[1], m = g.keys.shape[1],
+                  dv = g.values.shape[2];
+    EXPECT_EQ(model->query_size(), g.queries.shape[2]);
+    EXPECT_EQ(model->key_size(), g.keys.shape[2]);
     std::vector<float> out(static_cast<size_t>(b * n * dv)), weights(static_cast<size_t>(b * n * m));
     const Status s = model->Forward(
-        DefaultEngine(), ConstTensor(q.data<float>(), {b, n, q.shape[2]}),
-        ConstTensor(k.data<float>(), {b, m, k.shape[2]}), ConstTensor(v.data<float>(), {b, m, dv}),
-        lens, Tensor(out.data(), {b, n, dv}), Tensor(weights.data(), {b, n, m}));
+        DefaultEngine(), ConstTensor(g.queries.data<float>(), {b, n, g.queries.shape[2]}),
+        ConstTensor(g.keys.data<float>(), {b, m, g.keys.shape[2]}),
+        ConstTensor(g.values.data<float>(), {b, m, dv}), g.lens, Tensor(out.data(), {b, n, dv}),
+        Tensor(weights.data(), {b, n, m}));
     ASSERT_TRUE(s.ok()) << s.message();
-    const std::vector<float> values(v.data<float>(), v.data<float>() + v.size());
-    EXPECT_LE(MaxAbsDiff(out.data(), {want_out.data<float>(), want_out.data<float>() + want_out.size()}),
-              OutTolerance(values));
-    EXPECT_LE(MaxAbsDiff(weights.data(), {want_weights.data<float>(),
-                                          want_weights.data<float>() + want_weights.size()}),
-              kWeightTolerance);
+    ExpectMatchesGolden(g, out, weights);
   }
 }
 

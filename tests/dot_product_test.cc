@@ -12,15 +12,6 @@
 namespace attnscore::test {
 namespace {
 
-constexpr double kWeightTolerance = 1e-5;  // REFERENCE.md, tolerances
-constexpr float kSentinel = -12345.0f;
-
-double OutTolerance(const std::vector<float>& v) {
-  double max_abs = 0;
-  for (float x : v) max_abs = std::max(max_abs, static_cast<double>(std::abs(x)));
-  return 1e-5 * (1 + max_abs);
-}
-
 class DotProductTest : public PerTarget {};
 ATTNSCORE_INSTANTIATE_PER_TARGET(DotProductTest);
 
@@ -121,28 +112,17 @@ TEST_P(DotProductTest, ManyBatchEntriesAreSplitIntoChunks) {
 TEST_P(DotProductTest, GoldenCasesFromTheSeedModule) {
   for (const char* name : {"dot_toy", "dot_no_lens", "dot_odd_per_query", "dot_per_batch_int32"}) {
     SCOPED_TRACE(name);
-    const io::NpyArray q = LoadGolden(name, "queries"), k = LoadGolden(name, "keys"),
-                       v = LoadGolden(name, "values"), want_out = LoadGolden(name, "out"),
-                       want_weights = LoadGolden(name, "weights");
-    io::NpyArray lens_array;
-    ValidLens lens = ValidLens::None();
-    if (GoldenExists(name, "valid_lens")) {
-      lens_array = LoadGolden(name, "valid_lens");
-      lens = LensView(lens_array);
-    }
-    const int64_t b = q.shape[0], n = q.shape[1], m = k.shape[1], d = q.shape[2], dv = v.shape[2];
+    GoldenAttention g;
+    LoadGoldenAttention(name, &g);
+    const int64_t b = g.queries.shape[0], n = g.queries.shape[1], m = g.keys.shape[1],
+                  d = g.queries.shape[2], dv = g.values.shape[2];
     std::vector<float> out(static_cast<size_t>(b * n * dv)), weights(static_cast<size_t>(b * n * m));
     const Status s = DefaultEngine().DotProductAttention(
-        ConstTensor(q.data<float>(), {b, n, d}), ConstTensor(k.data<float>(), {b, m, d}),
-        ConstTensor(v.data<float>(), {b, m, dv}), lens, Tensor(out.data(), {b, n, dv}),
+        ConstTensor(g.queries.data<float>(), {b, n, d}), ConstTensor(g.keys.data<float>(), {b, m, d}),
+        ConstTensor(g.values.data<float>(), {b, m, dv}), g.lens, Tensor(out.data(), {b, n, dv}),
         Tensor(weights.data(), {b, n, m}));
     ASSERT_TRUE(s.ok()) << s.message();
-    const std::vector<float> values(v.data<float>(), v.data<float>() + v.size());
-    EXPECT_LE(MaxAbsDiff(out.data(), {want_out.data<float>(), want_out.data<float>() + want_out.size()}),
-              OutTolerance(values));
-    EXPECT_LE(MaxAbsDiff(weights.data(), {want_weights.data<float>(),
-                                          want_weights.data<float>() + want_weights.size()}),
-              kWeightTolerance);
+    ExpectMatchesGolden(g, out, weights);
   }
 }
 

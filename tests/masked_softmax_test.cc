@@ -14,9 +14,6 @@
 namespace attnscore::test {
 namespace {
 
-constexpr double kWeightTolerance = 1e-5;  // REFERENCE.md, tolerances
-constexpr float kSentinel = -12345.0f;     // marks outputs a failed call must not touch
-
 class MaskedSoftmaxTest : public PerTarget {};
 ATTNSCORE_INSTANTIATE_PER_TARGET(MaskedSoftmaxTest);
 

@@ -1,5 +1,6 @@
 #include "test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -56,6 +57,37 @@ ValidLens LensView(const io::NpyArray& lens) {
   }
   return is64 ? ValidLens::PerQuery(lens.data<int64_t>(), lens.shape[0], lens.shape[1])
               : ValidLens::PerQuery(lens.data<int32_t>(), lens.shape[0], lens.shape[1]);
+}
+
+double OutTolerance(const std::vector<float>& values) {
+  double max_abs = 0;
+  for (float x : values) max_abs = std::max(max_abs, static_cast<double>(std::abs(x)));
+  return 1e-5 * (1 + max_abs);
+}
+
+void LoadGoldenAttention(const std::string& test_case, GoldenAttention* golden) {
+  golden->queries = LoadGolden(test_case, "queries");
+  golden->keys = LoadGolden(test_case, "keys");
+  golden->values = LoadGolden(test_case, "values");
+  golden->out = LoadGolden(test_case, "out");
+  golden->weights = LoadGolden(test_case, "weights");
+  golden->lens = ValidLens::None();
+  if (GoldenExists(test_case, "valid_lens")) {
+    golden->lens_array = LoadGolden(test_case, "valid_lens");
+    golden->lens = LensView(golden->lens_array);
+  }
+}
+
+void ExpectMatchesGolden(const GoldenAttention& golden, const std::vector<float>& out,
+                         const std::vector<float>& weights) {
+  const auto as_vector = [](const io::NpyArray& a) {
+    return std::vector<float>(a.data<float>(), a.data<float>() + a.size());
+  };
+  const auto want = [](const io::NpyArray& a) {
+    return std::vector<double>(a.data<float>(), a.data<float>() + a.size());
+  };
+  EXPECT_LE(MaxAbsDiff(out.data(), want(golden.out)), OutTolerance(as_vector(golden.values)));
+  EXPECT_LE(MaxAbsDiff(weights.data(), want(golden.weights)), kWeightTolerance);
 }
 
 std::vector<double> ReferenceMaskedSoftmax(const std::vector<float>& x, int64_t batch,

@@ -16,9 +16,29 @@
 
 namespace attnscore::test {
 
+// REFERENCE.md's tolerances: attention weights within 1e-5 absolute,
+// outputs within 1e-5 · (1 + max|V|).
+inline constexpr double kWeightTolerance = 1e-5;
+double OutTolerance(const std::vector<float>& values);
+
+// Marks outputs a failed call must not touch.
+inline constexpr float kSentinel = -12345.0f;
+
 // tests/golden/<case>/<name>.npy; fails the test if it cannot be read.
 io::NpyArray LoadGolden(const std::string& test_case, const std::string& name);
 bool GoldenExists(const std::string& test_case, const std::string& name);
+
+// An attention golden case (make_golden.py): inputs, optional valid lengths,
+// and the expected out and weights.
+struct GoldenAttention {
+  io::NpyArray queries, keys, values, out, weights, lens_array;
+  ValidLens lens = ValidLens::None();  // a view of lens_array
+};
+void LoadGoldenAttention(const std::string& test_case, GoldenAttention* golden);
+
+// out and weights (dense, as the golden's shapes) within the tolerances.
+void ExpectMatchesGolden(const GoldenAttention& golden, const std::vector<float>& out,
+                         const std::vector<float>& weights);
 
 // Valid lengths of every row, as the reference reads them: lens[b * N + i].
 // `per_query`: one length per (b, i); otherwise per batch entry.

@@ -109,6 +109,18 @@ def save(folder, name, t, dtype):
     return a.nbytes
 
 
+def save_attention(folder, q, k, v, lens, out32, w32):
+    """An attention case's inputs and expected outputs; returns their bytes."""
+    nbytes = 0
+    for name, t in (("queries", q), ("keys", k), ("values", v)):
+        nbytes += save(folder, name, t, "<f4")
+    if lens is not None:
+        nbytes += save(folder, "valid_lens", lens, lens_dtype(lens))
+    nbytes += save(folder, "out", out32, "<f4")
+    nbytes += save(folder, "weights", w32, "<f4")
+    return nbytes
+
+
 def case_dir(out_root, case):
     folder = os.path.join(out_root, case)
     os.makedirs(folder, exist_ok=True)
@@ -158,13 +170,7 @@ def emit_dot(out_root, case, q, k, v, lens):
     vmax = v.abs().max().item()
     err_o = check_against_f32(case, got, out64, 1e-5 * (1.0 + vmax))
     err_w = check_against_f32(case, attn.attention_weights, w64, 1e-5)
-    nbytes = save(folder, "queries", q, "<f4")
-    nbytes += save(folder, "keys", k, "<f4")
-    nbytes += save(folder, "values", v, "<f4")
-    if lens is not None:
-        nbytes += save(folder, "valid_lens", lens, lens_dtype(lens))
-    nbytes += save(folder, "out", out32, "<f4")
-    nbytes += save(folder, "weights", w32, "<f4")
+    nbytes = save_attention(folder, q, k, v, lens, out32, w32)
     print("%-26s dot Q%s K%s V%s %s  f32-vs-f64 out %.1e w %.1e  %d B"
           % (case, tuple(q.shape), tuple(k.shape), tuple(v.shape),
              describe_lens(lens), err_o, err_w, nbytes))
@@ -182,13 +188,7 @@ def emit_additive(out_root, case, model, q, k, v, lens):
     err_w = check_against_f32(case, model.attention_weights, w64, 1e-5)
     save_safetensors(model.state_dict(), os.path.join(folder, "model.safetensors"))
     nbytes = os.path.getsize(os.path.join(folder, "model.safetensors"))
-    nbytes += save(folder, "queries", q, "<f4")
-    nbytes += save(folder, "keys", k, "<f4")
-    nbytes += save(folder, "values", v, "<f4")
-    if lens is not None:
-        nbytes += save(folder, "valid_lens", lens, lens_dtype(lens))
-    nbytes += save(folder, "out", out32, "<f4")
-    nbytes += save(folder, "weights", w32, "<f4")
+    nbytes += save_attention(folder, q, k, v, lens, out32, w32)
     print("%-26s additive H=%d Q%s K%s V%s %s  f32-vs-f64 out %.1e w %.1e  %d B"
           % (case, model.w_v.weight.shape[1], tuple(q.shape), tuple(k.shape), tuple(v.shape),
              describe_lens(lens), err_o, err_w, nbytes))
