@@ -211,19 +211,11 @@ std::vector<double> Reference(const Problem& p, const std::vector<int64_t>& row_
 }
 
 ValidLens LensOf(const std::vector<int64_t>& lens, bool per_query, const Shape& s) {
-  if (lens.empty()) return ValidLens::None();
-  return per_query ? ValidLens::PerQuery(lens.data(), s.batch, s.queries)
-                   : ValidLens::PerBatch(lens.data(), s.batch);
+  return test::LensOf(lens, per_query, s.batch, s.queries);
 }
 
-// Lengths with 0, 1, M and beyond M among them.
 std::vector<int64_t> Lengths(const Shape& s, bool per_query, uint32_t seed) {
-  const int64_t count = per_query ? s.batch * s.queries : s.batch;
-  std::vector<int64_t> lens(static_cast<size_t>(count));
-  std::mt19937 rng(seed);
-  for (int64_t& l : lens) l = static_cast<int64_t>(rng() % (s.keys + 3));
-  if (count > 3) lens[1] = 0, lens[2] = 1, lens[3] = s.keys;
-  return lens;
+  return TestLengths(s.batch, s.queries, s.keys, per_query, seed);
 }
 
 void CheckAgainstReference(const Problem& p, const std::vector<int64_t>& lens, bool per_query,

@@ -40,6 +40,22 @@ std::vector<int64_t> RowLengths(const std::vector<int64_t>& lens, bool per_query
   return rows;
 }
 
+std::vector<int64_t> TestLengths(int64_t batch, int64_t queries, int64_t keys, bool per_query,
+                                 uint32_t seed) {
+  const int64_t count = per_query ? batch * queries : batch;
+  std::vector<int64_t> lens(static_cast<size_t>(count));
+  std::mt19937 rng(seed);
+  for (int64_t& l : lens) l = static_cast<int64_t>(rng() % (keys + 3));
+  if (count > 3) lens[1] = 0, lens[2] = 1, lens[3] = keys;
+  return lens;
+}
+
+ValidLens LensOf(const std::vector<int64_t>& lens, bool per_query, int64_t batch, int64_t queries) {
+  if (lens.empty()) return ValidLens::None();
+  return per_query ? ValidLens::PerQuery(lens.data(), batch, queries)
+                   : ValidLens::PerBatch(lens.data(), batch);
+}
+
 std::vector<int64_t> RowLengths(const io::NpyArray& lens, int64_t batch, int64_t queries) {
   std::vector<int64_t> values(static_cast<size_t>(lens.size()));
   for (size_t n = 0; n < values.size(); ++n) {

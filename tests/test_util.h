@@ -44,6 +44,12 @@ void ExpectMatchesGolden(const GoldenAttention& golden, const std::vector<float>
 // `per_query`: one length per (b, i); otherwise per batch entry.
 std::vector<int64_t> RowLengths(const std::vector<int64_t>& lens, bool per_query,
                                 int64_t batch, int64_t queries);
+// Lengths for B entries (or B·N queries when `per_query`) in [0, M + 2],
+// with 0, 1 and M among them when there are more than 3.
+std::vector<int64_t> TestLengths(int64_t batch, int64_t queries, int64_t keys, bool per_query,
+                                 uint32_t seed);
+// `lens` as a ValidLens view: none when empty, else per query or per batch.
+ValidLens LensOf(const std::vector<int64_t>& lens, bool per_query, int64_t batch, int64_t queries);
 // Lengths read from a golden valid_lens.npy (int32 or int64, (B,) or (B, N)).
 std::vector<int64_t> RowLengths(const io::NpyArray& lens, int64_t batch, int64_t queries);
 // The same file as a ValidLens view (the array must outlive it).

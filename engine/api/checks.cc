@@ -121,23 +121,25 @@ Status CheckDisjoint(const char* op, const char* out_name, const ConstTensor& ou
   return Status::Ok();
 }
 
-Status CheckAttentionOutputs(const char* op, const ConstTensor& q, const ConstTensor& k,
-                             const ConstTensor& v, const ValidLens& valid_lens,
+Status CheckAttentionOutputs(const char* op, std::initializer_list<NamedView> inputs,
+                             const AttentionShape& shape, const ValidLens& valid_lens,
                              const ConstTensor& out, const ConstTensor& weights) {
-  const int64_t batch = q.dims[0], queries = q.dims[1], keys = k.dims[1];
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(op, "out", out, {batch, queries, v.dims[2]}, "(B, N, Dv)"));
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(op, "out", out, {shape.batch, shape.queries, shape.out_features},
+                                        shape.out_layout));
   ATTNSCORE_RETURN_IF_ERROR(CheckWritable(op, "out", out));
-  for (auto [name, input] : {std::pair{"queries", q}, {"keys", k}, {"values", v}}) {
-    ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(op, "out", out, name, input));
+  for (const NamedView& input : inputs) {
+    ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(op, "out", out, input.name, input.view));
   }
   if (!weights.empty()) {
-    ATTNSCORE_RETURN_IF_ERROR(CheckTensor(op, "weights", weights, {batch, queries, keys}, "(B, N, M)"));
+    ATTNSCORE_RETURN_IF_ERROR(CheckTensor(op, "weights", weights, {shape.batch, shape.queries, shape.keys},
+                                          "(B, N, M)"));
     ATTNSCORE_RETURN_IF_ERROR(CheckWritable(op, "weights", weights));
-    for (auto [name, other] : {std::pair{"queries", q}, {"keys", k}, {"values", v}, {"out", out}}) {
-      ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(op, "weights", weights, name, other));
+    for (const NamedView& input : inputs) {
+      ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(op, "weights", weights, input.name, input.view));
     }
+    ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(op, "weights", weights, "out", out));
   }
-  return CheckValidLens(valid_lens, batch, queries, op, {{"out", out}, {"weights", weights}});
+  return CheckValidLens(valid_lens, shape.batch, shape.queries, op, {{"out", out}, {"weights", weights}});
 }
 
 }  // namespace attnscore

@@ -9,6 +9,7 @@
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
+#include "api/valid_lens.h"
 
 namespace attnscore {
 
@@ -30,12 +31,17 @@ Status CheckDisjoint(const char* op, const char* out_name, const ConstTensor& ou
                      const char* in_name, const ConstTensor& in,
                      bool allow_same = false);
 
-// The outputs and lengths of an attention op whose inputs q (B, N, *),
-// k (B, M, *) and v (B, M, Dv) are already checked: out (B, N, Dv), the
-// optional weights (B, N, M), both writable and apart from the inputs and
-// each other, and valid_lens for B entries of N queries.
-Status CheckAttentionOutputs(const char* op, const ConstTensor& q, const ConstTensor& k,
-                             const ConstTensor& v, const ValidLens& valid_lens,
+// The shape of an attention op's outputs: out (B, N, F), weights (B, N, M).
+struct AttentionShape {
+  int64_t batch, queries, keys, out_features;
+  const char* out_layout;  // how messages name out's dims, e.g. "(B, N, Dv)"
+};
+
+// The outputs and lengths of an attention op whose `inputs` are already
+// checked: out and the optional weights of `shape`, both writable and apart
+// from the inputs and each other, and valid_lens for B entries of N queries.
+Status CheckAttentionOutputs(const char* op, std::initializer_list<NamedView> inputs,
+                             const AttentionShape& shape, const ValidLens& valid_lens,
                              const ConstTensor& out, const ConstTensor& weights);
 
 }  // namespace attnscore

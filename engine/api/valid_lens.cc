@@ -25,7 +25,7 @@ Status CheckNonNegative(const T* lens, int64_t count, int64_t columns,
 }  // namespace
 
 Status CheckValidLens(const ValidLens& lens, int64_t batch, int64_t queries, const char* op,
-                      std::initializer_list<NamedOutput> outputs) {
+                      std::initializer_list<NamedView> outputs) {
   const std::string name = std::string(op) + ": valid_lens";
   int64_t count = 0;
   int64_t columns = 0;
@@ -58,7 +58,7 @@ Status CheckValidLens(const ValidLens& lens, int64_t batch, int64_t queries, con
   }
   const auto first = reinterpret_cast<uintptr_t>(lens.data);
   const uintptr_t last = first + static_cast<uintptr_t>(count) * (lens.is_int64 ? 8 : 4) - 1;
-  for (const NamedOutput& out : outputs) {
+  for (const NamedView& out : outputs) {
     if (out.view.empty()) continue;
     int64_t span = 0;
     for (int d = 0; d < out.view.rank; ++d) span += (out.view.dims[d] - 1) * out.view.strides[d];

@@ -11,8 +11,8 @@
 
 namespace attnscore {
 
-// A named view that valid lengths must not share memory with.
-struct NamedOutput {
+// A view and the name messages call it by.
+struct NamedView {
   const char* name;
   ConstTensor view;
 };
@@ -22,7 +22,7 @@ struct NamedOutput {
 // product reads the lengths again after writing its first outputs) and no
 // negative length. `op` names the call in messages.
 Status CheckValidLens(const ValidLens& lens, int64_t batch, int64_t queries, const char* op,
-                      std::initializer_list<NamedOutput> outputs);
+                      std::initializer_list<NamedView> outputs);
 
 // The number of keys row (b, i) attends to, clamped to [0, keys].
 inline int64_t RowValidLength(const ValidLens& lens, int64_t b, int64_t i,

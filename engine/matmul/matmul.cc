@@ -43,26 +43,35 @@ class OnednnPlan final : public Plan {
   explicit OnednnPlan(const Problem& p) : id_(next_plan_id++) {
     dnnl::primitive_attr attr;
     if (p.scale != 1.0f) attr.set_output_scales(0, {p.scale});
+    if (p.accumulate) {
+      dnnl::post_ops sum;
+      sum.append_sum(1.0f);
+      attr.set_post_ops(sum);
+    }
     // The scratchpad is ours (per thread), so concurrent runs never share one.
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    pd_ = dnnl::matmul::primitive_desc(
-        dnnl::matmul::desc(Describe(p.batch, p.a), Describe(p.batch, p.b), Describe(p.batch, p.c)),
-        attr, CpuEngine());
+    // A shared B is a batch of one, which oneDNN broadcasts over A's batch.
+    const dnnl::memory::desc b = Describe(p.shared_b ? 1 : p.batch, p.b);
+    const dnnl::memory::desc a = Describe(p.batch, p.a), c = Describe(p.batch, p.c);
+    pd_ = p.bias ? dnnl::matmul::primitive_desc(
+                       dnnl::matmul::desc(a, b, dnnl::memory::desc(dims{1, 1, p.c.cols}, dt::f32,
+                                                                    dims{p.c.cols, p.c.cols, 1}),
+                                          c),
+                       attr, CpuEngine())
+                 : dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, CpuEngine());
     primitive_ = dnnl::matmul(pd_);
     scratch_bytes_ = pd_.scratchpad_desc().get_size();
   }
 
-  Status Run(const float* a, const float* b, float* c) const override {
+  Status Run(const float* a, const float* b, float* c, const float* bias) const override {
     try {
       Bindings& bind = BindingsForThisThread();
       // oneDNN takes non-const handles; it only reads src and weights.
       bind.src.set_data_handle(const_cast<float*>(a));
       bind.weights.set_data_handle(const_cast<float*>(b));
       bind.dst.set_data_handle(c);
-      primitive_.execute(bind.stream, {{DNNL_ARG_SRC, bind.src},
-                                       {DNNL_ARG_WEIGHTS, bind.weights},
-                                       {DNNL_ARG_DST, bind.dst},
-                                       {DNNL_ARG_SCRATCHPAD, bind.scratchpad}});
+      if (bind.bias) bind.bias.set_data_handle(const_cast<float*>(bias));
+      primitive_.execute(bind.stream, bind.args);
       bind.stream.wait();
     } catch (const dnnl::error& e) {
       return Status::Internal(std::string("oneDNN matmul failed: ") + e.what());
@@ -79,6 +88,8 @@ class OnednnPlan final : public Plan {
   struct Bindings {
     dnnl::stream stream;
     dnnl::memory src, weights, dst, scratchpad;
+    dnnl::memory bias;  // empty unless the problem has a bias
+    std::unordered_map<int, dnnl::memory> args;  // the same handles, as execute wants them
   };
 
   Bindings& BindingsForThisThread() const {
@@ -99,7 +110,17 @@ class OnednnPlan final : public Plan {
                   dnnl::memory(pd_.src_desc(), CpuEngine(), nullptr),
                   dnnl::memory(pd_.weights_desc(), CpuEngine(), nullptr),
                   dnnl::memory(pd_.dst_desc(), CpuEngine(), nullptr),
-                  dnnl::memory(pd_.scratchpad_desc(), CpuEngine(), state.scratch.data())};
+                  dnnl::memory(pd_.scratchpad_desc(), CpuEngine(), state.scratch.data()),
+                  dnnl::memory(),
+                  {}};
+    bind.args = {{DNNL_ARG_SRC, bind.src},
+                 {DNNL_ARG_WEIGHTS, bind.weights},
+                 {DNNL_ARG_DST, bind.dst},
+                 {DNNL_ARG_SCRATCHPAD, bind.scratchpad}};
+    if (pd_.bias_desc().get_size() > 0) {
+      bind.bias = dnnl::memory(pd_.bias_desc(), CpuEngine(), nullptr);
+      bind.args.emplace(DNNL_ARG_BIAS, bind.bias);
+    }
     return state.by_plan.emplace(id_, std::move(bind)).first->second;
   }
 
@@ -109,14 +130,14 @@ class OnednnPlan final : public Plan {
   size_t scratch_bytes_ = 0;
 };
 
-using Key = std::array<int64_t, 18>;
+using Key = std::array<int64_t, 21>;
 
 Key KeyOf(const Problem& p) {
   int32_t scale_bits;
   std::memcpy(&scale_bits, &p.scale, sizeof(scale_bits));
   // oneDNN fixes a primitive's thread count when it is created.
-  Key key = {p.batch, scale_bits, omp_get_max_threads()};
-  int k = 3;
+  Key key = {p.batch, scale_bits, omp_get_max_threads(), p.shared_b, p.bias, p.accumulate};
+  int k = 6;
   for (const Layout* l : {&p.a, &p.b, &p.c}) {
     for (int64_t v : {l->rows, l->cols, l->batch_stride, l->row_stride, l->col_stride}) {
       key[k++] = v;

@@ -19,11 +19,15 @@ struct Layout {
   int64_t batch_stride = 0, row_stride = 0, col_stride = 1;
 };
 
-// C[b] = scale · A[b] · B[b] for b < batch; A: (m, k), B: (k, n), C: (m, n).
+// C[b] = scale · A[b] · B[b] (+ bias) (+ C[b]) for b < batch;
+// A: (m, k), B: (k, n), C: (m, n).
 struct Problem {
   int64_t batch = 1;
   Layout a, b, c;
   float scale = 1.0f;
+  bool shared_b = false;    // one B for every batch entry (b.batch_stride unused)
+  bool bias = false;        // adds a row of n biases, given to Run
+  bool accumulate = false;  // adds to what C holds instead of overwriting it
 };
 
 // A oneDNN primitive made for one Problem; immutable and shareable, so many
@@ -31,7 +35,9 @@ struct Problem {
 class Plan {
  public:
   virtual ~Plan() = default;
-  virtual Status Run(const float* a, const float* b, float* c) const = 0;
+  // `bias`: n floats when the problem has a bias, else unused.
+  virtual Status Run(const float* a, const float* b, float* c,
+                     const float* bias = nullptr) const = 0;
   // oneDNN's name for the implementation it chose, e.g. "brg:avx512_core".
   virtual const char* implementation() const = 0;
 };

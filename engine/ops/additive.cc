@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "kernels/additive_scores.h"
 #include "matmul/matmul.h"
 #include "ops/masked_softmax.h"
+#include "ops/model_weights.h"
 
 namespace attnscore {
 
@@ -51,26 +51,6 @@ int64_t KeyChunk(int64_t hidden) {
   return std::max<int64_t>(64, (int64_t{128} << 10) / hidden / 64 * 64);
 }
 
-// Copies a rank-2 view, refusing NaN and Inf: a model weight that is not
-// finite means a corrupt or diverged model, better reported than served.
-Status CopyFinite(const char* name, const ConstTensor& t, bool transpose, std::vector<float>* out) {
-  const int64_t rows = t.dims[0], cols = t.dims[1];
-  out->resize(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const float x = t.data[r * t.strides[0] + c * t.strides[1]];
-      if (!std::isfinite(x)) {
-        return Status::InvalidArgument(std::string(kOp) + ": " + name + " has " +
-                                       (std::isnan(x) ? "NaN" : "Inf") + " at (" +
-                                       std::to_string(r) + ", " + std::to_string(c) +
-                                       "); model weights must be finite");
-      }
-      (*out)[static_cast<size_t>(transpose ? c * rows + r : r * cols + c)] = x;
-    }
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 AdditiveAttention::AdditiveAttention(std::unique_ptr<Weights> weights)
@@ -93,9 +73,12 @@ Status AdditiveAttention::Create(ConstTensor w_q, ConstTensor w_k, ConstTensor w
     weights->query_size = w_q.dims[1];
     weights->key_size = w_k.dims[1];
     weights->hidden = hidden;
-    ATTNSCORE_RETURN_IF_ERROR(CopyFinite(kQueryWeight, w_q, /*transpose=*/true, &weights->w_q_t));
-    ATTNSCORE_RETURN_IF_ERROR(CopyFinite(kKeyWeight, w_k, /*transpose=*/false, &weights->w_k));
-    ATTNSCORE_RETURN_IF_ERROR(CopyFinite(kScoreWeight, w_v, /*transpose=*/false, &weights->w_v));
+    for (auto [name, view] : {std::pair{kQueryWeight, w_q}, {kKeyWeight, w_k}, {kScoreWeight, w_v}}) {
+      ATTNSCORE_RETURN_IF_ERROR(ops::CheckFinite(kOp, name, view));
+    }
+    weights->w_q_t = ops::CopyMatrix(w_q, /*transpose=*/true);
+    weights->w_k = ops::CopyMatrix(w_k, /*transpose=*/false);
+    weights->w_v = ops::CopyMatrix(w_v, /*transpose=*/false);
     double sum = 0;
     for (float w : weights->w_v) sum += w;
     weights->w_sum = static_cast<float>(sum);
@@ -110,23 +93,14 @@ Status AdditiveAttention::Load(const std::string& path,
   return Guarded("AdditiveAttention::Load", [&] {
     std::vector<io::SafetensorsTensor> tensors;
     ATTNSCORE_RETURN_IF_ERROR(io::ReadSafetensors(path, &tensors));
-    const std::set<std::string> expected = {kQueryWeight, kKeyWeight, kScoreWeight};
-    for (const io::SafetensorsTensor& t : tensors) {
-      if (expected.count(t.name) == 0) {
-        return Status::InvalidArgument(path + ": unexpected tensor \"" + t.name +
-                                       "\"; an additive attention state_dict has only " +
-                                       kQueryWeight + ", " + kKeyWeight + " and " + kScoreWeight);
-      }
-    }
+    ATTNSCORE_RETURN_IF_ERROR(ops::CheckOnlyTensors(path, tensors, {kQueryWeight, kKeyWeight, kScoreWeight},
+                                                    "an additive attention"));
     const io::SafetensorsTensor *w_q = nullptr, *w_k = nullptr, *w_v = nullptr;
     ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kQueryWeight, {-1, -1}, &w_q));
     const int64_t hidden = w_q->shape[0];
     ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kKeyWeight, {hidden, -1}, &w_k));
     ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kScoreWeight, {1, hidden}, &w_v));
-    const auto view = [](const io::SafetensorsTensor* t) {
-      return ConstTensor(t->data.data(), {t->shape[0], t->shape[1]});
-    };
-    Status s = Create(view(w_q), view(w_k), view(w_v), model);
+    Status s = Create(ops::ViewOf(*w_q), ops::ViewOf(*w_k), ops::ViewOf(*w_v), model);
     if (!s.ok()) return Status(s.code(), path + ": " + s.message());
     return s;
   });
@@ -142,7 +116,9 @@ Status CheckArguments(const AdditiveAttention::Weights& m, const ConstTensor& q,
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "keys", k, {batch, kAnyDim, m.key_size}, "(B, M, Dk)"));
   const int64_t keys = k.dims[1];
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "values", v, {batch, keys, kAnyDim}, "(B, M, Dv)"));
-  return CheckAttentionOutputs(kOp, q, k, v, lens, out, weights);
+  return CheckAttentionOutputs(kOp, {{"queries", q}, {"keys", k}, {"values", v}},
+                               {q.dims[0], q.dims[1], k.dims[1], v.dims[2], "(B, N, Dv)"}, lens, out,
+                               weights);
 }
 
 // What one batch entry needs, worked out (with every oneDNN plan) before

@@ -100,7 +100,9 @@ Status CheckArguments(const ConstTensor& q, const ConstTensor& k,
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "keys", k, {batch, kAnyDim, depth}, "(B, M, D)"));
   const int64_t keys = k.dims[1];
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "values", v, {batch, keys, kAnyDim}, "(B, M, Dv)"));
-  return CheckAttentionOutputs(kOp, q, k, v, lens, out, weights);
+  return CheckAttentionOutputs(kOp, {{"queries", q}, {"keys", k}, {"values", v}},
+                               {q.dims[0], q.dims[1], k.dims[1], v.dims[2], "(B, N, Dv)"}, lens, out,
+                               weights);
 }
 
 // Up to this many queries per entry, and with contiguous rows, each query row

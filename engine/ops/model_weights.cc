@@ -1,0 +1,72 @@
+#include "ops/model_weights.h"
+
+#include <cmath>
+
+namespace attnscore::ops {
+namespace {
+
+// Rows, columns and their strides of a rank-1 or rank-2 view.
+struct Matrix {
+  int64_t rows, cols, row_stride, col_stride;
+};
+
+Matrix MatrixOf(const ConstTensor& t) {
+  if (t.rank == 1) return {1, t.dims[0], 0, t.strides[0]};
+  return {t.dims[0], t.dims[1], t.strides[0], t.strides[1]};
+}
+
+}  // namespace
+
+Status CheckFinite(const char* op, const char* name, const ConstTensor& weights) {
+  const Matrix m = MatrixOf(weights);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    for (int64_t c = 0; c < m.cols; ++c) {
+      const float x = weights.data[r * m.row_stride + c * m.col_stride];
+      if (std::isfinite(x)) continue;
+      const std::string index = weights.rank == 1
+                                    ? std::to_string(c)
+                                    : std::to_string(r) + ", " + std::to_string(c);
+      return Status::InvalidArgument(std::string(op) + ": " + name + " has " +
+                                     (std::isnan(x) ? "NaN" : "Inf") + " at (" + index +
+                                     "); model weights must be finite");
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<float> CopyMatrix(const ConstTensor& weights, bool transpose) {
+  const Matrix m = MatrixOf(weights);
+  std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
+  for (int64_t r = 0; r < m.rows; ++r) {
+    for (int64_t c = 0; c < m.cols; ++c) {
+      out[static_cast<size_t>(transpose ? c * m.rows + r : r * m.cols + c)] =
+          weights.data[r * m.row_stride + c * m.col_stride];
+    }
+  }
+  return out;
+}
+
+Status CheckOnlyTensors(const std::string& path, const std::vector<io::SafetensorsTensor>& tensors,
+                        std::initializer_list<const char*> names, const char* model) {
+  for (const io::SafetensorsTensor& t : tensors) {
+    bool known = false;
+    for (const char* name : names) known |= t.name == name;
+    if (known) continue;
+    std::string list;
+    size_t n = 0;
+    for (const char* name : names) {
+      list += (n == 0 ? "" : n + 1 == names.size() ? " and " : ", ") + std::string(name);
+      ++n;
+    }
+    return Status::InvalidArgument(path + ": unexpected tensor \"" + t.name + "\"; " + model +
+                                   " state_dict has only " + list);
+  }
+  return Status::Ok();
+}
+
+ConstTensor ViewOf(const io::SafetensorsTensor& tensor) {
+  if (tensor.shape.size() == 1) return ConstTensor(tensor.data.data(), {tensor.shape[0]});
+  return ConstTensor(tensor.data.data(), {tensor.shape[0], tensor.shape[1]});
+}
+
+}  // namespace attnscore::ops
