@@ -15,6 +15,14 @@
       --toy uses d2l's inputs instead: keys all ones, values arange(M*DV)
       repeated over the batch.
 
+  export_torch.py concat --query-size DQ --key-size DK --value-rows M --value-dim DV
+                  --output-size O --out DIR [--batch B --queries N]
+                  [--valid-lens none|L0,L1,...] [--seed S]
+      The seq2seq tutorial's Attn module (tools/seed_modules.py; Attn(DQ, DK,
+      M, DV, O)) with random weights, written as for additive: its state_dict
+      (attn.weight, attn.bias, attn_combine.weight, attn_combine.bias), random
+      Q (B, N, DQ), K (B, N, DK), V (B, M, DV), and its out and weights.
+
 Floating-point tensors are written as float32 (F32, the engine's type);
 integer tensors keep their type. The file is written by hand when the
 `safetensors` package is absent: an 8-byte little-endian header length, the
@@ -35,7 +43,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from seed_modules import AdditiveAttention  # noqa: E402
+from seed_modules import AdditiveAttention, Attn  # noqa: E402
 
 DTYPES = {np.dtype("<f4"): "F32", np.dtype("<f8"): "F64", np.dtype("<f2"): "F16",
           np.dtype("<i8"): "I64", np.dtype("<i4"): "I32", np.dtype("<i2"): "I16",
@@ -144,15 +152,37 @@ def additive(args):
     lens = parse_lens(args.valid_lens, B)
     with torch.no_grad():
         out = model(q, k, v, lens)
-    os.makedirs(args.out, exist_ok=True)
-    save_safetensors(model.state_dict(), os.path.join(args.out, "model.safetensors"))
-    for name, t in (("queries", q), ("keys", k), ("values", v), ("out", out),
-                    ("weights", model.attention_weights)):
-        save_npy(t.numpy().astype("<f4"), os.path.join(args.out, name + ".npy"))
-    if lens is not None:
-        save_npy(lens.numpy().astype("<i8"), os.path.join(args.out, "valid_lens.npy"))
+    write_case(args.out, model, q, k, v, lens, out)
     print("wrote %s: model.safetensors (H=%d), Q%s K%s V%s, out%s" %
           (args.out, args.hidden, tuple(q.shape), tuple(k.shape), tuple(v.shape), tuple(out.shape)))
+
+
+def concat(args):
+    torch.manual_seed(args.seed)
+    model = Attn(args.query_size, args.key_size, args.value_rows, args.value_dim,
+                 args.output_size).eval()
+    B, N = args.batch, args.queries
+    q = torch.randn(B, N, args.query_size)
+    k = torch.randn(B, N, args.key_size)
+    v = torch.randn(B, args.value_rows, args.value_dim)
+    lens = parse_lens(args.valid_lens, B)
+    with torch.no_grad():
+        out, _ = model(q, k, v, lens)
+    write_case(args.out, model, q, k, v, lens, out)
+    print("wrote %s: model.safetensors (M=%d, O=%d), Q%s K%s V%s, out%s" %
+          (args.out, args.value_rows, args.output_size, tuple(q.shape), tuple(k.shape),
+           tuple(v.shape), tuple(out.shape)))
+
+
+def write_case(folder, model, q, k, v, lens, out):
+    """A module's state_dict, its inputs and what it returned, in `folder`."""
+    os.makedirs(folder, exist_ok=True)
+    save_safetensors(model.state_dict(), os.path.join(folder, "model.safetensors"))
+    for name, t in (("queries", q), ("keys", k), ("values", v), ("out", out),
+                    ("weights", model.attention_weights)):
+        save_npy(t.numpy().astype("<f4"), os.path.join(folder, name + ".npy"))
+    if lens is not None:
+        save_npy(lens.numpy().astype("<i8"), os.path.join(folder, "valid_lens.npy"))
 
 
 def main():
@@ -175,11 +205,23 @@ def main():
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--toy", action="store_true")
     a.add_argument("--out", required=True)
+    t = sub.add_parser("concat", help="the seq2seq tutorial's Attn, its inputs and outputs")
+    t.add_argument("--query-size", type=int, required=True)
+    t.add_argument("--key-size", type=int, required=True)
+    t.add_argument("--value-rows", type=int, required=True, help="M (value_size1)")
+    t.add_argument("--value-dim", type=int, required=True, help="Dv (value_size2)")
+    t.add_argument("--output-size", type=int, required=True)
+    t.add_argument("--batch", type=int, default=1)
+    t.add_argument("--queries", type=int, default=1)
+    t.add_argument("--valid-lens", default="none")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--out", required=True)
     args = ap.parse_args()
-    for name in ("query_size", "key_size", "hidden", "batch", "queries", "keys", "value_dim"):
+    for name in ("query_size", "key_size", "hidden", "batch", "queries", "keys", "value_dim",
+                 "value_rows", "output_size"):
         if getattr(args, name, 1) < 1:
             ap.error("--%s must be >= 1" % name.replace("_", "-"))
-    {"convert": convert, "additive": additive}[args.command](args)
+    {"convert": convert, "additive": additive, "concat": concat}[args.command](args)
 
 
 if __name__ == "__main__":

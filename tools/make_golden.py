@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Generate the golden files for attnscore's masked softmax, scaled
-dot-product attention and additive attention (REFERENCE.md sections 1-3).
+dot-product attention, additive attention and concat attention (REFERENCE.md
+sections 1-4).
 
 The reference is the d2l "Attention Scoring Functions" code (seeds/003, 004),
 re-stated below in a few lines: masked_softmax via sequence_mask(value=-1e6)
@@ -9,7 +10,7 @@ and DotProductAttention in eval mode (dropout inactive).
 Inputs are drawn as float32 with a fixed torch seed per case; the reference
 runs in float64 on those same float32 values (cast to double) and the expected
 outputs are stored as float32. Files go to tests/golden/<case>/, one tensor
-per file, little-endian C order; an additive case also has its weights as
+per file, little-endian C order; an additive or concat case also has its weights as
 model.safetensors (the module's state_dict, written by tools/export_torch.py).
 Running the script twice yields byte-identical files.
 
@@ -26,7 +27,7 @@ import torch
 import copy
 
 from export_torch import save_safetensors  # tools/, beside this script
-from seed_modules import AdditiveAttention, DotProductAttention, masked_softmax
+from seed_modules import AdditiveAttention, Attn, DotProductAttention, masked_softmax
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "golden")
@@ -57,6 +58,14 @@ def ref_additive(model32, q32, k32, v32, lens):
     with torch.no_grad():
         out64 = model64(q32.double(), k32.double(), v32.double(), lens)
     w64 = model64.attention_weights
+    return out64.float(), w64.float(), out64, w64
+
+
+def ref_concat(model32, q32, k32, v32, lens):
+    """The seed Attn module, run in float64 on the float32 weights and inputs."""
+    model64 = copy.deepcopy(model32).double()
+    with torch.no_grad():
+        out64, w64 = model64(q32.double(), k32.double(), v32.double(), lens)
     return out64.float(), w64.float(), out64, w64
 
 
@@ -195,6 +204,23 @@ def emit_additive(out_root, case, model, q, k, v, lens):
     return out32, w32
 
 
+def emit_concat(out_root, case, model, q, k, v, lens):
+    folder = case_dir(out_root, case)
+    out32, w32, out64, w64 = ref_concat(model, q, k, v, lens)
+    check_weights(case, w64, w32, lens)
+    with torch.no_grad():
+        got, got_w = model(q, k, v, lens)
+    err_o = check_against_f32(case, got, out64, 1e-4 * (1.0 + out64.abs().max().item()))
+    err_w = check_against_f32(case, got_w, w64, 1e-5)
+    save_safetensors(model.state_dict(), os.path.join(folder, "model.safetensors"))
+    nbytes = os.path.getsize(os.path.join(folder, "model.safetensors"))
+    nbytes += save_attention(folder, q, k, v, lens, out32, w32)
+    print("%-26s concat M=%d O=%d Q%s K%s V%s %s  f32-vs-f64 out %.1e w %.1e  %d B"
+          % (case, model.value_size1, model.output_size, tuple(q.shape), tuple(k.shape),
+             tuple(v.shape), describe_lens(lens), err_o, err_w, nbytes))
+    return out32, w32, out64
+
+
 # ---------------------------------------------------------------------------
 # Cases. Each case seeds torch itself, so cases do not depend on each other.
 
@@ -303,6 +329,30 @@ def main():
     lens = torch.tensor([700, 1, 333], dtype=torch.int32)
     emit_additive(out, "additive_h300_m700_int32", model, torch.randn(3, 5, 16),
                   torch.randn(3, 700, 24), torch.randn(3, 700, 8), lens)
+
+    # --- concat attention (the seq2seq Attn module) ----------------------------
+    torch.manual_seed(4001)
+    model = Attn(query_size=32, key_size=32, value_size1=32, value_size2=64, output_size=64).eval()
+    q, k, v = torch.randn(1, 1, 32), torch.randn(1, 1, 32), torch.randn(1, 32, 64)
+    _, _, out64 = emit_concat(out, "concat_tutorial", model, q, k, v, None)
+    # The batched forward is the tutorial's own forward at its sizes.
+    with torch.no_grad():
+        tut_out, tut_w = copy.deepcopy(model).double().forward_tutorial(q.double(), k.double(),
+                                                                         v.double())
+    assert torch.allclose(tut_out, out64, rtol=0, atol=1e-12), "forward vs forward_tutorial"
+
+    torch.manual_seed(4002)
+    model = Attn(query_size=7, key_size=11, value_size1=13, value_size2=6, output_size=9).eval()
+    lens = torch.tensor([0, 13, 4, 1], dtype=torch.int32)
+    emit_concat(out, "concat_odd_per_batch_int32", model, torch.randn(4, 5, 7), torch.randn(4, 5, 11),
+                torch.randn(4, 13, 6) * 3, lens)
+
+    torch.manual_seed(4003)
+    model = Attn(query_size=3, key_size=1, value_size1=17, value_size2=5, output_size=1).eval()
+    lens = torch.randint(0, 21, (2, 7), dtype=torch.int64)
+    lens[0, 0], lens[0, 1], lens[1, 2], lens[1, 3] = 0, 1, 17, 20
+    emit_concat(out, "concat_odd_per_query", model, torch.randn(2, 7, 3) * 2, torch.randn(2, 7, 1),
+                torch.randn(2, 17, 5), lens)
 
     total = 0
     for root, _, files in os.walk(out):

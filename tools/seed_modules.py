@@ -68,3 +68,35 @@ class AdditiveAttention(nn.Module):
         scores = self.w_v(features).squeeze(-1)
         self.attention_weights = masked_softmax(scores, valid_lens)
         return torch.bmm(self.dropout(self.attention_weights), values)
+
+
+class Attn(nn.Module):
+    """The seq2seq tutorial's Attn (seed 002, rule 1): a linear layer over
+    [q; k] gives M scores, their softmax weighs the M rows of V, and a second
+    linear layer maps [q; applied] to the output.
+
+    forward_tutorial is the tutorial's own forward, for a batch of one;
+    forward is the same computation batched over (B, N) with d2l's valid-length
+    masking (REFERENCE.md section 4). Both return (output, weights)."""
+
+    def __init__(self, query_size, key_size, value_size1, value_size2, output_size):
+        super().__init__()
+        self.query_size = query_size
+        self.key_size = key_size
+        self.value_size1 = value_size1
+        self.value_size2 = value_size2
+        self.output_size = output_size
+        self.attn = nn.Linear(query_size + key_size, value_size1)
+        self.attn_combine = nn.Linear(query_size + value_size2, output_size)
+
+    def forward_tutorial(self, Q, K, V):
+        weights = nn.functional.softmax(self.attn(torch.cat((Q[0], K[0]), 1)), dim=1)
+        applied = torch.bmm(weights.unsqueeze(0), V)
+        output = torch.cat((Q[0], applied[0]), 1)
+        return self.attn_combine(output).unsqueeze(0), weights
+
+    def forward(self, Q, K, V, valid_lens=None):
+        scores = self.attn(torch.cat((Q, K), -1))
+        self.attention_weights = masked_softmax(scores, valid_lens)
+        applied = torch.bmm(self.attention_weights, V)
+        return self.attn_combine(torch.cat((Q, applied), -1)), self.attention_weights

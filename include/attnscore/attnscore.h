@@ -3,6 +3,7 @@
 #define ATTNSCORE_ATTNSCORE_H_
 
 #include "attnscore/additive.h"
+#include "attnscore/concat.h"
 #include "attnscore/engine.h"
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"

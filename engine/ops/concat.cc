@@ -1,0 +1,269 @@
+// Concat attention (REFERENCE.md section 4): the model's weights, loading
+// them from a state_dict, and Forward.
+//
+// [q; k] and [q; applied] are never built: a linear layer over a
+// concatenation is the sum of its column blocks' products, so
+//   scores  = Q · Aqᵀ + attn.bias,          then += K · Akᵀ
+//   out     = Q · Cqᵀ + attn_combine.bias,  then += applied · Caᵀ
+// with each block packed once, at creation, as oneDNN's plain (in, out)
+// matrix and shared by every batch entry. Between the two: the masked
+// softmax (shared code) and applied = W V by oneDNN over valid keys only.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "api/call_scope.h"
+#include "api/checks.h"
+#include "api/valid_lens.h"
+#include "attnscore/concat.h"
+#include "io/safetensors.h"
+#include "matmul/matmul.h"
+#include "ops/masked_softmax.h"
+#include "ops/model_weights.h"
+
+namespace attnscore {
+
+struct ConcatAttention::Weights {
+  int64_t query_size = 0, key_size = 0, value_rows = 0, value_size = 0, output_size = 0;
+  std::vector<float> score_q, score_k;  // (Dq, M), (Dk, M): attn.weight's column blocks, transposed
+  std::vector<float> score_bias;       // (M)
+  std::vector<float> combine_q;        // (Dq, O): attn_combine.weight's blocks, transposed
+  std::vector<float> combine_applied;  // (Dv, O)
+  std::vector<float> combine_bias;     // (O)
+};
+
+namespace {
+
+constexpr const char* kOp = "ConcatAttention";
+
+// The state_dict names, as PyTorch's Attn module calls its parameters.
+constexpr const char* kScoreWeight = "attn.weight";
+constexpr const char* kScoreBias = "attn.bias";
+constexpr const char* kCombineWeight = "attn_combine.weight";
+constexpr const char* kCombineBias = "attn_combine.bias";
+
+// Columns [first, first + count) of a checked rank-2 view.
+ConstTensor Columns(const ConstTensor& t, int64_t first, int64_t count) {
+  return ConstTensor(t.data + first * t.strides[1], {t.dims[0], count},
+                     {t.strides[0], t.strides[1]});
+}
+
+}  // namespace
+
+ConcatAttention::ConcatAttention(std::unique_ptr<Weights> weights) : weights_(std::move(weights)) {}
+ConcatAttention::~ConcatAttention() = default;
+
+int64_t ConcatAttention::query_size() const { return weights_->query_size; }
+int64_t ConcatAttention::key_size() const { return weights_->key_size; }
+int64_t ConcatAttention::value_rows() const { return weights_->value_rows; }
+int64_t ConcatAttention::value_size() const { return weights_->value_size; }
+int64_t ConcatAttention::output_size() const { return weights_->output_size; }
+
+Status ConcatAttention::Create(int64_t query_size, ConstTensor attn_weight, ConstTensor attn_bias,
+                               ConstTensor combine_weight, ConstTensor combine_bias,
+                               std::unique_ptr<ConcatAttention>* model) {
+  if (model == nullptr) return Status::InvalidArgument("ConcatAttention::Create: model is null");
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kScoreWeight, attn_weight, {kAnyDim, kAnyDim}, "(M, Dq + Dk)"));
+  const int64_t rows = attn_weight.dims[0], score_inputs = attn_weight.dims[1];
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kScoreBias, attn_bias, {rows}, "(M)"));
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kCombineWeight, combine_weight, {kAnyDim, kAnyDim}, "(O, Dq + Dv)"));
+  const int64_t outputs = combine_weight.dims[0], combine_inputs = combine_weight.dims[1];
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kCombineBias, combine_bias, {outputs}, "(O)"));
+  // Both layers see q first; each must have at least one column past it.
+  for (auto [name, columns, rest] : {std::tuple{kScoreWeight, score_inputs, "Dk"},
+                                     {kCombineWeight, combine_inputs, "Dv"}}) {
+    if (query_size < 1 || query_size >= columns) {
+      return Status::InvalidArgument(std::string(kOp) + ": query_size is " + std::to_string(query_size) +
+                                     " but " + name + " has " + std::to_string(columns) +
+                                     " columns = Dq + " + rest + "; want 1 <= Dq < " +
+                                     std::to_string(columns));
+    }
+  }
+  return Guarded("ConcatAttention::Create", [&] {
+    for (auto [name, view] : {std::pair{kScoreWeight, attn_weight}, {kScoreBias, attn_bias},
+                              {kCombineWeight, combine_weight}, {kCombineBias, combine_bias}}) {
+      ATTNSCORE_RETURN_IF_ERROR(ops::CheckFinite(kOp, name, view));
+    }
+    auto w = std::make_unique<Weights>();
+    w->query_size = query_size;
+    w->key_size = score_inputs - query_size;
+    w->value_rows = rows;
+    w->value_size = combine_inputs - query_size;
+    w->output_size = outputs;
+    w->score_q = ops::CopyMatrix(Columns(attn_weight, 0, query_size), /*transpose=*/true);
+    w->score_k = ops::CopyMatrix(Columns(attn_weight, query_size, w->key_size), /*transpose=*/true);
+    w->score_bias = ops::CopyMatrix(attn_bias, /*transpose=*/false);
+    w->combine_q = ops::CopyMatrix(Columns(combine_weight, 0, query_size), /*transpose=*/true);
+    w->combine_applied =
+        ops::CopyMatrix(Columns(combine_weight, query_size, w->value_size), /*transpose=*/true);
+    w->combine_bias = ops::CopyMatrix(combine_bias, /*transpose=*/false);
+    model->reset(new ConcatAttention(std::move(w)));
+    return Status::Ok();
+  });
+}
+
+Status ConcatAttention::Load(const std::string& path, int64_t query_size,
+                             std::unique_ptr<ConcatAttention>* model) {
+  if (model == nullptr) return Status::InvalidArgument("ConcatAttention::Load: model is null");
+  return Guarded("ConcatAttention::Load", [&] {
+    std::vector<io::SafetensorsTensor> tensors;
+    ATTNSCORE_RETURN_IF_ERROR(io::ReadSafetensors(path, &tensors));
+    ATTNSCORE_RETURN_IF_ERROR(ops::CheckOnlyTensors(
+        path, tensors, {kScoreWeight, kScoreBias, kCombineWeight, kCombineBias}, "a concat attention (Attn)"));
+    const io::SafetensorsTensor *score_w = nullptr, *score_b = nullptr, *combine_w = nullptr,
+                               *combine_b = nullptr;
+    ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kScoreWeight, {-1, -1}, &score_w));
+    ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kScoreBias, {score_w->shape[0]}, &score_b));
+    ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kCombineWeight, {-1, -1}, &combine_w));
+    ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kCombineBias, {combine_w->shape[0]}, &combine_b));
+    Status s = Create(query_size, ops::ViewOf(*score_w), ops::ViewOf(*score_b), ops::ViewOf(*combine_w),
+                      ops::ViewOf(*combine_b), model);
+    if (!s.ok()) return Status(s.code(), path + ": " + s.message());
+    return s;
+  });
+}
+
+namespace {
+
+Status CheckArguments(const ConcatAttention::Weights& m, const ConstTensor& q, const ConstTensor& k,
+                      const ConstTensor& v, const ValidLens& lens, const ConstTensor& out,
+                      const Tensor& weights) {
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, m.query_size}, "(B, N, Dq)"));
+  const int64_t batch = q.dims[0], queries = q.dims[1];
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "keys", k, {batch, queries, m.key_size}, "(B, N, Dk)"));
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "values", v, {batch, m.value_rows, m.value_size}, "(B, M, Dv)"));
+  return CheckAttentionOutputs(kOp, {{"queries", q}, {"keys", k}, {"values", v}},
+                               {batch, queries, m.value_rows, m.output_size, "(B, N, O)"}, lens, out,
+                               weights);
+}
+
+matmul::Layout LayoutOf(const ConstTensor& t) {
+  return {t.dims[1], t.dims[2], t.strides[0], t.strides[1], t.strides[2]};
+}
+
+class ForwardPass {
+ public:
+  ForwardPass(const EngineOptions& options, const ConcatAttention::Weights& m, const ConstTensor& q,
+              const ConstTensor& k, const ConstTensor& v, const ValidLens& lens, const Tensor& out,
+              const Tensor& weights)
+      : options_(options), m_(m), q_(q), k_(k), v_(v), lens_(lens), out_(out), weights_(weights),
+        batch_(q.dims[0]), queries_(q.dims[1]) {}
+
+  // Every plan, before anything is written.
+  Status Prepare() {
+    const int64_t rows = m_.value_rows;
+    // Scores go straight into the caller's weights when asked for them; the
+    // softmax then runs in place.
+    scratch_scores_ = weights_.empty() ? batch_ * queries_ * rows : 0;
+    const matmul::Layout scores = weights_.empty()
+                                      ? matmul::Layout{queries_, rows, queries_ * rows, rows, 1}
+                                      : LayoutOf(weights_);
+    const matmul::Layout applied{queries_, m_.value_size, queries_ * m_.value_size, m_.value_size, 1};
+    ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(q_), scores, Then::kAddBias, &score_q_));
+    ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(k_), scores, Then::kAddToC, &score_k_));
+    ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(q_), LayoutOf(out_), Then::kAddBias, &combine_q_));
+    ATTNSCORE_RETURN_IF_ERROR(Shared(applied, LayoutOf(out_), Then::kAddToC, &combine_applied_));
+
+    // W V reads only the keys some query of the entry attends to (all M when
+    // a query has L = 0), so NaN in values past them stays out. One batched
+    // call when every entry has the same width, else one per entry.
+    widths_.resize(static_cast<size_t>(batch_));
+    for (int64_t b = 0; b < batch_; ++b) {
+      int64_t longest = 0;
+      bool has_empty = false;
+      for (int64_t i = 0; i < queries_; ++i) {
+        const int64_t valid = RowValidLength(lens_, b, i, rows);
+        longest = std::max(longest, valid);
+        has_empty |= valid == 0;
+      }
+      widths_[static_cast<size_t>(b)] = has_empty ? rows : longest;
+    }
+    const bool uniform = std::all_of(widths_.begin(), widths_.end(),
+                                     [&](int64_t w) { return w == widths_[0]; });
+    mix_.resize(uniform ? 1 : static_cast<size_t>(batch_));
+    for (size_t n = 0; n < mix_.size(); ++n) {
+      matmul::Problem mix;
+      mix.batch = uniform ? batch_ : 1;
+      mix.a = scores;
+      mix.a.cols = widths_[n];
+      mix.b = {widths_[n], m_.value_size, v_.strides[0], v_.strides[1], v_.strides[2]};
+      mix.c = applied;
+      ATTNSCORE_RETURN_IF_ERROR(matmul::GetPlan(mix, &mix_[n]));
+    }
+    return Status::Ok();
+  }
+
+  Status Run() {
+    const int64_t rows = m_.value_rows;
+    float* scratch = ThreadScratch(1, static_cast<size_t>(scratch_scores_ + batch_ * queries_ * m_.value_size));
+    float* scores = weights_.empty() ? scratch : weights_.data;
+    float* applied = scratch + scratch_scores_;
+    ATTNSCORE_RETURN_IF_ERROR(score_q_->Run(q_.data, m_.score_q.data(), scores, m_.score_bias.data()));
+    ATTNSCORE_RETURN_IF_ERROR(score_k_->Run(k_.data, m_.score_k.data(), scores));
+    const Tensor probabilities =
+        weights_.empty() ? Tensor(scores, {batch_, queries_, rows}) : weights_;
+    ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(probabilities, probabilities, lens_, 0, 0,
+                                               options_.threads, /*stream=*/false));
+    if (mix_.size() == 1) {
+      ATTNSCORE_RETURN_IF_ERROR(mix_[0]->Run(scores, v_.data, applied));
+    } else {
+      for (int64_t b = 0; b < batch_; ++b) {
+        ATTNSCORE_RETURN_IF_ERROR(mix_[static_cast<size_t>(b)]->Run(
+            scores + b * probabilities.strides[0], v_.data + b * v_.strides[0],
+            applied + b * queries_ * m_.value_size));
+      }
+    }
+    ATTNSCORE_RETURN_IF_ERROR(combine_q_->Run(q_.data, m_.combine_q.data(), out_.data, m_.combine_bias.data()));
+    return combine_applied_->Run(applied, m_.combine_applied.data(), out_.data);
+  }
+
+ private:
+  // What a column block's product adds: the layer's bias (the first block)
+  // or what C holds (the second).
+  enum class Then { kAddBias, kAddToC };
+
+  // C = A · B + (bias or C) for every batch entry, B being one packed
+  // weight block that all entries share.
+  Status Shared(const matmul::Layout& a, const matmul::Layout& c, Then then,
+                std::shared_ptr<const matmul::Plan>* plan) {
+    matmul::Problem p;
+    p.batch = batch_;
+    p.a = a;
+    p.b = {a.cols, c.cols, 0, c.cols, 1};
+    p.c = c;
+    p.shared_b = true;
+    p.bias = then == Then::kAddBias;
+    p.accumulate = then == Then::kAddToC;
+    return matmul::GetPlan(p, plan);
+  }
+
+  const EngineOptions& options_;
+  const ConcatAttention::Weights& m_;
+  const ConstTensor &q_, &k_, &v_;
+  const ValidLens& lens_;
+  const Tensor &out_, &weights_;
+  const int64_t batch_, queries_;
+  int64_t scratch_scores_ = 0;
+  std::vector<int64_t> widths_;
+  std::shared_ptr<const matmul::Plan> score_q_, score_k_, combine_q_, combine_applied_;
+  std::vector<std::shared_ptr<const matmul::Plan>> mix_;
+};
+
+}  // namespace
+
+Status ConcatAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
+                                ConstTensor values, const ValidLens& valid_lens, Tensor out,
+                                Tensor weights) const {
+  CallScope scope(engine.options().threads);
+  return Guarded(kOp, [&] {
+    ATTNSCORE_RETURN_IF_ERROR(CheckArguments(*weights_, queries, keys, values, valid_lens, out, weights));
+    ForwardPass forward(engine.options(), *weights_, queries, keys, values, valid_lens, out, weights);
+    ATTNSCORE_RETURN_IF_ERROR(forward.Prepare());
+    return forward.Run();
+  });
+}
+
+}  // namespace attnscore
