@@ -174,19 +174,20 @@ TEST_F(CliTest, BenchPrintsJson) {
   }
 }
 
-std::string AdditiveArgs(const std::string& golden, const std::string& name,
-                         const std::string& out) {
-  const std::string dir = golden + "/" + name + "/";
-  return "run additive --model " + dir + "model.safetensors --queries " + dir +
-         "queries.npy --keys " + dir + "keys.npy --values " + dir + "values.npy --valid-lens " +
-         dir + "valid_lens.npy --out " + out;
+// `run OP` on a golden case of a model (additive or concat).
+std::string ModelArgs(const std::string& op, const std::string& name, const std::string& out) {
+  const std::string dir = std::string(ATTNSCORE_GOLDEN_DIR) + "/" + name + "/";
+  return "run " + op + " --model " + dir + "model.safetensors --queries " + dir +
+         "queries.npy --keys " + dir + "keys.npy --values " + dir + "values.npy" +
+         (GoldenExists(name, "valid_lens") ? " --valid-lens " + dir + "valid_lens.npy" : "") +
+         " --out " + out;
 }
 
 TEST_F(CliTest, RunAdditiveMatchesTheSeedModule) {
   for (const char* name : {"additive_toy", "additive_h1_per_query"}) {
     SCOPED_TRACE(name);
     const std::string out = Temp("o.npy"), weights = Temp("w.npy");
-    const Result r = Run(AdditiveArgs(ATTNSCORE_GOLDEN_DIR, name, out) + " --weights-out " + weights);
+    const Result r = Run(ModelArgs("additive", name, out) + " --weights-out " + weights);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_LE(MaxDiff(Read(out), Read(Golden(name, "out"))), 1e-5 * 40);
     EXPECT_LE(MaxDiff(Read(weights), Read(Golden(name, "weights"))), 1e-5);
@@ -197,7 +198,7 @@ TEST_F(CliTest, RunAdditiveRejectsBadModelsAndShapes) {
   const std::string out = Temp("o.npy");
   const std::string toy = std::string(ATTNSCORE_GOLDEN_DIR) + "/additive_toy/";
   // A model file that is not one, a model of other sizes, queries of the wrong width.
-  std::string args = AdditiveArgs(ATTNSCORE_GOLDEN_DIR, "additive_toy", out);
+  std::string args = ModelArgs("additive", "additive_toy", out);
   std::string wrong = args;
   wrong.replace(wrong.find(toy + "model.safetensors"), toy.size() + 17, toy + "keys.npy");
   ExpectBadInput(Run(wrong), toy + "keys.npy: ", out);
@@ -218,6 +219,50 @@ TEST_F(CliTest, BenchAdditivePrintsTriplesPerNs) {
   }
 }
 
+TEST_F(CliTest, RunConcatMatchesTheSeedModule) {
+  for (const char* name : {"concat_tutorial", "concat_odd_per_batch_int32"}) {
+    SCOPED_TRACE(name);
+    const std::string out = Temp("o.npy"), weights = Temp("w.npy");
+    const Result r = Run(ModelArgs("concat", name, out) + " --weights-out " + weights);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const io::NpyArray want = Read(Golden(name, "out"));
+    double largest = 0;
+    for (int64_t e = 0; e < want.size(); ++e) largest = std::max(largest, double{std::abs(want.data<float>()[e])});
+    EXPECT_LE(MaxDiff(Read(out), want), 1e-4 * (1 + largest));
+    EXPECT_LE(MaxDiff(Read(weights), Read(Golden(name, "weights"))), 1e-5);
+  }
+}
+
+TEST_F(CliTest, RunConcatRejectsBadModelsAndShapes) {
+  const std::string out = Temp("o.npy"), weights = Temp("w.npy");
+  const std::string args = ModelArgs("concat", "concat_tutorial", out) + " --weights-out " + weights;
+  const std::string tutorial = std::string(ATTNSCORE_GOLDEN_DIR) + "/concat_tutorial/";
+  // Another model's state_dict; queries too wide for the model (Dq from Q
+  // leaves no key columns); values with the wrong number of rows.
+  std::string wrong = args;
+  wrong.replace(wrong.find(tutorial + "model.safetensors"), tutorial.size() + 17,
+                std::string(ATTNSCORE_GOLDEN_DIR) + "/additive_toy/model.safetensors");
+  ExpectBadInput(Run(wrong), "unexpected tensor", out);
+  wrong = args;
+  wrong.replace(wrong.find(tutorial + "queries.npy"), tutorial.size() + 11, tutorial + "values.npy");
+  ExpectBadInput(Run(wrong), "query_size is 64 but attn.weight has 64 columns", out);
+  wrong = args;
+  wrong.replace(wrong.find(tutorial + "values.npy"), tutorial.size() + 10,
+                std::string(ATTNSCORE_GOLDEN_DIR) + "/concat_odd_per_query/values.npy");
+  ExpectBadInput(Run(wrong), "ConcatAttention: values has shape (2, 17, 5)", out);
+  EXPECT_FALSE(fs::exists(weights));
+}
+
+TEST_F(CliTest, BenchConcatPrintsJson) {
+  const Result r = Run("bench concat --batch 3 --queries 5 --keys 17 --query-dim 6 --key-dim 3 "
+                       "--value-dim 4 --out-dim 7 --valid-lens random --weights --repeat 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* key : {"\"op\": \"concat\"", "\"key_dim\": 3", "\"out_dim\": 7", "\"gflops\": "}) {
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
+  }
+  ExpectBadInput(Run("bench concat --batch 1 --queries 1 --keys 4 --hidden 3"), "--hidden");
+}
+
 TEST_F(CliTest, BenchTakesLengthsFromAFile) {
   const std::vector<int64_t> lens = {3, 40};
   ASSERT_TRUE(io::WriteNpy(Temp("lens.npy"), io::DType::kInt64, {2}, lens.data()).ok());
@@ -235,7 +280,9 @@ TEST_F(CliTest, BenchTakesLengthsFromAFile) {
 TEST_F(CliTest, UsageErrors) {
   ExpectBadInput(Run("frobnicate"), "unknown command 'frobnicate'");
   ExpectBadInput(Run("run"), "run wants an op");
-  ExpectBadInput(Run("run concat --out x.npy"), "run wants an op: softmax, dot or additive, got 'concat'");
+  ExpectBadInput(Run("run attn --out x.npy"), "run wants an op: softmax, dot, additive or concat, got 'attn'");
+  ExpectBadInput(Run("run concat --queries q.npy --keys k.npy --values v.npy --out x.npy"),
+                 "'run concat' needs --model");
   ExpectBadInput(Run("run additive --queries q.npy --keys k.npy --values v.npy --out x.npy"),
                  "'run additive' needs --model");
   ExpectBadInput(Run("run softmax --x a.npy"), "'run softmax' needs --out");
@@ -247,7 +294,8 @@ TEST_F(CliTest, UsageErrors) {
   ExpectBadInput(Run(SoftmaxArgs(Temp("y.npy")) + " --isa avx9000"), "--isa is 'avx9000'");
   ExpectBadInput(Run(SoftmaxArgs(Temp("y.npy")), "ATTNSCORE_ISA=bogus"), "ATTNSCORE_ISA is 'bogus'");
   ExpectBadInput(Run("bench softmax --queries 3 --keys 4"), "'bench softmax' needs --batch");
-  ExpectBadInput(Run("bench concat --batch 1 --queries 3 --keys 4"), "bench wants an op");
+  ExpectBadInput(Run("bench attn --batch 1 --queries 3 --keys 4"), "bench wants an op");
+  ExpectBadInput(Run("bench concat --batch 1 --queries 3 --keys 4 --out-dim 0"), "--out-dim is 0");
   ExpectBadInput(Run("bench dot --batch 1 --queries 3 --keys 4 --valid-lens sometimes"),
                  "--valid-lens is 'sometimes'");
   ExpectBadInput(Run("bench dot --batch 0 --queries 3 --keys 4"), "--batch is 0");

@@ -29,8 +29,12 @@ usage:
   attnscore run additive --model M.safetensors --queries Q.npy --keys K.npy
                         --values V.npy [--valid-lens L.npy] --out O.npy
                         [--weights-out W.npy]
-  attnscore bench softmax|dot|additive --batch B --queries N --keys M
+  attnscore run concat  --model M.safetensors --queries Q.npy --keys K.npy
+                        --values V.npy [--valid-lens L.npy] --out O.npy
+                        [--weights-out W.npy]
+  attnscore bench softmax|dot|additive|concat --batch B --queries N --keys M
                         [--query-dim D] [--key-dim Dk] [--hidden H] [--value-dim Dv]
+                        [--out-dim O]
                         [--valid-lens none|full|random|random-batch|INT|FILE.npy]
                         [--weights] [--repeat R] [--json]
 common flags: --threads T (default 1), --isa scalar|sse4|avx2|avx512|best
@@ -42,6 +46,12 @@ K (B, M, D), V (B, M, Dv). Valid lengths are int32 or int64, shape (B,) or
 An additive model is a .safetensors state_dict of d2l's AdditiveAttention:
 float32 W_q.weight (H, Dq), W_k.weight (H, Dk) and w_v.weight (1, H), as
 tools/export_torch.py writes it; then Q is (B, N, Dq) and K (B, M, Dk).
+A concat model is the state_dict of the seq2seq tutorial's Attn: float32
+attn.weight (M, Dq + Dk), attn.bias (M), attn_combine.weight (O, Dq + Dv)
+and attn_combine.bias (O); Dq is taken from Q (B, N, Dq); K is (B, N, Dk),
+one key per query, V (B, M, Dv) and out (B, N, O). For every run but
+softmax, --weights-out writes the attention weights (B, N, M), which
+tools/show_heatmaps.py draws; softmax's --out is itself the weights.
 
 bench times the op on random data: median and min of R runs (default 20)
 after 3 warm-up runs. --valid-lens: none (all keys), full (L = M given
@@ -56,7 +66,9 @@ and out. additive: random weights initialised as nn.Linear does, --key-dim
 arithmetic except tanh: the projections 2 H (N Dq + Lmax Dk) per batch entry
 (Lmax: its longest length), 3 per triple and 2 L Dv per query. softmax: GB/s
 counts the valid scores read and every weight written; its JSON "gflops" is
-null.
+null. concat: --keys is M (the value rows), --query-dim Dq (default 64),
+--key-dim Dk (default Dq), --value-dim Dv, --out-dim O (default Dv); GFLOP/s
+counts 2 M (Dq + Dk) + 2 L Dv + 2 O (Dq + Dv) per query.
 
 exit status: 0 success, 2 bad input or usage, 1 internal failure.
 )";
@@ -228,45 +240,52 @@ int RunSoftmax(const Args& args) {
   return s.ok() ? kExitOk : Fail(s);
 }
 
-// run dot | run additive: the same inputs and outputs; additive adds --model.
+// run dot | additive | concat: the same inputs and outputs; the models add
+// --model. A concat model takes its query size from Q.
 int RunAttention(const Args& args, const std::string& op) {
-  const bool additive = op == "additive";
+  const bool additive = op == "additive", concat = op == "concat";
   std::set<std::string> allowed = {"--queries", "--keys", "--values", "--valid-lens", "--out",
                                    "--weights-out", "--threads", "--isa"};
   std::set<std::string> required = {"--queries", "--keys", "--values", "--out"};
-  if (additive) allowed.insert("--model"), required.insert("--model");
+  if (additive || concat) allowed.insert("--model"), required.insert("--model");
   Status s = CheckFlags(args, allowed, required, "run " + op);
   if (!s.ok()) return Fail(s);
   std::unique_ptr<Engine> engine;
-  std::unique_ptr<AdditiveAttention> model;
+  std::unique_ptr<AdditiveAttention> additive_model;
+  std::unique_ptr<ConcatAttention> concat_model;
   io::NpyArray q, k, v, lens_array;
   ValidLens lens;
-  if (!(s = MakeEngine(args, &engine)).ok() ||
-      (additive && !(s = AdditiveAttention::Load(args.get("--model"), &model)).ok()) ||
-      !(s = ReadTensor(args, "--queries", &q)).ok() || !(s = ReadTensor(args, "--keys", &k)).ok() ||
-      !(s = ReadTensor(args, "--values", &v)).ok() ||
+  if (!(s = MakeEngine(args, &engine)).ok() || !(s = ReadTensor(args, "--queries", &q)).ok() ||
+      (additive && !(s = AdditiveAttention::Load(args.get("--model"), &additive_model)).ok()) ||
+      (concat && !(s = ConcatAttention::Load(args.get("--model"), q.shape[2], &concat_model)).ok()) ||
+      !(s = ReadTensor(args, "--keys", &k)).ok() || !(s = ReadTensor(args, "--values", &v)).ok() ||
       !(s = ReadValidLens(args, &lens_array, &lens)).ok()) {
     return Fail(s);
   }
-  const int64_t batch = q.shape[0], queries = q.shape[1], keys = k.shape[1], dv = v.shape[2];
-  if (!(s = CheckOutputSize("--out", {batch, queries, dv})).ok() ||
+  // Concat attends over V's rows; the others over the keys.
+  const int64_t batch = q.shape[0], queries = q.shape[1], keys = concat ? v.shape[1] : k.shape[1];
+  const int64_t out_dim = concat ? concat_model->output_size() : v.shape[2];
+  if (!(s = CheckOutputSize("--out", {batch, queries, out_dim})).ok() ||
       (args.has("--weights-out") &&
        !(s = CheckOutputSize("--weights-out", {batch, queries, keys})).ok())) {
     return Fail(s);
   }
-  std::vector<float> out(static_cast<size_t>(batch * queries * dv));
+  std::vector<float> out(static_cast<size_t>(batch * queries * out_dim));
   std::vector<float> weights;
   Tensor weights_view;
   if (args.has("--weights-out")) {
     weights.resize(static_cast<size_t>(batch * queries * keys));
     weights_view = Tensor(weights.data(), {batch, queries, keys});
   }
-  const Tensor out_view(out.data(), {batch, queries, dv});
-  s = additive ? model->Forward(*engine, ViewOf(q), ViewOf(k), ViewOf(v), lens, out_view, weights_view)
+  const Tensor out_view(out.data(), {batch, queries, out_dim});
+  s = additive ? additive_model->Forward(*engine, ViewOf(q), ViewOf(k), ViewOf(v), lens, out_view,
+                                         weights_view)
+      : concat ? concat_model->Forward(*engine, ViewOf(q), ViewOf(k), ViewOf(v), lens, out_view,
+                                       weights_view)
                : engine->DotProductAttention(ViewOf(q), ViewOf(k), ViewOf(v), lens, out_view,
                                              weights_view);
   if (s.ok()) {
-    std::vector<Output> outputs = {{"--out", {batch, queries, dv}, out.data()}};
+    std::vector<Output> outputs = {{"--out", {batch, queries, out_dim}, out.data()}};
     if (!weights.empty()) outputs.push_back({"--weights-out", {batch, queries, keys}, weights.data()});
     s = WriteOutputs(args, outputs);
   }
@@ -277,8 +296,18 @@ int RunAttention(const Args& args, const std::string& op) {
 
 struct BenchShape {
   int64_t batch, queries, keys, depth, value_dim;
-  int64_t key_dim, hidden;  // additive only
+  int64_t key_dim, hidden;  // additive and concat; additive
+  int64_t out_dim;          // concat
 };
+
+// Weights as nn.Linear initialises them: uniform in ±1/sqrt(fan_in).
+std::vector<float> LinearInit(std::mt19937* rng, int64_t out_features, int64_t in_features) {
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
+  std::uniform_real_distribution<float> uniform(-bound, bound);
+  std::vector<float> w(static_cast<size_t>(out_features * in_features));
+  for (float& x : w) x = uniform(*rng);
+  return w;
+}
 
 // Valid lengths for --valid-lens: empty means none.
 Status MakeBenchLens(const std::string& mode, const BenchShape& s, std::mt19937* rng,
@@ -335,14 +364,15 @@ double Median(std::vector<double> v) {
 
 int Bench(const Args& args) {
   const std::string op = args.words.size() > 1 ? args.words[1] : "";
-  if (op != "softmax" && op != "dot" && op != "additive") {
-    return Fail(Status::InvalidArgument("bench wants an op: softmax, dot or additive, got '" +
-                                        op + "'"));
+  if (op != "softmax" && op != "dot" && op != "additive" && op != "concat") {
+    return Fail(Status::InvalidArgument(
+        "bench wants an op: softmax, dot, additive or concat, got '" + op + "'"));
   }
   std::set<std::string> allowed = {"--batch", "--queries", "--keys", "--valid-lens",
                                    "--repeat", "--json", "--threads", "--isa"};
   if (op != "softmax") allowed.insert({"--query-dim", "--value-dim", "--weights"});
   if (op == "additive") allowed.insert({"--key-dim", "--hidden"});
+  if (op == "concat") allowed.insert({"--key-dim", "--out-dim"});
   Status s = CheckFlags(args, allowed, {"--batch", "--queries", "--keys"}, "bench " + op);
   BenchShape shape{};
   int64_t repeat = 0;
@@ -354,6 +384,7 @@ int Bench(const Args& args) {
       !(s = ParseInt(args, "--value-dim", 64, 1, kMaxDim, &shape.value_dim)).ok() ||
       !(s = ParseInt(args, "--key-dim", shape.depth, 1, kMaxDim, &shape.key_dim)).ok() ||
       !(s = ParseInt(args, "--hidden", 64, 1, kMaxDim, &shape.hidden)).ok() ||
+      !(s = ParseInt(args, "--out-dim", shape.value_dim, 1, kMaxDim, &shape.out_dim)).ok() ||
       !(s = ParseInt(args, "--repeat", 20, 1, 1000000, &repeat)).ok()) {
     return Fail(s);
   }
@@ -364,8 +395,10 @@ int Bench(const Args& args) {
            {"queries", {shape.batch, shape.queries, shape.depth}},
            {"keys", {shape.batch, shape.keys, std::max(shape.depth, shape.key_dim)}},
            {"additive weights", {shape.hidden, std::max(shape.depth, shape.key_dim)}},
+           {"concat keys", {shape.batch, shape.queries, shape.key_dim}},
+           {"concat weights", {std::max(shape.keys, shape.out_dim), shape.depth + std::max(shape.key_dim, shape.value_dim)}},
            {"values", {shape.batch, shape.keys, shape.value_dim}},
-           {"out", {shape.batch, shape.queries, shape.value_dim}}}) {
+           {"out", {shape.batch, shape.queries, std::max(shape.value_dim, shape.out_dim)}}}) {
     if (!(s = CheckOutputSize("bench " + name, dims)).ok()) return Fail(s);
   }
   std::unique_ptr<Engine> engine;
@@ -405,6 +438,7 @@ int Bench(const Args& args) {
   std::vector<float> a, k, v, out, weights;
   Tensor weights_view;
   std::unique_ptr<AdditiveAttention> model;
+  std::unique_ptr<ConcatAttention> concat_model;
   double triples = 0;
   std::function<Status()> call;
   double flops = 0, bytes = 0;
@@ -418,25 +452,35 @@ int Bench(const Args& args) {
     bytes = 4.0 * (valid_keys + static_cast<double>(scores));  // read valid, write all
   } else {
     const int64_t D = shape.depth, Dv = shape.value_dim;
-    const int64_t Dk = op == "additive" ? shape.key_dim : D, H = shape.hidden;
+    const int64_t Dk = op == "dot" ? D : shape.key_dim, H = shape.hidden;
     a = random_vector(B * N * D);
-    k = random_vector(B * M * Dk);
+    // Concat has one key per query, and O output features.
+    const int64_t O = op == "concat" ? shape.out_dim : Dv;
+    k = random_vector(B * (op == "concat" ? N : M) * Dk);
     v = random_vector(B * M * Dv);
-    out.resize(static_cast<size_t>(B * N * Dv));
+    out.resize(static_cast<size_t>(B * N * O));
     if (args.has("--weights")) {
       weights.resize(static_cast<size_t>(scores));
       weights_view = Tensor(weights.data(), {B, N, M});
     }
-    if (op == "additive") {
-      // As nn.Linear initialises them: uniform in ±1/sqrt(fan_in).
-      auto linear = [&](int64_t out_features, int64_t in_features) {
-        const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
-        std::uniform_real_distribution<float> uniform(-bound, bound);
-        std::vector<float> w(static_cast<size_t>(out_features * in_features));
-        for (float& x : w) x = uniform(rng);
-        return w;
+    if (op == "concat") {
+      const std::vector<float> attn_w = LinearInit(&rng, M, D + Dk), attn_b = LinearInit(&rng, 1, M),
+                               combine_w = LinearInit(&rng, O, D + Dv), combine_b = LinearInit(&rng, 1, O);
+      s = ConcatAttention::Create(D, ConstTensor(attn_w.data(), {M, D + Dk}), ConstTensor(attn_b.data(), {M}),
+                                  ConstTensor(combine_w.data(), {O, D + Dv}),
+                                  ConstTensor(combine_b.data(), {O}), &concat_model);
+      if (!s.ok()) return Fail(s);
+      call = [&, D, Dk, Dv, O] {
+        return concat_model->Forward(*engine, ConstTensor(a.data(), {B, N, D}),
+                                     ConstTensor(k.data(), {B, N, Dk}), ConstTensor(v.data(), {B, M, Dv}),
+                                     lens, Tensor(out.data(), {B, N, O}), weights_view);
       };
-      const std::vector<float> w_q = linear(H, D), w_k = linear(H, Dk), w_v = linear(1, H);
+      const double rows = static_cast<double>(B * N);
+      flops = 2.0 * rows * static_cast<double>(M * (D + Dk) + O * (D + Dv)) +
+              2.0 * valid_keys * static_cast<double>(Dv);
+    } else if (op == "additive") {
+      const std::vector<float> w_q = LinearInit(&rng, H, D), w_k = LinearInit(&rng, H, Dk),
+                               w_v = LinearInit(&rng, 1, H);
       s = AdditiveAttention::Create(ConstTensor(w_q.data(), {H, D}), ConstTensor(w_k.data(), {H, Dk}),
                                     ConstTensor(w_v.data(), {1, H}), &model);
       if (!s.ok()) return Fail(s);
@@ -457,7 +501,9 @@ int Bench(const Args& args) {
       };
       flops = 2.0 * valid_keys * static_cast<double>(D + Dv);
     }
-    bytes = 4.0 * static_cast<double>(B * N * (D + Dv) + B * M * (Dk + Dv));
+    bytes = op == "concat"
+                ? 4.0 * static_cast<double>(B * N * (D + Dk + shape.out_dim) + B * M * Dv)
+                : 4.0 * static_cast<double>(B * N * (D + Dv) + B * M * (Dk + Dv));
   }
 
   for (int w = 0; w < 3; ++w) {
@@ -490,6 +536,9 @@ int Bench(const Args& args) {
         op == "additive" ? (", \"hidden\": " + std::to_string(shape.hidden) + ", \"key_dim\": " +
                             std::to_string(shape.key_dim) + ", \"triples_per_ns\": " +
                             std::to_string(triples / (median * 1e3)))
+                               .c_str()
+        : op == "concat" ? (", \"key_dim\": " + std::to_string(shape.key_dim) + ", \"out_dim\": " +
+                            std::to_string(shape.out_dim))
                                .c_str()
                          : "");
   } else {
@@ -532,10 +581,12 @@ int RunCli(const std::vector<std::string>& argv) {
   if (command == "info") return Info(args);
   if (command == "bench") return Bench(args);
   if (command == "run" && sub == "softmax") return RunSoftmax(args);
-  if (command == "run" && (sub == "dot" || sub == "additive")) return RunAttention(args, sub);
+  if (command == "run" && (sub == "dot" || sub == "additive" || sub == "concat")) {
+    return RunAttention(args, sub);
+  }
   if (command == "run") {
-    return Fail(Status::InvalidArgument("run wants an op: softmax, dot or additive, got '" + sub +
-                                        "'"));
+    return Fail(Status::InvalidArgument("run wants an op: softmax, dot, additive or concat, got '" +
+                                        sub + "'"));
   }
   return Fail(Status::InvalidArgument("unknown command '" + command + "' (see attnscore --help)"));
 }
