@@ -1,0 +1,190 @@
+#!/usr/bin/python3
+"""Draw attention weights as heatmaps, in the manner of d2l's show_heatmaps.
+
+WEIGHTS.npy is what `attnscore run dot|additive|concat --weights-out` writes: a
+float32 or float64 array of shape (B, N, M) = (batch, queries, keys). Each
+selected batch entry b becomes one panel titled "batch b" whose rows are
+queries and whose columns are keys; panels fill a grid of at most --columns
+columns and share one colour scale (0 to the largest finite weight) with one
+colour bar. NaN weights are left blank.
+
+OUT.png is written atomically (a temporary file beside it, then renamed) and
+carries the PNG text chunk Description = "attnscore heatmaps: P panels of
+N x M". On any error nothing is written and the exit status is 2.
+
+Needs Debian's python3-numpy and python3-matplotlib.
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+import matplotlib
+
+matplotlib.use("Agg")  # no display needed; must precede the pyplot import
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+PROG = "show_heatmaps.py"
+MAX_DEFAULT_PANELS = 64  # beyond this, --batches must say which to draw
+PANEL_WIDTH = 2.5  # inches of heatmap per panel, as wide as d2l's default
+PANEL_MIN_HEIGHT, PANEL_MAX_HEIGHT = 1.0, 5.0  # keep 1 x M rows visible
+DPI = 100
+
+
+def fail(message):
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+class Parser(argparse.ArgumentParser):
+    # argparse would print the usage too; callers and tests want one line.
+    def error(self, message):
+        fail(message)
+
+
+def batch_list(text):
+    try:
+        indices = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"want comma-separated batch indices such as 0,2, got {text!r}")
+    for i in indices:
+        if indices.count(i) > 1:
+            raise argparse.ArgumentTypeError(f"batch index {i} is repeated")
+    return indices
+
+
+def load_weights(path):
+    # np.load's own complaint about bytes that are not .npy talks about
+    # pickles, so check the magic first to give a clearer message.
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+    except OSError as e:
+        fail(f"{path}: cannot read: {e.strerror or e}")
+    if magic != b"\x93NUMPY":
+        fail(f"{path}: not a .npy file (no \\x93NUMPY magic)")
+    try:
+        weights = np.load(path, allow_pickle=False)
+    except OSError as e:
+        fail(f"{path}: cannot read: {e.strerror or e}")
+    except (ValueError, EOFError) as e:
+        fail(f"{path}: not a valid .npy file: {' '.join(str(e).split())}")
+    if weights.ndim != 3:
+        fail(f"{path}: has shape {weights.shape}, "
+             "want (B, N, M) = (batch, queries, keys)")
+    if 0 in weights.shape:
+        fail(f"{path}: shape {weights.shape} has a zero-size dimension")
+    if not np.issubdtype(weights.dtype, np.floating):
+        fail(f"{path}: dtype is {weights.dtype}, want float32 or float64")
+    return weights
+
+
+def draw(panels, batches, columns, args):
+    count, n, m = panels.shape
+    rows = -(-count // columns)
+    # Square cells while they fit; otherwise stretch (aspect="auto") so that
+    # a single query over many keys is a visible strip, not a hairline.
+    height = min(max(n * PANEL_WIDTH / m, PANEL_MIN_HEIGHT), PANEL_MAX_HEIGHT)
+    fig, axes = plt.subplots(
+        rows, columns, squeeze=False, layout="constrained",
+        figsize=(columns * (PANEL_WIDTH + 0.9) + 1.2,
+                 rows * (height + 0.9) + (0.4 if args.title else 0.1)))
+    finite = panels[np.isfinite(panels)]
+    vmax = float(finite.max()) if finite.size else 1.0
+    if vmax <= 0:  # a zero-width scale would break the colour bar
+        vmax = 1.0
+    used = []
+    for i, ax in enumerate(axes.flat):
+        if i >= count:
+            fig.delaxes(ax)
+            continue
+        image = ax.imshow(panels[i], cmap=args.cmap, vmin=0.0, vmax=vmax,
+                          aspect="auto")
+        ax.set_title(f"batch {batches[i]}")
+        # Fractional ticks between rows/columns would name no query or key.
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+        if i + columns >= count:  # nothing below it: bottom of its column
+            ax.set_xlabel(args.xlabel)
+        if i % columns == 0:
+            ax.set_ylabel(args.ylabel)
+        used.append(ax)
+    if args.title:
+        fig.suptitle(args.title)
+    fig.colorbar(image, ax=used, shrink=0.6)
+    return fig
+
+
+def main():
+    parser = Parser(prog=PROG, description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("weights", metavar="WEIGHTS.npy")
+    parser.add_argument("out", metavar="OUT.png")
+    parser.add_argument("--xlabel", default="Keys", help="(default: Keys)")
+    parser.add_argument("--ylabel", default="Queries",
+                        help="(default: Queries)")
+    parser.add_argument("--title", default="", metavar="TEXT",
+                        help="figure title (default: none)")
+    parser.add_argument("--cmap", default="Reds",
+                        help="matplotlib colour map (default: Reds)")
+    parser.add_argument("--columns", type=int, metavar="C",
+                        help="panels per row (default: min(B, 4))")
+    parser.add_argument("--batches", type=batch_list, metavar="I,J,...",
+                        help="batch entries to draw, 0-based (default: all)")
+    args = parser.parse_args()
+
+    if args.columns is not None and args.columns < 1:
+        fail(f"argument --columns: must be at least 1, got {args.columns}")
+    if args.cmap not in matplotlib.colormaps:
+        fail(f"argument --cmap: unknown colour map {args.cmap!r}")
+    if not args.out.lower().endswith(".png"):
+        fail(f"{args.out}: output path must end in .png")
+    out_dir = os.path.dirname(args.out) or "."
+    if not os.path.isdir(out_dir):
+        fail(f"{args.out}: directory {out_dir} does not exist")
+    if os.path.isdir(args.out):
+        fail(f"{args.out}: is a directory")
+
+    weights = load_weights(args.weights)
+    b, n, m = weights.shape
+    if args.batches is None:
+        if b > MAX_DEFAULT_PANELS:
+            fail(f"{args.weights}: has {b} batch entries, too many to draw "
+                 f"(at most {MAX_DEFAULT_PANELS}); pick some with --batches")
+        batches = list(range(b))
+    else:
+        batches = args.batches
+        for i in batches:
+            if not 0 <= i < b:
+                fail(f"argument --batches: index {i} is out of range "
+                     f"0..{b - 1} for {args.weights} with B = {b}")
+    # float64 copy of just the selected entries: imshow rejects float16.
+    panels = weights[batches].astype(np.float64)
+    count = len(batches)
+    columns = min(count, args.columns or min(b, 4))
+
+    fig = draw(panels, batches, columns, args)
+    description = f"attnscore heatmaps: {count} panels of {n} x {m}"
+    # Same directory so the rename is atomic; .png suffix so matplotlib and
+    # anyone listing the directory know what it is.
+    tmp = f"{args.out}.tmp.{os.getpid()}.png"
+    try:
+        fig.savefig(tmp, dpi=DPI, format="png",
+                    metadata={"Description": description})
+        os.replace(tmp, args.out)
+    except BaseException as e:
+        try:
+            os.remove(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(e, OSError):
+            fail(f"{args.out}: cannot write: {e.strerror or e}")
+        raise
+    print(f"wrote {args.out}: {count} panel(s) of {n} x {m}")
+
+
+if __name__ == "__main__":
+    main()
