@@ -6,7 +6,6 @@
 // the register tiling buy over the straightforward vector tanh.
 #include <benchmark/benchmark.h>
 
-#include <cmath>
 #include <memory>
 #include <random>
 #include <vector>
@@ -17,16 +16,6 @@
 
 namespace attnscore::bench {
 namespace {
-
-// Weights as nn.Linear initialises them: uniform in ±1/sqrt(fan_in).
-std::vector<float> LinearWeights(int64_t out_features, int64_t in_features, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
-  std::uniform_real_distribution<float> uniform(-bound, bound);
-  std::vector<float> w(static_cast<size_t>(out_features * in_features));
-  for (float& x : w) x = uniform(rng);
-  return w;
-}
 
 void BM_Additive(benchmark::State& state) {
   const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),

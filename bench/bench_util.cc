@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -53,6 +54,15 @@ std::vector<float> RandomFloats(int64_t n, uint32_t seed) {
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = normal(rng);
   return v;
+}
+
+std::vector<float> LinearWeights(int64_t out_features, int64_t in_features, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
+  std::uniform_real_distribution<float> uniform(-bound, bound);
+  std::vector<float> w(static_cast<size_t>(out_features * in_features));
+  for (float& x : w) x = uniform(rng);
+  return w;
 }
 
 std::vector<int64_t> RandomLengths(int64_t count, int64_t keys, uint32_t seed) {

@@ -19,6 +19,9 @@ const Engine& SharedEngine();
 // n floats ~ N(0, 1), fixed seed.
 std::vector<float> RandomFloats(int64_t n, uint32_t seed);
 
+// Weights as nn.Linear initialises them: uniform in ±1/sqrt(fan_in).
+std::vector<float> LinearWeights(int64_t out_features, int64_t in_features, uint32_t seed);
+
 // Lengths uniform in [1, keys], fixed seed: `count` of them.
 std::vector<int64_t> RandomLengths(int64_t count, int64_t keys, uint32_t seed);
 
