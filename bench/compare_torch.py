@@ -2,7 +2,7 @@
 """Time attnscore's CLI against the PyTorch seed modules on the same shapes.
 
 PyTorch side: the d2l masked_softmax, DotProductAttention and
-AdditiveAttention (eval mode, no dropout), float32, torch.no_grad(), torch.set_num_threads(T); 3 warm-up calls,
+AdditiveAttention, and the seq2seq tutorial's Attn (eval mode, no dropout), float32, torch.no_grad(), torch.set_num_threads(T); 3 warm-up calls,
 then the median of R calls each timed with time.perf_counter_ns.
 attnscore side: `attnscore bench OP ... --json`, which does its own warm-up
 and reports median_us over R runs.
@@ -12,8 +12,9 @@ per-batch lengths of shape (B,), both drawn uniformly from [1, M]; the torch
 side draws them (seeded) and the CLI is given the very same lengths through a
 .npy file (`--valid-lens FILE.npy`). The dot rows use random-batch, the d2l
 form (one length per sequence), as bench/ does; additive_big runs with none
-too. Additive weights are random on both sides (nn.Linear's initialisation):
-the work does not depend on their values.
+too. Additive and concat weights are random on both sides (nn.Linear's
+initialisation): the work does not depend on their values. Concat's "keys"
+are V's M rows (its valid lengths mask those), with one key per query.
 
 Prints a markdown table:
   op | shape | valid lens | attnscore median µs | PyTorch median µs | speed-up
@@ -21,7 +22,7 @@ where speed-up = PyTorch median / attnscore median (> 1: attnscore faster).
 
 Usage:
   bench/compare_torch.py [--attnscore PATH] [--threads T] [--repeat R]
-                         [--only softmax|dot|additive] [--torch-only]
+                         [--only softmax|dot|additive|concat] [--torch-only]
 Exit status: 0 ok, 1 an attnscore run failed, 2 the CLI is missing.
 """
 
@@ -40,7 +41,7 @@ import torch
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO_ROOT, "tools"))
-from seed_modules import AdditiveAttention, DotProductAttention, masked_softmax  # noqa: E402
+from seed_modules import AdditiveAttention, Attn, DotProductAttention, masked_softmax  # noqa: E402
 DEFAULT_CLI = os.path.join(REPO_ROOT, "build", "bin", "attnscore")
 WARMUP = 3
 
@@ -49,7 +50,8 @@ WARMUP = 3
 # Problems.
 
 # (op, label, dims, valid-lens spec). dims: softmax (B, N, M);
-# dot (B, N, M, D, Dv); additive (B, N, M, Dq, Dk, H, Dv). Lens spec:
+# dot (B, N, M, D, Dv); additive (B, N, M, Dq, Dk, H, Dv); concat
+# (B, N, Dq, Dk, M, Dv, O). Lens spec:
 # "random" | "random-batch" | "none" | an integer string.
 DEFAULT_PROBLEMS = [
     ("softmax", "", (64, 128, 512), "random"),
@@ -60,6 +62,9 @@ DEFAULT_PROBLEMS = [
     ("additive", "mid", (4, 32, 256, 128, 128, 128, 128), "random-batch"),
     ("additive", "big", (8, 64, 512, 256, 256, 256, 256), "random-batch"),
     ("additive", "big", (8, 64, 512, 256, 256, 256, 256), "none"),
+    ("concat", "tutorial", (1, 1, 32, 32, 32, 64, 64), "none"),
+    ("concat", "decoder", (64, 1, 256, 256, 64, 256, 256), "random-batch"),
+    ("concat", "encoder", (8, 256, 256, 256, 128, 256, 256), "random-batch"),
 ]
 
 
@@ -86,6 +91,8 @@ def shape_text(op, label, dims):
         s = "(%d,%d,%d)" % dims
     elif op == "additive":
         s = "B=%d N=%d M=%d Dq=%d Dk=%d H=%d Dv=%d" % dims
+    elif op == "concat":
+        s = "B=%d N=%d Dq=%d Dk=%d M=%d Dv=%d O=%d" % dims
     else:
         B, N, M, D, Dv = dims
         s = "B=%d N=%d M=%d D=%d Dv=%d" % (B, N, M, D, Dv)
@@ -121,6 +128,15 @@ def time_torch(op, dims, spec, repeat, seed):
         attn = AdditiveAttention(Dk, Dq, H, dropout=0.5)
         attn.eval()
         fn = lambda: attn(Q, K, V, lens)
+    elif op == "concat":
+        B, N, Dq, Dk, M, Dv, O = dims
+        Q = torch.randn(B, N, Dq, generator=gen)
+        K = torch.randn(B, N, Dk, generator=gen)
+        V = torch.randn(B, M, Dv, generator=gen)
+        lens = make_lens(spec, B, N, M, gen)
+        attn = Attn(Dq, Dk, M, Dv, O)
+        attn.eval()
+        fn = lambda: attn(Q, K, V, lens)
     else:
         B, N, M, D, Dv = dims
         Q = torch.randn(B, N, D, generator=gen)
@@ -146,6 +162,10 @@ def cli_command(cli, op, dims, spec, threads, repeat):
         B, N, M, Dq, Dk, H, Dv = dims
         cmd = [cli, "bench", "additive", "--batch", B, "--queries", N, "--keys", M,
                "--query-dim", Dq, "--key-dim", Dk, "--hidden", H, "--value-dim", Dv]
+    elif op == "concat":
+        B, N, Dq, Dk, M, Dv, O = dims
+        cmd = [cli, "bench", "concat", "--batch", B, "--queries", N, "--keys", M,
+               "--query-dim", Dq, "--key-dim", Dk, "--value-dim", Dv, "--out-dim", O]
     else:
         B, N, M, D, Dv = dims
         cmd = [cli, "bench", "dot", "--batch", B, "--queries", N,
@@ -243,7 +263,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=30,
                     help="timed calls per shape (median); default 30")
-    ap.add_argument("--only", choices=["softmax", "dot", "additive"])
+    ap.add_argument("--only", choices=["softmax", "dot", "additive", "concat"])
     ap.add_argument("--torch-only", action="store_true",
                     help="skip the attnscore column (no CLI needed)")
     ap.add_argument("--seed", type=int, default=0,

@@ -13,6 +13,8 @@ FLOPs in both peer shapes (inner dim D + Dv, and D), and the additive score
 kernel's (query, key, hidden) triples per ns against Highway's Tanh
 elements per ns (one tanh per triple). The additive op's own rows show its
 triples per ns; its peer, the PyTorch seed module, is in compare_torch.py.
+Concat attention against oneDNN alone doing its two linear layers on
+inputs already concatenated (both credited with the same FLOPs).
 """
 import json
 import re
@@ -79,6 +81,16 @@ def main():
                      f"{a['hidden']}; v{a['dv']})")
             print(f"| additive attention | {shape} | {b['real_time']:.1f} | "
                   f"{b['items_per_second'] / 1e9:.2f} triples/ns | PyTorch: compare_torch.py | | |")
+        elif name.startswith("BM_Concat/"):
+            peer = runs.get(name.replace("BM_Concat/", "BM_ConcatLinearLayersOnednn/"))
+            if peer is None:
+                continue
+            shape = (f"({a['batch']},{a['queries']}; {a['dq']}/{a['dk']}; M{a['rows']} "
+                     f"v{a['dv']} o{a['out']})")
+            rate, peer_rate = b["GFLOPs"], peer["GFLOPs"]
+            print(f"| concat attention | {shape} | {b['real_time']:.1f} | {rate:.1f} GFLOP/s | "
+                  f"oneDNN, the two linear layers | {peer_rate:.1f} GFLOP/s | "
+                  f"{peer['real_time'] / b['real_time']:.0%} |")
 
 
 if __name__ == "__main__":
