@@ -34,6 +34,26 @@ inline int64_t RowValidLength(const ValidLens& lens, int64_t b, int64_t i,
   return len < keys ? len : keys;
 }
 
+// What batch entry b's queries attend to: `longest`, the longest valid
+// length among them (the keys worth scoring), and `mix`, the keys W V must
+// read: that, or all of them when a query has L = 0 (uniform weights).
+struct EntryWidths {
+  int64_t longest, mix;
+};
+
+inline EntryWidths EntryValidWidths(const ValidLens& lens, int64_t b, int64_t queries,
+                                    int64_t keys) {
+  int64_t longest = 0;
+  bool has_empty = false;
+  for (int64_t i = 0; i < queries; ++i) {
+    const int64_t valid = RowValidLength(lens, b, i, keys);
+    longest = valid > longest ? valid : longest;
+    has_empty |= valid == 0;
+    if (lens.kind != ValidLens::Kind::kPerQuery) break;  // the same for every i
+  }
+  return {longest, has_empty ? keys : longest};
+}
+
 }  // namespace attnscore
 
 #endif  // ATTNSCORE_API_VALID_LENS_H_

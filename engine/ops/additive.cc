@@ -148,13 +148,9 @@ class ForwardPass {
     entries_.resize(static_cast<size_t>(q_.dims[0]));
     for (int64_t b = 0; b < q_.dims[0]; ++b) {
       Entry& e = entries_[static_cast<size_t>(b)];
-      bool has_empty = false;
-      for (int64_t i = 0; i < queries_; ++i) {
-        const int64_t valid = RowValidLength(lens_, b, i, keys_);
-        e.longest = std::max(e.longest, valid);
-        has_empty |= valid == 0;
-      }
-      e.mix_width = has_empty ? keys_ : e.longest;
+      const EntryWidths widths = EntryValidWidths(lens_, b, queries_, keys_);
+      e.longest = widths.longest;
+      e.mix_width = widths.mix;
       for (int64_t j = 0; j < e.longest; j += chunk_) {
         ATTNSCORE_RETURN_IF_ERROR(KeyPlan(std::min(chunk_, e.longest - j), nullptr));
       }

@@ -185,14 +185,7 @@ class ForwardPass {
     if (row_mix_) return Status::Ok();
     widths_.resize(static_cast<size_t>(batch_));
     for (int64_t b = 0; b < batch_; ++b) {
-      int64_t longest = 0;
-      bool has_empty = false;
-      for (int64_t i = 0; i < queries_; ++i) {
-        const int64_t valid = RowValidLength(lens_, b, i, rows);
-        longest = std::max(longest, valid);
-        has_empty |= valid == 0;
-      }
-      widths_[static_cast<size_t>(b)] = has_empty ? rows : longest;
+      widths_[static_cast<size_t>(b)] = EntryValidWidths(lens_, b, queries_, rows).mix;
     }
     const bool uniform = std::all_of(widths_.begin(), widths_.end(),
                                      [&](int64_t w) { return w == widths_[0]; });

@@ -48,15 +48,7 @@ std::vector<Group> GroupBatches(const ValidLens& lens, int64_t batch,
                                 int64_t queries, int64_t keys) {
   std::vector<Group> groups;
   for (int64_t b = 0; b < batch; ++b) {
-    int64_t longest = 0;
-    bool has_empty = false;
-    for (int64_t i = 0; i < queries; ++i) {
-      const int64_t valid = RowValidLength(lens, b, i, keys);
-      longest = std::max(longest, valid);
-      has_empty |= valid == 0;
-      if (lens.kind != ValidLens::Kind::kPerQuery) break;  // same for every i
-    }
-    const int64_t mix = has_empty ? keys : longest;
+    const auto [longest, mix] = EntryValidWidths(lens, b, queries, keys);
     if (!groups.empty() && groups.back().score_width == longest &&
         groups.back().mix_width == mix) {
       ++groups.back().count;
