@@ -179,7 +179,7 @@ TEST_P(ConcatTest, OddShapesAndEveryLengthKind) {
   }
 }
 
-TEST_P(ConcatTest, TwoThreadsGiveTheSameAnswer) {
+TEST_P(ConcatTest, TwoThreadsAgreeWithTheReference) {
   const Shape s{3, 41, 16, 8, 50, 12, 10};
   const Problem p = RandomProblem(s, 7);
   CheckAgainstReference(p, TestLengths(s.batch, s.queries, s.rows, true, 8), true, /*threads=*/2);
@@ -219,18 +219,24 @@ TEST_P(ConcatTest, GoldenCasesFromTheSeedModule) {
   }
 }
 
-TEST_P(ConcatTest, StridedViews) {
-  // Q with padded rows, K stored as (B, Dk, N), V with padded rows, out
-  // padded, weights with column stride 2.
-  const Shape s{2, 6, 5, 4, 9, 3, 7};
+// Q with padded rows, K stored as (B, Dk, N), V with padded rows, out with
+// padded rows; `gap` floats between batch entries of Q and out (so the
+// batch is not one matrix) and weights with column stride `weight_step`.
+void CheckStridedViews(const Shape& s, int64_t gap, int64_t weight_step) {
+  SCOPED_TRACE("N=" + std::to_string(s.queries) + " gap=" + std::to_string(gap) +
+               " weight step=" + std::to_string(weight_step));
   const Problem p = RandomProblem(s, 41);
-  const std::vector<int64_t> lens = {9, 4};
+  std::vector<int64_t> lens(static_cast<size_t>(s.batch), s.rows);
+  lens[1] = 4;
   const Expected want = Reference(p, RowLengths(lens, false, s.batch, s.queries));
   const int64_t qpad = s.query_size + 3, vpad = s.value_size + 1, opad = s.outputs + 2;
+  const int64_t q_entry = s.queries * qpad + gap, o_entry = s.queries * opad + gap;
   const float nan = std::nanf("");
-  std::vector<float> q(static_cast<size_t>(s.batch * s.queries * qpad), nan);
-  for (int64_t r = 0; r < s.batch * s.queries; ++r)
-    for (int64_t c = 0; c < s.query_size; ++c) q[r * qpad + c] = p.q[r * s.query_size + c];
+  std::vector<float> q(static_cast<size_t>(s.batch * q_entry), nan);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t i = 0; i < s.queries; ++i)
+      for (int64_t c = 0; c < s.query_size; ++c)
+        q[b * q_entry + i * qpad + c] = p.q[(b * s.queries + i) * s.query_size + c];
   std::vector<float> k(p.k.size());
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t i = 0; i < s.queries; ++i)
@@ -239,25 +245,41 @@ TEST_P(ConcatTest, StridedViews) {
   std::vector<float> v(static_cast<size_t>(s.batch * s.rows * vpad), nan);
   for (int64_t r = 0; r < s.batch * s.rows; ++r)
     for (int64_t c = 0; c < s.value_size; ++c) v[r * vpad + c] = p.v[r * s.value_size + c];
-  std::vector<float> out(static_cast<size_t>(s.batch * s.queries * opad), kSentinel);
-  std::vector<float> weights(static_cast<size_t>(s.batch * s.queries * s.rows * 2), kSentinel);
+  std::vector<float> out(static_cast<size_t>(s.batch * o_entry), kSentinel);
+  const int64_t w_row = s.rows * weight_step;
+  std::vector<float> weights(static_cast<size_t>(s.batch * s.queries * w_row), kSentinel);
   const Status st = ModelOf(p)->Forward(
-      DefaultEngine(), ConstTensor(q.data(), {s.batch, s.queries, s.query_size}, {s.queries * qpad, qpad, 1}),
+      DefaultEngine(), ConstTensor(q.data(), {s.batch, s.queries, s.query_size}, {q_entry, qpad, 1}),
       ConstTensor(k.data(), {s.batch, s.queries, s.key_size}, {s.key_size * s.queries, 1, s.queries}),
       ConstTensor(v.data(), {s.batch, s.rows, s.value_size}, {s.rows * vpad, vpad, 1}),
-      ValidLens::PerBatch(lens.data(), 2),
-      Tensor(out.data(), {s.batch, s.queries, s.outputs}, {s.queries * opad, opad, 1}),
-      Tensor(weights.data(), {s.batch, s.queries, s.rows}, {s.queries * s.rows * 2, s.rows * 2, 2}));
+      ValidLens::PerBatch(lens.data(), s.batch),
+      Tensor(out.data(), {s.batch, s.queries, s.outputs}, {o_entry, opad, 1}),
+      Tensor(weights.data(), {s.batch, s.queries, s.rows}, {s.queries * w_row, w_row, weight_step}));
   ASSERT_TRUE(st.ok()) << st.message();
-  for (int64_t r = 0; r < s.batch * s.queries; ++r) {
-    for (int64_t o = 0; o < s.outputs; ++o) {
-      EXPECT_NEAR(out[r * opad + o], want.out[r * s.outputs + o], want.tolerance[r * s.outputs + o]);
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t i = 0; i < s.queries; ++i) {
+      const int64_t r = b * s.queries + i;
+      const float* out_row = out.data() + b * o_entry + i * opad;
+      for (int64_t o = 0; o < s.outputs; ++o) {
+        EXPECT_NEAR(out_row[o], want.out[r * s.outputs + o], want.tolerance[r * s.outputs + o]);
+      }
+      for (int64_t o = s.outputs; o < opad; ++o) EXPECT_EQ(out_row[o], kSentinel);
+      for (int64_t m = 0; m < s.rows; ++m) {
+        EXPECT_NEAR(weights[r * w_row + m * weight_step], want.weights[r * s.rows + m], kWeightTolerance);
+        for (int64_t pad = 1; pad < weight_step; ++pad) EXPECT_EQ(weights[r * w_row + m * weight_step + pad], kSentinel);
+      }
     }
-    for (int64_t o = s.outputs; o < opad; ++o) EXPECT_EQ(out[r * opad + o], kSentinel);
-    for (int64_t m = 0; m < s.rows; ++m) {
-      EXPECT_NEAR(weights[(r * s.rows + m) * 2], want.weights[r * s.rows + m], kWeightTolerance);
-      EXPECT_EQ(weights[(r * s.rows + m) * 2 + 1], kSentinel);
-    }
+    for (int64_t e = s.queries * opad; e < o_entry; ++e) EXPECT_EQ(out[b * o_entry + e], kSentinel);
+  }
+}
+
+TEST_P(ConcatTest, StridedViews) {
+  // 6 queries: W V by oneDNN; 2 queries: row by row; 1 query: each entry
+  // one row whose row stride means nothing.
+  for (int64_t queries : {6, 2, 1}) {
+    const Shape s{3, queries, 5, 4, 9, 3, 7};
+    CheckStridedViews(s, /*gap=*/0, /*weight_step=*/2);
+    CheckStridedViews(s, /*gap=*/5, /*weight_step=*/1);
   }
 }
 
@@ -361,6 +383,12 @@ TEST(ConcatArgumentsTest, BadInputIsRejectedAndNothingIsWritten) {
       {"out overlaps queries", q, k, v, ValidLens::None(), Tensor(const_cast<float*>(p.q.data()), {2, 3, 3}), w},
       {"weights has shape (2, 3, 5)", q, k, v, ValidLens::None(), o, Tensor(weights, {2, 3, 5})},
       {"weights overlaps out", q, k, v, ValidLens::None(), o, Tensor(out, {2, 3, 6})},
+      {"weights overlaps values", q, k, v, ValidLens::None(), o, Tensor(const_cast<float*>(p.v.data()), {2, 3, 6})},
+      {"weights has strides that make elements share memory", q, k, v, ValidLens::None(), o,
+       Tensor(weights, {2, 3, 6}, {18, 0, 1})},
+      {"out overlaps keys", q, k, v, ValidLens::None(), Tensor(const_cast<float*>(p.k.data()), {2, 3, 3}), w},
+      {"keys must have rank 3", q, ConstTensor(p.k.data(), {6, 5}), v, ValidLens::None(), o, w},
+      {"values has shape (2, 0, 2)", q, k, ConstTensor(p.v.data(), {2, 0, 2}), ValidLens::None(), o, w},
       {"valid_lens", q, k, v, ValidLens::PerBatch(negative, 2), o, w},
       {"valid_lens", q, k, v, ValidLens::PerQuery(lens2, 2, 1), o, w},
   };

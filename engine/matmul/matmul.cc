@@ -40,7 +40,7 @@ std::atomic<uint64_t> next_plan_id{1};
 
 class OnednnPlan final : public Plan {
  public:
-  explicit OnednnPlan(const Problem& p) : id_(next_plan_id++) {
+  explicit OnednnPlan(const Problem& p) : id_(next_plan_id++), has_bias_(p.bias) {
     dnnl::primitive_attr attr;
     if (p.scale != 1.0f) attr.set_output_scales(0, {p.scale});
     if (p.accumulate) {
@@ -64,6 +64,7 @@ class OnednnPlan final : public Plan {
   }
 
   Status Run(const float* a, const float* b, float* c, const float* bias) const override {
+    if (has_bias_ && bias == nullptr) return Status::Internal("matmul: a plan with a bias needs one");
     try {
       Bindings& bind = BindingsForThisThread();
       // oneDNN takes non-const handles; it only reads src and weights.
@@ -125,6 +126,7 @@ class OnednnPlan final : public Plan {
   }
 
   const uint64_t id_;
+  const bool has_bias_;
   dnnl::matmul::primitive_desc pd_;
   dnnl::matmul primitive_;
   size_t scratch_bytes_ = 0;
@@ -160,6 +162,10 @@ Cache& PlanCache() {
 }  // namespace
 
 Status GetPlan(const Problem& problem, std::shared_ptr<const Plan>* plan) {
+  // oneDNN 2.x would scale the bias too; nothing here needs both.
+  if (problem.bias && problem.scale != 1.0f) {
+    return Status::Internal("matmul: a bias with an output scale is not supported");
+  }
   const Key key = KeyOf(problem);
   Cache& cache = PlanCache();
   {

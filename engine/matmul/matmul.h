@@ -26,7 +26,7 @@ struct Problem {
   Layout a, b, c;
   float scale = 1.0f;
   bool shared_b = false;    // one B for every batch entry (b.batch_stride unused)
-  bool bias = false;        // adds a row of n biases, given to Run
+  bool bias = false;        // adds a row of n biases, given to Run; needs scale 1
   bool accumulate = false;  // adds to what C holds instead of overwriting it
 };
 

@@ -150,7 +150,10 @@ Status CheckArguments(const ConcatAttention::Weights& m, const ConstTensor& q, c
 }
 
 matmul::Layout LayoutOf(const ConstTensor& t) {
-  return {t.dims[1], t.dims[2], t.strides[0], t.strides[1], t.strides[2]};
+  // One row per entry (a decoder step): its row stride means nothing, so
+  // take the batch stride, which lets Shared() see the batch as one matrix.
+  const int64_t row_stride = t.dims[1] == 1 ? t.strides[0] : t.strides[1];
+  return {t.dims[1], t.dims[2], t.strides[0], row_stride, t.strides[2]};
 }
 
 class ForwardPass {
@@ -171,10 +174,10 @@ class ForwardPass {
                                       ? matmul::Layout{queries_, rows, queries_ * rows, rows, 1}
                                       : LayoutOf(weights_);
     const matmul::Layout applied{queries_, m_.value_size, queries_ * m_.value_size, m_.value_size, 1};
-    ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(q_), scores, Then::kAddBias, &score_q_));
-    ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(k_), scores, Then::kAddToC, &score_k_));
-    ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(q_), LayoutOf(out_), Then::kAddBias, &combine_q_));
-    ATTNSCORE_RETURN_IF_ERROR(Shared(applied, LayoutOf(out_), Then::kAddToC, &combine_applied_));
+    ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(q_), scores, Epilogue::kAddBias, &score_q_));
+    ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(k_), scores, Epilogue::kAccumulate, &score_k_));
+    ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(q_), LayoutOf(out_), Epilogue::kAddBias, &combine_q_));
+    ATTNSCORE_RETURN_IF_ERROR(Shared(applied, LayoutOf(out_), Epilogue::kAccumulate, &combine_applied_));
 
     // W V reads only the positions some query of the entry attends to (all
     // M when a query has L = 0), so NaN in values past them stays out. Row
@@ -246,19 +249,19 @@ class ForwardPass {
   }
 
   // What a column block's product adds: the layer's bias (the first block)
-  // or what C holds (the second).
-  enum class Then { kAddBias, kAddToC };
+  // or what C already holds (the second).
+  enum class Epilogue { kAddBias, kAccumulate };
 
   // C = A · B + (bias or C) for every batch entry, B being one packed
   // weight block that all entries share. When A's and C's entries lie one
   // after another, the batch is one matrix of B·N rows: oneDNN runs that far
   // faster than B products of N rows (64× with N = 1, a decoder step).
-  Status Shared(matmul::Layout a, matmul::Layout c, Then then,
+  Status Shared(matmul::Layout a, matmul::Layout c, Epilogue epilogue,
                 std::shared_ptr<const matmul::Plan>* plan) {
     matmul::Problem p;
     p.batch = batch_;
-    const auto contiguous = [&](const matmul::Layout& l) {
-      return batch_ == 1 || l.batch_stride == l.rows * l.row_stride;
+    const auto contiguous = [](const matmul::Layout& l) {
+      return l.batch_stride == l.rows * l.row_stride;
     };
     if (batch_ > 1 && contiguous(a) && contiguous(c)) {
       p.batch = 1;
@@ -269,8 +272,8 @@ class ForwardPass {
     p.b = {a.cols, c.cols, 0, c.cols, 1};
     p.c = c;
     p.shared_b = true;
-    p.bias = then == Then::kAddBias;
-    p.accumulate = then == Then::kAddToC;
+    p.bias = epilogue == Epilogue::kAddBias;
+    p.accumulate = epilogue == Epilogue::kAccumulate;
     return matmul::GetPlan(p, plan);
   }
 
