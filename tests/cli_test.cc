@@ -146,10 +146,12 @@ TEST_F(CliTest, EveryIsaCapDispatchesThereAndMatchesGolden) {
 }
 
 TEST_F(CliTest, RunSoftmaxMatchesGolden) {
-  const std::string out = Temp("y.npy");
-  const Result r = Run(SoftmaxArgs(out));
+  const std::string out = Temp("y.npy"), weights = Temp("w.npy");
+  const Result r = Run(SoftmaxArgs(out) + " --weights-out " + weights);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_LE(MaxDiff(Read(out), Read(Golden("softmax_seed_per_query", "y"))), 1e-5);
+  // The weights are Y itself, written again.
+  EXPECT_EQ(MaxDiff(Read(weights), Read(out)), 0.0);
 }
 
 TEST_F(CliTest, RunDotWritesOutAndWeights) {
@@ -245,6 +247,7 @@ TEST_F(CliTest, RunConcatRejectsBadModelsAndShapes) {
   ExpectBadInput(Run(wrong), "unexpected tensor", out);
   wrong = args;
   wrong.replace(wrong.find(tutorial + "queries.npy"), tutorial.size() + 11, tutorial + "values.npy");
+  ExpectBadInput(Run(wrong), "/values.npy has Dq = 64 features, which the model cannot take", out);
   ExpectBadInput(Run(wrong), "query_size is 64 but attn.weight has 64 columns", out);
   wrong = args;
   wrong.replace(wrong.find(tutorial + "values.npy"), tutorial.size() + 10,

@@ -24,6 +24,7 @@ const char kUsage[] = R"(attnscore: attention scoring functions on the CPU
 usage:
   attnscore info
   attnscore run softmax --x X.npy [--valid-lens L.npy] --out Y.npy
+                        [--weights-out W.npy]
   attnscore run dot     --queries Q.npy --keys K.npy --values V.npy
                         [--valid-lens L.npy] --out O.npy [--weights-out W.npy]
   attnscore run additive --model M.safetensors --queries Q.npy --keys K.npy
@@ -49,16 +50,16 @@ tools/export_torch.py writes it; then Q is (B, N, Dq) and K (B, M, Dk).
 A concat model is the state_dict of the seq2seq tutorial's Attn: float32
 attn.weight (M, Dq + Dk), attn.bias (M), attn_combine.weight (O, Dq + Dv)
 and attn_combine.bias (O); Dq is taken from Q (B, N, Dq); K is (B, N, Dk),
-one key per query, V (B, M, Dv) and out (B, N, O). For every run but
-softmax, --weights-out writes the attention weights (B, N, M), which
-tools/show_heatmaps.py draws; softmax's --out is itself the weights.
+one key per query, V (B, M, Dv) and out (B, N, O). --weights-out writes
+the attention weights (B, N, M), which tools/show_heatmaps.py draws (for
+softmax they are Y itself, written again).
 
 bench times the op on random data: median and min of R runs (default 20)
 after 3 warm-up runs. --valid-lens: none (all keys), full (L = M given
 explicitly), random (per query, uniform in [1, M]), random-batch (per batch
 entry, uniform in [1, M]), one INT for every query, or the lengths in a
-FILE.npy ((B,) or (B, N)). dot and additive: --query-dim (default 64),
---value-dim (64), --weights (also write the attention weights). dot: GFLOP/s
+FILE.npy ((B,) or (B, N)). dot, additive and concat: --query-dim (default
+64), --value-dim (64), --weights (also write the attention weights). dot: GFLOP/s
 counts 2 L (D + Dv) per query over valid keys only, GB/s the bytes of Q, K, V
 and out. additive: random weights initialised as nn.Linear does, --key-dim
 (default: the query dim) and --hidden (64); "triples/ns" counts the valid
@@ -223,7 +224,7 @@ Status CheckOutputSize(const std::string& what, const std::vector<int64_t>& shap
 }
 
 int RunSoftmax(const Args& args) {
-  Status s = CheckFlags(args, {"--x", "--valid-lens", "--out", "--threads", "--isa"},
+  Status s = CheckFlags(args, {"--x", "--valid-lens", "--out", "--weights-out", "--threads", "--isa"},
                         {"--x", "--out"}, "run softmax");
   if (!s.ok()) return Fail(s);
   std::unique_ptr<Engine> engine;
@@ -236,8 +237,23 @@ int RunSoftmax(const Args& args) {
   std::vector<float> y(static_cast<size_t>(x.size()));
   const ConstTensor xv = ViewOf(x);
   s = engine->MaskedSoftmax(xv, lens, Tensor(y.data(), {xv.dims[0], xv.dims[1], xv.dims[2]}));
-  if (s.ok()) s = WriteOutputs(args, {{"--out", x.shape, y.data()}});
+  if (s.ok()) {
+    // Y is the weights; --weights-out lets a script treat every op alike.
+    std::vector<Output> outputs = {{"--out", x.shape, y.data()}};
+    if (args.has("--weights-out")) outputs.push_back({"--weights-out", x.shape, y.data()});
+    s = WriteOutputs(args, outputs);
+  }
   return s.ok() ? kExitOk : Fail(s);
+}
+
+// A concat model's query size is the queries' last dim: say so when the
+// model does not fit it.
+Status LoadConcat(const Args& args, const io::NpyArray& q, std::unique_ptr<ConcatAttention>* model) {
+  const Status s = ConcatAttention::Load(args.get("--model"), q.shape[2], model);
+  if (s.ok() || s.message().find("query_size") == std::string::npos) return s;
+  return Status(s.code(), "--queries " + args.get("--queries") + " has Dq = " +
+                              std::to_string(q.shape[2]) + " features, which the model cannot take: " +
+                              s.message());
 }
 
 // run dot | additive | concat: the same inputs and outputs; the models add
@@ -257,7 +273,7 @@ int RunAttention(const Args& args, const std::string& op) {
   ValidLens lens;
   if (!(s = MakeEngine(args, &engine)).ok() || !(s = ReadTensor(args, "--queries", &q)).ok() ||
       (additive && !(s = AdditiveAttention::Load(args.get("--model"), &additive_model)).ok()) ||
-      (concat && !(s = ConcatAttention::Load(args.get("--model"), q.shape[2], &concat_model)).ok()) ||
+      (concat && !(s = LoadConcat(args, q, &concat_model)).ok()) ||
       !(s = ReadTensor(args, "--keys", &k)).ok() || !(s = ReadTensor(args, "--values", &v)).ok() ||
       !(s = ReadValidLens(args, &lens_array, &lens)).ok()) {
     return Fail(s);
