@@ -2,7 +2,7 @@
 """Draw attention weights as heatmaps, in the manner of d2l's show_heatmaps.
 
 WEIGHTS.npy is what `attnscore run dot|additive|concat --weights-out` writes: a
-float32 or float64 array of shape (B, N, M) = (batch, queries, keys). Each
+floating-point (float16/32/64) array of shape (B, N, M) = (batch, queries, keys). Each
 selected batch entry b becomes one panel titled "batch b" whose rows are
 queries and whose columns are keys; panels fill a grid of at most --columns
 columns and share one colour scale (0 to the largest finite weight) with one
@@ -78,7 +78,7 @@ def load_weights(path):
     if 0 in weights.shape:
         fail(f"{path}: shape {weights.shape} has a zero-size dimension")
     if not np.issubdtype(weights.dtype, np.floating):
-        fail(f"{path}: dtype is {weights.dtype}, want float32 or float64")
+        fail(f"{path}: dtype is {weights.dtype}, want a floating-point type such as float32")
     return weights
 
 
