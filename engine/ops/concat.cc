@@ -255,7 +255,8 @@ class ForwardPass {
   // C = A · B + (bias or C) for every batch entry, B being one packed
   // weight block that all entries share. When A's and C's entries lie one
   // after another, the batch is one matrix of B·N rows: oneDNN runs that far
-  // faster than B products of N rows (64× with N = 1, a decoder step).
+  // faster than B products of N rows (the whole op on a decoder step, B 64
+  // and N 1: 550 us as B products, 272 us as one matrix).
   Status Shared(matmul::Layout a, matmul::Layout c, Epilogue epilogue,
                 std::shared_ptr<const matmul::Plan>* plan) {
     matmul::Problem p;
