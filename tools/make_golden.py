@@ -52,20 +52,16 @@ def ref_dot(q32, k32, v32, lens):
     return out64.float(), w64.float(), out64, w64
 
 
-def ref_additive(model32, q32, k32, v32, lens):
-    """The seed module itself, run in float64 on the float32 weights and inputs."""
+def ref_model(model32, q32, k32, v32, lens):
+    """A seed module with weights (AdditiveAttention, Attn) run in float64 on
+    the float32 weights and inputs; both keep their weights in
+    attention_weights (Attn also returns them)."""
     model64 = copy.deepcopy(model32).double()
     with torch.no_grad():
         out64 = model64(q32.double(), k32.double(), v32.double(), lens)
+    if isinstance(out64, tuple):
+        out64 = out64[0]
     w64 = model64.attention_weights
-    return out64.float(), w64.float(), out64, w64
-
-
-def ref_concat(model32, q32, k32, v32, lens):
-    """The seed Attn module, run in float64 on the float32 weights and inputs."""
-    model64 = copy.deepcopy(model32).double()
-    with torch.no_grad():
-        out64, w64 = model64(q32.double(), k32.double(), v32.double(), lens)
     return out64.float(), w64.float(), out64, w64
 
 
@@ -188,7 +184,7 @@ def emit_dot(out_root, case, q, k, v, lens):
 
 def emit_additive(out_root, case, model, q, k, v, lens):
     folder = case_dir(out_root, case)
-    out32, w32, out64, w64 = ref_additive(model, q, k, v, lens)
+    out32, w32, out64, w64 = ref_model(model, q, k, v, lens)
     check_weights(case, w64, w32, lens)
     with torch.no_grad():
         got = model(q, k, v, lens)
@@ -206,7 +202,7 @@ def emit_additive(out_root, case, model, q, k, v, lens):
 
 def emit_concat(out_root, case, model, q, k, v, lens):
     folder = case_dir(out_root, case)
-    out32, w32, out64, w64 = ref_concat(model, q, k, v, lens)
+    out32, w32, out64, w64 = ref_model(model, q, k, v, lens)
     check_weights(case, w64, w32, lens)
     with torch.no_grad():
         got, got_w = model(q, k, v, lens)

@@ -296,13 +296,8 @@ class ForwardPass {
 Status ConcatAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
                                 ConstTensor values, const ValidLens& valid_lens, Tensor out,
                                 Tensor weights) const {
-  CallScope scope(engine.options().threads);
-  return Guarded(kOp, [&] {
-    ATTNSCORE_RETURN_IF_ERROR(CheckArguments(*weights_, queries, keys, values, valid_lens, out, weights));
-    ForwardPass forward(engine.options(), *weights_, queries, keys, values, valid_lens, out, weights);
-    ATTNSCORE_RETURN_IF_ERROR(forward.Prepare());
-    return forward.Run();
-  });
+  return ops::RunForward<ForwardPass>(kOp, CheckArguments, engine, *weights_, queries, keys, values,
+                                      valid_lens, out, weights);
 }
 
 }  // namespace attnscore

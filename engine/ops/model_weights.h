@@ -1,5 +1,6 @@
 // What the models (AdditiveAttention, ConcatAttention) share: checking and
-// copying the caller's weights, and checking a state_dict's tensor names.
+// copying the caller's weights, checking a state_dict's tensor names, and
+// the shape of a Forward call.
 #ifndef ATTNSCORE_OPS_MODEL_WEIGHTS_H_
 #define ATTNSCORE_OPS_MODEL_WEIGHTS_H_
 
@@ -7,8 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "api/call_scope.h"
+#include "attnscore/engine.h"
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
+#include "attnscore/valid_lens.h"
 #include "io/safetensors.h"
 
 namespace attnscore::ops {
@@ -29,6 +33,22 @@ Status CheckOnlyTensors(const std::string& path, const std::vector<io::Safetenso
 
 // A view of a loaded tensor (rank 1 or 2).
 ConstTensor ViewOf(const io::SafetensorsTensor& tensor);
+
+// A model's Forward, as one engine call: check(model, q, k, v, lens, out,
+// weights) first, then a Pass built from the same arguments makes every
+// plan (Prepare) before anything is written (Run).
+template <class Pass, class Model, class Check>
+Status RunForward(const char* op, Check check, const Engine& engine, const Model& model,
+                  const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                  const ValidLens& lens, const Tensor& out, const Tensor& weights) {
+  CallScope scope(engine.options().threads);
+  return Guarded(op, [&] {
+    ATTNSCORE_RETURN_IF_ERROR(check(model, q, k, v, lens, out, weights));
+    Pass pass(engine.options(), model, q, k, v, lens, out, weights);
+    ATTNSCORE_RETURN_IF_ERROR(pass.Prepare());
+    return pass.Run();
+  });
+}
 
 }  // namespace attnscore::ops
 
