@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "attnscore/engine.h"
 #include "attnscore/status.h"
@@ -40,10 +41,22 @@ class Plan {
                      const float* bias = nullptr) const = 0;
   // oneDNN's name for the implementation it chose, e.g. "brg:avx512_core".
   virtual const char* implementation() const = 0;
+  // How many times Run has been called, by any thread.
+  virtual int64_t runs() const = 0;
 };
 
 // The cached plan for `problem`, created on first use. Thread-safe.
 Status GetPlan(const Problem& problem, std::shared_ptr<const Plan>* plan);
+
+// What the cache holds now, for profiling: each plan's problem, written
+// "batch x (m x k) . (k x n)" with its extras, oneDNN's implementation and
+// its run count.
+struct PlanSummary {
+  std::string problem;
+  std::string implementation;
+  int64_t runs = 0;
+};
+std::vector<PlanSummary> CachedPlans();
 
 // Caps oneDNN's ISA for the process; must come before the first plan.
 Status SetMaxIsa(Isa isa);
