@@ -3,9 +3,11 @@
 #include <omp.h>
 #include <xmmintrin.h>
 
+#include <cstdlib>
 #include <limits>
 #include <string>
 
+#include "api/isa.h"
 #include "test_util.h"
 
 namespace attnscore::test {
@@ -27,15 +29,63 @@ TEST(Engine, CreateRejectsANullOutput) {
   EXPECT_NE(s.message().find("engine is null"), std::string::npos) << s.message();
 }
 
+// Sets $ATTNSCORE_ISA (unset for null) while alive; puts the old value back.
+class ScopedIsaEnv {
+ public:
+  explicit ScopedIsaEnv(const char* value) {
+    if (const char* old = std::getenv("ATTNSCORE_ISA")) old_ = old, had_ = true;
+    if (value) setenv("ATTNSCORE_ISA", value, 1); else unsetenv("ATTNSCORE_ISA");
+  }
+  ~ScopedIsaEnv() {
+    if (had_) setenv("ATTNSCORE_ISA", old_.c_str(), 1); else unsetenv("ATTNSCORE_ISA");
+  }
+
+ private:
+  std::string old_;
+  bool had_ = false;
+};
+
+TEST(Engine, BestYieldsToTheEnvironmentAndAnExplicitCapDoesNot) {
+  Isa isa;
+  {
+    ScopedIsaEnv env("avx2");
+    ASSERT_TRUE(ResolveIsa(Isa::kBest, &isa).ok());
+    EXPECT_EQ(isa, Isa::kAvx2);
+    ASSERT_TRUE(ResolveIsa(Isa::kSse4, &isa).ok());
+    EXPECT_EQ(isa, Isa::kSse4);
+  }
+  {
+    ScopedIsaEnv env(nullptr);
+    ASSERT_TRUE(ResolveIsa(Isa::kBest, &isa).ok());
+    EXPECT_EQ(isa, Isa::kBest);
+  }
+  {
+    ScopedIsaEnv env("");
+    ASSERT_TRUE(ResolveIsa(Isa::kBest, &isa).ok());
+    EXPECT_EQ(isa, Isa::kBest);
+  }
+  {
+    ScopedIsaEnv env("avx1024");
+    const Status s = ResolveIsa(Isa::kBest, &isa);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("ATTNSCORE_ISA is 'avx1024'"), std::string::npos) << s.message();
+    std::unique_ptr<Engine> engine;
+    EXPECT_EQ(Engine::Create(EngineOptions(), &engine).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(engine, nullptr);
+  }
+}
+
 TEST(Engine, IsaCapCannotChangeOnceSet) {
-  DefaultEngine();  // fixes the cap at "best"
+  // The cap was fixed by the first engine: "best", or $ATTNSCORE_ISA.
+  const Isa applied = DefaultEngine().options().isa;
   EngineOptions options;
-  options.isa = Isa::kAvx2;
+  options.isa = applied == Isa::kScalar ? Isa::kSse4 : Isa::kScalar;
   std::unique_ptr<Engine> engine;
   const Status s = Engine::Create(options, &engine);
   EXPECT_EQ(s.code(), StatusCode::kUnsupported);
-  EXPECT_NE(s.message().find("already 'best'"), std::string::npos) << s.message();
-  options.isa = Isa::kBest;
+  EXPECT_NE(s.message().find(std::string("already '") + IsaName(applied) + "'"),
+            std::string::npos) << s.message();
+  options.isa = applied;
   EXPECT_TRUE(Engine::Create(options, &engine).ok());
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 
+#include "api/isa.h"
 #include "hwy/targets.h"
 #include "kernels/masked_softmax.h"
 
@@ -203,7 +204,8 @@ void PerTarget::SetUp() {
   ASSERT_STREQ(kernels::MaskedSoftmaxTarget(), hwy::TargetName(GetParam()));
 }
 
-void PerTarget::TearDown() { hwy::SetSupportedTargetsForTest(0); }
+// Back to what the process's ISA cap allows.
+void PerTarget::TearDown() { hwy::SetSupportedTargetsForTest(CapTargets()); }
 
 std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info) {
   return hwy::TargetName(info.param);

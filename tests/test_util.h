@@ -82,8 +82,9 @@ double MaxAbsDiff(const float* actual, const std::vector<double>& expected);
 // One engine with default options (1 thread, best ISA) for the whole run.
 const Engine& DefaultEngine();
 
-// Runs each test once per Highway target the CPU supports and the library
-// was built for, with dispatch forced to that target.
+// Runs each test once per Highway target the CPU supports, the library was
+// built for and the process's ISA cap allows (test_main.cc applies the cap
+// first), with dispatch forced to that target.
 class PerTarget : public ::testing::TestWithParam<int64_t> {
  protected:
   void SetUp() override;

@@ -2,6 +2,7 @@
 
 #include <new>
 #include <string>
+#include <vector>
 
 #include "api/call_scope.h"
 #include "api/isa.h"
@@ -25,8 +26,12 @@ Status Engine::Create(const EngineOptions& options, std::unique_ptr<Engine>* eng
     return Status::InvalidArgument("Engine::Create: threads is " +
                                    std::to_string(options.threads) + "; it must be >= 1");
   }
-  ATTNSCORE_RETURN_IF_ERROR(Guarded("Engine::Create", [&] { return ApplyIsaCap(options.isa); }));
-  auto impl = std::unique_ptr<Impl>(new (std::nothrow) Impl{options});
+  EngineOptions resolved = options;
+  ATTNSCORE_RETURN_IF_ERROR(Guarded("Engine::Create", [&] {
+    ATTNSCORE_RETURN_IF_ERROR(ResolveIsa(options.isa, &resolved.isa));
+    return ApplyIsaCap(resolved.isa);
+  }));
+  auto impl = std::unique_ptr<Impl>(new (std::nothrow) Impl{resolved});
   if (!impl) return Status::Internal("Engine::Create: out of memory");
   engine->reset(new (std::nothrow) Engine(std::move(impl)));
   if (!*engine) return Status::Internal("Engine::Create: out of memory");
@@ -60,6 +65,13 @@ std::string Engine::Describe() const {
   s += "onednn isa: " + matmul::OnednnIsa() + "\n";
   s += "isa cap: " + std::string(IsaName(impl_->options.isa)) + "\n";
   s += "threads: " + std::to_string(impl_->options.threads) + "\n";
+  // The cache is the process's, so this shows every engine's products.
+  const std::vector<matmul::PlanSummary> plans = matmul::CachedPlans();
+  s += "onednn matmuls: " + (plans.empty() ? std::string("none created yet") : std::to_string(plans.size())) + "\n";
+  for (const matmul::PlanSummary& plan : plans) {
+    s += "  " + plan.problem + ": " + plan.implementation + ", " + std::to_string(plan.runs) +
+         (plan.runs == 1 ? " run\n" : " runs\n");
+  }
   return s;
 }
 

@@ -1,5 +1,6 @@
 #include "api/isa.h"
 
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 
@@ -56,14 +57,35 @@ bool ParseIsa(const std::string& name, Isa* isa) {
   return false;
 }
 
+Status ResolveIsa(Isa requested, Isa* effective) {
+  *effective = requested;
+  if (requested != Isa::kBest) return Status::Ok();
+  const char* env = std::getenv("ATTNSCORE_ISA");
+  if (env == nullptr || *env == '\0') return Status::Ok();
+  if (!ParseIsa(env, effective)) {
+    return Status::InvalidArgument(std::string("ATTNSCORE_ISA is '") + env +
+                                   "'; want scalar, sse4, avx2, avx512 or best");
+  }
+  return Status::Ok();
+}
+
+namespace {
+std::mutex cap_mutex;
+std::optional<Isa> applied_cap;  // set once, by the first engine
+}  // namespace
+
+int64_t CapTargets() {
+  std::lock_guard<std::mutex> lock(cap_mutex);
+  if (!applied_cap || *applied_cap == Isa::kBest) return 0;
+  return CpuTargets() & AllowedTargets(*applied_cap);
+}
+
 Status ApplyIsaCap(Isa isa) {
-  static std::mutex mutex;
-  static std::optional<Isa> applied;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (applied) {
-    if (*applied == isa) return Status::Ok();
+  std::lock_guard<std::mutex> lock(cap_mutex);
+  if (applied_cap) {
+    if (*applied_cap == isa) return Status::Ok();
     return Status::Unsupported(std::string("the ISA cap is process-wide and already '") +
-                               IsaName(*applied) + "'; cannot change it to '" +
+                               IsaName(*applied_cap) + "'; cannot change it to '" +
                                IsaName(isa) + "'");
   }
   const int64_t required = RequiredTarget(isa);
@@ -82,7 +104,7 @@ Status ApplyIsaCap(Isa isa) {
     // applied through it.
     hwy::SetSupportedTargetsForTest(CpuTargets() & AllowedTargets(isa));
   }
-  applied = isa;
+  applied_cap = isa;
   return Status::Ok();
 }
 

@@ -16,6 +16,16 @@ namespace attnscore {
 // CPU lacks is an error too.
 Status ApplyIsaCap(Isa isa);
 
+// The cap an engine asked for `requested` gets: an explicit cap as given;
+// "best" becomes $ATTNSCORE_ISA when that is set, so a process can be capped
+// from outside without a rebuild. A name it does not know is an error.
+Status ResolveIsa(Isa requested, Isa* effective);
+
+// The Highway targets the applied cap leaves, in the form
+// hwy::SetSupportedTargetsForTest takes (0: no cap, every target). Tests that
+// force one target restore this afterwards.
+int64_t CapTargets();
+
 // The Highway targets this CPU supports (and the library was built for),
 // whatever the cap; as a bit mask and as names, best first ("AVX3 AVX2 ...").
 int64_t CpuTargets();

@@ -30,8 +30,10 @@ const char* IsaName(Isa isa);
 bool ParseIsa(const std::string& name, Isa* isa);
 
 struct EngineOptions {
-  int threads = 1;       // threads per call, >= 1
-  Isa isa = Isa::kBest;  // process-wide cap, fixed before the first primitive
+  int threads = 1;  // threads per call, >= 1
+  // Process-wide cap, fixed by the first engine created. kBest takes
+  // $ATTNSCORE_ISA when it is set (any of the names above).
+  Isa isa = Isa::kBest;
 };
 
 class Engine {
@@ -53,10 +55,12 @@ class Engine {
                              ConstTensor values, const ValidLens& valid_lens,
                              Tensor out, Tensor weights = Tensor()) const;
 
+  // The options in force: isa is the cap applied (after $ATTNSCORE_ISA).
   const EngineOptions& options() const;
 
   // Human-readable runtime facts: Highway targets (supported, in use), the
-  // oneDNN version and its ISA, threads.
+  // oneDNN version and its ISA, threads, and each oneDNN matmul the process
+  // has created so far with the implementation oneDNN chose for it.
   std::string Describe() const;
 
   struct Impl;
