@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -173,6 +174,61 @@ TEST_F(CliTest, BenchPrintsJson) {
       EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
     }
     EXPECT_EQ(r.out.front(), '{');
+  }
+}
+
+TEST_F(CliTest, BenchJsonNamesTheHighwayTargetAndOnednnImplementations) {
+  // 8 queries an entry: the matmul path (3 or fewer take the row path).
+  Result r = Run("bench dot --batch 2 --queries 8 --keys 40 --repeat 2 --json --isa best");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string target = Run("info").out;  // "highway target in use: X"
+  const size_t at = target.find("in use: ");
+  ASSERT_NE(at, std::string::npos) << target;
+  const std::string in_use = target.substr(at + 8, target.find('\n', at) - at - 8);
+  EXPECT_NE(r.out.find("\"highway_target\": \"" + in_use + "\""), std::string::npos) << r.out;
+  const size_t list = r.out.find("\"onednn_implementations\": [\"");
+  ASSERT_NE(list, std::string::npos) << r.out;
+  EXPECT_NE(r.out[list + 28], '"') << "an empty name in " << r.out;
+  // The softmax makes no matmul.
+  r = Run("bench softmax --batch 2 --queries 3 --keys 40 --repeat 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"onednn_implementations\": []"), std::string::npos) << r.out;
+  ExpectBadInput(Run("bench dot --batch 2 --queries 3 --keys 40 --json --info"),
+                 "--info and --json both print to stdout");
+}
+
+// run --info lists each matmul the run made and oneDNN's implementation for
+// it; under a cap none of them may use code above it.
+TEST_F(CliTest, RunInfoNamesEachMatmulAndItsImplementation) {
+  const Result info = Run("info");
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("onednn matmuls: none created yet\n"), std::string::npos) << info.out;
+  const bool avx2 = info.out.find(" AVX2 ") != std::string::npos;
+  for (const std::string isa : {"sse4", "avx2"}) {
+    SCOPED_TRACE(isa);
+    if (isa == "avx2" && !avx2) continue;
+    const std::string out = Temp("o.npy");
+    const Result r = Run(DotArgs("dot_odd_per_query", out) + " --info --isa " + isa);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(fs::exists(out));
+    EXPECT_NE(r.out.find("isa cap: " + isa + "\n"), std::string::npos) << r.out;
+    const size_t list = r.out.find("onednn matmuls: ");
+    ASSERT_NE(list, std::string::npos) << r.out;
+    const int count = std::atoi(r.out.c_str() + list + 16);
+    EXPECT_GE(count, 2) << r.out;  // Q·Kᵀ and W·V at least
+    // count lines "  B x (m x k) . (k x n)[, extras]: IMPLEMENTATION, 1 run"
+    std::istringstream lines(r.out.substr(r.out.find('\n', list) + 1));
+    std::string line;
+    int listed = 0;
+    while (std::getline(lines, line)) {
+      ++listed;
+      EXPECT_EQ(line.rfind("  ", 0), 0u) << line;
+      EXPECT_NE(line.find(") . ("), std::string::npos) << line;
+      EXPECT_NE(line.find(": "), std::string::npos) << line;
+      EXPECT_NE(line.find(", 1 run"), std::string::npos) << line;
+      EXPECT_EQ(line.find(isa == "sse4" ? "avx" : "avx512"), std::string::npos) << line;
+    }
+    EXPECT_EQ(listed, count) << r.out;
   }
 }
 

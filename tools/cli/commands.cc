@@ -16,6 +16,8 @@
 #include "attnscore/attnscore.h"
 #include "cli/args.h"
 #include "io/npy.h"
+#include "kernels/masked_softmax.h"
+#include "matmul/matmul.h"
 
 namespace attnscore::cli {
 
@@ -39,7 +41,10 @@ usage:
                         [--valid-lens none|full|random|random-batch|INT|FILE.npy]
                         [--weights] [--repeat R] [--json]
 common flags: --threads T (default 1), --isa scalar|sse4|avx2|avx512|best
-              (default: $ATTNSCORE_ISA, else best), --help
+              (default best, which yields to $ATTNSCORE_ISA when it is set),
+              --info (run and bench: after the run, print what info prints,
+              with each oneDNN matmul made and the implementation it chose),
+              --help
 
 Tensors are float32 .npy files (C order): X (B, N, M); Q (B, N, D),
 K (B, M, D), V (B, M, Dv). Valid lengths are int32 or int64, shape (B,) or
@@ -69,7 +74,11 @@ arithmetic except tanh: the projections 2 H (N Dq + Lmax Dk) per batch entry
 counts the valid scores read and every weight written; its JSON "gflops" is
 null. concat: --keys is M (the value rows), --query-dim Dq (default 64),
 --key-dim Dk (default Dq), --value-dim Dv, --out-dim O (default Dv); GFLOP/s
-counts 2 M (Dq + Dk) + 2 L Dv + 2 O (Dq + Dv) per query.
+counts 2 M (Dq + Dk) + 2 L Dv + 2 O (Dq + Dv) per query. The JSON also
+names the Highway target in use and oneDNN's implementations.
+
+info prints the CPU's Highway targets, the ones the ISA cap allows and the
+one in use, oneDNN's version and effective ISA, the cap and the threads.
 
 exit status: 0 success, 2 bad input or usage, 1 internal failure.
 )";
@@ -85,19 +94,24 @@ int Fail(const Status& status) {
   return status.code() == StatusCode::kInternal ? kExitInternal : kExitBadInput;
 }
 
-const std::set<std::string> kSwitches = {"--json", "--help", "--weights"};
+const std::set<std::string> kSwitches = {"--json", "--help", "--weights", "--info"};
+
+// What `attnscore info` prints; after a run it also lists the oneDNN matmuls
+// the run created and the implementation oneDNN chose for each.
+void PrintInfo(const Engine& engine) {
+  std::printf("attnscore 0.1.0\n%s", engine.Describe().c_str());
+}
 
 Status MakeEngine(const Args& args, std::unique_ptr<Engine>* engine) {
   EngineOptions options;
   int64_t threads;
   ATTNSCORE_RETURN_IF_ERROR(ParseInt(args, "--threads", 1, 1, 1024, &threads));
   options.threads = static_cast<int>(threads);
-  const char* env = std::getenv("ATTNSCORE_ISA");
-  const std::string isa = args.get("--isa", env && *env ? env : "best");
+  // Without --isa the engine takes $ATTNSCORE_ISA itself.
+  const std::string isa = args.get("--isa", "best");
   if (!ParseIsa(isa, &options.isa)) {
-    return Status::InvalidArgument(
-        std::string(args.has("--isa") ? "--isa" : "ATTNSCORE_ISA") + " is '" + isa +
-        "'; want scalar, sse4, avx2, avx512 or best");
+    return Status::InvalidArgument("--isa is '" + isa +
+                                   "'; want scalar, sse4, avx2, avx512 or best");
   }
   return Engine::Create(options, engine);
 }
@@ -224,7 +238,9 @@ Status CheckOutputSize(const std::string& what, const std::vector<int64_t>& shap
 }
 
 int RunSoftmax(const Args& args) {
-  Status s = CheckFlags(args, {"--x", "--valid-lens", "--out", "--weights-out", "--threads", "--isa"},
+  Status s = CheckFlags(args,
+                        {"--x", "--valid-lens", "--out", "--weights-out", "--threads", "--isa",
+                         "--info"},
                         {"--x", "--out"}, "run softmax");
   if (!s.ok()) return Fail(s);
   std::unique_ptr<Engine> engine;
@@ -243,7 +259,9 @@ int RunSoftmax(const Args& args) {
     if (args.has("--weights-out")) outputs.push_back({"--weights-out", x.shape, y.data()});
     s = WriteOutputs(args, outputs);
   }
-  return s.ok() ? kExitOk : Fail(s);
+  if (!s.ok()) return Fail(s);
+  if (args.has("--info")) PrintInfo(*engine);
+  return kExitOk;
 }
 
 // A concat model's query size is the queries' last dim: say so when the
@@ -261,7 +279,7 @@ Status LoadConcat(const Args& args, const io::NpyArray& q, std::unique_ptr<Conca
 int RunAttention(const Args& args, const std::string& op) {
   const bool additive = op == "additive", concat = op == "concat";
   std::set<std::string> allowed = {"--queries", "--keys", "--values", "--valid-lens", "--out",
-                                   "--weights-out", "--threads", "--isa"};
+                                   "--weights-out", "--threads", "--isa", "--info"};
   std::set<std::string> required = {"--queries", "--keys", "--values", "--out"};
   if (additive || concat) allowed.insert("--model"), required.insert("--model");
   Status s = CheckFlags(args, allowed, required, "run " + op);
@@ -305,10 +323,22 @@ int RunAttention(const Args& args, const std::string& op) {
     if (!weights.empty()) outputs.push_back({"--weights-out", {batch, queries, keys}, weights.data()});
     s = WriteOutputs(args, outputs);
   }
-  return s.ok() ? kExitOk : Fail(s);
+  if (!s.ok()) return Fail(s);
+  if (args.has("--info")) PrintInfo(*engine);
+  return kExitOk;
 }
 
 // ---- bench -----------------------------------------------------------------
+
+// The distinct implementations oneDNN chose for this process's matmuls, as
+// JSON strings: "\"brg:avx512_core\", \"gemm:jit\"".
+std::string OnednnImplementations() {
+  std::set<std::string> names;
+  for (const matmul::PlanSummary& plan : matmul::CachedPlans()) names.insert(plan.implementation);
+  std::string list;
+  for (const std::string& name : names) list += (list.empty() ? "\"" : ", \"") + name + "\"";
+  return list;
+}
 
 struct BenchShape {
   int64_t batch, queries, keys, depth, value_dim;
@@ -385,11 +415,16 @@ int Bench(const Args& args) {
         "bench wants an op: softmax, dot, additive or concat, got '" + op + "'"));
   }
   std::set<std::string> allowed = {"--batch", "--queries", "--keys", "--valid-lens",
-                                   "--repeat", "--json", "--threads", "--isa"};
+                                   "--repeat", "--json", "--threads", "--isa", "--info"};
   if (op != "softmax") allowed.insert({"--query-dim", "--value-dim", "--weights"});
   if (op == "additive") allowed.insert({"--key-dim", "--hidden"});
   if (op == "concat") allowed.insert({"--key-dim", "--out-dim"});
   Status s = CheckFlags(args, allowed, {"--batch", "--queries", "--keys"}, "bench " + op);
+  if (s.ok() && args.has("--json") && args.has("--info")) {
+    s = Status::InvalidArgument(
+        "--info and --json both print to stdout; the JSON already has highway_target and "
+        "onednn_implementations");
+  }
   BenchShape shape{};
   int64_t repeat = 0;
   constexpr int64_t kMaxDim = int64_t{1} << 20;
@@ -543,12 +578,14 @@ int Bench(const Args& args) {
         "{\"op\": \"%s\", \"batch\": %lld, \"queries\": %lld, \"keys\": %lld, "
         "\"query_dim\": %lld, \"value_dim\": %lld, \"valid_lens\": \"%s\", "
         "\"threads\": %d, \"isa\": \"%s\", \"repeat\": %lld, \"median_us\": %.3f, "
-        "\"min_us\": %.3f, \"gflops\": %s, \"gbytes_per_s\": %.3f%s}\n",
+        "\"min_us\": %.3f, \"gflops\": %s, \"gbytes_per_s\": %.3f, "
+        "\"highway_target\": \"%s\", \"onednn_implementations\": [%s]%s}\n",
         op.c_str(), static_cast<long long>(B), static_cast<long long>(N),
         static_cast<long long>(M), static_cast<long long>(shape.depth),
         static_cast<long long>(shape.value_dim), mode.c_str(), engine->options().threads,
         isa.c_str(), static_cast<long long>(repeat), median, min,
         op != "softmax" ? std::to_string(gflops).c_str() : "null", gbytes,
+        kernels::MaskedSoftmaxTarget(), OnednnImplementations().c_str(),
         op == "additive" ? (", \"hidden\": " + std::to_string(shape.hidden) + ", \"key_dim\": " +
                             std::to_string(shape.key_dim) + ", \"triples_per_ns\": " +
                             std::to_string(triples / (median * 1e3)))
@@ -566,6 +603,7 @@ int Bench(const Args& args) {
     if (op == "additive") std::printf("%.2f triples/ns, ", triples / (median * 1e3));
     if (op != "softmax") std::printf("%.2f GFLOP/s, ", gflops);
     std::printf("%.2f GB/s\n", gbytes);
+    if (args.has("--info")) PrintInfo(*engine);
   }
   return kExitOk;
 }
@@ -574,7 +612,7 @@ int Info(const Args& args) {
   Status s = CheckFlags(args, {"--threads", "--isa"}, {}, "info");
   std::unique_ptr<Engine> engine;
   if (!s.ok() || !(s = MakeEngine(args, &engine)).ok()) return Fail(s);
-  std::printf("attnscore 0.1.0\n%s", engine->Describe().c_str());
+  PrintInfo(*engine);
   return kExitOk;
 }
 
