@@ -35,6 +35,7 @@ void BM_Additive(benchmark::State& state) {
   std::vector<float> out(static_cast<size_t>(batch * queries * value_dim));
   const std::vector<int64_t> lens = RandomLengths(batch, keys, 4);
   const ValidLens valid = ValidLens::PerBatch(lens.data(), batch);
+  const ImplementationLabel label;
   for (auto _ : state) {
     if (!model) break;
     s = model->Forward(engine, ConstTensor(q.data(), {batch, queries, query_size}),
@@ -44,6 +45,7 @@ void BM_Additive(benchmark::State& state) {
     if (!s.ok()) state.SkipWithError(s.message().c_str());
     benchmark::DoNotOptimize(out.data());
   }
+  label.Apply(state);
   // Valid (query, key, hidden) triples: one tanh each.
   state.SetItemsProcessed(static_cast<int64_t>(ValidKeys(lens, queries, keys)) * hidden *
                           state.iterations());
@@ -76,6 +78,7 @@ void BM_AdditiveScoreKernel(benchmark::State& state) {
   float w_sum = 0;
   for (float w : w_v) w_sum += w;
   std::vector<float> scores(queries * stride);
+  const ImplementationLabel label;
   for (auto _ : state) {
     for (int64_t i = 0; i < queries; i += kernels::kAdditiveRowBlock) {
       const float* q_rows[kernels::kAdditiveRowBlock];
@@ -90,6 +93,7 @@ void BM_AdditiveScoreKernel(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(scores.data());
   }
+  label.Apply(state);
   state.SetItemsProcessed(queries * keys * hidden * state.iterations());
 }
 
@@ -106,10 +110,12 @@ void BM_HighwayTanh(benchmark::State& state) {
   SharedEngine();
   const std::vector<float> x = RandomFloats(count, 4);
   std::vector<float> y(count);
+  const ImplementationLabel label;
   for (auto _ : state) {
     kernels::HighwayTanhArray(x.data(), x.size(), y.data());
     benchmark::DoNotOptimize(y.data());
   }
+  label.Apply(state);
   state.SetItemsProcessed(count * state.iterations());
 }
 

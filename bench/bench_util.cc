@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <set>
 #include <string>
 
 #include "kernels/masked_softmax.h"
@@ -14,17 +15,30 @@
 
 namespace attnscore::bench {
 
+namespace {
+EngineOptions& ConfiguredOptions() {
+  static EngineOptions options;
+  return options;
+}
+
+std::map<std::string, int64_t> PlanRuns() {
+  std::map<std::string, int64_t> runs;
+  for (const matmul::PlanSummary& plan : matmul::CachedPlans()) {
+    runs[plan.implementation + "\n" + plan.problem] += plan.runs;
+  }
+  return runs;
+}
+}  // namespace
+
+void SetEngineOptions(const EngineOptions& options) { ConfiguredOptions() = options; }
+
 const Engine& SharedEngine() {
   static std::unique_ptr<Engine> engine = [] {
-    EngineOptions options;
-    if (const char* threads = std::getenv("ATTNSCORE_BENCH_THREADS")) {
-      options.threads = std::atoi(threads);
-    }
-    if (const char* isa = std::getenv("ATTNSCORE_ISA")) ParseIsa(isa, &options.isa);
+    const EngineOptions& options = ConfiguredOptions();
     std::unique_ptr<Engine> created;
     Status s = Engine::Create(options, &created);
     if (!s.ok()) {
-      std::fprintf(stderr, "attnscore_bench: %s\n", s.message().c_str());
+      std::fprintf(stderr, "attnscore_bench: error: %s\n", s.message().c_str());
       std::exit(2);
     }
     // Peers run outside engine calls, where OpenMP would use every core:
@@ -33,6 +47,7 @@ const Engine& SharedEngine() {
     // the peer look 1.9x faster).
     omp_set_num_threads(options.threads);
     benchmark::AddCustomContext("highway_target", kernels::MaskedSoftmaxTarget());
+    benchmark::AddCustomContext("isa_cap", IsaName(created->options().isa));
     benchmark::AddCustomContext("onednn_version", matmul::OnednnVersion());
     benchmark::AddCustomContext("onednn_isa", matmul::OnednnIsa());
     benchmark::AddCustomContext("engine_threads", std::to_string(options.threads));
@@ -42,11 +57,18 @@ const Engine& SharedEngine() {
   return *engine;
 }
 
-namespace {
-// Google Benchmark prints its context before the first benchmark runs, so the
-// engine (and the facts it records) must exist by then.
-const bool kEngineReady = (SharedEngine(), true);
-}  // namespace
+ImplementationLabel::ImplementationLabel() : runs_(PlanRuns()) {}
+
+void ImplementationLabel::Apply(benchmark::State& state) const {
+  std::set<std::string> used;
+  for (const auto& [key, runs] : PlanRuns()) {
+    const auto before = runs_.find(key);
+    if (runs > (before == runs_.end() ? 0 : before->second)) used.insert(key.substr(0, key.find('\n')));
+  }
+  std::string label = kernels::MaskedSoftmaxTarget();
+  for (const std::string& name : used) label += (name == *used.begin() ? ", onednn " : " + ") + name;
+  state.SetLabel(label);
+}
 
 std::vector<float> RandomFloats(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -2,19 +2,38 @@
 #ifndef ATTNSCORE_BENCH_BENCH_UTIL_H_
 #define ATTNSCORE_BENCH_BENCH_UTIL_H_
 
+#include <benchmark/benchmark.h>
+
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "attnscore/engine.h"
 
 namespace attnscore::bench {
 
-// One engine per process, 1 thread unless ATTNSCORE_BENCH_THREADS says more,
-// ISA from ATTNSCORE_ISA; the peers get the same OpenMP thread count. Records
-// the Highway target, oneDNN facts and thread counts in the benchmark JSON
-// context before the first benchmark runs.
+// One engine per process, made on first use with the options main set from
+// --isa and --threads (else $ATTNSCORE_ISA and $ATTNSCORE_BENCH_THREADS; 1
+// thread); the peers get the same OpenMP thread count. Records the Highway
+// target, the ISA cap, oneDNN facts and thread counts in the benchmark JSON
+// context; main makes it before the first benchmark runs.
+void SetEngineOptions(const EngineOptions& options);
 const Engine& SharedEngine();
+
+// Labels a benchmark with what ran it: the Highway target in use and the
+// implementations oneDNN chose for the engine's matmuls that ran between
+// construction and Apply, e.g. "AVX3, onednn brg:avx512_core". main copies
+// the labels into the JSON context. Construct it just before the timing loop.
+class ImplementationLabel {
+ public:
+  ImplementationLabel();
+  void Apply(benchmark::State& state) const;
+
+ private:
+  std::map<std::string, int64_t> runs_;  // by problem and implementation
+};
 
 // n floats ~ N(0, 1), fixed seed.
 std::vector<float> RandomFloats(int64_t n, uint32_t seed);

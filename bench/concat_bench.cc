@@ -64,6 +64,7 @@ void BM_Concat(benchmark::State& state) {
   std::vector<float> out(static_cast<size_t>(s.batch * s.queries * s.outputs));
   const std::vector<int64_t> lens = RandomLengths(s.batch, s.rows, 4);
   const ValidLens valid = ValidLens::PerBatch(lens.data(), s.batch);
+  const ImplementationLabel label;
   for (auto _ : state) {
     if (!model) break;
     st = model->Forward(engine, ConstTensor(q.data(), {s.batch, s.queries, s.query_size}),
@@ -73,6 +74,7 @@ void BM_Concat(benchmark::State& state) {
     if (!st.ok()) state.SkipWithError(st.message().c_str());
     benchmark::DoNotOptimize(out.data());
   }
+  label.Apply(state);
   state.counters["GFLOPs"] = benchmark::Counter(Flops(s) * state.iterations() / 1e9,
                                                 benchmark::Counter::kIsRate);
 }
@@ -102,6 +104,7 @@ void BM_ConcatLinearLayersOnednn(benchmark::State& state) {
   const std::vector<float> combine_w = RandomFloats(combine_in * s.outputs, 5),
                            combine_b = RandomFloats(s.outputs, 6);
   std::vector<float> scores(static_cast<size_t>(rows * s.rows)), out(static_cast<size_t>(rows * s.outputs));
+  const ImplementationLabel label;
   for (auto _ : state) {
     if (!st.ok()) break;
     st = scores_plan->Run(q_k.data(), attn_w.data(), scores.data(), attn_b.data());
@@ -109,6 +112,7 @@ void BM_ConcatLinearLayersOnednn(benchmark::State& state) {
     if (!st.ok()) state.SkipWithError(st.message().c_str());
     benchmark::DoNotOptimize(out.data());
   }
+  label.Apply(state);
   state.counters["GFLOPs"] = benchmark::Counter(Flops(s) * state.iterations() / 1e9,
                                                 benchmark::Counter::kIsRate);
 }

@@ -19,6 +19,7 @@ void BM_DotProduct(benchmark::State& state) {
   std::vector<float> out(static_cast<size_t>(batch * queries * value_dim));
   const std::vector<int64_t> lens = RandomLengths(batch, keys, 4);
   const ValidLens valid = ValidLens::PerBatch(lens.data(), batch);
+  const ImplementationLabel label;
   for (auto _ : state) {
     Status s = engine.DotProductAttention(
         ConstTensor(q.data(), {batch, queries, depth}), ConstTensor(k.data(), {batch, keys, depth}),
@@ -27,6 +28,7 @@ void BM_DotProduct(benchmark::State& state) {
     if (!s.ok()) state.SkipWithError(s.message().c_str());
     benchmark::DoNotOptimize(out.data());
   }
+  label.Apply(state);
   const double valid_keys = ValidKeys(lens, 1, keys);  // summed over batch entries
   const double flops = 2.0 * valid_keys * static_cast<double>(queries * (depth + value_dim));
   state.counters["GFLOPS"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);

@@ -15,12 +15,14 @@ void BM_MaskedSoftmax(benchmark::State& state) {
   std::vector<float> y(x.size());
   const std::vector<int64_t> lens = RandomLengths(batch * queries, keys, 2);
   const ValidLens valid = ValidLens::PerQuery(lens.data(), batch, queries);
+  const ImplementationLabel label;
   for (auto _ : state) {
     Status s = engine.MaskedSoftmax(ConstTensor(x.data(), {batch, queries, keys}), valid,
                                     Tensor(y.data(), {batch, queries, keys}));
     if (!s.ok()) state.SkipWithError(s.message().c_str());
     benchmark::DoNotOptimize(y.data());
   }
+  label.Apply(state);
   const double bytes = 4.0 * (ValidKeys(lens, 1, keys) + static_cast<double>(y.size()));
   state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
   // Valid scores per second: each costs an exp (there are no FLOPs to count).
