@@ -32,14 +32,20 @@ constexpr char kUsage[] =
   std::exit(2);
 }
 
+int ParseThreads(const std::string& name, const std::string& value) {
+  char* end = nullptr;
+  const long threads = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || threads < 1 || threads > 1024) {
+    Usage(name + " is '" + value + "'; want an integer in [1, 1024]");
+  }
+  return static_cast<int>(threads);
+}
+
 // Takes --isa and --threads (as "--flag value" or "--flag=value") out of argv.
 attnscore::EngineOptions TakeEngineFlags(int* argc, char** argv) {
   attnscore::EngineOptions options;
   if (const char* threads = std::getenv("ATTNSCORE_BENCH_THREADS")) {
-    options.threads = std::atoi(threads);
-    if (options.threads < 1) {
-      Usage(std::string("ATTNSCORE_BENCH_THREADS is '") + threads + "'; want an integer >= 1");
-    }
+    options.threads = ParseThreads("ATTNSCORE_BENCH_THREADS", threads);
   }
   int kept = 1;
   for (int i = 1; i < *argc; ++i) {
@@ -58,12 +64,7 @@ attnscore::EngineOptions TakeEngineFlags(int* argc, char** argv) {
     } else if (flag == "--isa" && !attnscore::ParseIsa(value, &options.isa)) {
       Usage("--isa is '" + value + "'; want scalar, sse4, avx2, avx512 or best");
     } else if (flag == "--threads") {
-      char* end = nullptr;
-      const long threads = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || threads < 1 || threads > 1024) {
-        Usage("--threads is '" + value + "'; want an integer in [1, 1024]");
-      }
-      options.threads = static_cast<int>(threads);
+      options.threads = ParseThreads("--threads", value);
     }
   }
   *argc = kept;
@@ -101,9 +102,13 @@ class JsonWithImplementations : public benchmark::JSONReporter {
   std::vector<Run> runs_;
 };
 
-// Whether Google Benchmark will write a JSON file (its default format).
+// Whether Google Benchmark will write a JSON file (its default format); its
+// flags may also come from the environment, as BENCHMARK_OUT and the like.
 bool WritesJsonFile(int argc, char** argv) {
-  bool out = false, json = true;
+  const char* out_env = std::getenv("BENCHMARK_OUT");
+  const char* format_env = std::getenv("BENCHMARK_OUT_FORMAT");
+  bool out = out_env != nullptr && *out_env != '\0';
+  bool json = format_env == nullptr || std::string(format_env) == "json";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--benchmark_out=", 0) == 0) out = arg.size() > 16;

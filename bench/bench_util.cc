@@ -66,7 +66,11 @@ void ImplementationLabel::Apply(benchmark::State& state) const {
     if (runs > (before == runs_.end() ? 0 : before->second)) used.insert(key.substr(0, key.find('\n')));
   }
   std::string label = kernels::MaskedSoftmaxTarget();
-  for (const std::string& name : used) label += (name == *used.begin() ? ", onednn " : " + ") + name;
+  const char* separator = ", onednn ";
+  for (const std::string& name : used) {
+    label += separator + name;
+    separator = " + ";
+  }
   state.SetLabel(label);
 }
 

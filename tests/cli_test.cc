@@ -197,6 +197,51 @@ TEST_F(CliTest, BenchJsonNamesTheHighwayTargetAndOnednnImplementations) {
                  "--info and --json both print to stdout");
 }
 
+// The same run on 1, 2 and 3 threads writes the same bytes, under every cap
+// this CPU has. Separate processes, so each makes its own oneDNN primitives
+// under its own thread count: (3, 40, 300) is one task, which oneDNN's AVX2
+// gemm split by thread count (changing last bits) until the engine stopped
+// it; (2, 300, 500) is cut into tasks that the threads share.
+TEST_F(CliTest, RunsAreBitwiseTheSameForAnyThreadCount) {
+  const std::string cpu = Run("info").out;
+  struct Shape {
+    int64_t batch, queries, keys, depth, value_dim;
+  };
+  for (const Shape& s : {Shape{3, 40, 300, 32, 16}, Shape{2, 300, 500, 64, 64}}) {
+    const std::vector<float> q = RandomFloats(static_cast<size_t>(s.batch * s.queries * s.depth), 1),
+                             k = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.depth), 2),
+                             v = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.value_dim), 3);
+    ASSERT_TRUE(io::WriteNpy(Temp("q.npy"), io::DType::kFloat32, {s.batch, s.queries, s.depth}, q.data()).ok());
+    ASSERT_TRUE(io::WriteNpy(Temp("k.npy"), io::DType::kFloat32, {s.batch, s.keys, s.depth}, k.data()).ok());
+    ASSERT_TRUE(io::WriteNpy(Temp("v.npy"), io::DType::kFloat32, {s.batch, s.keys, s.value_dim}, v.data()).ok());
+    for (const std::string isa : {"sse4", "avx2", "avx512", "best"}) {
+      const std::string target = isa == "avx512" ? "AVX3" : isa == "avx2" ? "AVX2" : "SSE4";
+      if (isa != "best" && cpu.find(" " + target + " ") == std::string::npos &&
+          cpu.find(": " + target + " ") == std::string::npos) {
+        continue;  // this CPU lacks it
+      }
+      SCOPED_TRACE(isa + " on (" + std::to_string(s.batch) + ", " + std::to_string(s.queries) + ", " +
+                   std::to_string(s.keys) + ")");
+      std::string first_out, first_weights;
+      for (const char* threads : {"1", "2", "3"}) {
+        const std::string out = Temp(std::string("o") + threads + ".npy"),
+                          weights = Temp(std::string("w") + threads + ".npy");
+        const Result r = Run("run dot --queries " + Temp("q.npy") + " --keys " + Temp("k.npy") +
+                             " --values " + Temp("v.npy") + " --out " + out + " --weights-out " +
+                             weights + " --isa " + isa + " --threads " + threads);
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        if (first_out.empty()) {
+          first_out = Slurp(out), first_weights = Slurp(weights);
+          ASSERT_FALSE(first_out.empty());
+        } else {
+          EXPECT_TRUE(Slurp(out) == first_out) << threads << " threads";
+          EXPECT_TRUE(Slurp(weights) == first_weights) << threads << " threads";
+        }
+      }
+    }
+  }
+}
+
 // run --info lists each matmul the run made and oneDNN's implementation for
 // it; under a cap none of them may use code above it.
 TEST_F(CliTest, RunInfoNamesEachMatmulAndItsImplementation) {
@@ -212,6 +257,9 @@ TEST_F(CliTest, RunInfoNamesEachMatmulAndItsImplementation) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_TRUE(fs::exists(out));
     EXPECT_NE(r.out.find("isa cap: " + isa + "\n"), std::string::npos) << r.out;
+    // Most implementation names do not carry their ISA; oneDNN's own does.
+    EXPECT_NE(r.out.find(std::string("onednn isa: ") + (isa == "sse4" ? "sse41\n" : "avx2\n")),
+              std::string::npos) << r.out;
     const size_t list = r.out.find("onednn matmuls: ");
     ASSERT_NE(list, std::string::npos) << r.out;
     const int count = std::atoi(r.out.c_str() + list + 16);

@@ -67,7 +67,8 @@ std::string Engine::Describe() const {
   s += "threads: " + std::to_string(impl_->options.threads) + "\n";
   // The cache is the process's, so this shows every engine's products.
   const std::vector<matmul::PlanSummary> plans = matmul::CachedPlans();
-  s += "onednn matmuls: " + (plans.empty() ? std::string("none created yet") : std::to_string(plans.size())) + "\n";
+  s += "onednn matmuls: " +
+       (plans.empty() ? std::string("none created yet") : std::to_string(plans.size())) + "\n";
   for (const matmul::PlanSummary& plan : plans) {
     s += "  " + plan.problem + ": " + plan.implementation + ", " + std::to_string(plan.runs) +
          (plan.runs == 1 ? " run\n" : " runs\n");

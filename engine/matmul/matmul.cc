@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -38,9 +38,9 @@ dnnl::memory::desc Describe(int64_t batch, const Layout& l) {
                             dims{batch_stride, l.row_stride, l.col_stride});
 }
 
-// Each plan gets an id that is never reused, so per-thread state keyed by it
-// can never be mistaken for a later plan's.
-std::atomic<uint64_t> next_plan_id{1};
+// Each primitive gets an id that is never reused, so per-thread state keyed
+// by it can never be mistaken for a later primitive's.
+std::atomic<uint64_t> next_primitive_id{1};
 
 // While alive, this thread's OpenMP regions (oneDNN's included) get one
 // thread: a primitive made or run under it never splits its work.
@@ -62,7 +62,7 @@ class OneOmpThread {
 // thread count.
 class Primitive {
  public:
-  explicit Primitive(const Problem& p) : id_(next_plan_id++) {
+  explicit Primitive(const Problem& p) : id_(next_primitive_id++) {
     OneOmpThread one;  // oneDNN sizes its work split when the primitive is made
     dnnl::primitive_attr attr;
     if (p.scale != 1.0f) attr.set_output_scales(0, {p.scale});
@@ -107,7 +107,7 @@ class Primitive {
   const char* implementation() const { return pd_.impl_info_str(); }
 
  private:
-  // A thread's memory objects for this plan. Creating them costs more than a
+  // A thread's memory objects for this primitive. Creating them costs more than a
   // small matmul's execution, so each thread makes them once and then only
   // swaps the data pointers.
   struct Bindings {
@@ -163,6 +163,8 @@ class Primitive {
 constexpr double kTaskFlops = 32e6;
 constexpr int64_t kRowBlock = 64;
 
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // A problem cut into tasks whose shapes depend on the problem alone, run by
 // the calling thread's OpenMP threads: every thread count computes each
 // element with the same primitive, so results are bitwise the same.
@@ -170,38 +172,34 @@ class TiledPlan final : public Plan {
  public:
   explicit TiledPlan(const Problem& p) : problem_(p) {
     const int64_t m = p.a.rows;
-    const double row_flops = 2.0 * static_cast<double>(p.a.cols) * static_cast<double>(p.b.cols);
-    const double entry_flops = row_flops * static_cast<double>(m);
-    if (entry_flops >= kTaskFlops) {
-      const auto rows = static_cast<int64_t>(std::ceil(kTaskFlops / row_flops));
-      rows_per_task_ = std::min(m, (rows + kRowBlock - 1) / kRowBlock * kRowBlock);
+    const double entry_flops =
+        2.0 * static_cast<double>(m) * static_cast<double>(p.a.cols) * static_cast<double>(p.b.cols);
+    // As few tasks as kTaskFlops allows, of near-equal size.
+    if (entry_flops > kTaskFlops) {
+      const auto blocks = static_cast<int64_t>(std::ceil(entry_flops / kTaskFlops));
+      rows_per_task_ = std::min(m, CeilDiv(CeilDiv(m, blocks), kRowBlock) * kRowBlock);
     } else {
       rows_per_task_ = m;
-      entries_per_task_ = std::clamp<int64_t>(
-          static_cast<int64_t>(kTaskFlops / std::max(entry_flops, 1.0)), 1, p.batch);
+      const auto groups = static_cast<int64_t>(
+          std::ceil(entry_flops * static_cast<double>(p.batch) / kTaskFlops));
+      entries_per_task_ = CeilDiv(p.batch, std::max<int64_t>(groups, 1));
     }
-    row_tasks_ = (m + rows_per_task_ - 1) / rows_per_task_;
-    tasks_ = (p.batch + entries_per_task_ - 1) / entries_per_task_ * row_tasks_;
-    // At most four shapes: a full or the last block of entries, by a full or
-    // the last block of rows; a last block as long as a full one shares its
-    // primitive.
-    const int64_t last_entries = p.batch - (p.batch - 1) / entries_per_task_ * entries_per_task_;
-    const int64_t last_rows = m - (m - 1) / rows_per_task_ * rows_per_task_;
-    for (int e = 0; e < 2; ++e) {
-      for (int r = 0; r < 2; ++r) {
-        const int64_t entries = e ? last_entries : entries_per_task_;
-        const int64_t rows = r ? last_rows : rows_per_task_;
-        if (e && entries == entries_per_task_) {
-          primitives_[e][r] = primitives_[0][r];
-        } else if (r && rows == rows_per_task_) {
-          primitives_[e][r] = primitives_[e][0];
-        } else {
-          Problem block = p;
-          block.batch = entries;
-          block.a.rows = block.c.rows = rows;
-          primitives_[e][r] = std::make_shared<const Primitive>(block);
-        }
-      }
+    row_tasks_ = CeilDiv(m, rows_per_task_);
+    tasks_ = CeilDiv(p.batch, entries_per_task_) * row_tasks_;
+    // Either entries or rows are split, never both, so there are two shapes
+    // at most: a full task and a shorter last one.
+    Problem block = p;
+    block.batch = entries_per_task_;
+    block.a.rows = block.c.rows = rows_per_task_;
+    full_ = std::make_shared<const Primitive>(block);
+    block.batch = p.batch - (CeilDiv(p.batch, entries_per_task_) - 1) * entries_per_task_;
+    block.a.rows = block.c.rows = m - (row_tasks_ - 1) * rows_per_task_;
+    last_ = block.batch == entries_per_task_ && block.a.rows == rows_per_task_
+                ? full_
+                : std::make_shared<const Primitive>(block);
+    implementation_ = full_->implementation();
+    if (last_->implementation() != implementation_) {
+      implementation_ += std::string(" + ") + last_->implementation();
     }
   }
 
@@ -210,43 +208,52 @@ class TiledPlan final : public Plan {
     runs_.fetch_add(1, std::memory_order_relaxed);
     if (tasks_ == 1) {
       OneOmpThread one;
-      return primitives_[0][0]->Run(a, b, c, bias);
+      return full_->Run(a, b, c, bias);
     }
+    // Nothing may throw out of an OpenMP region: a failed task is recorded,
+    // and the tasks not yet started are skipped.
+    std::atomic<bool> failed{false};
     std::mutex mutex;
-    Status first_error;
+    Status first_error = Status::Ok();
     const Status s = ForEachRowInParallel(
         omp_in_parallel() ? 1 : omp_get_max_threads(), tasks_, /*slot=*/0, /*scratch_floats=*/0,
         [&](int64_t task, float*) {
-          OneOmpThread one;
-          const Status task_status = RunTask(task, a, b, c, bias);
-          if (!task_status.ok()) {
+          if (failed.load(std::memory_order_relaxed)) return;
+          try {
+            OneOmpThread one;
+            Status task_status = RunTask(task, a, b, c, bias);
+            if (task_status.ok()) return;
             std::lock_guard<std::mutex> lock(mutex);
-            if (first_error.ok()) first_error = task_status;
+            if (!failed.exchange(true)) first_error = std::move(task_status);
+          } catch (...) {
+            failed = true;  // first_error stays Ok: reported below
           }
         },
         [] {});
-    return first_error.ok() ? s : first_error;
+    if (!first_error.ok()) return first_error;
+    if (failed) return Status::Internal("matmul: out of memory in a task");
+    return s;
   }
 
-  const char* implementation() const override { return primitives_[0][0]->implementation(); }
+  const char* implementation() const override { return implementation_.c_str(); }
   int64_t runs() const override { return runs_.load(std::memory_order_relaxed); }
 
  private:
   Status RunTask(int64_t task, const float* a, const float* b, float* c, const float* bias) const {
+    const Problem& p = problem_;
     const int64_t entry = task / row_tasks_ * entries_per_task_;
     const int64_t row = task % row_tasks_ * rows_per_task_;
-    const Problem& p = problem_;
-    const bool last_entries = entry + entries_per_task_ > p.batch;
-    const bool last_rows = row + rows_per_task_ > p.a.rows;
-    return primitives_[last_entries][last_rows]->Run(
-        a + entry * p.a.batch_stride + row * p.a.row_stride,
-        p.shared_b ? b : b + entry * p.b.batch_stride,
-        c + entry * p.c.batch_stride + row * p.c.row_stride, bias);
+    const bool last = entry + entries_per_task_ > p.batch || row + rows_per_task_ > p.a.rows;
+    return (last ? last_ : full_)
+        ->Run(a + entry * p.a.batch_stride + row * p.a.row_stride,
+              p.shared_b ? b : b + entry * p.b.batch_stride,
+              c + entry * p.c.batch_stride + row * p.c.row_stride, bias);
   }
 
   const Problem problem_;
   int64_t entries_per_task_ = 1, rows_per_task_ = 1, row_tasks_ = 1, tasks_ = 1;
-  std::shared_ptr<const Primitive> primitives_[2][2];
+  std::shared_ptr<const Primitive> full_, last_;
+  std::string implementation_;  // both shapes' when they differ
   mutable std::atomic<int64_t> runs_{0};
 };
 
@@ -297,6 +304,10 @@ Status GetPlan(const Problem& problem, std::shared_ptr<const Plan>* plan) {
   // oneDNN 2.x would scale the bias too; nothing here needs both.
   if (problem.bias && problem.scale != 1.0f) {
     return Status::Internal("matmul: a bias with an output scale is not supported");
+  }
+  // The ops never ask for an empty product; tiling one would divide by zero.
+  if (problem.batch < 1 || problem.a.rows < 1 || problem.a.cols < 1 || problem.b.cols < 1) {
+    return Status::Internal("matmul: an empty problem");
   }
   const Key key = KeyOf(problem);
   Cache& cache = PlanCache();

@@ -31,15 +31,17 @@ struct Problem {
   bool accumulate = false;  // adds to what C holds instead of overwriting it
 };
 
-// A oneDNN primitive made for one Problem; immutable and shareable, so many
-// threads may Run it at once.
+// What runs one Problem: single-threaded oneDNN primitives over tasks that
+// the calling thread's OpenMP threads share; immutable and shareable, so many
+// threads may Run it at once. Results do not depend on the thread count.
 class Plan {
  public:
   virtual ~Plan() = default;
   // `bias`: n floats when the problem has a bias, else unused.
   virtual Status Run(const float* a, const float* b, float* c,
                      const float* bias = nullptr) const = 0;
-  // oneDNN's name for the implementation it chose, e.g. "brg:avx512_core".
+  // oneDNN's name for the implementation it chose, e.g. "brg:avx512_core"
+  // (two names joined by " + " when a shorter last task got another).
   virtual const char* implementation() const = 0;
   // How many times Run has been called, by any thread.
   virtual int64_t runs() const = 0;
