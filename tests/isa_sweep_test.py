@@ -45,16 +45,20 @@ class Sweep(unittest.TestCase):
         cls.dir.cleanup()
 
     def swept(self):
-        return re.findall(r"^\[\d/\d\] (\w+): \d+ benchmarks", self.result.stderr, re.M)
+        return re.findall(r"^\[round 1/2\] (\w+): \d+ benchmarks", self.result.stderr, re.M)
 
     def test_succeeds_and_shows_progress(self):
         self.assertEqual(self.result.returncode, 0, self.result.stderr)
-        # "[i/n] isa: k/2 BM_..." for every benchmark of every ISA swept.
+        # "[round r/2] isa: k/3 BM_..." for every benchmark of every ISA, each
+        # round running every ISA once.
         self.assertIn("sse4", self.swept(), self.result.stderr)
         for isa in self.swept():
-            done = re.findall(rf"^\[\d/\d\] {isa}: (\d)/{BENCHMARKS} BM_", self.result.stderr,
-                              re.M)
-            self.assertEqual(done, [str(n) for n in range(1, BENCHMARKS + 1)], self.result.stderr)
+            done = re.findall(rf"^\[round (\d)/2\] {isa}: (\d)/{BENCHMARKS} BM_",
+                              self.result.stderr, re.M)
+            self.assertEqual(done, [(str(r), str(n)) for r in (1, 2)
+                                    for n in range(1, BENCHMARKS + 1)], self.result.stderr)
+        rounds = re.findall(r"^\[round (\d)/2\] \w+: \d+ benchmarks", self.result.stderr, re.M)
+        self.assertEqual(rounds, ["1"] * len(self.swept()) + ["2"] * len(self.swept()))
 
     def test_table_has_a_row_per_isa_with_times_and_speedups(self):
         with open(os.path.join(self.out, "isa_sweep.md")) as f:
@@ -76,7 +80,7 @@ class Sweep(unittest.TestCase):
 
     def test_json_context_names_each_benchmark_s_implementation(self):
         for isa in self.swept():
-            with open(os.path.join(self.out, f"{isa}.json")) as f:
+            with open(os.path.join(self.out, f"{isa}.round2.json")) as f:
                 context = json.load(f)["context"]
             self.assertEqual(context["isa_cap"], isa)
             named = [k for k in context if k.startswith("implementation BM_")]
