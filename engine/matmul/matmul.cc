@@ -155,11 +155,11 @@ class Primitive {
   size_t scratch_bytes_ = 0;
 };
 
-// Tasks of about this many flops: whole batch entries while an entry is
-// smaller, else blocks of one entry's rows, a multiple of kRowBlock. Smaller
-// tasks (4 MFLOP, 16 rows) cost 1 thread 5-15% on the long dot product and
-// the big additive and concat shapes, measured against no tiling at all;
-// these cost 0-5%, within this machine's noise.
+// Tasks of at most about this many flops: whole batch entries while an
+// entry is smaller, else blocks of one entry's rows, a multiple of
+// kRowBlock. Smaller tasks (4 MFLOP, 16 rows) cost 1 thread 5-15% on the long
+// dot product and the big additive and concat shapes, measured against no
+// tiling at all; these cost 0-5%, within this machine's noise.
 constexpr double kTaskFlops = 32e6;
 constexpr int64_t kRowBlock = 64;
 
