@@ -1,0 +1,43 @@
+// libFuzzer target: the CLI's argument parser (tools/cli/args) on arbitrary
+// argument vectors, the input split at NUL bytes. Every outcome is a Status;
+// what it accepts must round-trip: each flag seen once, every integer within
+// its bounds.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using attnscore::cli::Args;
+  std::vector<std::string> argv(1);
+  for (size_t i = 0; i < size; ++i) {
+    if (data[i] == '\0') {
+      argv.emplace_back();
+    } else {
+      argv.back() += static_cast<char>(data[i]);
+    }
+  }
+  // The tool's switches and its bench command's flags.
+  const std::set<std::string> switches = {"--json", "--help", "--weights", "--info"};
+  Args args;
+  if (!attnscore::cli::ParseArgs(argv, switches, &args).ok()) return 0;
+  // Every element is a command word, a flag or a flag's value, exactly once.
+  size_t flag_words = 0;
+  for (const auto& [flag, value] : args.flags) flag_words += switches.count(flag) ? 1 : 2;
+  if (args.words.size() + flag_words != argv.size()) std::abort();
+  const std::set<std::string> bench_flags = {"--batch", "--queries", "--keys", "--repeat",
+                                             "--threads", "--isa", "--json", "--info"};
+  attnscore::cli::CheckFlags(args, bench_flags, {"--batch"}, "bench dot");
+  for (const char* flag : {"--batch", "--queries", "--keys", "--repeat", "--threads"}) {
+    int64_t value = -7;
+    if (attnscore::cli::ParseInt(args, flag, 3, 1, 1 << 20, &value).ok() &&
+        (value < 1 || value > (1 << 20))) {
+      std::abort();
+    }
+  }
+  return 0;
+}
