@@ -6,6 +6,8 @@
 #include <thread>
 #include <vector>
 
+#include "attnscore/additive.h"
+#include "attnscore/concat.h"
 #include "test_util.h"
 
 namespace attnscore::test {
@@ -54,18 +56,23 @@ std::vector<Call> MakeCalls() {
   return calls;
 }
 
-// Runs each of `calls` serially, then from kThreads threads at once, and
-// expects every concurrent result to equal the serial one bit for bit.
-void ExpectSerialResultsUnderLoad(const std::vector<std::function<std::vector<float>()>>& calls) {
+using Calls = std::vector<std::function<std::vector<float>()>>;
+
+// Runs each of `calls` serially, then from `threads` threads at once, `rounds`
+// calls each, and expects every concurrent result to equal the serial one
+// bit for bit.
+void ExpectSerialResultsUnderLoad(const Calls& calls, int thread_count = 4, int rounds = 60) {
   std::vector<std::vector<float>> expected;
   for (const auto& call : calls) expected.push_back(call());
-  constexpr int kThreads = 4, kRounds = 60;
-  std::vector<int> mismatches(kThreads, 0);
+  const int kThreads = thread_count, kRounds = rounds;
+  std::vector<int> mismatches(static_cast<size_t>(kThreads), 0);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int round = 0; round < kRounds; ++round) {
-        const size_t n = static_cast<size_t>(round * 5 + t) % calls.size();
+        // Threads walk the calls at different strides, so different ops and
+        // shapes overlap.
+        const size_t n = static_cast<size_t>(round * (5 + 2 * t) + t) % calls.size();
         const std::vector<float> got = calls[n]();
         if (got.size() != expected[n].size() ||
             std::memcmp(got.data(), expected[n].data(), got.size() * sizeof(float)) != 0) {
@@ -80,53 +87,136 @@ void ExpectSerialResultsUnderLoad(const std::vector<std::function<std::vector<fl
 
 TEST(Concurrency, SharedEngineGivesTheSerialResults) {
   const std::vector<Call> calls = MakeCalls();
-  std::vector<std::function<std::vector<float>()>> runs;
+  Calls runs;
   for (const Call& c : calls) runs.push_back([&c] { return c.Run(DefaultEngine()); });
   ExpectSerialResultsUnderLoad(runs);
 }
 
-TEST(Concurrency, SharedConcatModelGivesTheSerialResults) {
-  // Attn(Dq 6, Dk 5, M 17, Dv 4, O 3); calls of 1 to 3 entries with 1 to 22
-  // queries, so both ways of W V (row by row, oneDNN) run side by side.
-  constexpr int64_t kDq = 6, kDk = 5, kRows = 17, kDv = 4, kOut = 3;
+// Attn(Dq 6, Dk 5, M 17, Dv 4, O 3).
+constexpr int64_t kDq = 6, kDk = 5, kRows = 17, kDv = 4, kOut = 3;
+
+std::unique_ptr<ConcatAttention> MakeConcatModel() {
   const std::vector<float> attn_w = RandomFloats(kRows * (kDq + kDk), 1, 0.3f),
                            attn_b = RandomFloats(kRows, 2, 0.3f),
                            combine_w = RandomFloats(kOut * (kDq + kDv), 3, 0.3f),
                            combine_b = RandomFloats(kOut, 4, 0.3f);
   std::unique_ptr<ConcatAttention> model;
-  ASSERT_TRUE(ConcatAttention::Create(kDq, ConstTensor(attn_w.data(), {kRows, kDq + kDk}),
-                                      ConstTensor(attn_b.data(), {kRows}),
-                                      ConstTensor(combine_w.data(), {kOut, kDq + kDv}),
-                                      ConstTensor(combine_b.data(), {kOut}), &model)
-                  .ok());
+  const Status s = ConcatAttention::Create(kDq, ConstTensor(attn_w.data(), {kRows, kDq + kDk}),
+                                           ConstTensor(attn_b.data(), {kRows}),
+                                           ConstTensor(combine_w.data(), {kOut, kDq + kDv}),
+                                           ConstTensor(combine_b.data(), {kOut}), &model);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return model;
+}
+
+// Calls of 1 to 3 entries with 1 to 22 queries, so both ways of W V (row by
+// row, oneDNN) run side by side; each returns out and the weights.
+Calls ConcatCalls(const ConcatAttention& model, const Engine& engine) {
   struct Inputs {
     int64_t batch, queries;
     std::vector<float> q, k, v;
     std::vector<int64_t> lens;
   };
-  std::vector<Inputs> inputs;
+  Calls runs;
   for (int n = 0; n < 8; ++n) {
-    Inputs in{1 + n % 3, 1 + 7 * (n % 4), {}, {}, {}, {}};
-    in.q = RandomFloats(static_cast<size_t>(in.batch * in.queries * kDq), 10 + n);
-    in.k = RandomFloats(static_cast<size_t>(in.batch * in.queries * kDk), 20 + n);
-    in.v = RandomFloats(static_cast<size_t>(in.batch * kRows * kDv), 30 + n);
-    for (int64_t b = 0; b < in.batch; ++b) in.lens.push_back((b * 7 + n) % (kRows + 2));
-    inputs.push_back(std::move(in));
-  }
-  std::vector<std::function<std::vector<float>()>> runs;
-  for (const Inputs& in : inputs) {
-    runs.push_back([&in, &model] {
-      std::vector<float> out(static_cast<size_t>(in.batch * in.queries * (kOut + kRows)));
-      const Status s = model->Forward(
-          DefaultEngine(), ConstTensor(in.q.data(), {in.batch, in.queries, kDq}),
-          ConstTensor(in.k.data(), {in.batch, in.queries, kDk}), ConstTensor(in.v.data(), {in.batch, kRows, kDv}),
-          ValidLens::PerBatch(in.lens.data(), in.batch), Tensor(out.data(), {in.batch, in.queries, kOut}),
-          Tensor(out.data() + in.batch * in.queries * kOut, {in.batch, in.queries, kRows}));
+    auto in = std::make_shared<Inputs>(Inputs{1 + n % 3, 1 + 7 * (n % 4), {}, {}, {}, {}});
+    in->q = RandomFloats(static_cast<size_t>(in->batch * in->queries * kDq), 10 + n);
+    in->k = RandomFloats(static_cast<size_t>(in->batch * in->queries * kDk), 20 + n);
+    in->v = RandomFloats(static_cast<size_t>(in->batch * kRows * kDv), 30 + n);
+    for (int64_t b = 0; b < in->batch; ++b) in->lens.push_back((b * 7 + n) % (kRows + 2));
+    runs.push_back([in, &model, &engine] {
+      std::vector<float> out(static_cast<size_t>(in->batch * in->queries * (kOut + kRows)));
+      const Status s = model.Forward(
+          engine, ConstTensor(in->q.data(), {in->batch, in->queries, kDq}),
+          ConstTensor(in->k.data(), {in->batch, in->queries, kDk}),
+          ConstTensor(in->v.data(), {in->batch, kRows, kDv}),
+          ValidLens::PerBatch(in->lens.data(), in->batch),
+          Tensor(out.data(), {in->batch, in->queries, kOut}),
+          Tensor(out.data() + in->batch * in->queries * kOut, {in->batch, in->queries, kRows}));
       EXPECT_TRUE(s.ok()) << s.message();
       return out;
     });
   }
-  ExpectSerialResultsUnderLoad(runs);
+  return runs;
+}
+
+// d2l's AdditiveAttention with H = 9, Dq = 7, Dk = 5; calls of 1 to 3 entries,
+// 1 to 19 queries and 3 to 63 keys, per-batch lengths; out and weights.
+Calls AdditiveCalls(const AdditiveAttention& model, const Engine& engine) {
+  struct Inputs {
+    int64_t batch, queries, keys, value_dim;
+    std::vector<float> q, k, v;
+    std::vector<int64_t> lens;
+  };
+  Calls runs;
+  for (int n = 0; n < 8; ++n) {
+    auto in = std::make_shared<Inputs>(Inputs{1 + n % 3, 1 + 6 * (n % 4), 3 + 20 * (n % 4), 2 + n % 3,
+                                              {}, {}, {}, {}});
+    in->q = RandomFloats(static_cast<size_t>(in->batch * in->queries * 7), 40 + n);
+    in->k = RandomFloats(static_cast<size_t>(in->batch * in->keys * 5), 50 + n);
+    in->v = RandomFloats(static_cast<size_t>(in->batch * in->keys * in->value_dim), 60 + n);
+    for (int64_t b = 0; b < in->batch; ++b) in->lens.push_back((b * 5 + n) % (in->keys + 2));
+    runs.push_back([in, &model, &engine] {
+      const int64_t outs = in->batch * in->queries * in->value_dim;
+      std::vector<float> out(static_cast<size_t>(outs + in->batch * in->queries * in->keys));
+      const Status s = model.Forward(
+          engine, ConstTensor(in->q.data(), {in->batch, in->queries, 7}),
+          ConstTensor(in->k.data(), {in->batch, in->keys, 5}),
+          ConstTensor(in->v.data(), {in->batch, in->keys, in->value_dim}),
+          ValidLens::PerBatch(in->lens.data(), in->batch),
+          Tensor(out.data(), {in->batch, in->queries, in->value_dim}),
+          Tensor(out.data() + outs, {in->batch, in->queries, in->keys}));
+      EXPECT_TRUE(s.ok()) << s.message();
+      return out;
+    });
+  }
+  return runs;
+}
+
+std::unique_ptr<AdditiveAttention> MakeAdditiveModel() {
+  const std::vector<float> w_q = RandomFloats(9 * 7, 5, 0.4f), w_k = RandomFloats(9 * 5, 6, 0.4f),
+                           w_v = RandomFloats(9, 7, 0.4f);
+  std::unique_ptr<AdditiveAttention> model;
+  const Status s = AdditiveAttention::Create(ConstTensor(w_q.data(), {9, 7}), ConstTensor(w_k.data(), {9, 5}),
+                                             ConstTensor(w_v.data(), {1, 9}), &model);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return model;
+}
+
+TEST(Concurrency, SharedConcatModelGivesTheSerialResults) {
+  const std::unique_ptr<ConcatAttention> model = MakeConcatModel();
+  ASSERT_NE(model, nullptr);
+  ExpectSerialResultsUnderLoad(ConcatCalls(*model, DefaultEngine()));
+}
+
+// A server's load: one engine and one model of each kind shared by 8 threads
+// issuing every op on mixed shapes, 10,000 calls in all, with a second,
+// 2-thread engine in the mix (whose results must equal the 1-thread ones).
+TEST(Concurrency, EightThreadsTenThousandMixedCallsGiveTheSerialResults) {
+  const std::unique_ptr<ConcatAttention> concat = MakeConcatModel();
+  const std::unique_ptr<AdditiveAttention> additive = MakeAdditiveModel();
+  ASSERT_NE(concat, nullptr);
+  ASSERT_NE(additive, nullptr);
+  EngineOptions two_threads;
+  two_threads.threads = 2;
+  two_threads.isa = DefaultEngine().options().isa;
+  std::unique_ptr<Engine> wide;
+  ASSERT_TRUE(Engine::Create(two_threads, &wide).ok());
+  const std::vector<Call> calls = MakeCalls();
+  Calls runs;
+  for (const Engine* engine : {&DefaultEngine(), static_cast<const Engine*>(wide.get())}) {
+    for (const Call& c : calls) runs.push_back([&c, engine] { return c.Run(*engine); });
+    for (auto& run : ConcatCalls(*concat, *engine)) runs.push_back(std::move(run));
+    for (auto& run : AdditiveCalls(*additive, *engine)) runs.push_back(std::move(run));
+  }
+  // The 2-thread engine's calls are the second half: same inputs, same bits.
+  const size_t half = runs.size() / 2;
+  for (size_t n = 0; n < half; ++n) {
+    const std::vector<float> one = runs[n](), two = runs[half + n]();
+    ASSERT_EQ(one.size(), two.size());
+    EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float))) << "call " << n;
+  }
+  ExpectSerialResultsUnderLoad(runs, /*thread_count=*/8, /*rounds=*/1250);
 }
 
 }  // namespace
