@@ -242,6 +242,128 @@ TEST_F(CliTest, RunsAreBitwiseTheSameForAnyThreadCount) {
   }
 }
 
+// A .npy file's bytes with any header dict: magic, version 1.0, the header
+// padded with spaces to a multiple of 64 and ended by a newline, then payload.
+std::string NpyBytes(const std::string& dict, size_t payload_bytes) {
+  std::string header = dict;
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string bytes = "\x93NUMPY\x01\x00";
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  return bytes + header + std::string(payload_bytes, '\0');
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// The CLI's validation matrix: malformed files and arguments of every kind,
+// each refused with exit 2 and one error line naming the file or flag, and
+// an --out that already exists left exactly as it was (the run writes to a
+// temporary name, renamed only on success).
+TEST_F(CliTest, ValidationMatrixRefusesEveryMalformedInput) {
+  const std::string q = Golden("dot_odd_per_query", "queries"), k = Golden("dot_odd_per_query", "keys"),
+                    v = Golden("dot_odd_per_query", "values"), lens = Golden("dot_odd_per_query", "valid_lens");
+  const std::string toy = std::string(ATTNSCORE_GOLDEN_DIR) + "/additive_toy/";
+  const std::string concat_model = std::string(ATTNSCORE_GOLDEN_DIR) + "/concat_tutorial/model.safetensors";
+  const std::string valid_q = Slurp(q), model_bytes = Slurp(toy + "model.safetensors");
+  // The bad files.
+  WriteBytes(Temp("truncated.npy"), valid_q.substr(0, valid_q.size() - 7));
+  WriteBytes(Temp("header_only.npy"), valid_q.substr(0, 60));
+  WriteBytes(Temp("garbage.npy"), std::string("PK\x03\x04 this is a zip, not an array", 34));
+  WriteBytes(Temp("empty.npy"), "");
+  WriteBytes(Temp("huge_claim.npy"),
+             NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000, 1000000), }", 64));
+  WriteBytes(Temp("negative_dim.npy"), NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3, -7, 33), }", 64));
+  WriteBytes(Temp("fortran.npy"), NpyBytes("{'descr': '<f4', 'fortran_order': True, 'shape': (3, 7, 33), }", 4 * 693));
+  WriteBytes(Temp("big_endian.npy"), NpyBytes("{'descr': '>f4', 'fortran_order': False, 'shape': (3, 7, 33), }", 4 * 693));
+  WriteBytes(Temp("float16.npy"), NpyBytes("{'descr': '<f2', 'fortran_order': False, 'shape': (3, 7, 33), }", 2 * 693));
+  WriteBytes(Temp("bad_dict.npy"), NpyBytes("{'descr': '<f4', 'shape': (3, 7, 33), }", 4 * 693));
+  WriteBytes(Temp("overflow_shape.npy"),
+             NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 4294967296), }", 64));
+  const std::vector<double> f64(3 * 7 * 33, 0.5);
+  ASSERT_TRUE(io::WriteNpy(Temp("float64.npy"), io::DType::kFloat64, {3, 7, 33}, f64.data()).ok());
+  const std::vector<float> flat(3 * 7 * 33, 0.5f);
+  ASSERT_TRUE(io::WriteNpy(Temp("rank2.npy"), io::DType::kFloat32, {21, 33}, flat.data()).ok());
+  const std::vector<int32_t> ints(3 * 7 * 33, 1);
+  ASSERT_TRUE(io::WriteNpy(Temp("int32_queries.npy"), io::DType::kInt32, {3, 7, 33}, ints.data()).ok());
+  const std::vector<int64_t> negative = {2, -1, 4}, long_lens = {1, 2, 3, 4};
+  ASSERT_TRUE(io::WriteNpy(Temp("lens_negative.npy"), io::DType::kInt64, {3}, negative.data()).ok());
+  ASSERT_TRUE(io::WriteNpy(Temp("lens_too_many.npy"), io::DType::kInt64, {4}, long_lens.data()).ok());
+  ASSERT_TRUE(io::WriteNpy(Temp("lens_rank3.npy"), io::DType::kInt64, {3, 1, 1}, negative.data()).ok());
+  ASSERT_TRUE(io::WriteNpy(Temp("lens_float.npy"), io::DType::kFloat32, {3}, flat.data()).ok());
+  WriteBytes(Temp("truncated.safetensors"), model_bytes.substr(0, model_bytes.size() - 5));
+  WriteBytes(Temp("garbage.safetensors"), std::string(64, '\x7f'));
+  WriteBytes(Temp("huge_header.safetensors"), std::string("\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10));
+  std::string bad_json = model_bytes;
+  bad_json[8] = '[';  // the header is a JSON object; make it not one
+  WriteBytes(Temp("bad_json.safetensors"), bad_json);
+  const std::string out = Temp("out.npy");
+  auto dot = [&](const std::string& queries, const std::string& keys, const std::string& values,
+                 const std::string& extra = "") {
+    return "run dot --queries " + queries + " --keys " + keys + " --values " + values + " --out " + out + extra;
+  };
+  auto additive = [&](const std::string& model, const std::string& extra = "") {
+    return "run additive --model " + model + " --queries " + toy + "queries.npy --keys " + toy +
+           "keys.npy --values " + toy + "values.npy --out " + out + extra;
+  };
+  const struct {
+    std::string args, message_part;
+  } cases[] = {
+      {dot(Temp("missing.npy"), k, v), "missing.npy"},
+      {dot(dir_.string(), k, v), dir_.string()},
+      {dot(Temp("truncated.npy"), k, v), "truncated.npy"},
+      {dot(Temp("header_only.npy"), k, v), "header_only.npy"},
+      {dot(Temp("garbage.npy"), k, v), "garbage.npy"},
+      {dot(Temp("empty.npy"), k, v), "empty.npy"},
+      {dot(Temp("huge_claim.npy"), k, v), "huge_claim.npy"},
+      {dot(Temp("negative_dim.npy"), k, v), "negative_dim.npy"},
+      {dot(Temp("fortran.npy"), k, v), "fortran.npy"},
+      {dot(Temp("big_endian.npy"), k, v), "big_endian.npy"},
+      {dot(Temp("float16.npy"), k, v), "float16.npy"},
+      {dot(Temp("bad_dict.npy"), k, v), "bad_dict.npy"},
+      {dot(Temp("overflow_shape.npy"), k, v), "overflow_shape.npy"},
+      {dot(Temp("float64.npy"), k, v), "float64.npy"},
+      {dot(Temp("rank2.npy"), k, v), "rank2.npy"},
+      {dot(Temp("int32_queries.npy"), k, v), "int32_queries.npy"},
+      {dot(q, q, v), "values has shape (3, 19, 5)"},  // keys of 7 rows, values of 19
+      {dot(q, k, q), "values has shape (3, 7, 33)"},
+      {dot(q, k, v, " --valid-lens " + Temp("lens_negative.npy")), "valid_lens[1] is -1"},
+      {dot(q, k, v, " --valid-lens " + Temp("lens_too_many.npy")), "valid_lens"},
+      {dot(q, k, v, " --valid-lens " + Temp("lens_rank3.npy")), "lens_rank3.npy"},
+      {dot(q, k, v, " --valid-lens " + Temp("lens_float.npy")), "lens_float.npy"},
+      {dot(q, k, v, " --valid-lens " + Temp("truncated.npy")), "truncated.npy"},
+      {dot(q, k, v, " --weights-out " + out), "name the same file"},
+      {dot(q, k, v, " --weights-out " + dir_.string()), "is a directory"},
+      {dot(q, k, v, " --threads -1"), "--threads"},
+      {dot(q, k, v, " --isa mmx"), "--isa is 'mmx'"},
+      {dot(q, k, v, " --threads"), "--threads needs a value"},
+      {dot(q, k, v, " --values " + v), "--values is given twice"},
+      {dot(q, k, v, " --model " + toy + "model.safetensors"), "unknown flag --model"},
+      {additive(Temp("truncated.safetensors")), "truncated.safetensors"},
+      {additive(Temp("garbage.safetensors")), "garbage.safetensors"},
+      {additive(Temp("huge_header.safetensors")), "huge_header.safetensors"},
+      {additive(Temp("bad_json.safetensors")), "bad_json.safetensors"},
+      {additive(concat_model), "unexpected tensor"},
+      {additive(Temp("missing.safetensors")), "missing.safetensors"},
+  };
+  ASSERT_GE(std::size(cases), 30u);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args);
+    WriteBytes(out, "an earlier result");
+    const Result r = Run(c.args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.err.rfind("attnscore: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(c.message_part), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(Slurp(out) == "an earlier result") << "--out was overwritten";
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
+    }
+  }
+}
+
 // run --info lists each matmul the run made and oneDNN's implementation for
 // it; under a cap none of them may use code above it.
 TEST_F(CliTest, RunInfoNamesEachMatmulAndItsImplementation) {
