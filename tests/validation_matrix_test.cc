@@ -4,8 +4,10 @@
 // lengths, outputs overlapping inputs). Each must give InvalidArgument with
 // a message naming the argument, and leave every buffer, inputs and outputs,
 // exactly as it was. The README's reliability table lists these rows.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <functional>
 #include <memory>
 #include <string>
@@ -371,6 +373,70 @@ TEST(ValidationMatrix, EveryFamilyHasAtLeastThirtyCases) {
   EXPECT_GE(DotCases().size(), 30u);
   EXPECT_GE(AdditiveCases().size(), 30u);
   EXPECT_GE(ConcatCases().size(), 30u);
+}
+
+// ---- what is accepted, and how ----------------------------------------------
+
+bool AllNan(const float* row, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    if (!std::isnan(row[j])) return false;
+  }
+  return true;
+}
+
+// Lengths past M, and NaN or Inf among valid or masked scores: accepted, with
+// the results REFERENCE.md gives (the README's "What it computes" table).
+TEST(ValidationMatrix, AcceptedScoresAndLengthsGiveTheDocumentedResults) {
+  constexpr int64_t kKeys = 6;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  // Row 0: NaN at a valid position; row 1: +Inf at a valid position; row 2:
+  // NaN and -Inf and +Inf past its length 3; row 3: length 9 > M.
+  std::vector<float> x = RandomFloats(4 * kKeys, 21);
+  x[1] = nan;
+  x[kKeys + 2] = inf;
+  x[2 * kKeys + 3] = nan, x[2 * kKeys + 4] = -inf, x[2 * kKeys + 5] = inf;
+  const int64_t lens[] = {kKeys, 4, 3, 9};
+  std::vector<float> y(x.size(), kSentinel);
+  ASSERT_TRUE(DefaultEngine()
+                  .MaskedSoftmax(ConstTensor(x.data(), {1, 4, kKeys}), ValidLens::PerQuery(lens, 1, 4),
+                                 Tensor(y.data(), {1, 4, kKeys}))
+                  .ok());
+  EXPECT_TRUE(AllNan(y.data(), kKeys)) << "NaN in a valid position makes the row NaN";
+  EXPECT_TRUE(AllNan(y.data() + kKeys, kKeys)) << "+Inf in a valid position makes the row NaN";
+  // Masked positions are ignored: the same row with them zeroed.
+  std::vector<float> clean(x.begin() + 2 * kKeys, x.begin() + 3 * kKeys);
+  clean[3] = clean[4] = clean[5] = 0.0f;
+  const std::vector<double> expected = ReferenceMaskedSoftmax(clean, 1, 1, kKeys, {3});
+  EXPECT_LE(MaxAbsDiff(y.data() + 2 * kKeys, expected), kWeightTolerance);
+  // L > M means all M keys.
+  const std::vector<float> last(x.begin() + 3 * kKeys, x.end());
+  EXPECT_LE(MaxAbsDiff(y.data() + 3 * kKeys, ReferenceMaskedSoftmax(last, 1, 1, kKeys, {})), kWeightTolerance);
+}
+
+// NaN in the keys and values past every valid length never reaches the
+// output of the attention ops (they never read those rows).
+TEST(ValidationMatrix, AcceptedNanPastTheValidLengthsNeverReachesTheOutput) {
+  constexpr int64_t kBatch = 2, kQueries = 5, kKeys = 9, kDepth = 4, kValues = 3;
+  std::vector<float> q = RandomFloats(kBatch * kQueries * kDepth, 31), k = RandomFloats(kBatch * kKeys * kDepth, 32),
+                     v = RandomFloats(kBatch * kKeys * kValues, 33);
+  const int64_t lens[] = {4, 7};
+  for (int64_t b = 0; b < kBatch; ++b) {
+    for (int64_t j = lens[b]; j < kKeys; ++j) {
+      for (int64_t d = 0; d < kDepth; ++d) k[(b * kKeys + j) * kDepth + d] = std::numeric_limits<float>::quiet_NaN();
+      for (int64_t d = 0; d < kValues; ++d) v[(b * kKeys + j) * kValues + d] = std::numeric_limits<float>::infinity();
+    }
+  }
+  std::vector<float> out(kBatch * kQueries * kValues, kSentinel), weights(kBatch * kQueries * kKeys, kSentinel);
+  ASSERT_TRUE(DefaultEngine()
+                  .DotProductAttention(ConstTensor(q.data(), {kBatch, kQueries, kDepth}),
+                                       ConstTensor(k.data(), {kBatch, kKeys, kDepth}),
+                                       ConstTensor(v.data(), {kBatch, kKeys, kValues}),
+                                       ValidLens::PerBatch(lens, kBatch),
+                                       Tensor(out.data(), {kBatch, kQueries, kValues}),
+                                       Tensor(weights.data(), {kBatch, kQueries, kKeys}))
+                  .ok());
+  for (float o : out) EXPECT_TRUE(std::isfinite(o)) << o;
+  for (float w : weights) EXPECT_TRUE(std::isfinite(w)) << w;
 }
 
 }  // namespace
