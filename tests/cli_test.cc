@@ -248,7 +248,7 @@ std::string NpyBytes(const std::string& dict, size_t payload_bytes) {
   std::string header = dict;
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
-  std::string bytes = "\x93NUMPY\x01\x00";
+  std::string bytes("\x93NUMPY\x01\x00", 8);
   bytes += static_cast<char>(header.size() & 0xff);
   bytes += static_cast<char>(header.size() >> 8);
   return bytes + header + std::string(payload_bytes, '\0');
@@ -271,7 +271,7 @@ TEST_F(CliTest, ValidationMatrixRefusesEveryMalformedInput) {
   // The bad files.
   WriteBytes(Temp("truncated.npy"), valid_q.substr(0, valid_q.size() - 7));
   WriteBytes(Temp("header_only.npy"), valid_q.substr(0, 60));
-  WriteBytes(Temp("garbage.npy"), std::string("PK\x03\x04 this is a zip, not an array", 34));
+  WriteBytes(Temp("garbage.npy"), "PK\x03\x04 this is a zip, not an array");
   WriteBytes(Temp("empty.npy"), "");
   WriteBytes(Temp("huge_claim.npy"),
              NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000, 1000000), }", 64));
@@ -308,45 +308,46 @@ TEST_F(CliTest, ValidationMatrixRefusesEveryMalformedInput) {
     return "run additive --model " + model + " --queries " + toy + "queries.npy --keys " + toy +
            "keys.npy --values " + toy + "values.npy --out " + out + extra;
   };
+  // Each message names the file or flag and says what is wrong with it.
   const struct {
     std::string args, message_part;
   } cases[] = {
-      {dot(Temp("missing.npy"), k, v), "missing.npy"},
-      {dot(dir_.string(), k, v), dir_.string()},
-      {dot(Temp("truncated.npy"), k, v), "truncated.npy"},
-      {dot(Temp("header_only.npy"), k, v), "header_only.npy"},
-      {dot(Temp("garbage.npy"), k, v), "garbage.npy"},
-      {dot(Temp("empty.npy"), k, v), "empty.npy"},
-      {dot(Temp("huge_claim.npy"), k, v), "huge_claim.npy"},
-      {dot(Temp("negative_dim.npy"), k, v), "negative_dim.npy"},
-      {dot(Temp("fortran.npy"), k, v), "fortran.npy"},
-      {dot(Temp("big_endian.npy"), k, v), "big_endian.npy"},
-      {dot(Temp("float16.npy"), k, v), "float16.npy"},
-      {dot(Temp("bad_dict.npy"), k, v), "bad_dict.npy"},
-      {dot(Temp("overflow_shape.npy"), k, v), "overflow_shape.npy"},
-      {dot(Temp("float64.npy"), k, v), "float64.npy"},
-      {dot(Temp("rank2.npy"), k, v), "rank2.npy"},
-      {dot(Temp("int32_queries.npy"), k, v), "int32_queries.npy"},
-      {dot(q, q, v), "values has shape (3, 19, 5)"},  // keys of 7 rows, values of 19
-      {dot(q, k, q), "values has shape (3, 7, 33)"},
-      {dot(q, k, v, " --valid-lens " + Temp("lens_negative.npy")), "valid_lens[1] is -1"},
-      {dot(q, k, v, " --valid-lens " + Temp("lens_too_many.npy")), "valid_lens"},
-      {dot(q, k, v, " --valid-lens " + Temp("lens_rank3.npy")), "lens_rank3.npy"},
-      {dot(q, k, v, " --valid-lens " + Temp("lens_float.npy")), "lens_float.npy"},
-      {dot(q, k, v, " --valid-lens " + Temp("truncated.npy")), "truncated.npy"},
+      {dot(Temp("missing.npy"), k, v), "missing.npy: cannot open"},
+      {dot(dir_.string(), k, v), dir_.string() + ": cannot read: not a regular file"},
+      {dot(Temp("truncated.npy"), k, v), "truncated.npy: shape (3, 7, 33) needs 2772 bytes but the file holds 2765"},
+      {dot(Temp("header_only.npy"), k, v), "header_only.npy: truncated header"},
+      {dot(Temp("garbage.npy"), k, v), "garbage.npy: not a .npy file (bad magic)"},
+      {dot(Temp("empty.npy"), k, v), "empty.npy: empty file"},
+      {dot(Temp("huge_claim.npy"), k, v), "huge_claim.npy: shape (1000000, 1000000, 1000000) needs"},
+      {dot(Temp("negative_dim.npy"), k, v), "negative_dim.npy: malformed header: 'shape' has a negative dimension"},
+      {dot(Temp("fortran.npy"), k, v), "fortran.npy: fortran_order arrays are not supported"},
+      {dot(Temp("big_endian.npy"), k, v), "big_endian.npy: unsupported dtype '>f4'"},
+      {dot(Temp("float16.npy"), k, v), "float16.npy: unsupported dtype '<f2'"},
+      {dot(Temp("bad_dict.npy"), k, v), "bad_dict.npy: header has no 'fortran_order' key"},
+      {dot(Temp("overflow_shape.npy"), k, v), "overflow_shape.npy: shape (4294967296, 4294967296, 4294967296) is too large"},
+      {dot(Temp("float64.npy"), k, v), "float64.npy: dtype is float64; want float32"},
+      {dot(Temp("rank2.npy"), k, v), "rank2.npy: shape (21, 33) has rank 2; want rank 3"},
+      {dot(Temp("int32_queries.npy"), k, v), "int32_queries.npy: dtype is int32; want float32"},
+      {dot(q, q, v), "values has shape (3, 19, 5) but must be (B, M, Dv) = (3, 7, *)"},  // keys of 7 rows, values of 19
+      {dot(q, k, q), "values has shape (3, 7, 33) but must be (B, M, Dv) = (3, 19, *)"},
+      {dot(q, k, v, " --valid-lens " + Temp("lens_negative.npy")), "valid_lens[1] is -1; lengths must be >= 0"},
+      {dot(q, k, v, " --valid-lens " + Temp("lens_too_many.npy")), "valid_lens has shape (4,) but the batch size is 3"},
+      {dot(q, k, v, " --valid-lens " + Temp("lens_rank3.npy")), "lens_rank3.npy: shape (3, 1, 1) has rank 3"},
+      {dot(q, k, v, " --valid-lens " + Temp("lens_float.npy")), "lens_float.npy: dtype is float32; want int32 or int64"},
+      {dot(q, k, v, " --valid-lens " + Temp("truncated.npy")), "truncated.npy: shape (3, 7, 33) needs"},
       {dot(q, k, v, " --weights-out " + out), "name the same file"},
       {dot(q, k, v, " --weights-out " + dir_.string()), "is a directory"},
-      {dot(q, k, v, " --threads -1"), "--threads"},
+      {dot(q, k, v, " --threads -1"), "--threads is -1; it must be in [1, 1024]"},
       {dot(q, k, v, " --isa mmx"), "--isa is 'mmx'"},
       {dot(q, k, v, " --threads"), "--threads needs a value"},
       {dot(q, k, v, " --values " + v), "--values is given twice"},
       {dot(q, k, v, " --model " + toy + "model.safetensors"), "unknown flag --model"},
-      {additive(Temp("truncated.safetensors")), "truncated.safetensors"},
-      {additive(Temp("garbage.safetensors")), "garbage.safetensors"},
-      {additive(Temp("huge_header.safetensors")), "huge_header.safetensors"},
-      {additive(Temp("bad_json.safetensors")), "bad_json.safetensors"},
-      {additive(concat_model), "unexpected tensor"},
-      {additive(Temp("missing.safetensors")), "missing.safetensors"},
+      {additive(Temp("truncated.safetensors")), "truncated.safetensors: tensor 'w_v.weight' has data_offsets"},
+      {additive(Temp("garbage.safetensors")), "garbage.safetensors: header length 9187201950435737471 exceeds"},
+      {additive(Temp("huge_header.safetensors")), "huge_header.safetensors: header length 9223372036854775807 exceeds"},
+      {additive(Temp("bad_json.safetensors")), "bad_json.safetensors: malformed header: header is an array"},
+      {additive(concat_model), "unexpected tensor \"attn.bias\"; an additive attention state_dict has only"},
+      {additive(Temp("missing.safetensors")), "missing.safetensors: cannot open"},
   };
   ASSERT_GE(std::size(cases), 30u);
   for (const auto& c : cases) {

@@ -64,15 +64,16 @@ using Calls = std::vector<std::function<std::vector<float>()>>;
 void ExpectSerialResultsUnderLoad(const Calls& calls, int thread_count = 4, int rounds = 60) {
   std::vector<std::vector<float>> expected;
   for (const auto& call : calls) expected.push_back(call());
-  const int kThreads = thread_count, kRounds = rounds;
-  std::vector<int> mismatches(static_cast<size_t>(kThreads), 0);
+  // Threads walk the calls at different prime strides, larger than any call
+  // list here, so each visits every call and different ops and shapes overlap.
+  constexpr size_t kStrides[] = {29, 31, 37, 41, 43, 47, 53, 59};
+  std::vector<int> mismatches(static_cast<size_t>(thread_count), 0);
   std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
+  for (int t = 0; t < thread_count; ++t) {
     threads.emplace_back([&, t] {
-      for (int round = 0; round < kRounds; ++round) {
-        // Threads walk the calls at different strides, so different ops and
-        // shapes overlap.
-        const size_t n = static_cast<size_t>(round * (5 + 2 * t) + t) % calls.size();
+      const size_t stride = kStrides[static_cast<size_t>(t) % std::size(kStrides)];
+      for (int round = 0; round < rounds; ++round) {
+        const size_t n = (static_cast<size_t>(round) * stride + static_cast<size_t>(t)) % calls.size();
         const std::vector<float> got = calls[n]();
         if (got.size() != expected[n].size() ||
             std::memcmp(got.data(), expected[n].data(), got.size() * sizeof(float)) != 0) {
@@ -82,7 +83,7 @@ void ExpectSerialResultsUnderLoad(const Calls& calls, int thread_count = 4, int 
     });
   }
   for (std::thread& th : threads) th.join();
-  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(mismatches[static_cast<size_t>(t)], 0) << "thread " << t;
+  for (int t = 0; t < thread_count; ++t) EXPECT_EQ(mismatches[static_cast<size_t>(t)], 0) << "thread " << t;
 }
 
 TEST(Concurrency, SharedEngineGivesTheSerialResults) {

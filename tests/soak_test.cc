@@ -4,6 +4,7 @@
 // and its plan cache fills, clears and refills many times over.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -87,8 +88,10 @@ TEST(Soak, HundredThousandMixedCallsKeepMemoryFlat) {
               static_cast<double>(worst) / (1 << 20), kCalls);
   if (kMeasureResidentMemory) {
     EXPECT_GT(warm, 0);
-    // Flat: what the allocator keeps for churned plans, not growth per call.
-    EXPECT_LE(worst - warm, int64_t{16} << 20);
+    EXPECT_GT(worst, 0);
+    // Flat: 0.2 MiB of growth was measured; 4 MiB over 80,000 calls would
+    // be a leak of 50 bytes a call.
+    EXPECT_LE(worst - warm, int64_t{4} << 20);
   }
 }
 

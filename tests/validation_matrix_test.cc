@@ -56,6 +56,37 @@ struct Case {
   std::function<void(Buffers&)> prepare = [](Buffers&) {};  // e.g. plant a bad length
 };
 
+// What the message must say is wrong, by the kind of case (its name): a case
+// refused for another reason than the one it plants fails.
+std::string ReasonFor(const std::string& name) {
+  const struct {
+    const char *in_name, *reason;
+  } rules[] = {
+      {"differ_in_count", "dims and strides differ in count"},
+      {"_rank_", "must have rank 3"},
+      {"_empty", "must have rank 3"},
+      {"lens_null", "valid_lens is null"},
+      {"_null", "is null"},
+      {"_zero_", "every dim must be >= 1"},
+      {"negative_stride", "has a negative stride"},
+      {"share_memory", "make elements share memory"},
+      {"lens_inside", "overlaps valid_lens"},
+      {"overlaps", "overlaps"},
+      {"too_large", "too large to address"},
+      {"lens_negative", "lengths must be >= 0"},
+      {"lens_int32_min", "is -2147483648; lengths must be >= 0"},
+      {"lens_unknown_kind", "has an unknown kind"},
+      {"lens_per_batch", "but the batch size is"},
+      {"lens_per_query", "but (batch, queries) is"},
+      {"_wrong_", "but must be"},
+  };
+  for (const auto& rule : rules) {
+    if (name.find(rule.in_name) != std::string::npos) return rule.reason;
+  }
+  ADD_FAILURE() << "no reason known for case " << name;
+  return name;
+}
+
 void ExpectRefused(const Case& c) {
   Buffers buffers;
   c.prepare(buffers);
@@ -64,6 +95,9 @@ void ExpectRefused(const Case& c) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
   EXPECT_NE(s.message().find(c.message_part), std::string::npos)
       << "'" << s.message() << "' does not name " << c.message_part;
+  const std::string reason = ReasonFor(c.name);
+  EXPECT_NE(s.message().find(reason), std::string::npos)
+      << "'" << s.message() << "' does not say " << reason;
   EXPECT_TRUE(buffers == before) << "a refused call changed a buffer";
 }
 

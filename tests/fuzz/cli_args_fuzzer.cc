@@ -1,7 +1,8 @@
 // libFuzzer target: the CLI's argument parser (tools/cli/args) on arbitrary
 // argument vectors, the input split at NUL bytes. Every outcome is a Status;
-// what it accepts must round-trip: each flag seen once, every integer within
-// its bounds.
+// what it accepts must agree with the vector: every element a command word,
+// a flag or a flag's value; CheckFlags passing only for known flags with the
+// required one present; every integer accepted equal to its text's value.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -31,13 +32,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (args.words.size() + flag_words != argv.size()) std::abort();
   const std::set<std::string> bench_flags = {"--batch", "--queries", "--keys", "--repeat",
                                              "--threads", "--isa", "--json", "--info"};
-  attnscore::cli::CheckFlags(args, bench_flags, {"--batch"}, "bench dot");
+  if (attnscore::cli::CheckFlags(args, bench_flags, {"--batch"}, "bench dot").ok()) {
+    if (!args.has("--batch")) std::abort();
+    for (const auto& [flag, value] : args.flags) {
+      if (!bench_flags.count(flag)) std::abort();
+    }
+  }
   for (const char* flag : {"--batch", "--queries", "--keys", "--repeat", "--threads"}) {
     int64_t value = -7;
-    if (attnscore::cli::ParseInt(args, flag, 3, 1, 1 << 20, &value).ok() &&
-        (value < 1 || value > (1 << 20))) {
-      std::abort();
-    }
+    if (!attnscore::cli::ParseInt(args, flag, 3, 1, 1 << 20, &value).ok()) continue;
+    const long long expected = args.has(flag) ? std::strtoll(args.get(flag).c_str(), nullptr, 10) : 3;
+    if (value != expected || value < 1 || value > (1 << 20)) std::abort();
   }
   return 0;
 }

@@ -4,11 +4,13 @@
 #ifndef ATTNSCORE_TESTS_FUZZ_FUZZ_INPUT_H_
 #define ATTNSCORE_TESTS_FUZZ_FUZZ_INPUT_H_
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -24,7 +26,20 @@ inline std::string AsFile(const uint8_t* data, size_t size) {
     if (n <= 0) std::abort();
     done += static_cast<size_t>(n);
   }
-  return "/proc/self/fd/" + std::to_string(fd);
+  static const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  // Without /proc every input would be refused as unopenable and the
+  // fuzzer would run green without reaching the parser: stop instead.
+  static const bool reachable = [] {
+    const int reopened = open(path.c_str(), O_RDONLY);
+    if (reopened < 0) {
+      std::fprintf(stderr, "fuzz_input: cannot open %s; is /proc mounted?\n", path.c_str());
+      std::abort();
+    }
+    close(reopened);
+    return true;
+  }();
+  (void)reachable;
+  return path;
 }
 
 }  // namespace attnscore::fuzz
