@@ -47,13 +47,16 @@ def main():
         a = args_of(name)
         if name.startswith("BM_MaskedSoftmax"):
             rate = b["bytes_per_second"] / 1e9
+            op_family = name.split("/")[0]
+            op = ("masked softmax, in cache (arithmetic only)"
+                  if op_family == "BM_MaskedSoftmaxInCache" else "masked softmax")
             for family, label in (("BM_Memcpy", "memcpy, same bytes"),
                                   ("BM_MemcpyOpBuffers", "memcpy, op's buffers")):
-                peer = runs.get(name.replace("BM_MaskedSoftmax", family))
+                peer = runs.get(name.replace(op_family, family))
                 if peer is None:
                     continue
                 peer_rate = peer["bytes_per_second"] / 1e9
-                print(f"| masked softmax | ({a['batch']},{a['queries']},{a['keys']}) | "
+                print(f"| {op} | ({a['batch']},{a['queries']},{a['keys']}) | "
                       f"{b['real_time']:.1f} | {rate:.2f} GB/s | {label} | {peer_rate:.2f} GB/s | "
                       f"{rate / peer_rate:.0%} |")
         elif name.startswith("BM_DotProduct"):

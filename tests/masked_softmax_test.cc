@@ -1,6 +1,7 @@
 // Masked softmax (REFERENCE.md section 1): every Highway target against a
 // double-precision reference, the seed checks, golden data from the PyTorch
 // seed module, and every edge case of the contract.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -68,6 +69,54 @@ TEST_P(MaskedSoftmaxTest, SizesAroundTheVectorWidth) {
 TEST_P(MaskedSoftmaxTest, LargeOutputsTakeTheStreamingPath) {
   // 8 x 64 x 4096 floats = 8 MiB: at the streaming threshold.
   CheckAgainstReference(8, 64, 4096, MixedLengths(8 * 64, 4096, 11), 4);
+}
+
+// The streaming kernel stores each row while the next one computes, in chunks
+// of rows: an odd width (unaligned rows, a straddling vector, a tail), a last
+// partial chunk, and NaN, all -Inf and zero-length rows next to normal ones
+// must each give their own row's result.
+TEST_P(MaskedSoftmaxTest, StreamedRowsKeepTheirOwnResults) {
+  const int64_t batch = 8, queries = 65, keys = 4099, rows = batch * queries;
+  std::vector<float> x = RandomFloats(static_cast<size_t>(rows * keys), 12, 3.0f);
+  std::vector<int64_t> lens = MixedLengths(rows, keys, 13);
+  const float inf = std::numeric_limits<float>::infinity();
+  const int64_t nan_rows[] = {63, 64, 130, rows - 1};
+  for (int64_t r : nan_rows) {
+    lens[static_cast<size_t>(r)] = 100;
+    x[static_cast<size_t>(r * keys + 37)] = std::numeric_limits<float>::quiet_NaN();
+  }
+  lens[200] = 50;
+  for (int64_t j = 0; j < 50; ++j) x[static_cast<size_t>(200 * keys + j)] = -inf;
+  lens[201] = 0;
+  std::vector<float> y(x.size(), kSentinel);
+  ASSERT_TRUE(DefaultEngine()
+                  .MaskedSoftmax(ConstTensor(x.data(), {batch, queries, keys}),
+                                 ValidLens::PerQuery(lens.data(), batch, queries),
+                                 Tensor(y.data(), {batch, queries, keys}))
+                  .ok());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = &y[static_cast<size_t>(r * keys)];
+    const bool nan_row =
+        r == 200 || std::find(std::begin(nan_rows), std::end(nan_rows), r) != std::end(nan_rows);
+    if (nan_row) {
+      for (int64_t j = 0; j < keys; ++j) ASSERT_TRUE(std::isnan(row[j])) << "row " << r << " key " << j;
+      continue;
+    }
+    const std::vector<float> own(x.begin() + r * keys, x.begin() + (r + 1) * keys);
+    const std::vector<double> expected =
+        ReferenceMaskedSoftmax(own, 1, 1, keys, {lens[static_cast<size_t>(r)]});
+    ASSERT_LE(MaxAbsDiff(row, expected), kWeightTolerance) << "row " << r;
+    for (int64_t j = lens[static_cast<size_t>(r)]; j > 0 && j < keys; ++j) {
+      ASSERT_EQ(row[j], 0.0f) << "row " << r << " key " << j;
+    }
+  }
+  // In place, each row's scores are read before its weights are stored.
+  ASSERT_TRUE(DefaultEngine()
+                  .MaskedSoftmax(ConstTensor(x.data(), {batch, queries, keys}),
+                                 ValidLens::PerQuery(lens.data(), batch, queries),
+                                 Tensor(x.data(), {batch, queries, keys}))
+                  .ok());
+  EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
 }
 
 TEST_P(MaskedSoftmaxTest, GoldenCasesFromTheSeedModule) {

@@ -29,6 +29,39 @@ namespace hn = hwy::HWY_NAMESPACE;
 // = n + f, n = round(t), |f| <= 1/2: 2^f from a degree-5 polynomial
 // (fitted for relative error on [-1/2, 1/2]: -4.9e-8 to +1.55e-7 in exact
 // arithmetic, 2.3e-7 in float Horner), 2^n built in the exponent bits.
+// 2^f for f in [-0.5, 0.5]: the degree-5 polynomial both paths below share.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V Exp2Fraction(D d, V f) {
+  V p = hn::Set(d, 0.001327647129073739f);
+  p = hn::MulAdd(p, f, hn::Set(d, 0.009675541892647743f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.05550713092088699f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.24022120237350464f));
+  p = hn::MulAdd(p, f, hn::Set(d, 0.6931469440460205f));
+  return hn::MulAdd(p, f, hn::Set(d, 1.0000001192092896f));
+}
+
+#if HWY_TARGET <= HWY_AVX3
+// AVX-512 rounds in one instruction (roundscale) and applies 2^n in one
+// (scalef, which also underflows to exact zero), so the exponent needs 3
+// instructions instead of 7; the exp is most of the masked softmax's work.
+HWY_INLINE hn::Vec512<float> ScaleByPowerOf2(hn::Vec512<float> p, hn::Vec512<float> n) {
+  return hn::Vec512<float>{_mm512_scalef_ps(p.raw, n.raw)};
+}
+template <size_t N>
+HWY_INLINE hn::Vec128<float, N> ScaleByPowerOf2(hn::Vec128<float, N> p, hn::Vec128<float, N> n) {
+  return hn::Vec128<float, N>{_mm_scalef_ps(p.raw, n.raw)};
+}
+
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V ExpNonPositive(D d, V x, V shift) {
+  const V kLog2e = hn::Set(d, 1.44269504088896341f);
+  // Clamping at -151 keeps -Inf from making n - n a NaN; 2^-151 is below
+  // half the smallest subnormal, so such results round to exact zeros.
+  const V t = hn::Max(hn::Mul(hn::Sub(x, shift), kLog2e), hn::Set(d, -151.0f));
+  const V n = hn::Round(t);  // to nearest, ties to even
+  return ScaleByPowerOf2(Exp2Fraction(d, hn::Sub(t, n)), n);
+}
+#else
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V ExpNonPositive(D d, V x, V shift) {
   const hn::RebindToSigned<D> di;
@@ -42,20 +75,14 @@ HWY_INLINE V ExpNonPositive(D d, V x, V shift) {
   const V kShifter = hn::Set(d, 12582912.0f);  // 1.5 * 2^23, bits 0x4B400000
   const V shifted = hn::Add(t, kShifter);
   const V n = hn::Sub(shifted, kShifter);
-  const V f = hn::Sub(t, n);
-  V p = hn::Set(d, 0.001327647129073739f);
-  p = hn::MulAdd(p, f, hn::Set(d, 0.009675541892647743f));
-  p = hn::MulAdd(p, f, hn::Set(d, 0.05550713092088699f));
-  p = hn::MulAdd(p, f, hn::Set(d, 0.24022120237350464f));
-  p = hn::MulAdd(p, f, hn::Set(d, 0.6931469440460205f));
-  p = hn::MulAdd(p, f, hn::Set(d, 1.0000001192092896f));
+  const V p = Exp2Fraction(d, hn::Sub(t, n));
   // bits(shifted) = 0x4B400000 + n, so the biased exponent n + 127 is
   // bits(shifted) - 0x4B400000 + 127.
   const auto biased = hn::Add(hn::BitCast(di, shifted), hn::Set(di, 127 - 0x4B400000));
   return hn::Mul(p, hn::BitCast(d, hn::ShiftLeft<23>(biased)));
 }
+#endif
 
-// NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
 }  // namespace attnscore
 HWY_AFTER_NAMESPACE();

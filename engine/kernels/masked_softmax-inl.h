@@ -15,6 +15,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/fast_exp-inl.h"
+#include "kernels/masked_softmax.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnscore {
@@ -63,8 +64,11 @@ HWY_INLINE void StoreTail(D d, V v, size_t count, float* HWY_RESTRICT y) {
 // element tells, where Max alone would hide a NaN (x86 max returns an operand).
 // Four accumulators each: one chain would stall on Max/FMA latency and halve
 // the throughput of a 512-key row (236 -> 125 ns measured).
-template <class D>
-HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_finite) {
+// between() runs once per four vectors; the streaming path stores the
+// previous row's output there (see RowStreamer).
+template <class D, class Between>
+HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_finite,
+                        Between between) {
   const size_t lanes = hn::Lanes(d);
   const auto zero = hn::Zero(d);
   const auto lowest = hn::Set(d, -std::numeric_limits<float>::infinity());
@@ -82,6 +86,7 @@ HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_fi
     probe1 = hn::MulAdd(v1, zero, probe1);
     probe2 = hn::MulAdd(v2, zero, probe2);
     probe3 = hn::MulAdd(v3, zero, probe3);
+    between();
   }
   for (; j + lanes <= n; j += lanes) {
     const auto v = hn::LoadU(d, x + j);
@@ -101,9 +106,9 @@ HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_fi
 }
 
 // e[j] = exp(x[j] - max) for j < n; returns their sum. e may equal x (in
-// place), so neither pointer is restrict. Four sums, for the reason above.
-template <class D>
-HWY_INLINE float ExpAndSum(D d, const float* x, size_t n, float max, float* e) {
+// place), so neither pointer is restrict. Four sums and between(), as above.
+template <class D, class Between>
+HWY_INLINE float ExpAndSum(D d, const float* x, size_t n, float max, float* e, Between between) {
   const size_t lanes = hn::Lanes(d);
   const auto vmax = hn::Set(d, max);
   auto sum0 = hn::Zero(d), sum1 = hn::Zero(d), sum2 = hn::Zero(d), sum3 = hn::Zero(d);
@@ -121,6 +126,7 @@ HWY_INLINE float ExpAndSum(D d, const float* x, size_t n, float max, float* e) {
     sum1 = hn::Add(sum1, e1);
     sum2 = hn::Add(sum2, e2);
     sum3 = hn::Add(sum3, e3);
+    between();
   }
   for (; j + lanes <= n; j += lanes) {
     const auto exps = ExpNonPositive(d, hn::LoadU(d, x + j), vmax);
@@ -158,65 +164,133 @@ HWY_INLINE void Fill(D d, float value, float* HWY_RESTRICT y, size_t n) {
 
 // Stores e[0, valid)·scale, then zeros up to width, into y with non-temporal
 // stores: y is not read again soon, so it should not evict the caller's data,
-// and streaming skips the read-for-ownership of each line.
+// and streaming skips the read-for-ownership of each line. The stores go out
+// a few vectors at a time, in between the next row's arithmetic: issued as
+// one run, they stall the core on the memory's write speed, and the
+// arithmetic cannot start until they drain.
 template <class D>
-HWY_INLINE void StreamScaled(D d, const float* HWY_RESTRICT e, float scale,
-                             size_t valid, size_t width, float* HWY_RESTRICT y) {
-  const size_t lanes = hn::Lanes(d);
-  // Non-temporal stores need aligned addresses: the head is stored plainly.
-  const size_t offset = (reinterpret_cast<uintptr_t>(y) / sizeof(float)) % lanes;
-  const size_t head = offset == 0 ? 0 : std::min(width, lanes - offset);
-  Scale(d, e, std::min(head, valid), scale, y);
-  if (head > valid) Fill(d, 0.0f, y + valid, head - valid);
-  const auto vscale = hn::Set(d, scale);
-  size_t j = head;
-  for (; j + lanes <= width; j += lanes) {
-    auto v = hn::Zero(d);
-    if (j + lanes <= valid) {
-      v = hn::Mul(hn::LoadU(d, e + j), vscale);
-    } else if (j < valid) {  // the vector that straddles the valid length
-      v = hn::Mul(LoadTail(d, e + j, valid - j, 0.0f), vscale);
+class RowStreamer {
+ public:
+  bool idle() const { return e_ == nullptr; }
+
+  void Start(D d, const float* HWY_RESTRICT e, float scale, size_t valid, size_t width,
+             float* HWY_RESTRICT y) {
+    const size_t lanes = hn::Lanes(d);
+    // Non-temporal stores need aligned addresses: the head is stored plainly.
+    const size_t offset = (reinterpret_cast<uintptr_t>(y) / sizeof(float)) % lanes;
+    const size_t head = offset == 0 ? 0 : std::min(width, lanes - offset);
+    Scale(d, e, std::min(head, valid), scale, y);
+    if (head > valid) Fill(d, 0.0f, y + valid, head - valid);
+    e_ = e;
+    scale_ = scale;
+    valid_ = valid;
+    width_ = width;
+    y_ = y;
+    next_ = head;
+  }
+
+  // Streams up to `vectors` more whole vectors.
+  HWY_INLINE void Store(D d, size_t vectors) {
+    const size_t lanes = hn::Lanes(d);
+    for (; vectors > 0 && next_ + lanes <= width_; --vectors, next_ += lanes) {
+      auto v = hn::Zero(d);
+      if (next_ + lanes <= valid_) {
+        v = hn::Mul(hn::LoadU(d, e_ + next_), hn::Set(d, scale_));
+      } else if (next_ < valid_) {  // the vector that straddles the valid length
+        v = hn::Mul(LoadTail(d, e_ + next_, valid_ - next_, 0.0f), hn::Set(d, scale_));
+      }
+      hn::Stream(v, d, y_ + next_);
     }
-    hn::Stream(v, d, y + j);
   }
-  if (j < width) {
-    const auto v = j < valid ? hn::Mul(LoadTail(d, e + j, valid - j, 0.0f), vscale) : hn::Zero(d);
-    StoreTail(d, v, width - j, y + j);
+
+  // Streams the rest of the row; afterwards the streamer is idle.
+  void Finish(D d) {
+    if (idle()) return;
+    Store(d, width_);
+    if (next_ < width_) {
+      const auto v = next_ < valid_
+                         ? hn::Mul(LoadTail(d, e_ + next_, valid_ - next_, 0.0f), hn::Set(d, scale_))
+                         : hn::Zero(d);
+      StoreTail(d, v, width_ - next_, y_ + next_);
+    }
+    e_ = nullptr;
   }
-}
+
+ private:
+  const float* e_ = nullptr;
+  float scale_ = 0.0f;
+  size_t valid_ = 0, width_ = 0, next_ = 0;
+  float* y_ = nullptr;
+};
 
 // Softmax of x[0, valid) (see masked_softmax.h for the contract). Three
 // passes over an L1-resident row: max, exp and sum (storing the exps in e),
 // then scale by 1/sum into y. Rows are short (<= a few thousand floats), so the
-// later passes read e back from L1, not from memory. With `stream`, e is a
-// separate row buffer and y is written once, by non-temporal stores.
-HWY_INLINE void SoftmaxRow(const float* x, size_t valid, size_t width, float* y,
-                           float* e, bool stream) {
-  const hn::ScalableTag<float> d;
+// later passes read e back from L1, not from memory. With a streamer, y is
+// written once, by it, while the next row computes; e must then stay intact
+// until the streamer is done with it.
+template <class D>
+HWY_INLINE void SoftmaxRow(D d, const float* x, size_t valid, size_t width, float* y, float* e,
+                           RowStreamer<D>* streamer) {
   HWY_DASSERT(valid <= width && width >= 1);
-  if (valid == 0) return Fill(d, 1.0f / static_cast<float>(width), y, width);
+  // Two stores of the previous row per four max vectors (two cheap
+  // instructions each), four per four exps (about 44 instructions).
+  const auto store2 = [&] { if (streamer) streamer->Store(d, 2); };
+  const auto store4 = [&] { if (streamer) streamer->Store(d, 4); };
+  const auto finish_previous = [&] { if (streamer) streamer->Finish(d); };
+  if (valid == 0) {
+    finish_previous();
+    return Fill(d, 1.0f / static_cast<float>(width), y, width);
+  }
 
   bool all_finite;
-  const float max = RowMax(d, x, valid, &all_finite);
+  const float max = RowMax(d, x, valid, &all_finite, store2);
   bool nan_row = !all_finite && !std::isfinite(max);  // +Inf, or all -Inf
   for (size_t j = 0; !all_finite && !nan_row && j < valid; ++j) {
     nan_row = std::isnan(x[j]);  // Max may have hidden it
   }
-  if (nan_row) return Fill(d, std::numeric_limits<float>::quiet_NaN(), y, width);
+  if (nan_row) {
+    finish_previous();
+    return Fill(d, std::numeric_limits<float>::quiet_NaN(), y, width);
+  }
 
-  const float inv = 1.0f / ExpAndSum(d, x, valid, max, e);
-  if (stream) return StreamScaled(d, e, inv, valid, width, y);
+  const float inv = 1.0f / ExpAndSum(d, x, valid, max, e, store4);
+  finish_previous();
+  if (streamer) return streamer->Start(d, e, inv, valid, width, y);
   Scale(d, e, valid, inv, y);
   if (valid < width) Fill(d, 0.0f, y + valid, width - valid);
 }
 
 void MaskedSoftmaxRow(const float* x, size_t valid, size_t width, float* y) {
-  SoftmaxRow(x, valid, width, y, /*e=*/y, /*stream=*/false);
+  const hn::ScalableTag<float> d;
+  SoftmaxRow(d, x, valid, width, y, /*e=*/y, static_cast<RowStreamer<hn::ScalableTag<float>>*>(nullptr));
 }
 
-void MaskedSoftmaxRowStream(const float* x, size_t valid, size_t width, float* y,
-                            float* row_buffer) {
-  SoftmaxRow(x, valid, width, y, row_buffer, /*stream=*/true);
+// Rows ahead whose scores are prefetched into L2, whole: the hardware
+// prefetcher follows one contiguous stream far better than the valid parts
+// of rows with gaps between them (in a standalone test on (64, 128, 512),
+// reading the valid parts with a copy's stores took 1.2-1.9 ms, with whole
+// rows prefetched 4 ahead 0.5-0.7 ms).
+constexpr size_t kPrefetchRows = 4;
+
+HWY_INLINE void PrefetchRow(const float* row, size_t width) {
+  constexpr size_t kLineFloats = 64 / sizeof(float);
+  // Into L2 (locality 1): copies in L1 crowd out the row buffers (2.5-2.9 ms
+  // against 2.9-3.4 ms into L1, alternated runs in the engine).
+  for (size_t j = 0; j < width; j += kLineFloats) __builtin_prefetch(row + j, 0, 1);
+}
+
+void MaskedSoftmaxRowsStream(const kernels::StreamedRow* rows, size_t count, size_t width,
+                             float* row_buffers) {
+  const hn::ScalableTag<float> d;
+  RowStreamer<hn::ScalableTag<float>> streamer;
+  for (size_t r = 0; r < count; ++r) {
+    if (r + kPrefetchRows < count) PrefetchRow(rows[r + kPrefetchRows].x, width);
+    // Row r's exps must not overwrite those of row r - 1, still streaming.
+    float* e = row_buffers + (r % 2) * width;
+    SoftmaxRow(d, rows[r].x, rows[r].valid, width, rows[r].y, e, &streamer);
+  }
+  streamer.Finish(d);
 }
 
 const char* MaskedSoftmaxTarget() { return hwy::TargetName(HWY_TARGET); }

@@ -12,16 +12,16 @@
 namespace attnscore::kernels {
 
 HWY_EXPORT(MaskedSoftmaxRow);
-HWY_EXPORT(MaskedSoftmaxRowStream);
+HWY_EXPORT(MaskedSoftmaxRowsStream);
 HWY_EXPORT(MaskedSoftmaxTarget);
 
 void MaskedSoftmaxRow(const float* x, size_t valid, size_t width, float* y) {
   HWY_DYNAMIC_DISPATCH(MaskedSoftmaxRow)(x, valid, width, y);
 }
 
-void MaskedSoftmaxRowStream(const float* x, size_t valid, size_t width,
-                            float* y, float* row_buffer) {
-  HWY_DYNAMIC_DISPATCH(MaskedSoftmaxRowStream)(x, valid, width, y, row_buffer);
+void MaskedSoftmaxRowsStream(const StreamedRow* rows, size_t count, size_t width,
+                             float* row_buffers) {
+  HWY_DYNAMIC_DISPATCH(MaskedSoftmaxRowsStream)(rows, count, width, row_buffers);
 }
 
 void FlushStreams() { hwy::FlushStream(); }

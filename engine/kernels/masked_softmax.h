@@ -15,11 +15,20 @@ namespace attnscore::kernels {
 // +Inf among the valid scores (or all of them -Inf) makes the whole row NaN.
 void MaskedSoftmaxRow(const float* x, size_t valid, size_t width, float* y);
 
-// The same result, for outputs too large to stay in cache: y is written once
-// with non-temporal stores. `row_buffer` holds >= width floats of scratch.
-// Call FlushStreams() on this thread before another thread reads y.
-void MaskedSoftmaxRowStream(const float* x, size_t valid, size_t width,
-                            float* y, float* row_buffer);
+// One row for MaskedSoftmaxRowsStream: its scores, valid length and output.
+struct StreamedRow {
+  const float* x;
+  size_t valid;
+  float* y;
+};
+
+// The same result for each of `count` rows of one width, for outputs too
+// large to stay in cache: each y is written once, with non-temporal stores,
+// while the next row computes. Each y may equal its x. `row_buffers` holds
+// >= 2 * width floats of scratch. Call FlushStreams() on this thread before
+// another thread reads the outputs.
+void MaskedSoftmaxRowsStream(const StreamedRow* rows, size_t count, size_t width,
+                             float* row_buffers);
 void FlushStreams();
 
 // The Highway target that MaskedSoftmaxRow runs on now, e.g. "AVX3".

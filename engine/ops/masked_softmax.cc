@@ -1,5 +1,7 @@
 #include "ops/masked_softmax.h"
 
+#include <algorithm>
+
 #include "api/call_scope.h"
 #include "api/checks.h"
 #include "api/valid_lens.h"
@@ -10,18 +12,10 @@ namespace {
 // Outputs from this size on are streamed: about what one core's share of L3 holds.
 constexpr int64_t kStreamBytes = int64_t{8} << 20;
 
-// Streamed rows prefetch the scores 4 rows ahead into L2 (prefetcht2): in
-// alternated runs on (64, 128, 512), distances 2-16 into L1 took 2.9-3.4 ms,
-// 4-8 rows into L2 2.5-2.9 ms (likely: copies in L1 crowd out the row
-// buffer the kernel keeps there).
-constexpr int64_t kPrefetchRows = 4;
-
-void PrefetchRow(const float* row, int64_t count) {
-  constexpr int64_t kLineFloats = 64 / sizeof(float);
-  for (int64_t j = 0; j < count; j += kLineFloats) {
-    __builtin_prefetch(row + j, /*rw=*/0, /*locality=*/1);
-  }
-}
+// Streamed rows go to the kernel in chunks: each chunk's last row is stored
+// with nothing to overlap it, so a chunk should be long, and its descriptors
+// small enough for the stack.
+constexpr int64_t kStreamChunkRows = 64;
 }  // namespace
 
 Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
@@ -30,38 +24,38 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
   const int64_t rows = y.dims[0] * queries;
   // The kernel wants unit column strides; other views go through a row buffer.
   const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
-  stream = stream && unit_columns;
+  const auto row = [&](int64_t r) {
+    const int64_t b = r / queries, i = r % queries;
+    return kernels::StreamedRow{
+        x.data + b * x.strides[0] + i * x.strides[1],
+        static_cast<size_t>(RowValidLength(valid_lens, first_batch + b, first_query + i, width)),
+        y.data + b * y.strides[0] + i * y.strides[1]};
+  };
+  if (stream && unit_columns) {
+    const int64_t chunks = (rows + kStreamChunkRows - 1) / kStreamChunkRows;
+    return ForEachRowInParallel(
+        threads, chunks, /*slot=*/0, 2 * static_cast<size_t>(width),
+        [&](int64_t chunk, float* row_buffers) {
+          kernels::StreamedRow chunk_rows[kStreamChunkRows];
+          const int64_t first = chunk * kStreamChunkRows;
+          const int64_t count = std::min(kStreamChunkRows, rows - first);
+          for (int64_t k = 0; k < count; ++k) chunk_rows[k] = row(first + k);
+          kernels::MaskedSoftmaxRowsStream(chunk_rows, static_cast<size_t>(count),
+                                           static_cast<size_t>(width), row_buffers);
+        },
+        [] { kernels::FlushStreams(); });  // before other threads read y
+  }
   return ForEachRowInParallel(
       threads, rows, /*slot=*/0, static_cast<size_t>(width),
       [&](int64_t r, float* row_buffer) {
-        const int64_t b = r / queries, i = r % queries;
-        const int64_t valid = RowValidLength(valid_lens, first_batch + b, first_query + i, width);
-        const float* in = x.data + b * x.strides[0] + i * x.strides[1];
-        float* out = y.data + b * y.strides[0] + i * y.strides[1];
-        if (stream) {
-          // Memory-bound here: fetch scores a few rows ahead while this one computes.
-          if (r + kPrefetchRows < rows) {
-            const int64_t nb = (r + kPrefetchRows) / queries, ni = (r + kPrefetchRows) % queries;
-            PrefetchRow(x.data + nb * x.strides[0] + ni * x.strides[1],
-                        RowValidLength(valid_lens, first_batch + nb, first_query + ni, width));
-          }
-          kernels::MaskedSoftmaxRowStream(in, static_cast<size_t>(valid),
-                                          static_cast<size_t>(width), out, row_buffer);
-          return;
-        }
-        if (unit_columns) {
-          kernels::MaskedSoftmaxRow(in, static_cast<size_t>(valid), static_cast<size_t>(width),
-                                    out);
-          return;
-        }
-        for (int64_t j = 0; j < valid; ++j) row_buffer[j] = in[j * x.strides[2]];
-        kernels::MaskedSoftmaxRow(row_buffer, static_cast<size_t>(valid),
-                                  static_cast<size_t>(width), row_buffer);
-        for (int64_t j = 0; j < width; ++j) out[j * y.strides[2]] = row_buffer[j];
+        const kernels::StreamedRow at = row(r);
+        const auto columns = static_cast<size_t>(width);
+        if (unit_columns) return kernels::MaskedSoftmaxRow(at.x, at.valid, columns, at.y);
+        for (size_t j = 0; j < at.valid; ++j) row_buffer[j] = at.x[j * x.strides[2]];
+        kernels::MaskedSoftmaxRow(row_buffer, at.valid, columns, row_buffer);
+        for (size_t j = 0; j < columns; ++j) at.y[j * y.strides[2]] = row_buffer[j];
       },
-      [&] {
-        if (stream) kernels::FlushStreams();  // before other threads read y
-      });
+      [] {});
 }
 
 Status MaskedSoftmax(const EngineOptions& options, ConstTensor x,

@@ -14,7 +14,8 @@ Status MaskedSoftmax(const EngineOptions& options, ConstTensor x,
 
 // The unchecked core, shared with the attention ops: y[b, i] = masked softmax
 // of x[b, i] over y's width W, where row (b, i) of the views is row
-// (first_batch + b, first_query + i) of valid_lens. Reads only x[b, i, 0:L].
+// (first_batch + b, first_query + i) of valid_lens. Reads only x[b, i, 0:L]
+// (streaming also prefetches whole rows: a hint, whose data is never used).
 // `stream` writes y with non-temporal stores (for outputs nobody reads soon;
 // needs unit column strides). Fails only if a thread's row buffer cannot be
 // allocated, and then may have written part of y.
