@@ -48,6 +48,12 @@ class CallScope {
 // shrinks, so the steady state does not allocate.
 float* ThreadScratch(int slot, size_t count);
 
+// The threads worth waking for about `flops` of work: a second thread costs
+// a microsecond or two to wake and join, so calls under kMinSharedFlops
+// (about 10 µs of the row kernels' work) stay on the caller's thread.
+constexpr double kMinSharedFlops = 1e5;
+inline int ThreadsFor(int threads, double flops) { return flops < kMinSharedFlops ? 1 : threads; }
+
 // Runs body(row, scratch) for every row in [0, rows) on up to `threads`
 // OpenMP threads, each with denormals flushed and its own scratch of
 // `scratch_floats` (ThreadScratch slot `slot`; none and a null pointer when
@@ -57,8 +63,22 @@ float* ThreadScratch(int slot, size_t count);
 template <class Body, class After>
 Status ForEachRowInParallel(int threads, int64_t rows, int slot, size_t scratch_floats,
                             Body body, After after) {
+  if (threads <= 1 || rows <= 1) {
+    // No OpenMP region at all: even a one-thread region costs the caller
+    // futex calls, a few microseconds of a small call.
+    FlushDenormals flush;
+    float* scratch = nullptr;
+    try {
+      if (scratch_floats > 0) scratch = ThreadScratch(slot, scratch_floats);
+    } catch (const std::bad_alloc&) {
+      return Status::Internal("out of memory for per-thread scratch");
+    }
+    for (int64_t r = 0; r < rows; ++r) body(r, scratch);
+    after();
+    return Status::Ok();
+  }
   std::atomic<bool> out_of_memory{false};
-#pragma omp parallel if (threads > 1)
+#pragma omp parallel
   {
     FlushDenormals flush;  // MXCSR is per thread
     float* scratch = nullptr;

@@ -26,7 +26,8 @@ Status CheckNonNegative(const T* lens, int64_t count, int64_t columns,
 
 Status CheckValidLens(const ValidLens& lens, int64_t batch, int64_t queries, const char* op,
                       std::initializer_list<NamedView> outputs) {
-  const std::string name = std::string(op) + ": valid_lens";
+  // Built only for an error: a call that passes its checks allocates nothing.
+  const auto name = [op] { return std::string(op) + ": valid_lens"; };
   int64_t count = 0;
   int64_t columns = 0;
   switch (lens.kind) {
@@ -35,7 +36,7 @@ Status CheckValidLens(const ValidLens& lens, int64_t batch, int64_t queries, con
     case ValidLens::Kind::kPerBatch:
       if (lens.dims[0] != batch) {
         return Status::InvalidArgument(
-            name + " has shape (" + std::to_string(lens.dims[0]) +
+            name() + " has shape (" + std::to_string(lens.dims[0]) +
             ",) but the batch size is " + std::to_string(batch));
       }
       count = batch;
@@ -43,7 +44,7 @@ Status CheckValidLens(const ValidLens& lens, int64_t batch, int64_t queries, con
     case ValidLens::Kind::kPerQuery:
       if (lens.dims[0] != batch || lens.dims[1] != queries) {
         return Status::InvalidArgument(
-            name + " has shape (" + std::to_string(lens.dims[0]) + ", " +
+            name() + " has shape (" + std::to_string(lens.dims[0]) + ", " +
             std::to_string(lens.dims[1]) + ") but (batch, queries) is (" +
             std::to_string(batch) + ", " + std::to_string(queries) + ")");
       }
@@ -51,10 +52,10 @@ Status CheckValidLens(const ValidLens& lens, int64_t batch, int64_t queries, con
       columns = queries;
       break;
     default:
-      return Status::InvalidArgument(name + " has an unknown kind");
+      return Status::InvalidArgument(name() + " has an unknown kind");
   }
   if (lens.data == nullptr) {
-    return Status::InvalidArgument(name + " is null");
+    return Status::InvalidArgument(name() + " is null");
   }
   const auto first = reinterpret_cast<uintptr_t>(lens.data);
   const uintptr_t last = first + static_cast<uintptr_t>(count) * (lens.is_int64 ? 8 : 4) - 1;

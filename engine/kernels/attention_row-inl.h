@@ -11,21 +11,13 @@
 #include <cstdint>
 
 #include "hwy/highway.h"
+#include "kernels/tails-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnscore {
 namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
-
-// x[0, count) in the first lanes, zeros after; count < Lanes(d). Reads no
-// byte past x[count - 1].
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE V LoadPartial(D d, const float* HWY_RESTRICT x, size_t count) {
-  HWY_ALIGN float buffer[hn::MaxLanes(d)] = {};
-  for (size_t k = 0; k < count; ++k) buffer[k] = x[k];
-  return hn::Load(d, buffer);
-}
 
 // Σ_d q[d]·row[d] as a vector of partial sums (reduced by the caller).
 template <class D, class V = hn::Vec<D>>
@@ -42,7 +34,7 @@ HWY_INLINE V DotPartials(D d, const float* HWY_RESTRICT q, const float* HWY_REST
     sum0 = hn::MulAdd(hn::LoadU(d, q + c), hn::LoadU(d, row + c), sum0);
   }
   if (c < depth) {
-    sum1 = hn::MulAdd(LoadPartial(d, q + c, depth - c), LoadPartial(d, row + c, depth - c), sum1);
+    sum1 = hn::MulAdd(LoadTail(d, q + c, depth - c, 0.0f), LoadTail(d, row + c, depth - c, 0.0f), sum1);
   }
   return hn::Add(sum0, sum1);
 }
@@ -81,7 +73,7 @@ HWY_INLINE void MixColumns(D d, const float* HWY_RESTRICT weights, size_t keys,
   const size_t whole = columns / lanes;  // full vectors, at most 4
   const size_t rest = columns % lanes;
   auto load = [&](const float* row, size_t vec) {
-    return vec < whole ? hn::LoadU(d, row + vec * lanes) : LoadPartial(d, row + vec * lanes, rest);
+    return vec < whole ? hn::LoadU(d, row + vec * lanes) : LoadTail(d, row + vec * lanes, rest, 0.0f);
   };
   const size_t vectors = whole + (rest ? 1 : 0);
   V a0 = hn::Zero(d), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
@@ -118,9 +110,7 @@ HWY_INLINE void MixColumns(D d, const float* HWY_RESTRICT weights, size_t keys,
     if (vec < whole) {
       hn::StoreU(sums[vec], d, out + vec * lanes);
     } else {
-      HWY_ALIGN float buffer[hn::MaxLanes(d)];
-      hn::Store(sums[vec], d, buffer);
-      for (size_t k = 0; k < rest; ++k) out[vec * lanes + k] = buffer[k];
+      StoreTail(d, sums[vec], rest, out + vec * lanes);
     }
   }
 }

@@ -15,6 +15,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/fast_exp-inl.h"
+#include "kernels/tails-inl.h"
 #include "kernels/masked_softmax.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -22,42 +23,6 @@ namespace attnscore {
 namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
-
-// A row rarely ends on a vector boundary, and its last partial vector must
-// not touch memory past the row. AVX2 and AVX-512 have masked loads and
-// stores that neither fault nor write outside the mask; other targets go
-// through a small aligned buffer.
-#undef ATTNSCORE_NATIVE_MASKED_TAILS  // set anew for each target
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-#define ATTNSCORE_NATIVE_MASKED_TAILS 1
-#else
-#define ATTNSCORE_NATIVE_MASKED_TAILS 0
-#endif
-
-// x[0, count) in the first lanes, `pad` in the others; count < Lanes(d).
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE V LoadTail(D d, const float* HWY_RESTRICT x, size_t count, float pad) {
-#if ATTNSCORE_NATIVE_MASKED_TAILS
-  const auto mask = hn::FirstN(d, count);
-  return hn::IfThenElse(mask, hn::MaskedLoad(mask, d, x), hn::Set(d, pad));
-#else
-  HWY_ALIGN float buffer[hn::MaxLanes(d)];
-  for (size_t k = 0; k < hn::Lanes(d); ++k) buffer[k] = k < count ? x[k] : pad;
-  return hn::Load(d, buffer);
-#endif
-}
-
-// The first `count` lanes of v into y[0, count); count < Lanes(d).
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE void StoreTail(D d, V v, size_t count, float* HWY_RESTRICT y) {
-#if ATTNSCORE_NATIVE_MASKED_TAILS
-  hn::BlendedStore(v, hn::FirstN(d, count), d, y);
-#else
-  HWY_ALIGN float buffer[hn::MaxLanes(d)];
-  hn::Store(v, d, buffer);
-  for (size_t k = 0; k < count; ++k) y[k] = buffer[k];
-#endif
-}
 
 // Max of x[0, n), n >= 1. Also reports whether any element is Inf or NaN:
 // x * 0 is 0 for every finite x and NaN otherwise, so one multiply-add per

@@ -20,6 +20,7 @@
 #include "attnscore/additive.h"
 #include "io/safetensors.h"
 #include "kernels/additive_scores.h"
+#include "kernels/attention_row.h"
 #include "matmul/matmul.h"
 #include "ops/masked_softmax.h"
 #include "ops/model_weights.h"
@@ -44,6 +45,12 @@ constexpr const char* kKeyWeight = "W_k.weight";
 constexpr const char* kScoreWeight = "w_v.weight";
 
 int64_t RoundUp(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+// Calls whose products total fewer FLOPs than this run them on the row
+// kernels (kernels/attention_row.h) instead of oneDNN, which costs about a
+// microsecond a call before any arithmetic: d2l's toy took 5.6 µs with its
+// six oneDNN calls.
+constexpr double kRowProductMaxFlops = 65536;
 
 // Keys per chunk: a chunk's features (H × chunk floats) should stay in L2
 // (512 KiB of it) while every block of query rows walks them.
@@ -137,9 +144,11 @@ class ForwardPass {
       : options_(options), m_(m), q_(q), k_(k), v_(v), lens_(lens), out_(out), weights_(weights),
         queries_(q.dims[1]), keys_(k.dims[1]), hidden_(m.hidden), chunk_(KeyChunk(m.hidden)),
         chunk_stride_(RoundUp(std::min(chunk_, keys_), kernels::kAdditivePadFloats)),
-        score_stride_(RoundUp(keys_, kernels::kAdditivePadFloats)) {}
+        score_stride_(RoundUp(keys_, kernels::kAdditivePadFloats)),
+        row_products_(UseRowProducts()) {}
 
   Status Prepare() {
+    if (row_products_) return Status::Ok();  // no oneDNN plans to make
     matmul::Problem project;
     project.a = {queries_, m_.query_size, 0, q_.strides[1], q_.strides[2]};
     project.b = {m_.query_size, hidden_, 0, hidden_, 1};
@@ -180,6 +189,59 @@ class ForwardPass {
  private:
   bool want_weights() const { return !weights_.empty(); }
 
+  // Whether every product is small enough for the row kernels, and every
+  // view they read or write has unit column strides.
+  bool UseRowProducts() const {
+    const double flops = 2.0 * static_cast<double>(q_.dims[0]) *
+                         static_cast<double>(queries_ * m_.query_size * hidden_ +
+                                             keys_ * m_.key_size * hidden_ + queries_ * keys_ * v_.dims[2]);
+    return flops <= kRowProductMaxFlops && q_.strides[2] == 1 && k_.strides[2] == 1 &&
+           v_.strides[2] == 1 && out_.strides[2] == 1 && (!want_weights() || weights_.strides[2] == 1);
+  }
+
+  // Qh = Q W_qᵀ for entry b, into q_raw_.
+  Status ProjectQueries(int64_t b) {
+    const float* q = q_.data + b * q_.strides[0];
+    if (!row_products_) return project_queries_->Run(q, m_.w_q_t.data(), q_raw_);
+    for (int64_t i = 0; i < queries_; ++i) {
+      // Row i of Q times w_q_t (Dq, H): a weighted sum of w_q_t's rows.
+      kernels::MixRow(q + i * q_.strides[1], static_cast<size_t>(m_.query_size), m_.w_q_t.data(),
+                      hidden_, static_cast<size_t>(hidden_), q_raw_ + i * hidden_);
+    }
+    return Status::Ok();
+  }
+
+  // Khᵀ = W_k Kᵀ for `width` keys of entry b from `first`, into k_cols_.
+  Status ProjectKeys(int64_t b, int64_t first, int64_t width) {
+    const float* k = k_.data + b * k_.strides[0] + first * k_.strides[1];
+    if (!row_products_) {
+      std::shared_ptr<const matmul::Plan> plan;
+      ATTNSCORE_RETURN_IF_ERROR(KeyPlan(width, &plan));
+      return plan->Run(m_.w_k.data(), k, k_cols_);
+    }
+    for (int64_t h = 0; h < hidden_; ++h) {
+      // Row h of W_k against every key: row h of Khᵀ.
+      kernels::ScoreRow(m_.w_k.data() + h * m_.key_size, static_cast<size_t>(m_.key_size), k,
+                        k_.strides[1], static_cast<size_t>(width), 1.0f, k_cols_ + h * chunk_stride_);
+    }
+    return Status::Ok();
+  }
+
+  // out = W V for entry b; mix_width is the W V width of the oneDNN plan.
+  Status Mix(int64_t b, const Tensor& probabilities, const matmul::Plan* mix) {
+    const float* v = v_.data + b * v_.strides[0];
+    float* out = out_.data + b * out_.strides[0];
+    if (!row_products_) return mix->Run(probabilities.data, v, out);
+    for (int64_t i = 0; i < queries_; ++i) {
+      // Each row reads only its own valid keys (all M when L = 0).
+      const int64_t valid = RowValidLength(lens_, b, i, keys_);
+      kernels::MixRow(probabilities.data + i * probabilities.strides[1],
+                      static_cast<size_t>(valid > 0 ? valid : keys_), v, v_.strides[1],
+                      static_cast<size_t>(v_.dims[2]), out + i * out_.strides[1]);
+    }
+    return Status::Ok();
+  }
+
   // Khᵀ for `width` keys: (H, width) columns chunk_stride_ apart.
   Status KeyPlan(int64_t width, std::shared_ptr<const matmul::Plan>* plan) {
     for (const auto& known : key_plans_) {
@@ -200,17 +262,19 @@ class ForwardPass {
   }
 
   Status RunEntry(int64_t b) {
-    const Entry& e = entries_[static_cast<size_t>(b)];
-    if (e.longest > 0) {
-      ATTNSCORE_RETURN_IF_ERROR(project_queries_->Run(q_.data + b * q_.strides[0], m_.w_q_t.data(), q_raw_));
+    // The row products need no plans, so they keep no entries_ (nor allocate).
+    const EntryWidths widths = row_products_
+                                   ? EntryValidWidths(lens_, b, queries_, keys_)
+                                   : EntryWidths{entries_[static_cast<size_t>(b)].longest,
+                                                 entries_[static_cast<size_t>(b)].mix_width};
+    if (widths.longest > 0) {
+      ATTNSCORE_RETURN_IF_ERROR(ProjectQueries(b));
       const float largest_query = kernels::MaxAbs(q_raw_, static_cast<size_t>(queries_ * hidden_));
       bool have_query_factors = false;
-      for (int64_t first = 0; first < e.longest; first += chunk_) {
-        const int64_t width = std::min(chunk_, e.longest - first);
+      for (int64_t first = 0; first < widths.longest; first += chunk_) {
+        const int64_t width = std::min(chunk_, widths.longest - first);
         const int64_t padded = RoundUp(width, kernels::kAdditivePadFloats);
-        std::shared_ptr<const matmul::Plan> plan;
-        ATTNSCORE_RETURN_IF_ERROR(KeyPlan(width, &plan));
-        ATTNSCORE_RETURN_IF_ERROR(plan->Run(m_.w_k.data(), k_.data + b * k_.strides[0] + first * k_.strides[1], k_cols_));
+        ATTNSCORE_RETURN_IF_ERROR(ProjectKeys(b, first, width));
         float largest_key = 0;
         for (int64_t h = 0; h < hidden_; ++h) {
           float* row = k_cols_ + h * chunk_stride_;
@@ -241,9 +305,9 @@ class ForwardPass {
     const Tensor probabilities =
         want_weights() ? Tensor(weights_.data + b * weights_.strides[0], {1, queries_, keys_},
                                 {weights_.strides[0], weights_.strides[1], weights_.strides[2]})
-                       : Tensor(scores_, {1, queries_, e.mix_width}, {queries_ * score_stride_, score_stride_, 1});
+                       : Tensor(scores_, {1, queries_, widths.mix}, {queries_ * score_stride_, score_stride_, 1});
     ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(scores, probabilities, lens_, b, 0, options_.threads, /*stream=*/false));
-    return e.mix->Run(probabilities.data, v_.data + b * v_.strides[0], out_.data + b * out_.strides[0]);
+    return Mix(b, probabilities, row_products_ ? nullptr : entries_[static_cast<size_t>(b)].mix.get());
   }
 
   // Scores of keys [first, first + width) for every query row of entry b,
@@ -253,8 +317,10 @@ class ForwardPass {
     const float* q_source = fast ? q_factors_ : q_raw_;
     const auto mode = fast ? kernels::TanhMode::kExpProduct : kernels::TanhMode::kHighway;
     const int64_t blocks = (queries_ + kBlock - 1) / kBlock;
+    // About 4 operations per (query, key, feature) triple.
+    const double flops = 4.0 * static_cast<double>(queries_ * width * hidden_);
     return ForEachRowInParallel(
-        options_.threads, blocks, /*slot=*/0, /*scratch_floats=*/0,
+        ThreadsFor(options_.threads, flops), blocks, /*slot=*/0, /*scratch_floats=*/0,
         [&](int64_t block, float*) {
           const int64_t i0 = block * kBlock, rows = std::min(kBlock, queries_ - i0);
           int64_t longest = 0;
@@ -280,6 +346,7 @@ class ForwardPass {
   const ValidLens& lens_;
   const Tensor &out_, &weights_;
   const int64_t queries_, keys_, hidden_, chunk_, chunk_stride_, score_stride_;
+  const bool row_products_;
   std::shared_ptr<const matmul::Plan> project_queries_;
   std::vector<std::pair<int64_t, std::shared_ptr<const matmul::Plan>>> key_plans_;
   std::vector<Entry> entries_;

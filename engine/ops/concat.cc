@@ -236,8 +236,9 @@ class ForwardPass {
   // (all M when L = 0).
   Status MixRows(const Tensor& probabilities, float* applied) const {
     const int64_t rows = m_.value_rows, dv = m_.value_size;
+    const double flops = 2.0 * static_cast<double>(batch_ * queries_ * rows * dv);
     return ForEachRowInParallel(
-        options_.threads, batch_ * queries_, /*slot=*/0, /*scratch_floats=*/0,
+        ThreadsFor(options_.threads, flops), batch_ * queries_, /*slot=*/0, /*scratch_floats=*/0,
         [&](int64_t r, float*) {
           const int64_t b = r / queries_, i = r % queries_;
           const int64_t valid = RowValidLength(lens_, b, i, rows);

@@ -118,8 +118,9 @@ Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTe
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(depth)));
   const bool want_weights = !weights.empty();
   // Each thread's scratch holds one row of scores, then its probabilities.
+  const double flops = 2.0 * static_cast<double>(rows * keys * (depth + value_dim));
   return ForEachRowInParallel(
-      options.threads, rows, /*slot=*/2, static_cast<size_t>(keys),
+      ThreadsFor(options.threads, flops), rows, /*slot=*/2, static_cast<size_t>(keys),
       [&](int64_t r, float* scratch) {
         const int64_t b = r / queries, i = r % queries;
         const int64_t valid = RowValidLength(valid_lens, b, i, keys);

@@ -24,6 +24,8 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
   const int64_t rows = y.dims[0] * queries;
   // The kernel wants unit column strides; other views go through a row buffer.
   const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
+  // About 10 operations per score: max, exp, sum, scale.
+  threads = ThreadsFor(threads, 10.0 * static_cast<double>(rows * width));
   const auto row = [&](int64_t r) {
     const int64_t b = r / queries, i = r % queries;
     return kernels::StreamedRow{
