@@ -41,6 +41,7 @@ void BM_DotProduct(benchmark::State& state) {
 BENCHMARK(BM_DotProduct)
     ->ArgNames({"batch", "queries", "keys", "dim"})
     ->Args({8, 1, 1024, 64})     // decode
+    ->Args({1, 1, 4096, 64})     // decode, one sequence: its keys split among threads
     ->Args({4, 128, 128, 64})    // encoder
     ->Args({1, 1024, 4096, 64})  // long
     ->Unit(benchmark::kMicrosecond)

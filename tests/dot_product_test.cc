@@ -263,10 +263,50 @@ TEST_P(DotProductTest, FewQueriesTakeTheRowPathAndAgreeWithTheMatmulPath) {
   }
 }
 
+TEST_P(DotProductTest, RowPathSplitsLongRowsIntoKeyBlocks) {
+  // With few rows, the row path computes each row's keys in blocks (of 224
+  // to 368 keys here) and merges them. Lengths sweep the blocks' edges.
+  uint32_t seed = 600;
+  for (const Shape& s : {Shape{1, 1, 1100, 19, 9}, Shape{1, 2, 1100, 19, 9}, Shape{1, 3, 1100, 19, 9}}) {
+    for (int64_t length = 1; length <= 1103; length += 37) {
+      CheckAgainstReference(s, {length}, /*per_query=*/false, ++seed);
+    }
+  }
+  const Shape s{2, 3, 1100, 19, 9};
+  CheckAgainstReference(s, {1100, 257, 0, 600, 1, 1103}, /*per_query=*/true, 61);
+  CheckAgainstReference(s, {0, 1024}, /*per_query=*/false, 62);
+}
+
+TEST_P(DotProductTest, RowPathNaNInALaterBlockMakesOnlyItsRowNaN) {
+  // Row 0 (L = 1000) meets a NaN key in its fourth block; row 1 (L = 600)
+  // ends before it. As in the one-block softmax, the whole of row 0 is NaN.
+  const int64_t m = 1000, depth = 8, dv = 5;
+  std::vector<float> q = RandomFloats(2 * depth, 71), k = RandomFloats(m * depth, 72),
+                     v = RandomFloats(m * dv, 73);
+  k[800 * depth + 3] = std::nanf("");
+  const int64_t lens[] = {1000, 600};
+  std::vector<float> out(2 * dv), weights(2 * m);
+  ASSERT_TRUE(DefaultEngine()
+                  .DotProductAttention(ConstTensor(q.data(), {1, 2, depth}), ConstTensor(k.data(), {1, m, depth}),
+                                       ConstTensor(v.data(), {1, m, dv}), ValidLens::PerQuery(lens, 1, 2),
+                                       Tensor(out.data(), {1, 2, dv}), Tensor(weights.data(), {1, 2, m}))
+                  .ok());
+  for (int64_t c = 0; c < dv; ++c) EXPECT_TRUE(std::isnan(out[c])) << c;
+  for (int64_t j = 0; j < m; ++j) ASSERT_TRUE(std::isnan(weights[j])) << j;
+  std::vector<double> want_weights;
+  const std::vector<double> want_out =
+      ReferenceDotProduct(q, k, v, 1, 2, m, depth, dv, {1000, 600}, &want_weights);
+  const std::vector<double> want_row1(want_out.begin() + dv, want_out.end());
+  const std::vector<double> want_weights1(want_weights.begin() + m, want_weights.end());
+  EXPECT_LE(MaxAbsDiff(&out[dv], want_row1), OutTolerance(v));
+  EXPECT_LE(MaxAbsDiff(&weights[m], want_weights1), kWeightTolerance);
+}
+
 class DotProductThreads : public ::testing::TestWithParam<Shape> {};
 INSTANTIATE_TEST_SUITE_P(MatmulAndRowPaths, DotProductThreads,
-                         ::testing::Values(Shape{3, 40, 300, 32, 16},  // oneDNN path
-                                           Shape{6, 1, 300, 32, 16}));  // row path
+                         ::testing::Values(Shape{3, 40, 300, 32, 16},   // oneDNN path
+                                           Shape{6, 1, 300, 32, 16},    // row path
+                                           Shape{1, 1, 3000, 64, 64}));  // one row, 8 key blocks
 
 TEST_P(DotProductThreads, ResultsIdenticalForAnyThreadCount) {
   const Shape s = GetParam();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hwy/targets.h"
+#include "kernels/masked_softmax.h"
 #include "test_util.h"
 
 namespace attnscore::test {
@@ -266,6 +267,41 @@ TEST_P(MaskedSoftmaxTest, NonFiniteScores) {
   std::vector<float> clean(x.begin() + 3 * m, x.begin() + 4 * m);
   const std::vector<double> expected = ReferenceMaskedSoftmax(clean, 1, 1, m, {10});
   EXPECT_LE(MaxAbsDiff(&y[3 * m], expected), kWeightTolerance);
+}
+
+// The block kernel the dot product's row path merges: a normal block equals
+// the row kernel bit for bit; -Inf, +Inf and NaN blocks report what the merge
+// needs to reproduce the one-row semantics.
+TEST_P(MaskedSoftmaxTest, BlockKernelGivesTheRowResultAndItsStatistics) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (size_t n : {1, 7, 16, 33, 256}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    std::vector<float> x = RandomFloats(n, static_cast<uint32_t>(n), 4.0f);
+    if (n > 2) x[1] = -inf;
+    std::vector<float> row(n), block(n);
+    kernels::MaskedSoftmaxRow(x.data(), n, n, row.data());
+    const kernels::SoftmaxBlockStats stats = kernels::MaskedSoftmaxBlock(x.data(), n, block.data());
+    EXPECT_FALSE(stats.poisoned);
+    EXPECT_EQ(std::memcmp(row.data(), block.data(), n * sizeof(float)), 0);
+    double max = -inf, sum = 0;
+    for (float v : x) max = std::max<double>(max, v);
+    for (float v : x) sum += std::exp(v - max);
+    EXPECT_EQ(stats.max, static_cast<float>(max));
+    EXPECT_NEAR(stats.sum, sum, 1e-5 * sum);
+
+    std::vector<float> all_minus_inf(n, -inf);
+    const kernels::SoftmaxBlockStats none = kernels::MaskedSoftmaxBlock(all_minus_inf.data(), n, block.data());
+    EXPECT_FALSE(none.poisoned);
+    EXPECT_EQ(none.max, -inf);
+    EXPECT_EQ(none.sum, 0.0f);
+    for (float w : block) EXPECT_EQ(w, 0.0f);
+
+    for (float bad : {inf, std::numeric_limits<float>::quiet_NaN()}) {
+      std::vector<float> poisoned = x;
+      poisoned[n - 1] = bad;
+      EXPECT_TRUE(kernels::MaskedSoftmaxBlock(poisoned.data(), n, block.data()).poisoned) << bad;
+    }
+  }
 }
 
 TEST_P(MaskedSoftmaxTest, VeryLargeScoresStayStable) {

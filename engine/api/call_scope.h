@@ -59,10 +59,13 @@ inline int ThreadsFor(int threads, double flops) { return flops < kMinSharedFlop
 // `scratch_floats` (ThreadScratch slot `slot`; none and a null pointer when
 // 0); then after() once per thread. An exception may not leave an OpenMP region, so a thread that
 // cannot allocate its scratch skips its rows and the call reports it (rows
-// done by other threads stay written).
+// done by other threads stay written). Rows go to threads in equal runs;
+// `Balance::kDynamic` hands them out one at a time instead, for rows of very
+// unequal cost (each row's result never depends on which thread ran it).
+enum class Balance { kStatic, kDynamic };
 template <class Body, class After>
 Status ForEachRowInParallel(int threads, int64_t rows, int slot, size_t scratch_floats,
-                            Body body, After after) {
+                            Body body, After after, Balance balance = Balance::kStatic) {
   if (threads <= 1 || rows <= 1) {
     // No OpenMP region at all: even a one-thread region costs the caller
     // futex calls, a few microseconds of a small call.
@@ -89,9 +92,16 @@ Status ForEachRowInParallel(int threads, int64_t rows, int slot, size_t scratch_
     } catch (const std::bad_alloc&) {
       out_of_memory = true;
     }
+    if (balance == Balance::kDynamic) {
+#pragma omp for schedule(dynamic)
+      for (int64_t r = 0; r < rows; ++r) {
+        if (ready) body(r, scratch);
+      }
+    } else {
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      if (ready) body(r, scratch);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (ready) body(r, scratch);
+      }
     }
     after();
   }

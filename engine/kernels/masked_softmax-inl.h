@@ -231,6 +231,25 @@ void MaskedSoftmaxRow(const float* x, size_t valid, size_t width, float* y) {
   SoftmaxRow(d, x, valid, width, y, /*e=*/y, static_cast<RowStreamer<hn::ScalableTag<float>>*>(nullptr));
 }
 
+kernels::SoftmaxBlockStats MaskedSoftmaxBlock(const float* x, size_t n, float* y) {
+  const hn::ScalableTag<float> d;
+  const auto nothing = [] {};
+  bool all_finite;
+  const float max = RowMax(d, x, n, &all_finite, nothing);
+  if (!all_finite) {
+    bool poisoned = max == std::numeric_limits<float>::infinity();
+    for (size_t j = 0; !poisoned && j < n; ++j) poisoned = std::isnan(x[j]);
+    if (poisoned) return {max, 0.0f, true};
+    if (max == -std::numeric_limits<float>::infinity()) {  // only -Inf
+      Fill(d, 0.0f, y, n);
+      return {max, 0.0f, false};
+    }
+  }
+  const float sum = ExpAndSum(d, x, n, max, y, nothing);
+  Scale(d, y, n, 1.0f / sum, y);
+  return {max, sum, false};
+}
+
 // Rows ahead whose scores are prefetched into L2, whole: the hardware
 // prefetcher follows one contiguous stream far better than the valid parts
 // of rows with gaps between them (in a standalone test on (64, 128, 512),

@@ -13,6 +13,7 @@ namespace attnscore::kernels {
 
 HWY_EXPORT(MaskedSoftmaxRow);
 HWY_EXPORT(MaskedSoftmaxRowsStream);
+HWY_EXPORT(MaskedSoftmaxBlock);
 HWY_EXPORT(MaskedSoftmaxTarget);
 
 void MaskedSoftmaxRow(const float* x, size_t valid, size_t width, float* y) {
@@ -22,6 +23,10 @@ void MaskedSoftmaxRow(const float* x, size_t valid, size_t width, float* y) {
 void MaskedSoftmaxRowsStream(const StreamedRow* rows, size_t count, size_t width,
                              float* row_buffers) {
   HWY_DYNAMIC_DISPATCH(MaskedSoftmaxRowsStream)(rows, count, width, row_buffers);
+}
+
+SoftmaxBlockStats MaskedSoftmaxBlock(const float* x, size_t n, float* y) {
+  return HWY_DYNAMIC_DISPATCH(MaskedSoftmaxBlock)(x, n, y);
 }
 
 void FlushStreams() { hwy::FlushStream(); }

@@ -15,6 +15,18 @@ namespace attnscore::kernels {
 // +Inf among the valid scores (or all of them -Inf) makes the whole row NaN.
 void MaskedSoftmaxRow(const float* x, size_t valid, size_t width, float* y);
 
+// Softmax of one block of a row's valid scores, for rows whose keys are
+// split among threads: y[0, n) = exp(x - max) / sum over the block (n >= 1),
+// and what merging the blocks needs: the block's max and sum. A block of
+// only -Inf gives y = 0, max = -Inf, sum = 0 (it weighs nothing); a NaN or
+// +Inf gives `poisoned` (the whole row is NaN, as in MaskedSoftmaxRow), and
+// y is then unspecified. x may equal y.
+struct SoftmaxBlockStats {
+  float max, sum;
+  bool poisoned;
+};
+SoftmaxBlockStats MaskedSoftmaxBlock(const float* x, size_t n, float* y);
+
 // One row for MaskedSoftmaxRowsStream: its scores, valid length and output.
 struct StreamedRow {
   const float* x;
