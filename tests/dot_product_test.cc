@@ -2,6 +2,7 @@
 // against a double-precision reference, golden data from the PyTorch seed
 // module, the d2l toy, strided views, query blocking and bad input.
 #include <cmath>
+#include <fstream>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -328,6 +329,48 @@ TEST_P(DotProductThreads, ResultsIdenticalForAnyThreadCount) {
                     .ok());
   }
   EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float)));
+}
+
+// ---- memory ----------------------------------------------------------------
+
+// A field of /proc/self/status in bytes ("VmRSS", "VmHWM"), or -1.
+int64_t ProcStatusBytes(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
+  }
+  return -1;
+}
+
+TEST(DotProductMemory, LongShapeWithoutWeightsNeedsAtMost8MiBBeyondItsBuffers) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan's shadow memory and quarantine are not the engine's";
+#endif
+  // dot_long: (1, 1024, 4096), d 64, valid length 3000. Its full score
+  // matrix alone would take 12 MB; the engine keeps blocks of it.
+  const int64_t n = 1024, m = 4096, d = 64;
+  const std::vector<float> q = RandomFloats(n * d, 81), k = RandomFloats(m * d, 82), v = RandomFloats(m * d, 83);
+  std::vector<float> out(n * d);
+  const int64_t lens[] = {3000};
+  const auto call = [&] {
+    return DefaultEngine().DotProductAttention(
+        ConstTensor(q.data(), {1, n, d}), ConstTensor(k.data(), {1, m, d}), ConstTensor(v.data(), {1, m, d}),
+        ValidLens::PerBatch(lens, 1), Tensor(out.data(), {1, n, d}));
+  };
+  // Writing 5 to clear_refs resets the peak (VmHWM) to the current resident
+  // size: the buffers, made and filled above. The peak then covers all the
+  // engine adds: plans, their code, scratch, and the code pages it runs.
+  std::ofstream reset("/proc/self/clear_refs");
+  reset << "5" << std::flush;
+  if (!reset) GTEST_SKIP() << "cannot reset the peak resident size here";
+  const int64_t before = ProcStatusBytes("VmRSS");
+  ASSERT_TRUE(call().ok());  // the first call of this shape: plans made here
+  ASSERT_TRUE(call().ok());
+  const int64_t peak = ProcStatusBytes("VmHWM");
+  ASSERT_GT(before, 0);
+  RecordProperty("peak_bytes_beyond_buffers", std::to_string(peak - before));
+  EXPECT_LE(peak - before, int64_t{8} << 20) << "resident before " << before << ", peak " << peak;
 }
 
 // ---- bad input: a clear error naming the argument, nothing written --------
