@@ -58,6 +58,8 @@ DEFAULT_PROBLEMS = [
     ("dot", "decode", (8, 1, 1024, 64, 64), "random-batch"),
     ("dot", "encoder", (4, 128, 128, 64, 64), "random-batch"),
     ("dot", "long", (1, 1024, 4096, 64, 64), "random-batch"),
+    ("dot", "long", (1, 1024, 4096, 64, 64), "3000"),
+    ("dot", "toy", (2, 1, 10, 2, 4), "random-batch"),
     ("additive", "toy", (2, 1, 10, 20, 2, 8, 4), "random-batch"),
     ("additive", "mid", (4, 32, 256, 128, 128, 128, 128), "random-batch"),
     ("additive", "big", (8, 64, 512, 256, 256, 256, 256), "random-batch"),
