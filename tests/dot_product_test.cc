@@ -265,13 +265,21 @@ TEST_P(DotProductTest, FewQueriesTakeTheRowPathAndAgreeWithTheMatmulPath) {
 }
 
 TEST_P(DotProductTest, RowPathSplitsLongRowsIntoKeyBlocks) {
-  // With few rows, the row path computes each row's keys in blocks (of 224
-  // to 368 keys here) and merges them. Lengths sweep the blocks' edges.
+  // With few rows, the row path computes each row's keys in blocks and
+  // merges them: blocks of 288 keys for 1 and 2 rows here, 368 for 3, 560
+  // for 6. Lengths sweep the range, and sit on and next to every edge (a
+  // last block of one key, rows that fill only their first block).
   uint32_t seed = 600;
-  for (const Shape& s : {Shape{1, 1, 1100, 19, 9}, Shape{1, 2, 1100, 19, 9}, Shape{1, 3, 1100, 19, 9}}) {
-    for (int64_t length = 1; length <= 1103; length += 37) {
-      CheckAgainstReference(s, {length}, /*per_query=*/false, ++seed);
+  const std::pair<Shape, int64_t> cases[] = {{Shape{1, 1, 1100, 19, 9}, 288},
+                                             {Shape{1, 2, 1100, 19, 9}, 288},
+                                             {Shape{1, 3, 1100, 19, 9}, 368}};
+  for (const auto& [s, block] : cases) {
+    std::vector<int64_t> lengths;
+    for (int64_t length = 1; length <= 1103; length += 37) lengths.push_back(length);
+    for (int64_t edge = block; edge < s.keys; edge += block) {
+      for (int64_t near : {edge - 1, edge, edge + 1}) lengths.push_back(near);
     }
+    for (int64_t length : lengths) CheckAgainstReference(s, {length}, /*per_query=*/false, ++seed);
   }
   const Shape s{2, 3, 1100, 19, 9};
   CheckAgainstReference(s, {1100, 257, 0, 600, 1, 1103}, /*per_query=*/true, 61);
@@ -279,8 +287,8 @@ TEST_P(DotProductTest, RowPathSplitsLongRowsIntoKeyBlocks) {
 }
 
 TEST_P(DotProductTest, RowPathNaNInALaterBlockMakesOnlyItsRowNaN) {
-  // Row 0 (L = 1000) meets a NaN key in its fourth block; row 1 (L = 600)
-  // ends before it. As in the one-block softmax, the whole of row 0 is NaN.
+  // Row 0 (L = 1000) meets a NaN key in its third block (of 336 keys);
+  // row 1 (L = 600) ends before it. As in the one-block softmax, the whole of row 0 is NaN.
   const int64_t m = 1000, depth = 8, dv = 5;
   std::vector<float> q = RandomFloats(2 * depth, 71), k = RandomFloats(m * depth, 72),
                      v = RandomFloats(m * dv, 73);

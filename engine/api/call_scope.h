@@ -81,7 +81,7 @@ Status ForEachRowInParallel(int threads, int64_t rows, int slot, size_t scratch_
     return Status::Ok();
   }
   std::atomic<bool> out_of_memory{false};
-#pragma omp parallel
+#pragma omp parallel num_threads(threads)
   {
     FlushDenormals flush;  // MXCSR is per thread
     float* scratch = nullptr;

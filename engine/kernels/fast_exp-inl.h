@@ -28,7 +28,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 // exp(x - shift) for x - shift <= 0, as 2^t with t = (x - shift)·log2(e)
 // = n + f, n = round(t), |f| <= 1/2: 2^f from a degree-5 polynomial
 // (fitted for relative error on [-1/2, 1/2]: -4.9e-8 to +1.55e-7 in exact
-// arithmetic, 2.3e-7 in float Horner), 2^n built in the exponent bits.
+// arithmetic, 2.3e-7 in float Horner); 2^n applied by scalef on AVX-512,
+// built in the exponent bits elsewhere (both below). Exp2Fraction is the
+// polynomial the two share.
 // 2^f for f in [-0.5, 0.5]: the degree-5 polynomial both paths below share.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V Exp2Fraction(D d, V f) {

@@ -139,14 +139,49 @@ struct BlockPartial {
   float* out() const { return data + kHeader; }
 };
 
-Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
-               const ConstTensor& v, const ValidLens& valid_lens, const Tensor& out,
-               const Tensor& weights) {
+// The row path with each row whole, one task per row.
+Status WholeRows(int threads, const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                 const ValidLens& valid_lens, const Tensor& out, const Tensor& weights) {
   const int64_t queries = q.dims[1], depth = q.dims[2], keys = k.dims[1];
   const int64_t value_dim = v.dims[2], rows = q.dims[0] * queries;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(depth)));
   const bool want_weights = !weights.empty();
-  const int64_t key_block = RowKeyBlock(rows, keys);
+  // Each thread's scratch holds one row of scores, then its probabilities.
+  return ForEachRowInParallel(
+      threads, rows, /*slot=*/2, static_cast<size_t>(keys),
+      [&](int64_t r, float* scratch) {
+        const int64_t b = r / queries, i = r % queries;
+        const int64_t valid = RowValidLength(valid_lens, b, i, keys);
+        // A query with length 0 weighs all M keys equally, as the reference does.
+        const int64_t mixed = valid > 0 ? valid : keys;
+        kernels::ScoreRow(q.data + b * q.strides[0] + i * q.strides[1],
+                          static_cast<size_t>(depth), k.data + b * k.strides[0], k.strides[1],
+                          static_cast<size_t>(valid), scale, scratch);
+        if (want_weights) {
+          float* row = weights.data + b * weights.strides[0] + i * weights.strides[1];
+          kernels::MaskedSoftmaxRow(scratch, static_cast<size_t>(valid),
+                                    static_cast<size_t>(keys), scratch);
+          for (int64_t j = 0; j < keys; ++j) row[j * weights.strides[2]] = scratch[j];
+        } else {
+          kernels::MaskedSoftmaxRow(scratch, static_cast<size_t>(valid),
+                                    static_cast<size_t>(mixed), scratch);
+        }
+        kernels::MixRow(scratch, static_cast<size_t>(mixed), v.data + b * v.strides[0],
+                        v.strides[1], static_cast<size_t>(value_dim),
+                        out.data + b * out.strides[0] + i * out.strides[1]);
+      },
+      [] {}, Balance::kDynamic);  // rows' lengths differ
+}
+
+// The row path with each row's keys in blocks of `key_block`, a task each,
+// then merged row by row.
+Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, const ConstTensor& k,
+                       const ConstTensor& v, const ValidLens& valid_lens, const Tensor& out,
+                       const Tensor& weights) {
+  const int64_t queries = q.dims[1], depth = q.dims[2], keys = k.dims[1];
+  const int64_t value_dim = v.dims[2], rows = q.dims[0] * queries;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(depth)));
+  const bool want_weights = !weights.empty();
   const int64_t blocks = CeilDiv(keys, key_block);  // per row, at most
   const int64_t partial_floats = BlockPartial::kHeader + value_dim;
   float* partials = ThreadScratch(3, static_cast<size_t>(rows * blocks * partial_floats));
@@ -157,8 +192,6 @@ Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTe
     return weights.data + b * weights.strides[0] + i * weights.strides[1];
   };
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  const int threads =
-      ThreadsFor(options.threads, 2.0 * static_cast<double>(rows * keys * (depth + value_dim)));
 
   // Each task: one block of one row. Its scratch holds the block's scores,
   // then its weights (or, for a row with L = 0, uniform weights over M keys).
@@ -257,6 +290,17 @@ Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTe
         }
       },
       [] {});
+}
+
+Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+               const ConstTensor& v, const ValidLens& valid_lens, const Tensor& out,
+               const Tensor& weights) {
+  const int64_t keys = k.dims[1], rows = q.dims[0] * q.dims[1];
+  const int threads = ThreadsFor(
+      options.threads, 2.0 * static_cast<double>(rows * keys * (q.dims[2] + v.dims[2])));
+  const int64_t key_block = RowKeyBlock(rows, keys);
+  if (key_block >= keys) return WholeRows(threads, q, k, v, valid_lens, out, weights);
+  return RowsInKeyBlocks(threads, key_block, q, k, v, valid_lens, out, weights);
 }
 
 }  // namespace

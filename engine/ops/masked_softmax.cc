@@ -14,7 +14,7 @@ constexpr int64_t kStreamBytes = int64_t{8} << 20;
 
 // Streamed rows go to the kernel in chunks: each chunk's last row is stored
 // with nothing to overlap it, so a chunk should be long, and its descriptors
-// small enough for the stack.
+// small enough for the stack; and there should be a chunk for every thread.
 constexpr int64_t kStreamChunkRows = 64;
 }  // namespace
 
@@ -34,15 +34,17 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
         y.data + b * y.strides[0] + i * y.strides[1]};
   };
   if (stream && unit_columns) {
-    const int64_t chunks = (rows + kStreamChunkRows - 1) / kStreamChunkRows;
+    // Chunks split rows only, so their size never changes a result.
+    const int64_t chunk_rows = std::clamp<int64_t>((rows + threads - 1) / threads, 1, kStreamChunkRows);
+    const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
     return ForEachRowInParallel(
         threads, chunks, /*slot=*/0, 2 * static_cast<size_t>(width),
         [&](int64_t chunk, float* row_buffers) {
-          kernels::StreamedRow chunk_rows[kStreamChunkRows];
-          const int64_t first = chunk * kStreamChunkRows;
-          const int64_t count = std::min(kStreamChunkRows, rows - first);
-          for (int64_t k = 0; k < count; ++k) chunk_rows[k] = row(first + k);
-          kernels::MaskedSoftmaxRowsStream(chunk_rows, static_cast<size_t>(count),
+          kernels::StreamedRow descriptors[kStreamChunkRows];
+          const int64_t first = chunk * chunk_rows;
+          const int64_t count = std::min(chunk_rows, rows - first);
+          for (int64_t k = 0; k < count; ++k) descriptors[k] = row(first + k);
+          kernels::MaskedSoftmaxRowsStream(descriptors, static_cast<size_t>(count),
                                            static_cast<size_t>(width), row_buffers);
         },
         [] { kernels::FlushStreams(); });  // before other threads read y
