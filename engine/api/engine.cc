@@ -26,10 +26,22 @@ Status Engine::Create(const EngineOptions& options, std::unique_ptr<Engine>* eng
     return Status::InvalidArgument("Engine::Create: threads is " +
                                    std::to_string(options.threads) + "; it must be >= 1");
   }
+  if (options.precision != Precision::kFp32 && options.precision != Precision::kBf16) {
+    return Status::InvalidArgument("Engine::Create: precision is " +
+                                   std::to_string(static_cast<int>(options.precision)) +
+                                   ", not a Precision");
+  }
   EngineOptions resolved = options;
   ATTNSCORE_RETURN_IF_ERROR(Guarded("Engine::Create", [&] {
     ATTNSCORE_RETURN_IF_ERROR(ResolveIsa(options.isa, &resolved.isa));
-    return ApplyIsaCap(resolved.isa);
+    ATTNSCORE_RETURN_IF_ERROR(ApplyIsaCap(resolved.isa));
+    if (options.precision == Precision::kBf16 && !matmul::SupportsBf16()) {
+      return Status::Unsupported(
+          "Engine::Create: precision bf16 needs oneDNN's bf16 matmul, which it has only with "
+          "AVX-512; oneDNN's ISA here is " + matmul::OnednnIsa() + " (isa cap " +
+          IsaName(resolved.isa) + ")");
+    }
+    return Status::Ok();
   }));
   auto impl = std::unique_ptr<Impl>(new (std::nothrow) Impl{resolved});
   if (!impl) return Status::Internal("Engine::Create: out of memory");
@@ -65,6 +77,7 @@ std::string Engine::Describe() const {
   s += "onednn isa: " + matmul::OnednnIsa() + "\n";
   s += "isa cap: " + std::string(IsaName(impl_->options.isa)) + "\n";
   s += "threads: " + std::to_string(impl_->options.threads) + "\n";
+  s += "precision: " + std::string(PrecisionName(impl_->options.precision)) + "\n";
   // The cache is the process's, so this shows every engine's products.
   const std::vector<matmul::PlanSummary> plans = matmul::CachedPlans();
   s += "onednn matmuls: " +

@@ -57,6 +57,20 @@ bool ParseIsa(const std::string& name, Isa* isa) {
   return false;
 }
 
+const char* PrecisionName(Precision precision) {
+  return precision == Precision::kBf16 ? "bf16" : "fp32";
+}
+
+bool ParsePrecision(const std::string& name, Precision* precision) {
+  for (Precision candidate : {Precision::kFp32, Precision::kBf16}) {
+    if (name == PrecisionName(candidate)) {
+      *precision = candidate;
+      return true;
+    }
+  }
+  return false;
+}
+
 Status ResolveIsa(Isa requested, Isa* effective) {
   *effective = requested;
   if (requested != Isa::kBest) return Status::Ok();

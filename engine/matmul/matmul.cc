@@ -31,12 +31,15 @@ dnnl::engine& CpuEngine() {
 // starts over rather than grow without end in a long-running server.
 constexpr size_t kMaxCachedPlans = 512;
 
-dnnl::memory::desc Describe(int64_t batch, const Layout& l) {
+dnnl::memory::desc Describe(int64_t batch, const Layout& l, dt type = dt::f32) {
   // oneDNN wants a batch stride even for a batch of one.
   const int64_t batch_stride = batch > 1 ? l.batch_stride : l.rows * l.cols;
-  return dnnl::memory::desc(dims{batch, l.rows, l.cols}, dt::f32,
+  return dnnl::memory::desc(dims{batch, l.rows, l.cols}, type,
                             dims{batch_stride, l.row_stride, l.col_stride});
 }
+
+// Bytes of one element of A and B.
+int64_t InputBytes(const Problem& p) { return p.bf16 ? 2 : 4; }
 
 // Each primitive gets an id that is never reused, so per-thread state keyed
 // by it can never be mistaken for a later primitive's.
@@ -74,8 +77,9 @@ class Primitive {
     // The scratchpad is ours (per thread), so concurrent runs never share one.
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     // A shared B is a batch of one, which oneDNN broadcasts over A's batch.
-    const dnnl::memory::desc b = Describe(p.shared_b ? 1 : p.batch, p.b);
-    const dnnl::memory::desc a = Describe(p.batch, p.a), c = Describe(p.batch, p.c);
+    const dt input = p.bf16 ? dt::bf16 : dt::f32;
+    const dnnl::memory::desc b = Describe(p.shared_b ? 1 : p.batch, p.b, input);
+    const dnnl::memory::desc a = Describe(p.batch, p.a, input), c = Describe(p.batch, p.c);
     pd_ = p.bias ? dnnl::matmul::primitive_desc(
                        dnnl::matmul::desc(a, b, dnnl::memory::desc(dims{1, 1, p.c.cols}, dt::f32,
                                                                     dims{p.c.cols, p.c.cols, 1}),
@@ -88,12 +92,12 @@ class Primitive {
 
   // Call with one OpenMP thread (OneOmpThread or inside a parallel region):
   // some implementations pick their thread count when they run.
-  Status Run(const float* a, const float* b, float* c, const float* bias) const {
+  Status Run(const void* a, const void* b, float* c, const float* bias) const {
     try {
       Bindings& bind = BindingsForThisThread();
       // oneDNN takes non-const handles; it only reads src and weights.
-      bind.src.set_data_handle(const_cast<float*>(a));
-      bind.weights.set_data_handle(const_cast<float*>(b));
+      bind.src.set_data_handle(const_cast<void*>(a));
+      bind.weights.set_data_handle(const_cast<void*>(b));
       bind.dst.set_data_handle(c);
       if (bind.bias) bind.bias.set_data_handle(const_cast<float*>(bias));
       primitive_.execute(bind.stream, bind.args);
@@ -203,7 +207,7 @@ class TiledPlan final : public Plan {
     }
   }
 
-  Status Run(const float* a, const float* b, float* c, const float* bias) const override {
+  Status Run(const void* a, const void* b, float* c, const float* bias) const override {
     if (problem_.bias && bias == nullptr) return Status::Internal("matmul: a plan with a bias needs one");
     runs_.fetch_add(1, std::memory_order_relaxed);
     if (tasks_ == 1) {
@@ -239,14 +243,17 @@ class TiledPlan final : public Plan {
   int64_t runs() const override { return runs_.load(std::memory_order_relaxed); }
 
  private:
-  Status RunTask(int64_t task, const float* a, const float* b, float* c, const float* bias) const {
+  Status RunTask(int64_t task, const void* a, const void* b, float* c, const float* bias) const {
     const Problem& p = problem_;
     const int64_t entry = task / row_tasks_ * entries_per_task_;
     const int64_t row = task % row_tasks_ * rows_per_task_;
     const bool last = entry + entries_per_task_ > p.batch || row + rows_per_task_ > p.a.rows;
+    const auto* a_bytes = static_cast<const char*>(a);
+    const auto* b_bytes = static_cast<const char*>(b);
+    const int64_t size = InputBytes(p);
     return (last ? last_ : full_)
-        ->Run(a + entry * p.a.batch_stride + row * p.a.row_stride,
-              p.shared_b ? b : b + entry * p.b.batch_stride,
+        ->Run(a_bytes + (entry * p.a.batch_stride + row * p.a.row_stride) * size,
+              p.shared_b ? b : b_bytes + entry * p.b.batch_stride * size,
               c + entry * p.c.batch_stride + row * p.c.row_stride, bias);
   }
 
@@ -257,13 +264,13 @@ class TiledPlan final : public Plan {
   mutable std::atomic<int64_t> runs_{0};
 };
 
-using Key = std::array<int64_t, 20>;
+using Key = std::array<int64_t, 21>;
 
 Key KeyOf(const Problem& p) {
   int32_t scale_bits;
   std::memcpy(&scale_bits, &p.scale, sizeof(scale_bits));
-  Key key = {p.batch, scale_bits, p.shared_b, p.bias, p.accumulate};
-  int k = 5;
+  Key key = {p.batch, scale_bits, p.shared_b, p.bias, p.accumulate, p.bf16};
+  int k = 6;
   for (const Layout* l : {&p.a, &p.b, &p.c}) {
     for (int64_t v : {l->rows, l->cols, l->batch_stride, l->row_stride, l->col_stride}) {
       key[k++] = v;
@@ -290,6 +297,7 @@ std::string ProblemName(const Problem& p) {
   if (p.scale != 1.0f) name += ", scaled";
   if (p.bias) name += ", + bias";
   if (p.accumulate) name += ", += C";
+  if (p.bf16) name += ", bf16";
   return name;
 }
 
@@ -342,6 +350,20 @@ std::vector<PlanSummary> CachedPlans() {
     plans.push_back({entry.problem, entry.plan->implementation(), entry.plan->runs()});
   }
   return plans;
+}
+
+bool SupportsBf16() {
+  static const bool supported = [] {
+    try {
+      const dnnl::memory::desc a(dims{1, 16, 16}, dt::bf16, dnnl::memory::format_tag::abc);
+      const dnnl::memory::desc c(dims{1, 16, 16}, dt::f32, dnnl::memory::format_tag::abc);
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, a, c), CpuEngine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return supported;
 }
 
 Status SetMaxIsa(Isa isa) {

@@ -29,6 +29,7 @@ struct Problem {
   bool shared_b = false;    // one B for every batch entry (b.batch_stride unused)
   bool bias = false;        // adds a row of n biases, given to Run; needs scale 1
   bool accumulate = false;  // adds to what C holds instead of overwriting it
+  bool bf16 = false;        // A and B are bfloat16 (uint16_t words); C stays f32
 };
 
 // What runs one Problem: single-threaded oneDNN primitives over tasks that
@@ -37,8 +38,9 @@ struct Problem {
 class Plan {
  public:
   virtual ~Plan() = default;
-  // `bias`: n floats when the problem has a bias, else unused.
-  virtual Status Run(const float* a, const float* b, float* c,
+  // `a`, `b`: floats, or bf16 words for a bf16 problem. `bias`: n floats
+  // when the problem has a bias, else unused.
+  virtual Status Run(const void* a, const void* b, float* c,
                      const float* bias = nullptr) const = 0;
   // oneDNN's name for the implementation it chose, e.g. "brg:avx512_core"
   // (two names joined by " + " when a shorter last task got another).
@@ -59,6 +61,10 @@ struct PlanSummary {
   int64_t runs = 0;
 };
 std::vector<PlanSummary> CachedPlans();
+
+// Whether oneDNN can run bf16 problems here (it needs AVX-512, within the
+// ISA cap). Asks once, by creating a small bf16 matmul; call after SetMaxIsa.
+bool SupportsBf16();
 
 // Caps oneDNN's ISA for the process; must come before the first plan.
 Status SetMaxIsa(Isa isa);

@@ -10,6 +10,7 @@
 #include "api/checks.h"
 #include "api/valid_lens.h"
 #include "kernels/attention_row.h"
+#include "kernels/bf16.h"
 #include "kernels/masked_softmax.h"
 #include "matmul/matmul.h"
 #include "ops/masked_softmax.h"
@@ -83,6 +84,50 @@ void ForEachChunk(const Group& g, int64_t queries, Fn fn) {
 
 matmul::Layout LayoutOf(const ConstTensor& t, int64_t rows, int64_t cols) {
   return {rows, cols, t.strides[0], t.strides[1], t.strides[2]};
+}
+
+// A dense batch of (rows, cols) matrices.
+matmul::Layout Dense(int64_t rows, int64_t cols) { return {rows, cols, rows * cols, cols, 1}; }
+
+// The bf16 mode's copies of the matmul inputs, dense, carved from one
+// per-thread buffer: K and V for the chunk's entries (made once, reused by
+// every query block of them), Q for the chunk's queries and its weights P.
+struct Bf16Inputs {
+  uint16_t *k = nullptr, *v = nullptr, *q = nullptr, *p = nullptr;
+  int64_t k_words = 0, v_words = 0, q_words = 0, p_words = 0;  // capacities
+
+  void Fit(const Chunk& c, int64_t score_width, int64_t mix_width, int64_t depth,
+           int64_t value_dim) {
+    k_words = std::max(k_words, c.entries * score_width * depth);
+    v_words = std::max(v_words, c.entries * mix_width * value_dim);
+    q_words = std::max(q_words, c.entries * c.rows * depth);
+    p_words = std::max(p_words, c.entries * c.rows * mix_width);
+  }
+  int64_t floats() const { return (k_words + v_words + q_words + p_words + 1) / 2; }
+  void Carve(float* buffer) {
+    k = reinterpret_cast<uint16_t*>(buffer);
+    v = k + k_words;
+    q = v + v_words;
+    p = q + q_words;
+  }
+};
+
+// Rounds `t` (E, R, C), any strides, to bf16 as a dense (E, R, C) in `out`.
+Status RoundToBf16(int threads, const ConstTensor& t, uint16_t* out) {
+  const int64_t rows = t.dims[0] * t.dims[1], cols = t.dims[2];
+  const bool contiguous = t.strides[2] == 1;
+  return ForEachRowInParallel(
+      ThreadsFor(threads, static_cast<double>(rows * cols)), rows, /*slot=*/0,
+      contiguous ? 0 : static_cast<size_t>(cols),
+      [&](int64_t r, float* gathered) {
+        const float* row = t.data + r / t.dims[1] * t.strides[0] + r % t.dims[1] * t.strides[1];
+        if (!contiguous) {
+          for (int64_t j = 0; j < cols; ++j) gathered[j] = row[j * t.strides[2]];
+          row = gathered;
+        }
+        kernels::RoundToBf16(row, static_cast<size_t>(cols), out + r * cols);
+      },
+      [] {});
 }
 
 Status CheckArguments(const ConstTensor& q, const ConstTensor& k,
@@ -318,6 +363,9 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
   // Every primitive exists before anything is written, so a failure here
   // leaves the outputs untouched.
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(depth)));
+  const int64_t value_dim = v.dims[2];
+  const bool bf16 = options.precision == Precision::kBf16;
+  Bf16Inputs rounded;
   int64_t scratch_floats = 0;
   Status status;
   for (Group& g : groups) {
@@ -326,6 +374,7 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
     g.row = want_weights ? g.score_width : g.mix_width;
     ForEachChunk(g, queries, [&](const Chunk& c) {
       scratch_floats = std::max(scratch_floats, c.entries * c.rows * g.row);
+      if (bf16) rounded.Fit(c, g.score_width, g.mix_width, depth, value_dim);
       const std::pair<int64_t, int64_t> shape{c.entries, c.rows};
       for (const auto& known : g.plans) {
         if (known.first == shape) return;
@@ -334,19 +383,23 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
       if (g.score_width > 0) {
         matmul::Problem scores;
         scores.batch = c.entries;
-        scores.a = LayoutOf(q, c.rows, depth);
-        // Kᵀ by swapping the strides of K: no copy.
-        scores.b = {depth, g.score_width, k.strides[0], k.strides[2], k.strides[1]};
+        scores.a = bf16 ? Dense(c.rows, depth) : LayoutOf(q, c.rows, depth);
+        // Kᵀ by swapping the strides of K (or of its bf16 copy): no copy.
+        scores.b = bf16 ? matmul::Layout{depth, g.score_width, g.score_width * depth, 1, depth}
+                        : matmul::Layout{depth, g.score_width, k.strides[0], k.strides[2], k.strides[1]};
         scores.c = {c.rows, g.score_width, c.rows * g.row, g.row, 1};
         scores.scale = scale;
+        scores.bf16 = bf16;
         if (status.ok()) status = matmul::GetPlan(scores, &plans.scores);
       }
       matmul::Problem mix;
       mix.batch = c.entries;
-      mix.a = want_weights ? LayoutOf(weights, c.rows, g.mix_width)
-                           : matmul::Layout{c.rows, g.mix_width, c.rows * g.row, g.row, 1};
-      mix.b = LayoutOf(v, g.mix_width, v.dims[2]);
+      mix.a = bf16           ? Dense(c.rows, g.mix_width)
+              : want_weights ? LayoutOf(weights, c.rows, g.mix_width)
+                             : matmul::Layout{c.rows, g.mix_width, c.rows * g.row, g.row, 1};
+      mix.b = bf16 ? Dense(g.mix_width, value_dim) : LayoutOf(v, g.mix_width, value_dim);
       mix.c = LayoutOf(out, c.rows, out.dims[2]);
+      mix.bf16 = bf16;
       if (status.ok()) status = matmul::GetPlan(mix, &plans.mix);
       g.plans.emplace_back(shape, std::move(plans));
     });
@@ -354,6 +407,10 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
   }
 
   float* scratch = ThreadScratch(1, static_cast<size_t>(scratch_floats));
+  // Slot 2: the row path's slot, never used alongside this path.
+  if (bf16) rounded.Carve(ThreadScratch(2, static_cast<size_t>(rounded.floats())));
+  const int threads = options.threads;
+  std::pair<int64_t, int64_t> rounded_entries{-1, 0};  // whose K and V rounded holds
   for (const Group& g : groups) {
     ForEachChunk(g, queries, [&](const Chunk& c) {
       if (!status.ok()) return;
@@ -361,10 +418,31 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
       for (const auto& known : g.plans) {
         if (known.first == std::pair{c.entries, c.rows}) plans = &known.second;
       }
+      const float* q_chunk = q.data + c.first_batch * q.strides[0] + c.first_query * q.strides[1];
+      const float* k_chunk = k.data + c.first_batch * k.strides[0];
+      const float* v_chunk = v.data + c.first_batch * v.strides[0];
+      if (bf16) {
+        if (rounded_entries != std::pair{c.first_batch, c.entries}) {
+          rounded_entries = {c.first_batch, c.entries};
+          if (!(status = RoundToBf16(threads, ConstTensor(k_chunk, {c.entries, g.score_width, depth},
+                                                          {k.strides[0], k.strides[1], k.strides[2]}),
+                                     rounded.k))
+                   .ok() ||
+              !(status = RoundToBf16(threads, ConstTensor(v_chunk, {c.entries, g.mix_width, value_dim},
+                                                          {v.strides[0], v.strides[1], v.strides[2]}),
+                                     rounded.v))
+                   .ok()) {
+            return;
+          }
+        }
+        status = RoundToBf16(threads, ConstTensor(q_chunk, {c.entries, c.rows, depth},
+                                                  {q.strides[0], q.strides[1], q.strides[2]}),
+                             rounded.q);
+        if (!status.ok()) return;
+      }
       if (plans->scores) {
-        status = plans->scores->Run(
-            q.data + c.first_batch * q.strides[0] + c.first_query * q.strides[1],
-            k.data + c.first_batch * k.strides[0], scratch);
+        status = bf16 ? plans->scores->Run(rounded.q, rounded.k, scratch)
+                      : plans->scores->Run(q_chunk, k_chunk, scratch);
         if (!status.ok()) return;
       }
       const ConstTensor scores(scratch, {c.entries, c.rows, g.row});
@@ -377,9 +455,15 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
       status = SoftmaxRows(scores, probabilities, valid_lens, c.first_batch, c.first_query,
                            options.threads, /*stream=*/false);
       if (!status.ok()) return;
-      status = plans->mix->Run(
-          probabilities.data, v.data + c.first_batch * v.strides[0],
-          out.data + c.first_batch * out.strides[0] + c.first_query * out.strides[1]);
+      float* out_chunk = out.data + c.first_batch * out.strides[0] + c.first_query * out.strides[1];
+      if (bf16) {
+        ConstTensor mixed = probabilities;
+        mixed.dims[2] = g.mix_width;
+        if (!(status = RoundToBf16(threads, mixed, rounded.p)).ok()) return;
+        status = plans->mix->Run(rounded.p, rounded.v, out_chunk);
+      } else {
+        status = plans->mix->Run(probabilities.data, v_chunk, out_chunk);
+      }
     });
   }
   return status;

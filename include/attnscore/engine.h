@@ -29,11 +29,24 @@ const char* IsaName(Isa isa);
 // Parses one of the names above; false if `name` is none of them.
 bool ParseIsa(const std::string& name, Isa* isa);
 
+// What the dot-product attention's matrix products read. kBf16 rounds Q, K,
+// V and the attention weights to bfloat16 (to nearest even) for oneDNN's
+// bf16 matmul, which accumulates in fp32; the scores, the softmax, the
+// weights returned and the output stay fp32. The other ops, and calls of at
+// most 3 queries per batch entry (the row kernels), always run in fp32.
+enum class Precision { kFp32, kBf16 };
+
+// "fp32", "bf16".
+const char* PrecisionName(Precision precision);
+// Parses one of the names above; false if `name` is neither.
+bool ParsePrecision(const std::string& name, Precision* precision);
+
 struct EngineOptions {
   int threads = 1;  // threads per call, >= 1
   // Process-wide cap, fixed by the first engine created. kBest takes
   // $ATTNSCORE_ISA when it is set (any of the names above).
   Isa isa = Isa::kBest;
+  Precision precision = Precision::kFp32;
 };
 
 class Engine {

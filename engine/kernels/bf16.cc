@@ -1,0 +1,64 @@
+// Per-target bodies and run-time dispatch of RoundToBf16 (bf16.h).
+#include "kernels/bf16.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/bf16.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnscore {
+namespace HWY_NAMESPACE {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Adding 0x7FFF plus the kept part's lowest bit, then dropping the low half,
+// rounds to nearest even; a carry out of the mantissa bumps the exponent,
+// which is the right result up to and including overflow to Inf. A NaN
+// could carry into Inf instead, so it keeps its own upper half, made quiet.
+template <class DU>
+HWY_INLINE hn::Vec<DU> Bf16Bits(DU du, hn::Vec<DU> bits) {
+  const auto upper = hn::ShiftRight<16>(bits);
+  const auto rounded =
+      hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), hn::And(upper, hn::Set(du, 1u)))));
+  // NaN: exponent all ones and a nonzero mantissa, i.e. |bits| > Inf's.
+  const auto magnitude = hn::And(bits, hn::Set(du, 0x7FFFFFFFu));
+  const auto is_nan = hn::Gt(hn::BitCast(hn::RebindToSigned<DU>(), magnitude),
+                             hn::Set(hn::RebindToSigned<DU>(), 0x7F800000));
+  return hn::IfThenElse(hn::RebindMask(du, is_nan), hn::Or(upper, hn::Set(du, 0x40u)), rounded);
+}
+
+void RoundToBf16(const float* HWY_RESTRICT in, size_t n, uint16_t* HWY_RESTRICT out) {
+  const hn::ScalableTag<uint32_t> du;
+  const hn::RebindToSigned<decltype(du)> di;
+  const hn::Rebind<uint16_t, decltype(du)> d16;  // half as wide
+  const size_t lanes = hn::Lanes(du);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto bits = hn::BitCast(du, hn::LoadU(hn::RebindToFloat<decltype(du)>(), in + i));
+    // Every lane holds at most 0xFFFF, so the saturating demotion is exact.
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, Bf16Bits(du, bits))), d16, out + i);
+  }
+  // The tail, one lane at a time through the same arithmetic.
+  const hn::CappedTag<uint32_t, 1> d1;
+  for (; i < n; ++i) {
+    const auto bits = hn::BitCast(d1, hn::LoadU(hn::RebindToFloat<decltype(d1)>(), in + i));
+    out[i] = static_cast<uint16_t>(hn::GetLane(Bf16Bits(d1, bits)));
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attnscore
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attnscore::kernels {
+
+HWY_EXPORT(RoundToBf16);
+
+void RoundToBf16(const float* in, size_t n, uint16_t* out) {
+  HWY_DYNAMIC_DISPATCH(RoundToBf16)(in, n, out);
+}
+
+}  // namespace attnscore::kernels
+#endif  // HWY_ONCE

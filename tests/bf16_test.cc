@@ -1,0 +1,395 @@
+// The bf16 precision mode of dot-product attention (EngineOptions::precision):
+// the rounding kernel on every Highway target against an independent
+// reference, the op against a double-precision reference that rounds where
+// the mode says it rounds (tight), against the plain fp32 reference (the
+// mode's stated tolerance), and the contract's edge cases, strides, threads
+// and errors in this mode.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/bf16.h"
+#include "matmul/matmul.h"
+#include "test_util.h"
+
+namespace attnscore::test {
+namespace {
+
+// bf16's nearest neighbour of x by distance in double, ties to the even
+// word: the two candidates are x's upper half and the next word away from
+// zero; past the largest bf16 the next "word" is Inf, standing for 2^128 as
+// IEEE rounding has it.
+uint16_t ReferenceBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  if (std::isnan(x)) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  const uint32_t low = bits >> 16, high = low + 1;
+  const auto value = [](uint32_t word) {
+    if ((word & 0x7FFF) == 0x7F80) return std::copysign(std::ldexp(1.0, 128), word & 0x8000 ? -1.0 : 1.0);
+    const uint32_t widened = word << 16;
+    float f;
+    std::memcpy(&f, &widened, sizeof(f));
+    return static_cast<double>(f);
+  };
+  if (std::isinf(x)) return static_cast<uint16_t>(low);
+  const double below = std::abs(static_cast<double>(x) - value(low));
+  const double above = std::abs(value(high) - static_cast<double>(x));
+  if (below < above || (below == above && (low & 1) == 0)) return static_cast<uint16_t>(low);
+  return static_cast<uint16_t>(high);
+}
+
+float Widen(uint16_t word) {
+  const uint32_t bits = static_cast<uint32_t>(word) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+std::vector<float> RoundedCopy(const std::vector<float>& x) {
+  std::vector<float> rounded(x.size());
+  for (size_t i = 0; i < x.size(); ++i) rounded[i] = Widen(ReferenceBf16(x[i]));
+  return rounded;
+}
+
+// ---- the rounding kernel ---------------------------------------------------
+
+class RoundToBf16Test : public PerTarget {};
+ATTNSCORE_INSTANTIATE_PER_TARGET(RoundToBf16Test);
+
+void ExpectRoundsLikeReference(const std::vector<float>& in) {
+  std::vector<uint16_t> out(in.size() + 1, 0xABCD);
+  kernels::RoundToBf16(in.data(), in.size(), out.data());
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (std::isnan(in[i])) {
+      EXPECT_TRUE(std::isnan(Widen(out[i]))) << "i=" << i;
+    } else {
+      EXPECT_EQ(ReferenceBf16(in[i]), out[i]) << "i=" << i << " x=" << in[i];
+    }
+  }
+  EXPECT_EQ(out[in.size()], 0xABCD) << "wrote past n = " << in.size();
+}
+
+TEST_P(RoundToBf16Test, EdgeValuesRoundToNearestEven) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> in = {0.0f, -0.0f, 1.0f, -1.0f, inf, -inf,
+                           std::numeric_limits<float>::quiet_NaN(),
+                           std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                           std::numeric_limits<float>::denorm_min(), 1e-40f, -3e-39f};
+  // Ties, both parities, and their neighbours: 1 + k/256 + 1/512 (±1 ulp).
+  for (int k = 0; k < 4; ++k) {
+    const float tie = 1.0f + static_cast<float>(k) / 128.0f + 1.0f / 256.0f;
+    in.insert(in.end(), {tie, std::nextafter(tie, 0.0f), std::nextafter(tie, 2.0f), -tie});
+  }
+  // Just below and just past the rounding boundary to Inf.
+  const float largest_bf16 = Widen(0x7F7F);
+  const float boundary = largest_bf16 + std::ldexp(1.0f, 127 - 8);  // half a bf16 ulp above
+  in.insert(in.end(), {largest_bf16, std::nextafter(boundary, 0.0f), boundary, -boundary});
+  // A signalling-pattern NaN whose rounding would carry into Inf's bits.
+  const uint32_t nan_bits = 0x7F80FFFFu;
+  float nan;
+  std::memcpy(&nan, &nan_bits, sizeof(nan));
+  in.push_back(nan);
+  ExpectRoundsLikeReference(in);
+}
+
+TEST_P(RoundToBf16Test, EveryLengthAroundTheVectorWidth) {
+  for (size_t n = 0; n <= 70; ++n) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    ExpectRoundsLikeReference(RandomFloats(n, static_cast<uint32_t>(n) + 1, 100.0f));
+  }
+  ExpectRoundsLikeReference(RandomFloats(1000, 3, 1e-3f));
+}
+
+// ---- the op in bf16 mode ---------------------------------------------------
+
+struct Shape {
+  int64_t batch, queries, keys, depth, value_dim;
+};
+
+// A bf16 engine, or null when this process's oneDNN cannot do bf16 (an ISA
+// cap below AVX-512); Bf16Engine.CreateNeedsAvx512 checks that case.
+const Engine* Bf16(int threads = 1) {
+  static std::unique_ptr<Engine> engines[3];
+  if (!matmul::SupportsBf16()) return nullptr;
+  std::unique_ptr<Engine>& engine = engines[threads];
+  if (!engine) {
+    EngineOptions options;
+    options.threads = threads;
+    options.precision = Precision::kBf16;
+    const Status s = Engine::Create(options, &engine);
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+  return engine.get();
+}
+
+#define ATTNSCORE_NEED_BF16()                                               \
+  if (Bf16() == nullptr) GTEST_SKIP() << "oneDNN has no bf16 matmul under this ISA cap"
+
+struct Inputs {
+  std::vector<float> q, k, v;
+  Inputs(const Shape& s, uint32_t seed, float v_scale = 3.0f)
+      : q(RandomFloats(static_cast<size_t>(s.batch * s.queries * s.depth), seed)),
+        k(RandomFloats(static_cast<size_t>(s.batch * s.keys * s.depth), seed + 1)),
+        v(RandomFloats(static_cast<size_t>(s.batch * s.keys * s.value_dim), seed + 2, v_scale)) {}
+};
+
+struct Outputs {
+  std::vector<float> out, weights;
+};
+
+Outputs RunOp(const Engine& engine, const Shape& s, const Inputs& in, const ValidLens& lens,
+            bool want_weights = true) {
+  Outputs o{std::vector<float>(static_cast<size_t>(s.batch * s.queries * s.value_dim), kSentinel),
+            std::vector<float>(static_cast<size_t>(s.batch * s.queries * s.keys), kSentinel)};
+  const Status st = engine.DotProductAttention(
+      ConstTensor(in.q.data(), {s.batch, s.queries, s.depth}),
+      ConstTensor(in.k.data(), {s.batch, s.keys, s.depth}),
+      ConstTensor(in.v.data(), {s.batch, s.keys, s.value_dim}), lens,
+      Tensor(o.out.data(), {s.batch, s.queries, s.value_dim}),
+      want_weights ? Tensor(o.weights.data(), {s.batch, s.queries, s.keys}) : Tensor());
+  EXPECT_TRUE(st.ok()) << st.message();
+  return o;
+}
+
+// out[b, i] = Σ_j bf16(weights[b, i, j]) · bf16(V[b, j]) in double: what the
+// mode's second product computes from the weights the op returned.
+std::vector<double> MixRoundedWeights(const Shape& s, const std::vector<float>& weights,
+                                      const std::vector<float>& rounded_v) {
+  std::vector<double> out(static_cast<size_t>(s.batch * s.queries * s.value_dim), 0.0);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t i = 0; i < s.queries; ++i)
+      for (int64_t j = 0; j < s.keys; ++j) {
+        const double w = Widen(ReferenceBf16(weights[static_cast<size_t>((b * s.queries + i) * s.keys + j)]));
+        for (int64_t c = 0; c < s.value_dim; ++c)
+          out[static_cast<size_t>((b * s.queries + i) * s.value_dim + c)] +=
+              w * rounded_v[static_cast<size_t>((b * s.keys + j) * s.value_dim + c)];
+      }
+  return out;
+}
+
+class DotProductBf16 : public PerTarget {};
+ATTNSCORE_INSTANTIATE_PER_TARGET(DotProductBf16);
+
+// The weights match the double reference of the bf16-rounded Q and K as
+// closely as fp32 mode matches its own (the products of bf16 values are exact
+// in fp32), and out matches those weights, rounded, times the rounded V.
+void CheckRoundingPoints(const Shape& s, const std::vector<int64_t>& lens, bool per_query,
+                         uint32_t seed) {
+  SCOPED_TRACE("B=" + std::to_string(s.batch) + " N=" + std::to_string(s.queries) +
+               " M=" + std::to_string(s.keys) + " D=" + std::to_string(s.depth) +
+               " Dv=" + std::to_string(s.value_dim) + (lens.empty() ? " no lens" : ""));
+  const Inputs in(s, seed);
+  const std::vector<float> q16 = RoundedCopy(in.q), k16 = RoundedCopy(in.k), v16 = RoundedCopy(in.v);
+  const std::vector<int64_t> rows =
+      lens.empty() ? std::vector<int64_t>() : RowLengths(lens, per_query, s.batch, s.queries);
+  std::vector<double> want_weights;
+  ReferenceDotProduct(q16, k16, v16, s.batch, s.queries, s.keys, s.depth, s.value_dim, rows,
+                      &want_weights);
+  const ValidLens valid = LensOf(lens, per_query, s.batch, s.queries);
+  const Outputs got = RunOp(*Bf16(), s, in, valid);
+  EXPECT_LE(MaxAbsDiff(got.weights.data(), want_weights), kWeightTolerance);
+  const std::vector<double> want_out = MixRoundedWeights(s, got.weights, v16);
+  EXPECT_LE(MaxAbsDiff(got.out.data(), want_out), OutTolerance(in.v));
+  // Without the weights output (softmax in scratch): the same answer.
+  const Outputs no_weights = RunOp(*Bf16(), s, in, valid, /*want_weights=*/false);
+  EXPECT_LE(MaxAbsDiff(no_weights.out.data(), want_out), OutTolerance(in.v));
+}
+
+TEST_P(DotProductBf16, MatchesTheReferenceAtItsRoundingPoints) {
+  ATTNSCORE_NEED_BF16();
+  const Shape shapes[] = {{2, 16, 40, 64, 32}, {3, 7, 33, 33, 5}, {4, 9, 31, 8, 40},
+                          {1, 100, 300, 64, 64}};
+  uint32_t seed = 500;
+  for (const Shape& s : shapes) {
+    seed += 10;
+    CheckRoundingPoints(s, {}, false, seed);
+    CheckRoundingPoints(s, TestLengths(s.batch, s.queries, s.keys, true, seed + 1), true, seed + 2);
+    CheckRoundingPoints(s, TestLengths(s.batch, s.queries, s.keys, false, seed + 3), false, seed + 4);
+  }
+}
+
+TEST_P(DotProductBf16, QueryBlocksAndBatchChunksReuseTheirRoundedKeys) {
+  ATTNSCORE_NEED_BF16();
+  // Query blocks of one entry's long rows (736 + 264 queries), then 300
+  // entries in chunks of 32: K and V are rounded once per run of entries.
+  CheckRoundingPoints({2, 1000, 700, 8, 4}, {700, 651}, false, 7);
+  CheckRoundingPoints({300, 16, 1024, 4, 3}, std::vector<int64_t>(300, 1000), false, 10);
+}
+
+double MaxAbs(const std::vector<float>& x) {
+  double m = 0;
+  for (float f : x) m = std::max(m, static_cast<double>(std::abs(f)));
+  return m;
+}
+
+// The mode's stated tolerance against the exact fp32 reference, for inputs
+// of unit scale (Q, K ~ N(0, 1), D = 64) and V ~ N(0, 3²): weights within
+// kBf16WeightTolerance, outputs within kBf16OutTolerance · (1 + max|V|).
+constexpr double kBf16WeightTolerance = 1e-2;
+constexpr double kBf16OutTolerance = 1e-2;
+
+TEST(DotProductBf16Tolerance, WithinTheStatedBoundsOfTheFp32Reference) {
+  ATTNSCORE_NEED_BF16();
+  for (const Shape& s : {Shape{1, 256, 1024, 64, 64}, Shape{4, 64, 128, 64, 64}}) {
+    const Inputs in(s, 77);
+    const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, true, 78);
+    std::vector<double> want_weights;
+    const std::vector<double> want_out =
+        ReferenceDotProduct(in.q, in.k, in.v, s.batch, s.queries, s.keys, s.depth, s.value_dim,
+                            RowLengths(lens, true, s.batch, s.queries), &want_weights);
+    const Outputs got = RunOp(*Bf16(), s, in, LensOf(lens, true, s.batch, s.queries));
+    const double weight_error = MaxAbsDiff(got.weights.data(), want_weights);
+    const double out_error = MaxAbsDiff(got.out.data(), want_out);
+    EXPECT_LE(weight_error, kBf16WeightTolerance);
+    EXPECT_LE(out_error, kBf16OutTolerance * (1 + MaxAbs(in.v)));
+    // Rounding happened: the fp32 tolerances do not hold.
+    EXPECT_GT(out_error, OutTolerance(in.v));
+    std::printf("bf16 vs fp32 reference, (%lld, %lld, %lld, d%lld): weights %.2e, out %.2e "
+                "(max|V| %.2f)\n",
+                static_cast<long long>(s.batch), static_cast<long long>(s.queries),
+                static_cast<long long>(s.keys), static_cast<long long>(s.depth), weight_error,
+                out_error, MaxAbs(in.v));
+  }
+}
+
+TEST_P(DotProductBf16, EdgeCasesOfTheContractHold) {
+  ATTNSCORE_NEED_BF16();
+  const Shape s{3, 5, 20, 16, 6};
+  Inputs in(s, 31);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  // Entry 0: L = 0. Entry 1: L = 7, with NaN keys and Inf values past it.
+  // Entry 2: all keys valid, its first query scaled by 1e4 (huge scores).
+  const std::vector<int64_t> lens = {0, 7, 20};
+  for (int64_t j = 7; j < s.keys; ++j) {
+    for (int64_t d = 0; d < s.depth; ++d) in.k[static_cast<size_t>((s.keys + j) * s.depth + d)] = nan;
+    for (int64_t c = 0; c < s.value_dim; ++c) in.v[static_cast<size_t>((s.keys + j) * s.value_dim + c)] = inf;
+  }
+  for (int64_t d = 0; d < s.depth; ++d) in.q[static_cast<size_t>((2 * s.queries) * s.depth + d)] *= 1e4f;
+  const ValidLens valid = ValidLens::PerBatch(lens.data(), s.batch);
+  const Outputs got = RunOp(*Bf16(), s, in, valid);
+  for (int64_t i = 0; i < s.queries; ++i) {
+    for (int64_t j = 0; j < s.keys; ++j) {
+      EXPECT_EQ(got.weights[static_cast<size_t>(i * s.keys + j)], 1.0f / 20) << "L = 0: uniform";
+      EXPECT_EQ(got.weights[static_cast<size_t>((s.queries + i) * s.keys + j)] == 0.0f, j >= 7);
+    }
+  }
+  for (float x : got.out) EXPECT_TRUE(std::isfinite(x)) << "masked NaN/Inf leaked, or overflow";
+  for (float w : got.weights) EXPECT_TRUE(std::isfinite(w));
+  // A NaN in a valid key makes exactly the rows that see it NaN.
+  in.k[static_cast<size_t>((s.keys + 3) * s.depth)] = nan;
+  const Outputs poisoned = RunOp(*Bf16(), s, in, valid);
+  for (int64_t i = 0; i < s.queries; ++i) {
+    EXPECT_TRUE(std::isnan(poisoned.out[static_cast<size_t>((s.queries + i) * s.value_dim)]));
+    EXPECT_FALSE(std::isnan(poisoned.out[static_cast<size_t>(i * s.value_dim)]));
+    EXPECT_FALSE(std::isnan(poisoned.out[static_cast<size_t>((2 * s.queries + i) * s.value_dim)]));
+  }
+}
+
+TEST_P(DotProductBf16, StridedViewsGiveTheDenseBits) {
+  ATTNSCORE_NEED_BF16();
+  // K stored as (B, D, M), out and weights with padded rows: the rounded
+  // copies are dense either way, so the results are the same bits.
+  const Shape s{2, 12, 50, 24, 10};
+  const Inputs in(s, 61);
+  const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, true, 62);
+  const ValidLens valid = LensOf(lens, true, s.batch, s.queries);
+  const Outputs dense = RunOp(*Bf16(), s, in, valid);
+  std::vector<float> kt(in.k.size());
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t j = 0; j < s.keys; ++j)
+      for (int64_t d = 0; d < s.depth; ++d)
+        kt[static_cast<size_t>((b * s.depth + d) * s.keys + j)] =
+            in.k[static_cast<size_t>((b * s.keys + j) * s.depth + d)];
+  const int64_t out_row = s.value_dim + 3, w_row = s.keys + 5;
+  std::vector<float> out(static_cast<size_t>(s.batch * s.queries * out_row), kSentinel);
+  std::vector<float> weights(static_cast<size_t>(s.batch * s.queries * w_row), kSentinel);
+  const Status st = Bf16()->DotProductAttention(
+      ConstTensor(in.q.data(), {s.batch, s.queries, s.depth}),
+      ConstTensor(kt.data(), {s.batch, s.keys, s.depth}, {s.depth * s.keys, 1, s.keys}),
+      ConstTensor(in.v.data(), {s.batch, s.keys, s.value_dim}), valid,
+      Tensor(out.data(), {s.batch, s.queries, s.value_dim}, {s.queries * out_row, out_row, 1}),
+      Tensor(weights.data(), {s.batch, s.queries, s.keys}, {s.queries * w_row, w_row, 1}));
+  ASSERT_TRUE(st.ok()) << st.message();
+  for (int64_t r = 0; r < s.batch * s.queries; ++r) {
+    EXPECT_EQ(0, std::memcmp(&out[static_cast<size_t>(r * out_row)],
+                             &dense.out[static_cast<size_t>(r * s.value_dim)], sizeof(float) * s.value_dim));
+    EXPECT_EQ(0, std::memcmp(&weights[static_cast<size_t>(r * w_row)],
+                             &dense.weights[static_cast<size_t>(r * s.keys)], sizeof(float) * s.keys));
+    EXPECT_EQ(out[static_cast<size_t>(r * out_row + s.value_dim)], kSentinel);
+  }
+}
+
+TEST(DotProductBf16Threads, ResultsIdenticalForAnyThreadCount) {
+  ATTNSCORE_NEED_BF16();
+  const Shape s{3, 40, 300, 32, 16};
+  const Inputs in(s, 41);
+  const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, true, 44);
+  const ValidLens valid = LensOf(lens, true, s.batch, s.queries);
+  const Outputs one = RunOp(*Bf16(1), s, in, valid), two = RunOp(*Bf16(2), s, in, valid);
+  EXPECT_EQ(0, std::memcmp(one.out.data(), two.out.data(), one.out.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(one.weights.data(), two.weights.data(), one.weights.size() * sizeof(float)));
+}
+
+TEST_P(DotProductBf16, FewQueriesRunInFp32OnTheRowKernels) {
+  ATTNSCORE_NEED_BF16();
+  const Shape s{5, 3, 200, 64, 64};
+  const Inputs in(s, 91);
+  const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, false, 92);
+  const ValidLens valid = LensOf(lens, false, s.batch, s.queries);
+  const Outputs bf16 = RunOp(*Bf16(), s, in, valid), fp32 = RunOp(DefaultEngine(), s, in, valid);
+  EXPECT_EQ(0, std::memcmp(bf16.out.data(), fp32.out.data(), bf16.out.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(bf16.weights.data(), fp32.weights.data(), bf16.weights.size() * sizeof(float)));
+}
+
+TEST(DotProductBf16Errors, BadInputWritesNothing) {
+  ATTNSCORE_NEED_BF16();
+  const Shape s{2, 8, 16, 8, 4};
+  const Inputs in(s, 5);
+  std::vector<float> out(static_cast<size_t>(s.batch * s.queries * s.value_dim), kSentinel);
+  const std::vector<int64_t> lens = {3, -1};
+  const Status st = Bf16()->DotProductAttention(
+      ConstTensor(in.q.data(), {s.batch, s.queries, s.depth}),
+      ConstTensor(in.k.data(), {s.batch, s.keys, s.depth}),
+      ConstTensor(in.v.data(), {s.batch, s.keys, s.value_dim}),
+      ValidLens::PerBatch(lens.data(), s.batch), Tensor(out.data(), {s.batch, s.queries, s.value_dim}));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  for (float x : out) EXPECT_EQ(x, kSentinel);
+}
+
+TEST(Bf16Engine, CreateNeedsAvx512AndSaysSo) {
+  EngineOptions options;
+  options.precision = Precision::kBf16;
+  std::unique_ptr<Engine> engine;
+  const Status s = Engine::Create(options, &engine);
+  if (matmul::OnednnIsa().rfind("avx512", 0) == 0) {
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(engine->options().precision, Precision::kBf16);
+    EXPECT_NE(engine->Describe().find("precision: bf16"), std::string::npos);
+  } else {
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+    EXPECT_NE(s.message().find("precision bf16 needs"), std::string::npos) << s.message();
+    EXPECT_EQ(engine, nullptr);
+  }
+  options.precision = static_cast<Precision>(7);
+  EXPECT_EQ(Engine::Create(options, &engine).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Bf16Engine, PrecisionNamesParseBack) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    Precision parsed{};
+    EXPECT_TRUE(ParsePrecision(PrecisionName(p), &parsed));
+    EXPECT_EQ(parsed, p);
+  }
+  Precision parsed = Precision::kFp32;
+  EXPECT_FALSE(ParsePrecision("fp16", &parsed));
+  EXPECT_FALSE(ParsePrecision("BF16", &parsed));
+}
+
+}  // namespace
+}  // namespace attnscore::test
