@@ -163,6 +163,27 @@ TEST_F(CliTest, RunDotWritesOutAndWeights) {
   EXPECT_LE(MaxDiff(Read(weights), Read(Golden("dot_toy", "weights"))), 1e-5);
 }
 
+// bf16 rounds the matmul inputs: the output moves off the fp32 golden, but
+// stays within the mode's stated tolerance (bf16_test.cc), 1e-2 · (1 + max|V|).
+TEST_F(CliTest, RunDotInBf16StaysWithinItsTolerance) {
+  const std::string out = Temp("o.npy"), weights = Temp("w.npy");
+  const Result r = Run(DotArgs("dot_per_batch_int32", out) + " --weights-out " + weights +
+                       " --precision bf16");
+  if (r.exit_code == 2 && r.err.find("precision bf16 needs") != std::string::npos) {
+    GTEST_SKIP() << "no bf16 matmul under this ISA cap: " << r.err;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const double out_error = MaxDiff(Read(out), Read(Golden("dot_per_batch_int32", "out")));
+  EXPECT_LE(out_error, 1e-2 * (1 + 4.4));
+  EXPECT_GT(out_error, 1e-5 * (1 + 4.4)) << "no rounding happened";
+  EXPECT_LE(MaxDiff(Read(weights), Read(Golden("dot_per_batch_int32", "weights"))), 1e-2);
+  const Result bench = Run("bench dot --batch 2 --queries 8 --keys 40 --repeat 2 --json --precision bf16");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_NE(bench.out.find("\"precision\": \"bf16\""), std::string::npos) << bench.out;
+  const Result info = Run("info --precision bf16");
+  EXPECT_NE(info.out.find("precision: bf16\n"), std::string::npos) << info.out;
+}
+
 TEST_F(CliTest, BenchPrintsJson) {
   for (const char* args : {"softmax --valid-lens random", "softmax --valid-lens none",
                            "dot --valid-lens random-batch", "dot --valid-lens full --weights",
@@ -339,6 +360,7 @@ TEST_F(CliTest, ValidationMatrixRefusesEveryMalformedInput) {
       {dot(q, k, v, " --weights-out " + dir_.string()), "is a directory"},
       {dot(q, k, v, " --threads -1"), "--threads is -1; it must be in [1, 1024]"},
       {dot(q, k, v, " --isa mmx"), "--isa is 'mmx'"},
+      {dot(q, k, v, " --precision fp16"), "--precision is 'fp16'; want fp32 or bf16"},
       {dot(q, k, v, " --threads"), "--threads needs a value"},
       {dot(q, k, v, " --values " + v), "--values is given twice"},
       {dot(q, k, v, " --model " + toy + "model.safetensors"), "unknown flag --model"},

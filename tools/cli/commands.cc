@@ -42,6 +42,8 @@ usage:
                         [--weights] [--repeat R] [--json]
 common flags: --threads T (default 1), --isa scalar|sse4|avx2|avx512|best
               (default best, which yields to $ATTNSCORE_ISA when it is set),
+              --precision fp32|bf16 (default fp32; bf16 rounds the dot
+              product's matmul inputs to bfloat16, see below),
               --info (run and bench: after the run, print what info prints,
               with each oneDNN matmul made and the implementation it chose),
               --help
@@ -77,8 +79,15 @@ null. concat: --keys is M (the value rows), --query-dim Dq (default 64),
 counts 2 M (Dq + Dk) + 2 L Dv + 2 O (Dq + Dv) per query. The JSON also
 names the Highway target in use and oneDNN's implementations.
 
+--precision bf16 runs dot's two matrix products in oneDNN's bf16 matmul
+(fp32 accumulation): Q, K, V and the attention weights are rounded to
+bfloat16 for them, while scores, softmax, --weights-out and the output stay
+float32. Calls with at most 3 queries per batch entry, and the other ops,
+run in fp32 whatever the flag says.
+
 info prints the CPU's Highway targets, the ones the ISA cap allows and the
-one in use, oneDNN's version and effective ISA, the cap and the threads.
+one in use, oneDNN's version and effective ISA, the cap, the threads and
+the precision.
 
 exit status: 0 success, 2 bad input or usage, 1 internal failure.
 )";
@@ -112,6 +121,10 @@ Status MakeEngine(const Args& args, std::unique_ptr<Engine>* engine) {
   if (!ParseIsa(isa, &options.isa)) {
     return Status::InvalidArgument("--isa is '" + isa +
                                    "'; want scalar, sse4, avx2, avx512 or best");
+  }
+  const std::string precision = args.get("--precision", "fp32");
+  if (!ParsePrecision(precision, &options.precision)) {
+    return Status::InvalidArgument("--precision is '" + precision + "'; want fp32 or bf16");
   }
   return Engine::Create(options, engine);
 }
@@ -239,7 +252,7 @@ Status CheckOutputSize(const std::string& what, const std::vector<int64_t>& shap
 
 int RunSoftmax(const Args& args) {
   Status s = CheckFlags(args,
-                        {"--x", "--valid-lens", "--out", "--weights-out", "--threads", "--isa",
+                        {"--x", "--valid-lens", "--out", "--weights-out", "--threads", "--isa", "--precision",
                          "--info"},
                         {"--x", "--out"}, "run softmax");
   if (!s.ok()) return Fail(s);
@@ -279,7 +292,7 @@ Status LoadConcat(const Args& args, const io::NpyArray& q, std::unique_ptr<Conca
 int RunAttention(const Args& args, const std::string& op) {
   const bool additive = op == "additive", concat = op == "concat";
   std::set<std::string> allowed = {"--queries", "--keys", "--values", "--valid-lens", "--out",
-                                   "--weights-out", "--threads", "--isa", "--info"};
+                                   "--weights-out", "--threads", "--isa", "--precision", "--info"};
   std::set<std::string> required = {"--queries", "--keys", "--values", "--out"};
   if (additive || concat) allowed.insert("--model"), required.insert("--model");
   Status s = CheckFlags(args, allowed, required, "run " + op);
@@ -415,7 +428,7 @@ int Bench(const Args& args) {
         "bench wants an op: softmax, dot, additive or concat, got '" + op + "'"));
   }
   std::set<std::string> allowed = {"--batch", "--queries", "--keys", "--valid-lens",
-                                   "--repeat", "--json", "--threads", "--isa", "--info"};
+                                   "--repeat", "--json", "--threads", "--isa", "--precision", "--info"};
   if (op != "softmax") allowed.insert({"--query-dim", "--value-dim", "--weights"});
   if (op == "additive") allowed.insert({"--key-dim", "--hidden"});
   if (op == "concat") allowed.insert({"--key-dim", "--out-dim"});
@@ -573,17 +586,18 @@ int Bench(const Args& args) {
   const double gflops = flops / (median * 1e3);
   const double gbytes = bytes / (median * 1e3);
   const std::string isa = IsaName(engine->options().isa);
+  const char* precision = PrecisionName(engine->options().precision);
   if (args.has("--json")) {
     std::printf(
         "{\"op\": \"%s\", \"batch\": %lld, \"queries\": %lld, \"keys\": %lld, "
         "\"query_dim\": %lld, \"value_dim\": %lld, \"valid_lens\": \"%s\", "
-        "\"threads\": %d, \"isa\": \"%s\", \"repeat\": %lld, \"median_us\": %.3f, "
+        "\"threads\": %d, \"isa\": \"%s\", \"precision\": \"%s\", \"repeat\": %lld, \"median_us\": %.3f, "
         "\"min_us\": %.3f, \"gflops\": %s, \"gbytes_per_s\": %.3f, "
         "\"highway_target\": \"%s\", \"onednn_implementations\": [%s]%s}\n",
         op.c_str(), static_cast<long long>(B), static_cast<long long>(N),
         static_cast<long long>(M), static_cast<long long>(shape.depth),
         static_cast<long long>(shape.value_dim), mode.c_str(), engine->options().threads,
-        isa.c_str(), static_cast<long long>(repeat), median, min,
+        isa.c_str(), precision, static_cast<long long>(repeat), median, min,
         op != "softmax" ? std::to_string(gflops).c_str() : "null", gbytes,
         kernels::MaskedSoftmaxTarget(), OnednnImplementations().c_str(),
         op == "additive" ? (", \"hidden\": " + std::to_string(shape.hidden) + ", \"key_dim\": " +
@@ -595,9 +609,9 @@ int Bench(const Args& args) {
                                .c_str()
                          : "");
   } else {
-    std::printf("%s (%lld, %lld, %lld) valid-lens %s, %d thread(s), isa %s\n", op.c_str(),
+    std::printf("%s (%lld, %lld, %lld) valid-lens %s, %d thread(s), isa %s, %s\n", op.c_str(),
                 static_cast<long long>(B), static_cast<long long>(N), static_cast<long long>(M),
-                mode.c_str(), engine->options().threads, isa.c_str());
+                mode.c_str(), engine->options().threads, isa.c_str(), precision);
     std::printf("median %.2f us, min %.2f us over %lld runs; ", median, min,
                 static_cast<long long>(repeat));
     if (op == "additive") std::printf("%.2f triples/ns, ", triples / (median * 1e3));
@@ -609,7 +623,7 @@ int Bench(const Args& args) {
 }
 
 int Info(const Args& args) {
-  Status s = CheckFlags(args, {"--threads", "--isa"}, {}, "info");
+  Status s = CheckFlags(args, {"--threads", "--isa", "--precision"}, {}, "info");
   std::unique_ptr<Engine> engine;
   if (!s.ok() || !(s = MakeEngine(args, &engine)).ok()) return Fail(s);
   PrintInfo(*engine);
