@@ -1,10 +1,11 @@
 // attnscore_bench's main: the engine's own flags, then Google Benchmark's.
 //
 //   attnscore_bench [--isa scalar|sse4|avx2|avx512|best] [--threads T]
-//                   [--benchmark_... flags]
+//                   [--precision fp32|bf16] [--benchmark_... flags]
 //
 // --isa defaults to best, which yields to $ATTNSCORE_ISA; --threads to
-// $ATTNSCORE_BENCH_THREADS, else 1. With --benchmark_out (JSON), the file's
+// $ATTNSCORE_BENCH_THREADS, else 1; --precision to fp32 (bf16 also gives
+// the plain oneDNN peer bf16 inputs). With --benchmark_out (JSON), the file's
 // context also names, for every benchmark, the Highway target and the oneDNN
 // implementations that ran it (its label).
 #include <benchmark/benchmark.h>
@@ -23,9 +24,12 @@
 namespace {
 
 constexpr char kUsage[] =
-    "attnscore_bench [--isa scalar|sse4|avx2|avx512|best] [--threads T] [benchmark flags]\n"
-    "  --isa      the process's ISA cap (default best, which yields to $ATTNSCORE_ISA)\n"
-    "  --threads  engine threads (default $ATTNSCORE_BENCH_THREADS, else 1)\n";
+    "attnscore_bench [--isa scalar|sse4|avx2|avx512|best] [--threads T] [--precision fp32|bf16]\n"
+    "                [benchmark flags]\n"
+    "  --isa        the process's ISA cap (default best, which yields to $ATTNSCORE_ISA)\n"
+    "  --threads    engine threads (default $ATTNSCORE_BENCH_THREADS, else 1)\n"
+    "  --precision  the engine's precision (default fp32); bf16 gives the plain oneDNN\n"
+    "               matmul peer bf16 inputs too\n";
 
 [[noreturn]] void Usage(const std::string& error) {
   std::fprintf(stderr, "attnscore_bench: error: %s\n%s", error.c_str(), kUsage);
@@ -41,7 +45,7 @@ int ParseThreads(const std::string& name, const std::string& value) {
   return static_cast<int>(threads);
 }
 
-// Takes --isa and --threads (as "--flag value" or "--flag=value") out of argv.
+// Takes --isa, --threads and --precision (as "--flag value" or "--flag=value") out of argv.
 attnscore::EngineOptions TakeEngineFlags(int* argc, char** argv) {
   attnscore::EngineOptions options;
   if (const char* threads = std::getenv("ATTNSCORE_BENCH_THREADS")) {
@@ -51,7 +55,7 @@ attnscore::EngineOptions TakeEngineFlags(int* argc, char** argv) {
   for (int i = 1; i < *argc; ++i) {
     const std::string arg = argv[i];
     std::string flag, value;
-    for (const char* name : {"--isa", "--threads"}) {
+    for (const char* name : {"--isa", "--threads", "--precision"}) {
       if (arg == name) {
         if (i + 1 >= *argc) Usage(arg + " needs a value");
         flag = name, value = argv[++i];
@@ -63,6 +67,8 @@ attnscore::EngineOptions TakeEngineFlags(int* argc, char** argv) {
       argv[kept++] = argv[i];
     } else if (flag == "--isa" && !attnscore::ParseIsa(value, &options.isa)) {
       Usage("--isa is '" + value + "'; want scalar, sse4, avx2, avx512 or best");
+    } else if (flag == "--precision" && !attnscore::ParsePrecision(value, &options.precision)) {
+      Usage("--precision is '" + value + "'; want fp32 or bf16");
     } else if (flag == "--threads") {
       options.threads = ParseThreads("--threads", value);
     }

@@ -51,6 +51,7 @@ const Engine& SharedEngine() {
     benchmark::AddCustomContext("onednn_version", matmul::OnednnVersion());
     benchmark::AddCustomContext("onednn_isa", matmul::OnednnIsa());
     benchmark::AddCustomContext("engine_threads", std::to_string(options.threads));
+    benchmark::AddCustomContext("precision", PrecisionName(options.precision));
     benchmark::AddCustomContext("omp_max_threads", std::to_string(omp_get_max_threads()));
     return created;
   }();

@@ -19,10 +19,12 @@ are V's M rows (its valid lengths mask those), with one key per query.
 Prints a markdown table:
   op | shape | valid lens | attnscore median µs | PyTorch median µs | speed-up
 where speed-up = PyTorch median / attnscore median (> 1: attnscore faster).
+--bf16 adds, for the dot rows, the CLI with --precision bf16 (PyTorch stays
+float32): its median, its speed-up over PyTorch, and fp32 median / bf16 median.
 
 Usage:
   bench/compare_torch.py [--attnscore PATH] [--threads T] [--repeat R]
-                         [--only softmax|dot|additive|concat] [--torch-only]
+                         [--only softmax|dot|additive|concat] [--torch-only] [--bf16]
 Exit status: 0 ok, 1 an attnscore run failed, 2 the CLI is missing.
 """
 
@@ -155,7 +157,7 @@ def time_torch(op, dims, spec, repeat, seed):
 # ---------------------------------------------------------------------------
 # attnscore CLI.
 
-def cli_command(cli, op, dims, spec, threads, repeat):
+def cli_command(cli, op, dims, spec, threads, repeat, precision="fp32"):
     if op == "softmax":
         B, N, M = dims
         cmd = [cli, "bench", "softmax", "--batch", B, "--queries", N,
@@ -173,7 +175,7 @@ def cli_command(cli, op, dims, spec, threads, repeat):
         cmd = [cli, "bench", "dot", "--batch", B, "--queries", N,
                "--keys", M, "--query-dim", D, "--value-dim", Dv]
     cmd += ["--valid-lens", spec, "--threads", threads, "--repeat", repeat,
-            "--json"]
+            "--precision", precision, "--json"]
     return [str(c) for c in cmd]
 
 
@@ -191,9 +193,9 @@ def parse_json_stdout(text):
         raise
 
 
-def time_attnscore(cli, op, dims, spec, threads, repeat):
+def time_attnscore(cli, op, dims, spec, threads, repeat, precision="fp32"):
     """Returns (median_us, record) or (None, error text)."""
-    cmd = cli_command(cli, op, dims, spec, threads, repeat)
+    cmd = cli_command(cli, op, dims, spec, threads, repeat, precision)
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            universal_newlines=True, timeout=900)
@@ -266,6 +268,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=30,
                     help="timed calls per shape (median); default 30")
     ap.add_argument("--only", choices=["softmax", "dot", "additive", "concat"])
+    ap.add_argument("--bf16", action="store_true",
+                    help="also time dot with --precision bf16 (extra columns)")
     ap.add_argument("--torch-only", action="store_true",
                     help="skip the attnscore column (no CLI needed)")
     ap.add_argument("--seed", type=int, default=0,
@@ -309,14 +313,27 @@ def main():
             if a_us is None:
                 errors.append(rec)
         speedup = "—" if not a_us else "%.2f×" % (t_us / a_us)
-        rows.append((op, shape_text(op, label, dims), lens_text(spec, lens),
-                     fmt_us(a_us), fmt_us(t_us), speedup))
+        row = (op, shape_text(op, label, dims), lens_text(spec, lens),
+               fmt_us(a_us), fmt_us(t_us), speedup)
+        if args.bf16:
+            # Only dot has a bf16 mode; the row kernels (N <= 3) stay fp32.
+            b_us = None
+            if op == "dot" and not args.torch_only:
+                b_us, rec = time_attnscore(cli, op, dims, cli_spec, args.threads,
+                                           args.repeat, "bf16")
+                if b_us is None:
+                    errors.append(rec)
+            row += (fmt_us(b_us), "—" if not b_us else "%.2f×" % (t_us / b_us),
+                    "—" if not (a_us and b_us) else "%.2f×" % (a_us / b_us))
+        rows.append(row)
     shutil.rmtree(lens_dir, ignore_errors=True)
 
     head = ("op", "shape", "valid lens", "attnscore median µs",
             "PyTorch median µs", "speed-up")
+    if args.bf16:
+        head += ("attnscore bf16 µs", "bf16 speed-up", "bf16 vs fp32")
     print("| " + " | ".join(head) + " |")
-    print("|" + "|".join(["---", "---", "---", "---:", "---:", "---:"]) + "|")
+    print("|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
     for e in errors:

@@ -4,6 +4,7 @@
 // of each dot-product shape.
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <cstring>
 
 #include "bench_util.h"
@@ -58,11 +59,12 @@ BENCHMARK(BM_MemcpyOpBuffers)
 //   inner:0  C (B·N, L)  = A (B·N, D + Dv) · W (D + Dv, L)
 //   inner:1  C (B·N, 2L) = A (B·N, D) · W (D, 2L), the op's own Q·Kᵀ widened;
 // oneDNN is slower with the shorter inner dimension, so both are reported.
+// In a --precision bf16 run A and W are bf16 (C stays f32), as the op's are.
 void BM_OnednnMatmul(benchmark::State& state) {
   const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),
                 depth = state.range(3);
   const bool inner_is_depth = state.range(4) != 0;
-  SharedEngine();  // applies the ISA cap and thread count first
+  const bool bf16 = SharedEngine().options().precision == Precision::kBf16;  // cap, threads
   const std::vector<int64_t> lens = RandomLengths(batch, keys, 4);
   const auto mean_valid =
       static_cast<int64_t>(ValidKeys(lens, 1, keys) / static_cast<double>(batch) + 0.5);
@@ -71,16 +73,32 @@ void BM_OnednnMatmul(benchmark::State& state) {
   const int64_t n = inner_is_depth ? 2 * mean_valid : mean_valid;
   std::vector<float> a = RandomFloats(m * k, 1), w = RandomFloats(k * n, 2);
   std::vector<float> c(static_cast<size_t>(m * n));
+  // bf16 words of the same values: their upper halves (truncated; the time
+  // does not depend on the rounding).
+  const auto to_bf16 = [](const std::vector<float>& x) {
+    std::vector<uint16_t> words(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &x[i], sizeof(bits));
+      words[i] = static_cast<uint16_t>(bits >> 16);
+    }
+    return words;
+  };
+  std::vector<uint16_t> a16, w16;
+  if (bf16) a16 = to_bf16(a), w16 = to_bf16(w);
+  void* a_data = bf16 ? static_cast<void*>(a16.data()) : a.data();
+  void* w_data = bf16 ? static_cast<void*>(w16.data()) : w.data();
+  const dnnl::memory::data_type input = bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
-  dnnl::memory::desc a_md({m, k}, dt::f32, tag::ab), w_md({k, n}, dt::f32, tag::ab),
+  dnnl::memory::desc a_md({m, k}, input, tag::ab), w_md({k, n}, input, tag::ab),
       c_md({m, n}, dt::f32, tag::ab);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, w_md, c_md), engine);
   dnnl::matmul matmul(pd);
-  dnnl::memory a_mem(a_md, engine, a.data()), w_mem(w_md, engine, w.data()),
+  dnnl::memory a_mem(a_md, engine, a_data), w_mem(w_md, engine, w_data),
       c_mem(c_md, engine, c.data());
   for (auto _ : state) {
     matmul.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, c_mem}});
