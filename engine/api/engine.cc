@@ -39,7 +39,7 @@ Status Engine::Create(const EngineOptions& options, std::unique_ptr<Engine>* eng
       return Status::Unsupported(
           "Engine::Create: precision bf16 needs oneDNN's bf16 matmul, which it has only with "
           "AVX-512; oneDNN's ISA here is " + matmul::OnednnIsa() + " (isa cap " +
-          IsaName(resolved.isa) + ")");
+          IsaName(resolved.isa) + "); use precision fp32");
     }
     return Status::Ok();
   }));

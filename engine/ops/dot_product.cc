@@ -98,10 +98,12 @@ struct Bf16Inputs {
 
   void Fit(const Chunk& c, int64_t score_width, int64_t mix_width, int64_t depth,
            int64_t value_dim) {
-    k_words = std::max(k_words, c.entries * score_width * depth);
-    v_words = std::max(v_words, c.entries * mix_width * value_dim);
-    q_words = std::max(q_words, c.entries * c.rows * depth);
-    p_words = std::max(p_words, c.entries * c.rows * mix_width);
+    // Whole cache lines (32 words) each, so every copy starts on one.
+    const auto lines = [](int64_t words) { return (words + 31) / 32 * 32; };
+    k_words = std::max(k_words, lines(c.entries * score_width * depth));
+    v_words = std::max(v_words, lines(c.entries * mix_width * value_dim));
+    q_words = std::max(q_words, lines(c.entries * c.rows * depth));
+    p_words = std::max(p_words, lines(c.entries * c.rows * mix_width));
   }
   int64_t floats() const { return (k_words + v_words + q_words + p_words + 1) / 2; }
   void Carve(float* buffer) {

@@ -32,8 +32,11 @@ bool ParseIsa(const std::string& name, Isa* isa);
 // What the dot-product attention's matrix products read. kBf16 rounds Q, K,
 // V and the attention weights to bfloat16 (to nearest even) for oneDNN's
 // bf16 matmul, which accumulates in fp32; the scores, the softmax, the
-// weights returned and the output stay fp32. The other ops, and calls of at
-// most 3 queries per batch entry (the row kernels), always run in fp32.
+// weights returned and the output stay fp32. The other ops, and dot-product
+// calls that take the row kernels (at most 3 queries per batch entry, every
+// tensor with unit column strides), always run in fp32. Engine::Create
+// refuses kBf16 where oneDNN has no bf16 matmul (an ISA cap below AVX-512);
+// on AVX-512 CPUs without avx512_bf16 oneDNN emulates it, likely slower.
 enum class Precision { kFp32, kBf16 };
 
 // "fp32", "bf16".
