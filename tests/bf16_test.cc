@@ -80,7 +80,8 @@ TEST_P(RoundToBf16Test, EdgeValuesRoundToNearestEven) {
                            std::numeric_limits<float>::quiet_NaN(),
                            std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
                            std::numeric_limits<float>::denorm_min(), 1e-40f, -3e-39f};
-  // Ties, both parities, and their neighbours: 1 + k/256 + 1/512 (±1 ulp).
+  // Ties, both parities, and their neighbours: 1 + k/128 + 1/256 (±1 ulp),
+  // half a bf16 ulp (2^-7) past a bf16 value.
   for (int k = 0; k < 4; ++k) {
     const float tie = 1.0f + static_cast<float>(k) / 128.0f + 1.0f / 256.0f;
     in.insert(in.end(), {tie, std::nextafter(tie, 0.0f), std::nextafter(tie, 2.0f), -tie});
@@ -221,6 +222,14 @@ TEST_P(DotProductBf16, QueryBlocksAndBatchChunksReuseTheirRoundedKeys) {
   CheckRoundingPoints({300, 16, 1024, 4, 3}, std::vector<int64_t>(300, 1000), false, 10);
 }
 
+TEST_P(DotProductBf16, ProductsCutIntoTasksAddressBf16Blocks) {
+  ATTNSCORE_NEED_BF16();
+  // Q Kᵀ of 8 entries at 8.4 MFLOP each: tasks of several entries. Then
+  // 512 queries by 1024 keys (67 MFLOP): tasks of query rows.
+  CheckRoundingPoints({8, 128, 512, 64, 64}, std::vector<int64_t>(8, 512), false, 20);
+  CheckRoundingPoints({1, 512, 1024, 64, 32}, {1024}, false, 21);
+}
+
 double MaxAbs(const std::vector<float>& x) {
   double m = 0;
   for (float f : x) m = std::max(m, static_cast<double>(std::abs(f)));
@@ -293,8 +302,10 @@ TEST_P(DotProductBf16, EdgeCasesOfTheContractHold) {
 
 TEST_P(DotProductBf16, StridedViewsGiveTheDenseBits) {
   ATTNSCORE_NEED_BF16();
-  // K stored as (B, D, M), out and weights with padded rows: the rounded
-  // copies are dense either way, so the results are the same bits.
+  // K stored as (B, D, M); Q, V and the weights every other float (so the
+  // weights are gathered before rounding); out with padded rows (a strided
+  // C makes oneDNN pick another kernel). The rounded copies are dense either
+  // way, so the results are the same bits.
   const Shape s{2, 12, 50, 24, 10};
   const Inputs in(s, 61);
   const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, true, 62);
@@ -306,28 +317,37 @@ TEST_P(DotProductBf16, StridedViewsGiveTheDenseBits) {
       for (int64_t d = 0; d < s.depth; ++d)
         kt[static_cast<size_t>((b * s.depth + d) * s.keys + j)] =
             in.k[static_cast<size_t>((b * s.keys + j) * s.depth + d)];
-  const int64_t out_row = s.value_dim + 3, w_row = s.keys + 5;
-  std::vector<float> out(static_cast<size_t>(s.batch * s.queries * out_row), kSentinel);
-  std::vector<float> weights(static_cast<size_t>(s.batch * s.queries * w_row), kSentinel);
+  const auto spread = [](const std::vector<float>& x) {
+    std::vector<float> twice(2 * x.size(), kSentinel);
+    for (size_t i = 0; i < x.size(); ++i) twice[2 * i] = x[i];
+    return twice;
+  };
+  const std::vector<float> q2 = spread(in.q), v2 = spread(in.v);
+  std::vector<float> out(2 * dense.out.size(), kSentinel), weights(2 * dense.weights.size(), kSentinel);
+  const int64_t n = s.queries;
   const Status st = Bf16()->DotProductAttention(
-      ConstTensor(in.q.data(), {s.batch, s.queries, s.depth}),
+      ConstTensor(q2.data(), {s.batch, n, s.depth}, {2 * n * s.depth, 2 * s.depth, 2}),
       ConstTensor(kt.data(), {s.batch, s.keys, s.depth}, {s.depth * s.keys, 1, s.keys}),
-      ConstTensor(in.v.data(), {s.batch, s.keys, s.value_dim}), valid,
-      Tensor(out.data(), {s.batch, s.queries, s.value_dim}, {s.queries * out_row, out_row, 1}),
-      Tensor(weights.data(), {s.batch, s.queries, s.keys}, {s.queries * w_row, w_row, 1}));
+      ConstTensor(v2.data(), {s.batch, s.keys, s.value_dim}, {2 * s.keys * s.value_dim, 2 * s.value_dim, 2}),
+      valid, Tensor(out.data(), {s.batch, n, s.value_dim}, {2 * n * s.value_dim, 2 * s.value_dim, 1}),
+      Tensor(weights.data(), {s.batch, n, s.keys}, {2 * n * s.keys, 2 * s.keys, 2}));
   ASSERT_TRUE(st.ok()) << st.message();
-  for (int64_t r = 0; r < s.batch * s.queries; ++r) {
-    EXPECT_EQ(0, std::memcmp(&out[static_cast<size_t>(r * out_row)],
-                             &dense.out[static_cast<size_t>(r * s.value_dim)], sizeof(float) * s.value_dim));
-    EXPECT_EQ(0, std::memcmp(&weights[static_cast<size_t>(r * w_row)],
-                             &dense.weights[static_cast<size_t>(r * s.keys)], sizeof(float) * s.keys));
-    EXPECT_EQ(out[static_cast<size_t>(r * out_row + s.value_dim)], kSentinel);
+  for (int64_t r = 0; r < s.batch * n; ++r) {
+    ASSERT_EQ(0, std::memcmp(&out[static_cast<size_t>(2 * r * s.value_dim)],
+                             &dense.out[static_cast<size_t>(r * s.value_dim)], sizeof(float) * s.value_dim))
+        << "out row " << r;
+    ASSERT_EQ(out[static_cast<size_t>((2 * r + 1) * s.value_dim)], kSentinel) << "wrote past a row";
+  }
+  for (size_t i = 0; i < dense.weights.size(); ++i) {
+    ASSERT_EQ(0, std::memcmp(&weights[2 * i], &dense.weights[i], sizeof(float))) << "weight " << i;
   }
 }
 
 TEST(DotProductBf16Threads, ResultsIdenticalForAnyThreadCount) {
   ATTNSCORE_NEED_BF16();
-  const Shape s{3, 40, 300, 32, 16};
+  // Large enough that the rounding passes and both products (tasks of
+  // query rows) are shared between threads, not just the softmax.
+  const Shape s{2, 512, 1024, 64, 64};
   const Inputs in(s, 41);
   const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, true, 44);
   const ValidLens valid = LensOf(lens, true, s.batch, s.queries);
@@ -345,21 +365,6 @@ TEST_P(DotProductBf16, FewQueriesRunInFp32OnTheRowKernels) {
   const Outputs bf16 = RunOp(*Bf16(), s, in, valid), fp32 = RunOp(DefaultEngine(), s, in, valid);
   EXPECT_EQ(0, std::memcmp(bf16.out.data(), fp32.out.data(), bf16.out.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(bf16.weights.data(), fp32.weights.data(), bf16.weights.size() * sizeof(float)));
-}
-
-TEST(DotProductBf16Errors, BadInputWritesNothing) {
-  ATTNSCORE_NEED_BF16();
-  const Shape s{2, 8, 16, 8, 4};
-  const Inputs in(s, 5);
-  std::vector<float> out(static_cast<size_t>(s.batch * s.queries * s.value_dim), kSentinel);
-  const std::vector<int64_t> lens = {3, -1};
-  const Status st = Bf16()->DotProductAttention(
-      ConstTensor(in.q.data(), {s.batch, s.queries, s.depth}),
-      ConstTensor(in.k.data(), {s.batch, s.keys, s.depth}),
-      ConstTensor(in.v.data(), {s.batch, s.keys, s.value_dim}),
-      ValidLens::PerBatch(lens.data(), s.batch), Tensor(out.data(), {s.batch, s.queries, s.value_dim}));
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  for (float x : out) EXPECT_EQ(x, kSentinel);
 }
 
 TEST(Bf16Engine, CreateNeedsAvx512AndSaysSo) {

@@ -182,6 +182,21 @@ TEST_F(CliTest, RunDotInBf16StaysWithinItsTolerance) {
   EXPECT_NE(bench.out.find("\"precision\": \"bf16\""), std::string::npos) << bench.out;
   const Result info = Run("info --precision bf16");
   EXPECT_NE(info.out.find("precision: bf16\n"), std::string::npos) << info.out;
+  // Ops without a bf16 mode refuse it rather than run fp32 under its name.
+  ExpectBadInput(Run(SoftmaxArgs(Temp("y.npy")) + " --precision bf16"),
+                 "--precision bf16: only dot has a bf16 mode; softmax runs in fp32", Temp("y.npy"));
+  ExpectBadInput(Run("bench additive --batch 1 --queries 4 --keys 8 --precision bf16"),
+                 "only dot has a bf16 mode; additive runs in fp32");
+}
+
+// Under an ISA cap below AVX-512 oneDNN has no bf16 matmul: the engine says
+// so, and nothing is written.
+TEST_F(CliTest, Bf16UnderAnAvx2CapIsRefused) {
+  const std::string out = Temp("o.npy");
+  ExpectBadInput(Run(DotArgs("dot_per_batch_int32", out) + " --precision bf16", "ATTNSCORE_ISA=avx2"),
+                 "precision bf16 needs oneDNN's bf16 matmul, which it has only with AVX-512; "
+                 "oneDNN's ISA here is avx2 (isa cap avx2); use precision fp32",
+                 out);
 }
 
 TEST_F(CliTest, BenchPrintsJson) {

@@ -82,8 +82,9 @@ names the Highway target in use and oneDNN's implementations.
 --precision bf16 runs dot's two matrix products in oneDNN's bf16 matmul
 (fp32 accumulation): Q, K, V and the attention weights are rounded to
 bfloat16 for them, while scores, softmax, --weights-out and the output stay
-float32. Calls with at most 3 queries per batch entry, and the other ops,
-run in fp32 whatever the flag says.
+float32. Calls with at most 3 queries per batch entry take fp32 row kernels
+in either mode; the other ops have no bf16 mode and refuse the flag. It
+needs oneDNN's bf16 matmul, which it has only with AVX-512.
 
 info prints the CPU's Highway targets, the ones the ISA cap allows and the
 one in use, oneDNN's version and effective ISA, the cap, the threads and
@@ -111,7 +112,9 @@ void PrintInfo(const Engine& engine) {
   std::printf("attnscore 0.1.0\n%s", engine.Describe().c_str());
 }
 
-Status MakeEngine(const Args& args, std::unique_ptr<Engine>* engine) {
+// `op`: the op the engine will run ("" for info). Only dot has a bf16 mode,
+// so the others refuse --precision bf16 rather than ignore it.
+Status MakeEngine(const Args& args, const std::string& op, std::unique_ptr<Engine>* engine) {
   EngineOptions options;
   int64_t threads;
   ATTNSCORE_RETURN_IF_ERROR(ParseInt(args, "--threads", 1, 1, 1024, &threads));
@@ -125,6 +128,10 @@ Status MakeEngine(const Args& args, std::unique_ptr<Engine>* engine) {
   const std::string precision = args.get("--precision", "fp32");
   if (!ParsePrecision(precision, &options.precision)) {
     return Status::InvalidArgument("--precision is '" + precision + "'; want fp32 or bf16");
+  }
+  if (options.precision == Precision::kBf16 && !op.empty() && op != "dot") {
+    return Status::InvalidArgument("--precision bf16: only dot has a bf16 mode; " + op +
+                                   " runs in fp32");
   }
   return Engine::Create(options, engine);
 }
@@ -259,7 +266,7 @@ int RunSoftmax(const Args& args) {
   std::unique_ptr<Engine> engine;
   io::NpyArray x, lens_array;
   ValidLens lens;
-  if (!(s = MakeEngine(args, &engine)).ok() || !(s = ReadTensor(args, "--x", &x)).ok() ||
+  if (!(s = MakeEngine(args, "softmax", &engine)).ok() || !(s = ReadTensor(args, "--x", &x)).ok() ||
       !(s = ReadValidLens(args, &lens_array, &lens)).ok()) {
     return Fail(s);
   }
@@ -302,7 +309,7 @@ int RunAttention(const Args& args, const std::string& op) {
   std::unique_ptr<ConcatAttention> concat_model;
   io::NpyArray q, k, v, lens_array;
   ValidLens lens;
-  if (!(s = MakeEngine(args, &engine)).ok() || !(s = ReadTensor(args, "--queries", &q)).ok() ||
+  if (!(s = MakeEngine(args, op, &engine)).ok() || !(s = ReadTensor(args, "--queries", &q)).ok() ||
       (additive && !(s = AdditiveAttention::Load(args.get("--model"), &additive_model)).ok()) ||
       (concat && !(s = LoadConcat(args, q, &concat_model)).ok()) ||
       !(s = ReadTensor(args, "--keys", &k)).ok() || !(s = ReadTensor(args, "--values", &v)).ok() ||
@@ -466,7 +473,7 @@ int Bench(const Args& args) {
     if (!(s = CheckOutputSize("bench " + name, dims)).ok()) return Fail(s);
   }
   std::unique_ptr<Engine> engine;
-  if (!(s = MakeEngine(args, &engine)).ok()) return Fail(s);
+  if (!(s = MakeEngine(args, op, &engine)).ok()) return Fail(s);
 
   std::mt19937 rng(42);
   std::vector<int64_t> lens_data;
@@ -625,7 +632,7 @@ int Bench(const Args& args) {
 int Info(const Args& args) {
   Status s = CheckFlags(args, {"--threads", "--isa", "--precision"}, {}, "info");
   std::unique_ptr<Engine> engine;
-  if (!s.ok() || !(s = MakeEngine(args, &engine)).ok()) return Fail(s);
+  if (!s.ok() || !(s = MakeEngine(args, "", &engine)).ok()) return Fail(s);
   PrintInfo(*engine);
   return kExitOk;
 }
