@@ -19,8 +19,9 @@ are V's M rows (its valid lengths mask those), with one key per query.
 Prints a markdown table:
   op | shape | valid lens | attnscore median µs | PyTorch median µs | speed-up
 where speed-up = PyTorch median / attnscore median (> 1: attnscore faster).
---bf16 adds, for the dot rows, the CLI with --precision bf16 (PyTorch stays
-float32): its median, its speed-up over PyTorch, and fp32 median / bf16 median.
+--bf16 adds, for the dot rows of more than 3 queries, the CLI with
+--precision bf16 (PyTorch stays float32): its median, its speed-up over
+PyTorch, and fp32 median / bf16 median.
 
 Usage:
   bench/compare_torch.py [--attnscore PATH] [--threads T] [--repeat R]
@@ -316,9 +317,10 @@ def main():
         row = (op, shape_text(op, label, dims), lens_text(spec, lens),
                fmt_us(a_us), fmt_us(t_us), speedup)
         if args.bf16:
-            # Only dot has a bf16 mode; the row kernels (N <= 3) stay fp32.
+            # Only dot has a bf16 mode, and its row kernels (N <= 3) are
+            # fp32 in either mode: those rows get no bf16 columns.
             b_us = None
-            if op == "dot" and not args.torch_only:
+            if op == "dot" and dims[1] > 3 and not args.torch_only:
                 b_us, rec = time_attnscore(cli, op, dims, cli_spec, args.threads,
                                            args.repeat, "bf16")
                 if b_us is None:
