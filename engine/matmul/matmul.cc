@@ -159,15 +159,27 @@ class Primitive {
   size_t scratch_bytes_ = 0;
 };
 
-// Tasks of at most about this many flops: whole batch entries while an
-// entry is smaller, else blocks of one entry's rows, a multiple of
-// kRowBlock. Smaller tasks (4 MFLOP, 16 rows) cost 1 thread 5-15% on the long
+// Tasks of about this many flops: whole batch entries while an entry is
+// smaller, else blocks of one entry's rows, a multiple of kRowBlock (16
+// keeps oneDNN on full row tiles; 64 cut the 160-query chunks of
+// (1, 1024, 4096) at L = 3000 into 128 + 32, and 2 threads sped it up only
+// 1.2-1.3x; 80 + 80 gives 1.7-1.9x).
+// Smaller tasks (4 MFLOP, 16 rows) cost 1 thread 5-15% on the long
 // dot product and the big additive and concat shapes, measured against no
 // tiling at all; these cost 0-5%, within this machine's noise.
 constexpr double kTaskFlops = 32e6;
-constexpr int64_t kRowBlock = 64;
+constexpr int64_t kRowBlock = 16;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// How many tasks `flops` of work is cut into: about one per kTaskFlops, but
+// an even number when there are several (an odd count rounds down, keeping
+// tasks large), so that two threads, this machine's count, get equal
+// shares: with three equal tasks one thread idles a third of the time.
+int64_t TaskCount(double flops) {
+  const auto tasks = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(flops / kTaskFlops)));
+  return tasks > 1 && tasks % 2 == 1 ? tasks - 1 : tasks;
+}
 
 // A problem cut into tasks whose shapes depend on the problem alone, run by
 // the calling thread's OpenMP threads: every thread count computes each
@@ -180,13 +192,11 @@ class TiledPlan final : public Plan {
         2.0 * static_cast<double>(m) * static_cast<double>(p.a.cols) * static_cast<double>(p.b.cols);
     // As few tasks as kTaskFlops allows, of near-equal size.
     if (entry_flops > kTaskFlops) {
-      const auto blocks = static_cast<int64_t>(std::ceil(entry_flops / kTaskFlops));
+      const int64_t blocks = TaskCount(entry_flops);
       rows_per_task_ = std::min(m, CeilDiv(CeilDiv(m, blocks), kRowBlock) * kRowBlock);
     } else {
       rows_per_task_ = m;
-      const auto groups = static_cast<int64_t>(
-          std::ceil(entry_flops * static_cast<double>(p.batch) / kTaskFlops));
-      entries_per_task_ = CeilDiv(p.batch, std::max<int64_t>(groups, 1));
+      entries_per_task_ = CeilDiv(p.batch, TaskCount(entry_flops * static_cast<double>(p.batch)));
     }
     row_tasks_ = CeilDiv(m, rows_per_task_);
     tasks_ = CeilDiv(p.batch, entries_per_task_) * row_tasks_;
