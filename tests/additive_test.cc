@@ -306,6 +306,40 @@ TEST_P(AdditiveTest, TwoThreadsGiveTheSameAnswer) {
   CheckAgainstReference(p, Lengths(s, true, 12), true, /*threads=*/2);
 }
 
+// With 2 threads, a call of several entries runs whole entries per thread,
+// one of a single entry shares its row loops: either way every output is
+// the 1-thread bits.
+TEST(AdditiveThreads, ResultsIdenticalForAnyThreadCount) {
+  for (const Shape& s : {Shape{5, 20, 300, 32, 24, 64, 16}, Shape{1, 40, 700, 16, 16, 300, 8}}) {
+    SCOPED_TRACE("B=" + std::to_string(s.batch));
+    const Problem p = RandomProblem(s, 71);
+    const auto model = ModelOf(p);
+    const std::vector<int64_t> lens = Lengths(s, /*per_query=*/true, 72);  // 0, 1 and M among them
+    std::vector<float> out[2], weights[2];
+    for (int threads : {1, 2}) {
+      EngineOptions options;
+      options.threads = threads;
+      std::unique_ptr<Engine> engine;
+      ASSERT_TRUE(Engine::Create(options, &engine).ok());
+      std::vector<float>& o = out[threads - 1];
+      std::vector<float>& w = weights[threads - 1];
+      o.assign(static_cast<size_t>(s.batch * s.queries * s.value_dim), kSentinel);
+      w.assign(static_cast<size_t>(s.batch * s.queries * s.keys), kSentinel);
+      const Status st = model->Forward(
+          *engine, ConstTensor(p.q.data(), {s.batch, s.queries, s.query_size}),
+          ConstTensor(p.k.data(), {s.batch, s.keys, s.key_size}),
+          ConstTensor(p.v.data(), {s.batch, s.keys, s.value_dim}), LensOf(lens, true, s),
+          Tensor(o.data(), {s.batch, s.queries, s.value_dim}), Tensor(w.data(), {s.batch, s.queries, s.keys}));
+      ASSERT_TRUE(st.ok()) << st.message();
+    }
+    EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(weights[0].data(), weights[1].data(), weights[0].size() * sizeof(float)));
+    std::vector<double> want_weights;
+    const std::vector<double> want_out = Reference(p, RowLengths(lens, true, s.batch, s.queries), &want_weights);
+    EXPECT_LE(MaxAbsDiff(out[1].data(), want_out), OutTolerance(p.v));
+  }
+}
+
 TEST_P(AdditiveTest, GoldenCasesFromTheSeedModule) {
   for (const char* name :
        {"additive_toy", "additive_no_lens", "additive_h1_per_query", "additive_h300_m700_int32"}) {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -161,7 +162,7 @@ class ForwardPass {
       e.longest = widths.longest;
       e.mix_width = widths.mix;
       for (int64_t j = 0; j < e.longest; j += chunk_) {
-        ATTNSCORE_RETURN_IF_ERROR(KeyPlan(std::min(chunk_, e.longest - j), nullptr));
+        ATTNSCORE_RETURN_IF_ERROR(KeyPlan(std::min(chunk_, e.longest - j)));
       }
       matmul::Problem mix;
       mix.a = want_weights() ? matmul::Layout{queries_, e.mix_width, 0, weights_.strides[1], weights_.strides[2]}
@@ -174,19 +175,56 @@ class ForwardPass {
   }
 
   Status Run() {
-    // Raw projections, their tanh factors, one chunk of key features, scores.
-    const int64_t q_floats = queries_ * hidden_;
-    float* scratch = ThreadScratch(1, static_cast<size_t>(2 * q_floats + hidden_ * chunk_stride_ +
-                                                          queries_ * score_stride_));
-    q_raw_ = scratch;
-    q_factors_ = q_raw_ + q_floats;
-    k_cols_ = q_factors_ + q_floats;
-    scores_ = k_cols_ + hidden_ * chunk_stride_;
-    for (int64_t b = 0; b < q_.dims[0]; ++b) ATTNSCORE_RETURN_IF_ERROR(RunEntry(b));
-    return Status::Ok();
+    const int64_t batch = q_.dims[0];
+    const int threads = ThreadsFor(options_.threads, Flops());
+    if (threads <= 1 || batch < threads) {
+      // One entry after another, each shared by the threads.
+      Workspace w(ThreadScratch(1, WorkspaceFloats()), queries_ * hidden_, hidden_ * chunk_stride_);
+      for (int64_t b = 0; b < batch; ++b) ATTNSCORE_RETURN_IF_ERROR(RunEntry(b, w, options_.threads));
+      return Status::Ok();
+    }
+    // Whole entries per thread: an entry's projections and W V are single
+    // products too small to split (8-17 MFLOP on the big shape), which left
+    // the second thread idle. Each entry runs exactly as on one thread.
+    std::mutex mutex;
+    Status first_error = Status::Ok();
+    const Status s = ForEachRowInParallel(
+        threads, batch, /*slot=*/1, WorkspaceFloats(),
+        [&](int64_t b, float* scratch) {
+          {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (!first_error.ok()) return;
+          }
+          Workspace w(scratch, queries_ * hidden_, hidden_ * chunk_stride_);
+          Status entry = RunEntry(b, w, /*threads=*/1);
+          if (entry.ok()) return;
+          std::lock_guard<std::mutex> lock(mutex);
+          if (first_error.ok()) first_error = std::move(entry);
+        },
+        [] {}, Balance::kDynamic);  // entries' lengths differ
+    return first_error.ok() ? s : first_error;
   }
 
  private:
+  // One thread's buffers for an entry: raw query projections, their tanh
+  // factors, one chunk of key features, the scores.
+  struct Workspace {
+    float *q_raw, *q_factors, *k_cols, *scores;
+    Workspace(float* scratch, int64_t q_floats, int64_t k_floats)
+        : q_raw(scratch), q_factors(q_raw + q_floats), k_cols(q_factors + q_floats),
+          scores(k_cols + k_floats) {}
+  };
+  size_t WorkspaceFloats() const {
+    return static_cast<size_t>(2 * queries_ * hidden_ + hidden_ * chunk_stride_ + queries_ * score_stride_);
+  }
+
+  // The call's arithmetic, roughly: the products and ~4 per score triple.
+  double Flops() const {
+    const double batch = static_cast<double>(q_.dims[0]);
+    return batch * (2.0 * static_cast<double>(queries_ * m_.query_size * hidden_ +
+                                              keys_ * m_.key_size * hidden_ + queries_ * keys_ * v_.dims[2]) +
+                    4.0 * static_cast<double>(queries_ * keys_ * hidden_));
+  }
   bool want_weights() const { return !weights_.empty(); }
 
   // Whether every product is small enough for the row kernels, and every
@@ -199,36 +237,37 @@ class ForwardPass {
            v_.strides[2] == 1 && out_.strides[2] == 1 && (!want_weights() || weights_.strides[2] == 1);
   }
 
-  // Qh = Q W_qᵀ for entry b, into q_raw_.
-  Status ProjectQueries(int64_t b) {
+  // Qh = Q W_qᵀ for entry b, into w.q_raw.
+  Status ProjectQueries(int64_t b, const Workspace& w) const {
     const float* q = q_.data + b * q_.strides[0];
-    if (!row_products_) return project_queries_->Run(q, m_.w_q_t.data(), q_raw_);
+    if (!row_products_) return project_queries_->Run(q, m_.w_q_t.data(), w.q_raw);
     for (int64_t i = 0; i < queries_; ++i) {
       // Row i of Q times w_q_t (Dq, H): a weighted sum of w_q_t's rows.
       kernels::MixRow(q + i * q_.strides[1], static_cast<size_t>(m_.query_size), m_.w_q_t.data(),
-                      hidden_, static_cast<size_t>(hidden_), q_raw_ + i * hidden_);
+                      hidden_, static_cast<size_t>(hidden_), w.q_raw + i * hidden_);
     }
     return Status::Ok();
   }
 
-  // Khᵀ = W_k Kᵀ for `width` keys of entry b from `first`, into k_cols_.
-  Status ProjectKeys(int64_t b, int64_t first, int64_t width) {
+  // Khᵀ = W_k Kᵀ for `width` keys of entry b from `first`, into w.k_cols.
+  Status ProjectKeys(int64_t b, int64_t first, int64_t width, const Workspace& w) const {
     const float* k = k_.data + b * k_.strides[0] + first * k_.strides[1];
     if (!row_products_) {
-      std::shared_ptr<const matmul::Plan> plan;
-      ATTNSCORE_RETURN_IF_ERROR(KeyPlan(width, &plan));
-      return plan->Run(m_.w_k.data(), k, k_cols_);
+      for (const auto& [known, plan] : key_plans_) {
+        if (known == width) return plan->Run(m_.w_k.data(), k, w.k_cols);
+      }
+      return Status::Internal("AdditiveAttention: no key plan for a chunk of " + std::to_string(width));
     }
     for (int64_t h = 0; h < hidden_; ++h) {
       // Row h of W_k against every key: row h of Khᵀ.
       kernels::ScoreRow(m_.w_k.data() + h * m_.key_size, static_cast<size_t>(m_.key_size), k,
-                        k_.strides[1], static_cast<size_t>(width), 1.0f, k_cols_ + h * chunk_stride_);
+                        k_.strides[1], static_cast<size_t>(width), 1.0f, w.k_cols + h * chunk_stride_);
     }
     return Status::Ok();
   }
 
   // out = W V for entry b; mix_width is the W V width of the oneDNN plan.
-  Status Mix(int64_t b, const Tensor& probabilities, const matmul::Plan* mix) {
+  Status Mix(int64_t b, const Tensor& probabilities, const matmul::Plan* mix) const {
     const float* v = v_.data + b * v_.strides[0];
     float* out = out_.data + b * out_.strides[0];
     if (!row_products_) return mix->Run(probabilities.data, v, out);
@@ -242,13 +281,11 @@ class ForwardPass {
     return Status::Ok();
   }
 
-  // Khᵀ for `width` keys: (H, width) columns chunk_stride_ apart.
-  Status KeyPlan(int64_t width, std::shared_ptr<const matmul::Plan>* plan) {
+  // Makes the plan of Khᵀ for `width` keys ((H, width) columns chunk_stride_
+  // apart) unless there is one.
+  Status KeyPlan(int64_t width) {
     for (const auto& known : key_plans_) {
-      if (known.first == width) {
-        if (plan) *plan = known.second;
-        return Status::Ok();
-      }
+      if (known.first == width) return Status::Ok();
     }
     matmul::Problem project;
     project.a = {hidden_, m_.key_size, 0, m_.key_size, 1};
@@ -257,27 +294,27 @@ class ForwardPass {
     std::shared_ptr<const matmul::Plan> created;
     ATTNSCORE_RETURN_IF_ERROR(matmul::GetPlan(project, &created));
     key_plans_.emplace_back(width, created);
-    if (plan) *plan = created;
     return Status::Ok();
   }
 
-  Status RunEntry(int64_t b) {
+  // Entry b with the workspace `w`, its row loops on up to `threads`.
+  Status RunEntry(int64_t b, const Workspace& w, int threads) const {
     // The row products need no plans, so they keep no entries_ (nor allocate).
     const EntryWidths widths = row_products_
                                    ? EntryValidWidths(lens_, b, queries_, keys_)
                                    : EntryWidths{entries_[static_cast<size_t>(b)].longest,
                                                  entries_[static_cast<size_t>(b)].mix_width};
     if (widths.longest > 0) {
-      ATTNSCORE_RETURN_IF_ERROR(ProjectQueries(b));
-      const float largest_query = kernels::MaxAbs(q_raw_, static_cast<size_t>(queries_ * hidden_));
+      ATTNSCORE_RETURN_IF_ERROR(ProjectQueries(b, w));
+      const float largest_query = kernels::MaxAbs(w.q_raw, static_cast<size_t>(queries_ * hidden_));
       bool have_query_factors = false;
       for (int64_t first = 0; first < widths.longest; first += chunk_) {
         const int64_t width = std::min(chunk_, widths.longest - first);
         const int64_t padded = RoundUp(width, kernels::kAdditivePadFloats);
-        ATTNSCORE_RETURN_IF_ERROR(ProjectKeys(b, first, width));
+        ATTNSCORE_RETURN_IF_ERROR(ProjectKeys(b, first, width, w));
         float largest_key = 0;
         for (int64_t h = 0; h < hidden_; ++h) {
-          float* row = k_cols_ + h * chunk_stride_;
+          float* row = w.k_cols + h * chunk_stride_;
           // The kernel reads whole vectors; keep the padding finite and fixed.
           std::fill(row + width, row + padded, 0.0f);
           largest_key = std::max(largest_key, kernels::MaxAbs(row, static_cast<size_t>(width)));
@@ -290,37 +327,38 @@ class ForwardPass {
                           largest_query <= bound || largest_key <= bound;
         if (fast) {
           if (!have_query_factors) {
-            std::memcpy(q_factors_, q_raw_, sizeof(float) * static_cast<size_t>(queries_ * hidden_));
-            kernels::ToTanhFactors(q_factors_, static_cast<size_t>(queries_ * hidden_));
+            std::memcpy(w.q_factors, w.q_raw, sizeof(float) * static_cast<size_t>(queries_ * hidden_));
+            kernels::ToTanhFactors(w.q_factors, static_cast<size_t>(queries_ * hidden_));
             have_query_factors = true;
           }
           for (int64_t h = 0; h < hidden_; ++h) {
-            kernels::ToTanhFactors(k_cols_ + h * chunk_stride_, static_cast<size_t>(padded));
+            kernels::ToTanhFactors(w.k_cols + h * chunk_stride_, static_cast<size_t>(padded));
           }
         }
-        ATTNSCORE_RETURN_IF_ERROR(ScoreChunk(b, first, width, fast));
+        ATTNSCORE_RETURN_IF_ERROR(ScoreChunk(b, first, width, fast, w, threads));
       }
     }
-    const ConstTensor scores(scores_, {1, queries_, score_stride_});
+    const ConstTensor scores(w.scores, {1, queries_, score_stride_});
     const Tensor probabilities =
         want_weights() ? Tensor(weights_.data + b * weights_.strides[0], {1, queries_, keys_},
                                 {weights_.strides[0], weights_.strides[1], weights_.strides[2]})
-                       : Tensor(scores_, {1, queries_, widths.mix}, {queries_ * score_stride_, score_stride_, 1});
-    ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(scores, probabilities, lens_, b, 0, options_.threads, /*stream=*/false));
+                       : Tensor(w.scores, {1, queries_, widths.mix}, {queries_ * score_stride_, score_stride_, 1});
+    ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(scores, probabilities, lens_, b, 0, threads, /*stream=*/false));
     return Mix(b, probabilities, row_products_ ? nullptr : entries_[static_cast<size_t>(b)].mix.get());
   }
 
   // Scores of keys [first, first + width) for every query row of entry b,
   // each block of rows up to the longest valid length among them.
-  Status ScoreChunk(int64_t b, int64_t first, int64_t width, bool fast) {
+  Status ScoreChunk(int64_t b, int64_t first, int64_t width, bool fast, const Workspace& w,
+                    int threads) const {
     constexpr int64_t kBlock = kernels::kAdditiveRowBlock;
-    const float* q_source = fast ? q_factors_ : q_raw_;
+    const float* q_source = fast ? w.q_factors : w.q_raw;
     const auto mode = fast ? kernels::TanhMode::kExpProduct : kernels::TanhMode::kHighway;
     const int64_t blocks = (queries_ + kBlock - 1) / kBlock;
     // About 4 operations per (query, key, feature) triple.
     const double flops = 4.0 * static_cast<double>(queries_ * width * hidden_);
     return ForEachRowInParallel(
-        ThreadsFor(options_.threads, flops), blocks, /*slot=*/0, /*scratch_floats=*/0,
+        ThreadsFor(threads, flops), blocks, /*slot=*/0, /*scratch_floats=*/0,
         [&](int64_t block, float*) {
           const int64_t i0 = block * kBlock, rows = std::min(kBlock, queries_ - i0);
           int64_t longest = 0;
@@ -329,11 +367,11 @@ class ForwardPass {
           for (int64_t r = 0; r < rows; ++r) {
             longest = std::max(longest, RowValidLength(lens_, b, i0 + r, keys_));
             q_rows[r] = q_source + (i0 + r) * hidden_;
-            out_rows[r] = scores_ + (i0 + r) * score_stride_ + first;
+            out_rows[r] = w.scores + (i0 + r) * score_stride_ + first;
           }
           const int64_t columns = std::min(longest - first, width);
           if (columns <= 0) return;
-          kernels::AdditiveScoreBlock(mode, q_rows, static_cast<size_t>(rows), k_cols_,
+          kernels::AdditiveScoreBlock(mode, q_rows, static_cast<size_t>(rows), w.k_cols,
                                       static_cast<size_t>(chunk_stride_), static_cast<size_t>(hidden_),
                                       m_.w_v.data(), m_.w_sum, static_cast<size_t>(columns), out_rows);
         },
@@ -350,7 +388,6 @@ class ForwardPass {
   std::shared_ptr<const matmul::Plan> project_queries_;
   std::vector<std::pair<int64_t, std::shared_ptr<const matmul::Plan>>> key_plans_;
   std::vector<Entry> entries_;
-  float *q_raw_ = nullptr, *q_factors_ = nullptr, *k_cols_ = nullptr, *scores_ = nullptr;
 };
 
 }  // namespace
