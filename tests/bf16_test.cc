@@ -173,6 +173,12 @@ std::vector<double> MixRoundedWeights(const Shape& s, const std::vector<float>& 
   return out;
 }
 
+// The two runs wrote the same bits, out and weights.
+void ExpectSameBits(const Outputs& a, const Outputs& b) {
+  EXPECT_EQ(0, std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(a.weights.data(), b.weights.data(), a.weights.size() * sizeof(float)));
+}
+
 class DotProductBf16 : public PerTarget {};
 ATTNSCORE_INSTANTIATE_PER_TARGET(DotProductBf16);
 
@@ -311,12 +317,7 @@ TEST_P(DotProductBf16, StridedViewsGiveTheDenseBits) {
   const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, true, 62);
   const ValidLens valid = LensOf(lens, true, s.batch, s.queries);
   const Outputs dense = RunOp(*Bf16(), s, in, valid);
-  std::vector<float> kt(in.k.size());
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t j = 0; j < s.keys; ++j)
-      for (int64_t d = 0; d < s.depth; ++d)
-        kt[static_cast<size_t>((b * s.depth + d) * s.keys + j)] =
-            in.k[static_cast<size_t>((b * s.keys + j) * s.depth + d)];
+  const std::vector<float> kt = TransposeKeys(in.k, s.batch, s.keys, s.depth);
   const auto spread = [](const std::vector<float>& x) {
     std::vector<float> twice(2 * x.size(), kSentinel);
     for (size_t i = 0; i < x.size(); ++i) twice[2 * i] = x[i];
@@ -351,9 +352,7 @@ TEST(DotProductBf16Threads, ResultsIdenticalForAnyThreadCount) {
   const Inputs in(s, 41);
   const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, true, 44);
   const ValidLens valid = LensOf(lens, true, s.batch, s.queries);
-  const Outputs one = RunOp(*Bf16(1), s, in, valid), two = RunOp(*Bf16(2), s, in, valid);
-  EXPECT_EQ(0, std::memcmp(one.out.data(), two.out.data(), one.out.size() * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(one.weights.data(), two.weights.data(), one.weights.size() * sizeof(float)));
+  ExpectSameBits(RunOp(*Bf16(1), s, in, valid), RunOp(*Bf16(2), s, in, valid));
 }
 
 TEST_P(DotProductBf16, FewQueriesRunInFp32OnTheRowKernels) {
@@ -362,9 +361,7 @@ TEST_P(DotProductBf16, FewQueriesRunInFp32OnTheRowKernels) {
   const Inputs in(s, 91);
   const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, false, 92);
   const ValidLens valid = LensOf(lens, false, s.batch, s.queries);
-  const Outputs bf16 = RunOp(*Bf16(), s, in, valid), fp32 = RunOp(DefaultEngine(), s, in, valid);
-  EXPECT_EQ(0, std::memcmp(bf16.out.data(), fp32.out.data(), bf16.out.size() * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(bf16.weights.data(), fp32.weights.data(), bf16.weights.size() * sizeof(float)));
+  ExpectSameBits(RunOp(*Bf16(), s, in, valid), RunOp(DefaultEngine(), s, in, valid));
 }
 
 TEST(Bf16Engine, CreateNeedsAvx512AndSaysSo) {

@@ -34,18 +34,6 @@ std::vector<int64_t> Lengths(const Shape& s, bool per_query, uint32_t seed) {
   return lens;
 }
 
-// K (B, M, D) stored as (B, D, M): viewed back as (B, M, D) with strides
-// {D·M, 1, M}, it sends the op down its strided (oneDNN) path.
-std::vector<float> TransposeKeys(const std::vector<float>& k, const Shape& s) {
-  std::vector<float> transposed(k.size());
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t j = 0; j < s.keys; ++j)
-      for (int64_t d = 0; d < s.depth; ++d)
-        transposed[static_cast<size_t>((b * s.depth + d) * s.keys + j)] =
-            k[static_cast<size_t>((b * s.keys + j) * s.depth + d)];
-  return transposed;
-}
-
 // Runs the op (dense views) and checks out and weights against the reference.
 void CheckAgainstReference(const Shape& s, const std::vector<int64_t>& lens, bool per_query,
                            uint32_t seed) {
@@ -164,7 +152,7 @@ TEST_P(DotProductTest, StridedViewsIncludingKeysStoredTransposed) {
     std::memcpy(&q_padded[static_cast<size_t>(r * qpad)], &q[static_cast<size_t>(r * s.depth)],
                 sizeof(float) * static_cast<size_t>(s.depth));
   }
-  const std::vector<float> k_transposed = TransposeKeys(k, s);
+  const std::vector<float> k_transposed = TransposeKeys(k, s.batch, s.keys, s.depth);
   const int64_t opad = s.value_dim + 3;
   std::vector<float> out(static_cast<size_t>(s.batch * s.queries * opad), kSentinel);
   std::vector<float> weights(static_cast<size_t>(s.batch * s.queries * s.keys * 2), kSentinel);
@@ -229,7 +217,7 @@ TEST_P(DotProductTest, FewQueriesTakeTheRowPathAndAgreeWithTheMatmulPath) {
   const std::vector<double> want_out =
       ReferenceDotProduct(q, k, v, s.batch, s.queries, s.keys, s.depth, s.value_dim,
                           RowLengths(lens, true, s.batch, s.queries), &want_weights);
-  const std::vector<float> k_transposed = TransposeKeys(k, s);
+  const std::vector<float> k_transposed = TransposeKeys(k, s.batch, s.keys, s.depth);
   const ConstTensor keys_rows(k.data(), {s.batch, s.keys, s.depth});
   const ConstTensor keys_transposed(k_transposed.data(), {s.batch, s.keys, s.depth},
                                     {s.depth * s.keys, 1, s.keys});

@@ -41,6 +41,17 @@ std::vector<int64_t> RowLengths(const std::vector<int64_t>& lens, bool per_query
   return rows;
 }
 
+std::vector<float> TransposeKeys(const std::vector<float>& k, int64_t batch, int64_t keys,
+                                 int64_t depth) {
+  std::vector<float> transposed(k.size());
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t j = 0; j < keys; ++j)
+      for (int64_t d = 0; d < depth; ++d)
+        transposed[static_cast<size_t>((b * depth + d) * keys + j)] =
+            k[static_cast<size_t>((b * keys + j) * depth + d)];
+  return transposed;
+}
+
 std::vector<int64_t> TestLengths(int64_t batch, int64_t queries, int64_t keys, bool per_query,
                                  uint32_t seed) {
   const int64_t count = per_query ? batch * queries : batch;

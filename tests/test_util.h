@@ -48,6 +48,10 @@ std::vector<int64_t> RowLengths(const std::vector<int64_t>& lens, bool per_query
 // with 0, 1 and M among them when there are more than 3.
 std::vector<int64_t> TestLengths(int64_t batch, int64_t queries, int64_t keys, bool per_query,
                                  uint32_t seed);
+// K (B, M, D) stored as (B, D, M): viewed back as (B, M, D) with strides
+// {D·M, 1, M}, it sends an op down its strided (oneDNN) path.
+std::vector<float> TransposeKeys(const std::vector<float>& k, int64_t batch, int64_t keys,
+                                 int64_t depth);
 // `lens` as a ValidLens view: none when empty, else per query or per batch.
 ValidLens LensOf(const std::vector<int64_t>& lens, bool per_query, int64_t batch, int64_t queries);
 // Lengths read from a golden valid_lens.npy (int32 or int64, (B,) or (B, N)).
