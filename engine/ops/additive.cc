@@ -218,22 +218,22 @@ class ForwardPass {
     return static_cast<size_t>(2 * queries_ * hidden_ + hidden_ * chunk_stride_ + queries_ * score_stride_);
   }
 
+  // The FLOPs of the call's three products (projections and W V).
+  double ProductFlops() const {
+    return 2.0 * static_cast<double>(q_.dims[0]) *
+           static_cast<double>(queries_ * m_.query_size * hidden_ + keys_ * m_.key_size * hidden_ +
+                               queries_ * keys_ * v_.dims[2]);
+  }
   // The call's arithmetic, roughly: the products and ~4 per score triple.
   double Flops() const {
-    const double batch = static_cast<double>(q_.dims[0]);
-    return batch * (2.0 * static_cast<double>(queries_ * m_.query_size * hidden_ +
-                                              keys_ * m_.key_size * hidden_ + queries_ * keys_ * v_.dims[2]) +
-                    4.0 * static_cast<double>(queries_ * keys_ * hidden_));
+    return ProductFlops() + 4.0 * static_cast<double>(q_.dims[0] * queries_ * keys_ * hidden_);
   }
   bool want_weights() const { return !weights_.empty(); }
 
   // Whether every product is small enough for the row kernels, and every
   // view they read or write has unit column strides.
   bool UseRowProducts() const {
-    const double flops = 2.0 * static_cast<double>(q_.dims[0]) *
-                         static_cast<double>(queries_ * m_.query_size * hidden_ +
-                                             keys_ * m_.key_size * hidden_ + queries_ * keys_ * v_.dims[2]);
-    return flops <= kRowProductMaxFlops && q_.strides[2] == 1 && k_.strides[2] == 1 &&
+    return ProductFlops() <= kRowProductMaxFlops && q_.strides[2] == 1 && k_.strides[2] == 1 &&
            v_.strides[2] == 1 && out_.strides[2] == 1 && (!want_weights() || weights_.strides[2] == 1);
   }
 
