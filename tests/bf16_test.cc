@@ -72,6 +72,23 @@ void ExpectRoundsLikeReference(const std::vector<float>& in) {
     }
   }
   EXPECT_EQ(out[in.size()], 0xABCD) << "wrote past n = " << in.size();
+
+  // RoundThroughBf16: the same words, widened back to floats; also in place.
+  std::vector<float> widened(in.size() + 1, 42.0f), in_place = in;
+  kernels::RoundThroughBf16(in.data(), in.size(), widened.data());
+  kernels::RoundThroughBf16(in_place.data(), in_place.size(), in_place.data());
+  for (size_t i = 0; i < in.size(); ++i) {
+    for (const float got : {widened[i], in_place[i]}) {
+      if (std::isnan(in[i])) {
+        EXPECT_TRUE(std::isnan(got)) << "i=" << i;
+      } else {
+        uint32_t bits;
+        std::memcpy(&bits, &got, sizeof(bits));
+        EXPECT_EQ(static_cast<uint32_t>(ReferenceBf16(in[i])) << 16, bits) << "i=" << i << " x=" << in[i];
+      }
+    }
+  }
+  EXPECT_EQ(widened[in.size()], 42.0f) << "wrote past n = " << in.size();
 }
 
 TEST_P(RoundToBf16Test, EdgeValuesRoundToNearestEven) {
@@ -112,11 +129,11 @@ struct Shape {
   int64_t batch, queries, keys, depth, value_dim;
 };
 
-// A bf16 engine, or null when this process's oneDNN cannot do bf16 (an ISA
-// cap below AVX-512); Bf16Engine.CreateNeedsAvx512 checks that case.
+// A bf16 engine: its products are native bf16 matmuls or, where oneDNN has
+// no bf16 arithmetic (the CPU, or this process's ISA cap), f32 matmuls on the
+// rounded values; the tests below hold for both.
 const Engine* Bf16(int threads = 1) {
   static std::unique_ptr<Engine> engines[3];
-  if (!matmul::SupportsBf16()) return nullptr;
   std::unique_ptr<Engine>& engine = engines[threads];
   if (!engine) {
     EngineOptions options;
@@ -127,9 +144,6 @@ const Engine* Bf16(int threads = 1) {
   }
   return engine.get();
 }
-
-#define ATTNSCORE_NEED_BF16()                                               \
-  if (Bf16() == nullptr) GTEST_SKIP() << "oneDNN has no bf16 matmul under this ISA cap"
 
 struct Inputs {
   std::vector<float> q, k, v;
@@ -208,7 +222,6 @@ void CheckRoundingPoints(const Shape& s, const std::vector<int64_t>& lens, bool 
 }
 
 TEST_P(DotProductBf16, MatchesTheReferenceAtItsRoundingPoints) {
-  ATTNSCORE_NEED_BF16();
   const Shape shapes[] = {{2, 16, 40, 64, 32}, {3, 7, 33, 33, 5}, {4, 9, 31, 8, 40},
                           {1, 100, 300, 64, 64}};
   uint32_t seed = 500;
@@ -221,7 +234,6 @@ TEST_P(DotProductBf16, MatchesTheReferenceAtItsRoundingPoints) {
 }
 
 TEST_P(DotProductBf16, QueryBlocksAndBatchChunksReuseTheirRoundedKeys) {
-  ATTNSCORE_NEED_BF16();
   // Query blocks of one entry's long rows (736 + 264 queries), then 300
   // entries in chunks of 32: K and V are rounded once per run of entries.
   CheckRoundingPoints({2, 1000, 700, 8, 4}, {700, 651}, false, 7);
@@ -229,7 +241,6 @@ TEST_P(DotProductBf16, QueryBlocksAndBatchChunksReuseTheirRoundedKeys) {
 }
 
 TEST_P(DotProductBf16, ProductsCutIntoTasksAddressBf16Blocks) {
-  ATTNSCORE_NEED_BF16();
   // Q Kᵀ of 8 entries at 8.4 MFLOP each: tasks of several entries. Then
   // 512 queries by 1024 keys (67 MFLOP): tasks of query rows.
   CheckRoundingPoints({8, 128, 512, 64, 64}, std::vector<int64_t>(8, 512), false, 20);
@@ -249,7 +260,6 @@ constexpr double kBf16WeightTolerance = 1e-2;
 constexpr double kBf16OutTolerance = 1e-2;
 
 TEST(DotProductBf16Tolerance, WithinTheStatedBoundsOfTheFp32Reference) {
-  ATTNSCORE_NEED_BF16();
   for (const Shape& s : {Shape{1, 256, 1024, 64, 64}, Shape{4, 64, 128, 64, 64}}) {
     const Inputs in(s, 77);
     const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, true, 78);
@@ -273,7 +283,6 @@ TEST(DotProductBf16Tolerance, WithinTheStatedBoundsOfTheFp32Reference) {
 }
 
 TEST_P(DotProductBf16, EdgeCasesOfTheContractHold) {
-  ATTNSCORE_NEED_BF16();
   const Shape s{3, 5, 20, 16, 6};
   Inputs in(s, 31);
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -307,7 +316,6 @@ TEST_P(DotProductBf16, EdgeCasesOfTheContractHold) {
 }
 
 TEST_P(DotProductBf16, StridedViewsGiveTheDenseBits) {
-  ATTNSCORE_NEED_BF16();
   // K stored as (B, D, M); Q, V and the weights every other float (so the
   // weights are gathered before rounding); out with padded rows (a strided
   // C makes oneDNN pick another kernel). The rounded copies are dense either
@@ -345,7 +353,6 @@ TEST_P(DotProductBf16, StridedViewsGiveTheDenseBits) {
 }
 
 TEST(DotProductBf16Threads, ResultsIdenticalForAnyThreadCount) {
-  ATTNSCORE_NEED_BF16();
   // Large enough that the rounding passes and both products (tasks of
   // query rows) are shared between threads, not just the softmax.
   const Shape s{2, 512, 1024, 64, 64};
@@ -356,7 +363,6 @@ TEST(DotProductBf16Threads, ResultsIdenticalForAnyThreadCount) {
 }
 
 TEST_P(DotProductBf16, FewQueriesRunInFp32OnTheRowKernels) {
-  ATTNSCORE_NEED_BF16();
   const Shape s{5, 3, 200, 64, 64};
   const Inputs in(s, 91);
   const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, false, 92);
@@ -364,20 +370,24 @@ TEST_P(DotProductBf16, FewQueriesRunInFp32OnTheRowKernels) {
   ExpectSameBits(RunOp(*Bf16(), s, in, valid), RunOp(DefaultEngine(), s, in, valid));
 }
 
-TEST(Bf16Engine, CreateNeedsAvx512AndSaysSo) {
+// bf16 mode works under every ISA cap; Describe says whether its matmuls
+// are oneDNN's bf16 ones.
+TEST(Bf16Engine, CreatesAnywhereAndSaysHowItsMatmulsRun) {
   EngineOptions options;
   options.precision = Precision::kBf16;
   std::unique_ptr<Engine> engine;
   const Status s = Engine::Create(options, &engine);
-  if (matmul::OnednnIsa().rfind("avx512", 0) == 0) {
-    ASSERT_TRUE(s.ok()) << s.message();
-    EXPECT_EQ(engine->options().precision, Precision::kBf16);
-    EXPECT_NE(engine->Describe().find("precision: bf16"), std::string::npos);
-  } else {
-    EXPECT_EQ(s.code(), StatusCode::kUnsupported);
-    EXPECT_NE(s.message().find("precision bf16 needs"), std::string::npos) << s.message();
-    EXPECT_EQ(engine, nullptr);
-  }
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(engine->options().precision, Precision::kBf16);
+  const std::string described = engine->Describe();
+  EXPECT_NE(described.find("precision: bf16\n"), std::string::npos) << described;
+  const bool bf16_isa = matmul::OnednnIsa().find("bf16") != std::string::npos ||
+                        matmul::OnednnIsa().find("amx") != std::string::npos;
+  EXPECT_EQ(matmul::NativeBf16(), bf16_isa) << matmul::OnednnIsa();
+  EXPECT_NE(described.find(bf16_isa ? "bf16 matmuls: native bf16 arithmetic\n"
+                                     : "bf16 matmuls: f32 arithmetic on bf16-rounded inputs"),
+            std::string::npos)
+      << described;
   options.precision = static_cast<Precision>(7);
   EXPECT_EQ(Engine::Create(options, &engine).code(), StatusCode::kInvalidArgument);
 }

@@ -169,9 +169,6 @@ TEST_F(CliTest, RunDotInBf16StaysWithinItsTolerance) {
   const std::string out = Temp("o.npy"), weights = Temp("w.npy");
   const Result r = Run(DotArgs("dot_per_batch_int32", out) + " --weights-out " + weights +
                        " --precision bf16");
-  if (r.exit_code == 2 && r.err.find("precision bf16 needs") != std::string::npos) {
-    GTEST_SKIP() << "no bf16 matmul under this ISA cap: " << r.err;
-  }
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const double out_error = MaxDiff(Read(out), Read(Golden("dot_per_batch_int32", "out")));
   EXPECT_LE(out_error, 1e-2 * (1 + 4.4));
@@ -189,14 +186,28 @@ TEST_F(CliTest, RunDotInBf16StaysWithinItsTolerance) {
                  "only dot has a bf16 mode; additive runs in fp32");
 }
 
-// Under an ISA cap below AVX-512 oneDNN has no bf16 matmul: the engine says
-// so, and nothing is written.
-TEST_F(CliTest, Bf16UnderAnAvx2CapIsRefused) {
-  const std::string out = Temp("o.npy");
-  ExpectBadInput(Run(DotArgs("dot_per_batch_int32", out) + " --precision bf16", "ATTNSCORE_ISA=avx2"),
-                 "precision bf16 needs oneDNN's bf16 matmul, which it has only with AVX-512; "
-                 "oneDNN's ISA here is avx2 (isa cap avx2); use precision fp32",
-                 out);
+// Under an AVX2 cap oneDNN has no bf16 arithmetic: the products run as f32
+// matmuls on the rounded values, which give the native path's weights up to
+// the order of the sums, and the output within the mode's tolerance.
+TEST_F(CliTest, Bf16UnderAnAvx2CapRunsF32MatmulsOnRoundedInputs) {
+  const std::string out = Temp("o.npy"), weights = Temp("w.npy");
+  const std::string native_out = Temp("native_o.npy"), native_weights = Temp("native_w.npy");
+  const std::string args = DotArgs("dot_per_batch_int32", out) + " --weights-out " + weights;
+  const Result r = Run(args + " --precision bf16 --info", "ATTNSCORE_ISA=avx2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("bf16 matmuls: f32 arithmetic on bf16-rounded inputs"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("onednn matmuls: 4\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(", bf16:"), std::string::npos) << "a bf16 matmul under avx2:\n" << r.out;
+  const double out_error = MaxDiff(Read(out), Read(Golden("dot_per_batch_int32", "out")));
+  EXPECT_LE(out_error, 1e-2 * (1 + 4.4));
+  EXPECT_GT(out_error, 1e-5 * (1 + 4.4)) << "no rounding happened";
+
+  const Result native = Run(DotArgs("dot_per_batch_int32", native_out) + " --weights-out " +
+                            native_weights + " --precision bf16");
+  ASSERT_EQ(native.exit_code, 0) << native.err;
+  EXPECT_LE(MaxDiff(Read(weights), Read(native_weights)), 1e-5);
+  EXPECT_LE(MaxDiff(Read(out), Read(native_out)), 1e-2 * (1 + 4.4));
 }
 
 TEST_F(CliTest, BenchPrintsJson) {

@@ -35,12 +35,6 @@ Status Engine::Create(const EngineOptions& options, std::unique_ptr<Engine>* eng
   ATTNSCORE_RETURN_IF_ERROR(Guarded("Engine::Create", [&] {
     ATTNSCORE_RETURN_IF_ERROR(ResolveIsa(options.isa, &resolved.isa));
     ATTNSCORE_RETURN_IF_ERROR(ApplyIsaCap(resolved.isa));
-    if (options.precision == Precision::kBf16 && !matmul::SupportsBf16()) {
-      return Status::Unsupported(
-          "Engine::Create: precision bf16 needs oneDNN's bf16 matmul, which it has only with "
-          "AVX-512; oneDNN's ISA here is " + matmul::OnednnIsa() + " (isa cap " +
-          IsaName(resolved.isa) + "); use precision fp32");
-    }
     return Status::Ok();
   }));
   auto impl = std::unique_ptr<Impl>(new (std::nothrow) Impl{resolved});
@@ -78,6 +72,9 @@ std::string Engine::Describe() const {
   s += "isa cap: " + std::string(IsaName(impl_->options.isa)) + "\n";
   s += "threads: " + std::to_string(impl_->options.threads) + "\n";
   s += "precision: " + std::string(PrecisionName(impl_->options.precision)) + "\n";
+  s += matmul::NativeBf16() ? "bf16 matmuls: native bf16 arithmetic\n"
+                            : "bf16 matmuls: f32 arithmetic on bf16-rounded inputs (oneDNN's ISA "
+                              "here has no avx512_bf16 or AMX)\n";
   // The cache is the process's, so this shows every engine's products.
   const std::vector<matmul::PlanSummary> plans = matmul::CachedPlans();
   s += "onednn matmuls: " +

@@ -1,4 +1,4 @@
-// Per-target bodies and run-time dispatch of RoundToBf16 (bf16.h).
+// Per-target bodies and run-time dispatch of RoundToBf16 and RoundThroughBf16 (bf16.h).
 #include "kernels/bf16.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -47,6 +47,23 @@ void RoundToBf16(const float* HWY_RESTRICT in, size_t n, uint16_t* HWY_RESTRICT 
   }
 }
 
+void RoundThroughBf16(const float* in, size_t n, float* out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const size_t lanes = hn::Lanes(df);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto word = Bf16Bits(du, hn::BitCast(du, hn::LoadU(df, in + i)));
+    hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(word)), df, out + i);
+  }
+  const hn::CappedTag<float, 1> d1;
+  const hn::RebindToUnsigned<decltype(d1)> du1;
+  for (; i < n; ++i) {
+    const auto word = Bf16Bits(du1, hn::BitCast(du1, hn::LoadU(d1, in + i)));
+    hn::StoreU(hn::BitCast(d1, hn::ShiftLeft<16>(word)), d1, out + i);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace attnscore
 HWY_AFTER_NAMESPACE();
@@ -58,6 +75,11 @@ HWY_EXPORT(RoundToBf16);
 
 void RoundToBf16(const float* in, size_t n, uint16_t* out) {
   HWY_DYNAMIC_DISPATCH(RoundToBf16)(in, n, out);
+}
+
+HWY_EXPORT(RoundThroughBf16);
+void RoundThroughBf16(const float* in, size_t n, float* out) {
+  HWY_DYNAMIC_DISPATCH(RoundThroughBf16)(in, n, out);
 }
 
 }  // namespace attnscore::kernels

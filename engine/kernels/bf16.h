@@ -13,6 +13,12 @@ namespace attnscore::kernels {
 // bf16's range round to ±Inf and a NaN stays a (quiet) NaN.
 void RoundToBf16(const float* in, size_t n, uint16_t* out);
 
+// out[i] = in[i] rounded as RoundToBf16 does, widened back to a float (the
+// word in the upper half, zeros below): for f32 matmuls that compute exactly
+// what a bf16 matmul with f32 accumulation does, where the CPU has no bf16
+// arithmetic. out may equal in.
+void RoundThroughBf16(const float* in, size_t n, float* out);
+
 }  // namespace attnscore::kernels
 
 #endif  // ATTNSCORE_KERNELS_BF16_H_

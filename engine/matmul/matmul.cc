@@ -362,18 +362,10 @@ std::vector<PlanSummary> CachedPlans() {
   return plans;
 }
 
-bool SupportsBf16() {
-  static const bool supported = [] {
-    try {
-      const dnnl::memory::desc a(dims{1, 16, 16}, dt::bf16, dnnl::memory::format_tag::abc);
-      const dnnl::memory::desc c(dims{1, 16, 16}, dt::f32, dnnl::memory::format_tag::abc);
-      dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, a, c), CpuEngine());
-      return true;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-  }();
-  return supported;
+bool NativeBf16() {
+  // oneDNN's ISA values are masks, each holding the features of those below it.
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & bf16) == bf16;
 }
 
 Status SetMaxIsa(Isa isa) {

@@ -92,30 +92,38 @@ matmul::Layout Dense(int64_t rows, int64_t cols) { return {rows, cols, rows * co
 // The bf16 mode's copies of the matmul inputs, dense, carved from one
 // per-thread buffer: K and V for the chunk's entries (made once, reused by
 // every query block of them), Q for the chunk's queries and its weights P.
+// Their elements are bf16 words where oneDNN has bf16 arithmetic; elsewhere,
+// the same rounded values widened back to floats, for f32 matmuls (see
+// matmul::NativeBf16).
 struct Bf16Inputs {
-  uint16_t *k = nullptr, *v = nullptr, *q = nullptr, *p = nullptr;
-  int64_t k_words = 0, v_words = 0, q_words = 0, p_words = 0;  // capacities
+  bool words = true;
+  void *k = nullptr, *v = nullptr, *q = nullptr, *p = nullptr;
+  int64_t k_size = 0, v_size = 0, q_size = 0, p_size = 0;  // capacities, in elements
 
+  int64_t element_bytes() const { return words ? 2 : 4; }
   void Fit(const Chunk& c, int64_t score_width, int64_t mix_width, int64_t depth,
            int64_t value_dim) {
-    // Whole cache lines (32 words) each, so every copy starts on one.
-    const auto lines = [](int64_t words) { return (words + 31) / 32 * 32; };
-    k_words = std::max(k_words, lines(c.entries * score_width * depth));
-    v_words = std::max(v_words, lines(c.entries * mix_width * value_dim));
-    q_words = std::max(q_words, lines(c.entries * c.rows * depth));
-    p_words = std::max(p_words, lines(c.entries * c.rows * mix_width));
+    // Whole cache lines each, so every copy starts on one.
+    const int64_t per_line = 64 / element_bytes();
+    const auto lines = [&](int64_t n) { return (n + per_line - 1) / per_line * per_line; };
+    k_size = std::max(k_size, lines(c.entries * score_width * depth));
+    v_size = std::max(v_size, lines(c.entries * mix_width * value_dim));
+    q_size = std::max(q_size, lines(c.entries * c.rows * depth));
+    p_size = std::max(p_size, lines(c.entries * c.rows * mix_width));
   }
-  int64_t floats() const { return (k_words + v_words + q_words + p_words + 1) / 2; }
+  int64_t floats() const { return ((k_size + v_size + q_size + p_size) * element_bytes() + 3) / 4; }
   void Carve(float* buffer) {
-    k = reinterpret_cast<uint16_t*>(buffer);
-    v = k + k_words;
-    q = v + v_words;
-    p = q + q_words;
+    char* const base = reinterpret_cast<char*>(buffer);
+    k = base;
+    v = base + k_size * element_bytes();
+    q = base + (k_size + v_size) * element_bytes();
+    p = base + (k_size + v_size + q_size) * element_bytes();
   }
 };
 
-// Rounds `t` (E, R, C), any strides, to bf16 as a dense (E, R, C) in `out`.
-Status RoundToBf16(int threads, const ConstTensor& t, uint16_t* out) {
+// Rounds `t` (E, R, C), any strides, to bf16 as a dense (E, R, C) in `out`:
+// bf16 words, or with `words` false the rounded values as floats.
+Status RoundToBf16(int threads, const ConstTensor& t, bool words, void* out) {
   const int64_t rows = t.dims[0] * t.dims[1], cols = t.dims[2];
   const bool contiguous = t.strides[2] == 1;
   return ForEachRowInParallel(
@@ -127,7 +135,11 @@ Status RoundToBf16(int threads, const ConstTensor& t, uint16_t* out) {
           for (int64_t j = 0; j < cols; ++j) gathered[j] = row[j * t.strides[2]];
           row = gathered;
         }
-        kernels::RoundToBf16(row, static_cast<size_t>(cols), out + r * cols);
+        if (words) {
+          kernels::RoundToBf16(row, static_cast<size_t>(cols), static_cast<uint16_t*>(out) + r * cols);
+        } else {
+          kernels::RoundThroughBf16(row, static_cast<size_t>(cols), static_cast<float*>(out) + r * cols);
+        }
       },
       [] {});
 }
@@ -368,6 +380,8 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
   const int64_t value_dim = v.dims[2];
   const bool bf16 = options.precision == Precision::kBf16;
   Bf16Inputs rounded;
+  if (bf16) rounded.words = matmul::NativeBf16();
+  const bool bf16_words = bf16 && rounded.words;  // else fp32 matmuls, on rounded floats
   int64_t scratch_floats = 0;
   Status status;
   for (Group& g : groups) {
@@ -391,7 +405,7 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
                         : matmul::Layout{depth, g.score_width, k.strides[0], k.strides[2], k.strides[1]};
         scores.c = {c.rows, g.score_width, c.rows * g.row, g.row, 1};
         scores.scale = scale;
-        scores.bf16 = bf16;
+        scores.bf16 = bf16_words;
         if (status.ok()) status = matmul::GetPlan(scores, &plans.scores);
       }
       matmul::Problem mix;
@@ -401,7 +415,7 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
                              : matmul::Layout{c.rows, g.mix_width, c.rows * g.row, g.row, 1};
       mix.b = bf16 ? Dense(g.mix_width, value_dim) : LayoutOf(v, g.mix_width, value_dim);
       mix.c = LayoutOf(out, c.rows, out.dims[2]);
-      mix.bf16 = bf16;
+      mix.bf16 = bf16_words;
       if (status.ok()) status = matmul::GetPlan(mix, &plans.mix);
       g.plans.emplace_back(shape, std::move(plans));
     });
@@ -428,18 +442,18 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
           rounded_entries = {c.first_batch, c.entries};
           if (!(status = RoundToBf16(threads, ConstTensor(k_chunk, {c.entries, g.score_width, depth},
                                                           {k.strides[0], k.strides[1], k.strides[2]}),
-                                     rounded.k))
+                                     rounded.words, rounded.k))
                    .ok() ||
               !(status = RoundToBf16(threads, ConstTensor(v_chunk, {c.entries, g.mix_width, value_dim},
                                                           {v.strides[0], v.strides[1], v.strides[2]}),
-                                     rounded.v))
+                                     rounded.words, rounded.v))
                    .ok()) {
             return;
           }
         }
         status = RoundToBf16(threads, ConstTensor(q_chunk, {c.entries, c.rows, depth},
                                                   {q.strides[0], q.strides[1], q.strides[2]}),
-                             rounded.q);
+                             rounded.words, rounded.q);
         if (!status.ok()) return;
       }
       if (plans->scores) {
@@ -461,7 +475,7 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
       if (bf16) {
         ConstTensor mixed = probabilities;
         mixed.dims[2] = g.mix_width;
-        if (!(status = RoundToBf16(threads, mixed, rounded.p)).ok()) return;
+        if (!(status = RoundToBf16(threads, mixed, rounded.words, rounded.p)).ok()) return;
         status = plans->mix->Run(rounded.p, rounded.v, out_chunk);
       } else {
         status = plans->mix->Run(probabilities.data, v_chunk, out_chunk);

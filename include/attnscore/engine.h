@@ -34,9 +34,11 @@ bool ParseIsa(const std::string& name, Isa* isa);
 // bf16 matmul, which accumulates in fp32; the scores, the softmax, the
 // weights returned and the output stay fp32. The other ops, and dot-product
 // calls that take the row kernels (at most 3 queries per batch entry, every
-// tensor with unit column strides), always run in fp32. Engine::Create
-// refuses kBf16 where oneDNN has no bf16 matmul (an ISA cap below AVX-512);
-// on AVX-512 CPUs without avx512_bf16 oneDNN emulates it, likely slower.
+// tensor with unit column strides), always run in fp32. Where oneDNN has no
+// bf16 arithmetic (no avx512_bf16 or AMX, or an ISA cap below them), the
+// products run as fp32 matmuls on the rounded values: the same results up
+// to the order of the sums, at about fp32's speed, where oneDNN's own bf16
+// emulation is several times slower. Engine::Describe says which.
 enum class Precision { kFp32, kBf16 };
 
 // "fp32", "bf16".

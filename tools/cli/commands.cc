@@ -83,12 +83,15 @@ names the Highway target in use and oneDNN's implementations.
 (fp32 accumulation): Q, K, V and the attention weights are rounded to
 bfloat16 for them, while scores, softmax, --weights-out and the output stay
 float32. Calls with at most 3 queries per batch entry take fp32 row kernels
-in either mode; the other ops have no bf16 mode and refuse the flag. It
-needs oneDNN's bf16 matmul, which it has only with AVX-512.
+in either mode; the other ops have no bf16 mode and refuse the flag. On a
+CPU without bf16 arithmetic (no avx512_bf16 or AMX, or an ISA cap below
+them) the products run as float32 matmuls on the same rounded values: the
+same results up to the order of the sums, at about float32's speed.
 
 info prints the CPU's Highway targets, the ones the ISA cap allows and the
-one in use, oneDNN's version and effective ISA, the cap, the threads and
-the precision.
+one in use, oneDNN's version and effective ISA, the cap, the threads, the
+precision and whether the bf16 matmuls are native.
+
 
 exit status: 0 success, 2 bad input or usage, 1 internal failure.
 )";
