@@ -5,7 +5,7 @@
 //
 // --isa defaults to best, which yields to $ATTNSCORE_ISA; --threads to
 // $ATTNSCORE_BENCH_THREADS, else 1; --precision to fp32 (bf16 also gives
-// the plain oneDNN peer bf16 inputs). With --benchmark_out (JSON), the file's
+// the plain oneDNN peer bf16 inputs, where oneDNN has bf16 arithmetic). With --benchmark_out (JSON), the file's
 // context also names, for every benchmark, the Highway target and the oneDNN
 // implementations that ran it (its label).
 #include <benchmark/benchmark.h>
@@ -29,7 +29,7 @@ constexpr char kUsage[] =
     "  --isa        the process's ISA cap (default best, which yields to $ATTNSCORE_ISA)\n"
     "  --threads    engine threads (default $ATTNSCORE_BENCH_THREADS, else 1)\n"
     "  --precision  the engine's precision (default fp32); bf16 gives the plain oneDNN\n"
-    "               matmul peer bf16 inputs too\n";
+    "               matmul peer bf16 inputs too, where the CPU has bf16 arithmetic\n";
 
 [[noreturn]] void Usage(const std::string& error) {
   std::fprintf(stderr, "attnscore_bench: error: %s\n%s", error.c_str(), kUsage);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "bench_util.h"
+#include "matmul/matmul.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace attnscore::bench {
@@ -59,12 +60,15 @@ BENCHMARK(BM_MemcpyOpBuffers)
 //   inner:0  C (B·N, L)  = A (B·N, D + Dv) · W (D + Dv, L)
 //   inner:1  C (B·N, 2L) = A (B·N, D) · W (D, 2L), the op's own Q·Kᵀ widened;
 // oneDNN is slower with the shorter inner dimension, so both are reported.
-// In a --precision bf16 run A and W are bf16 (C stays f32), as the op's are.
+// In a --precision bf16 run A and W are bf16 (C stays f32), as the op's are;
+// where oneDNN has no bf16 arithmetic the op runs f32 matmuls on rounded
+// values instead (matmul::NativeBf16), and so does this peer.
 void BM_OnednnMatmul(benchmark::State& state) {
   const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),
                 depth = state.range(3);
   const bool inner_is_depth = state.range(4) != 0;
-  const bool bf16 = SharedEngine().options().precision == Precision::kBf16;  // cap, threads
+  const bool bf16 = SharedEngine().options().precision == Precision::kBf16 &&  // cap, threads
+                    matmul::NativeBf16();
   const std::vector<int64_t> lens = RandomLengths(batch, keys, 4);
   const auto mean_valid =
       static_cast<int64_t>(ValidKeys(lens, 1, keys) / static_cast<double>(batch) + 0.5);

@@ -92,7 +92,6 @@ info prints the CPU's Highway targets, the ones the ISA cap allows and the
 one in use, oneDNN's version and effective ISA, the cap, the threads, the
 precision and whether the bf16 matmuls are native.
 
-
 exit status: 0 success, 2 bad input or usage, 1 internal failure.
 )";
 
