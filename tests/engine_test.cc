@@ -3,10 +3,12 @@
 #include <omp.h>
 #include <xmmintrin.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <string>
 
+#include "api/call_scope.h"
 #include "api/isa.h"
 #include "test_util.h"
 
@@ -146,6 +148,22 @@ TEST(Engine, DescribeNamesTargetsAndOnednn) {
   EXPECT_NE(text.find("highway targets on this cpu:"), std::string::npos) << text;
   EXPECT_NE(text.find("onednn version: 2."), std::string::npos) << text;
   EXPECT_NE(text.find("threads: 1"), std::string::npos) << text;
+}
+
+// Scratch starts on a cache line whatever it grew from, keeps its contents
+// while it does not grow, and each slot is its own buffer.
+TEST(Engine, ThreadScratchIsLineAlignedAndStable) {
+  for (size_t count : {size_t{1}, size_t{3}, size_t{17}, size_t{1000}, size_t{12345}}) {
+    float* a = ThreadScratch(0, count);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u) << "count=" << count;
+    a[count - 1] = 7.0f;
+    EXPECT_EQ(ThreadScratch(0, count), a);
+    EXPECT_EQ(ThreadScratch(0, 1), a);  // no smaller buffer
+    EXPECT_EQ(a[count - 1], 7.0f);
+  }
+  float* other = ThreadScratch(1, 16);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(other) % 64, 0u);
+  EXPECT_NE(other, ThreadScratch(0, 16));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <xmmintrin.h>
 
+#include <cstdint>
 #include <vector>
 
 namespace attnscore {
@@ -33,8 +34,12 @@ CallScope::~CallScope() { omp_set_num_threads(saved_threads_); }
 float* ThreadScratch(int slot, size_t count) {
   thread_local std::vector<float> buffers[kScratchSlots];
   std::vector<float>& buffer = buffers[slot];
-  if (buffer.size() < count) buffer.resize(count);
-  return buffer.data();
+  // On a cache line: the kernels' rows and the bf16 copies carved from it
+  // start on one, and no line is shared with another buffer.
+  constexpr size_t kLineFloats = 64 / sizeof(float);
+  if (buffer.size() < count + kLineFloats - 1) buffer.resize(count + kLineFloats - 1);
+  const auto address = reinterpret_cast<uintptr_t>(buffer.data());
+  return buffer.data() + ((64 - address % 64) % 64) / sizeof(float);
 }
 
 }  // namespace attnscore

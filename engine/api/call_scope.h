@@ -43,9 +43,10 @@ class CallScope {
   int saved_threads_;
 };
 
-// A per-thread buffer of at least `count` floats that lives until the thread
-// ends; `slot` tells apart buffers one call needs at the same time. Grows, never
-// shrinks, so the steady state does not allocate.
+// A per-thread buffer of at least `count` floats, starting on a 64-byte
+// cache line, that lives until the thread ends; `slot` tells apart buffers
+// one call needs at the same time. Grows, never shrinks, so the steady state
+// does not allocate.
 float* ThreadScratch(int slot, size_t count);
 
 // The threads worth waking for about `flops` of work: a second thread costs
