@@ -5,9 +5,10 @@
 //
 // --isa defaults to best, which yields to $ATTNSCORE_ISA; --threads to
 // $ATTNSCORE_BENCH_THREADS, else 1; --precision to fp32 (bf16 also gives
-// the plain oneDNN peer bf16 inputs, where oneDNN has bf16 arithmetic). With --benchmark_out (JSON), the file's
-// context also names, for every benchmark, the Highway target and the oneDNN
-// implementations that ran it (its label).
+// the plain oneDNN peer bf16 inputs, where oneDNN has bf16 arithmetic).
+// With --benchmark_out (JSON), the file's context also names, for every
+// benchmark, the Highway target and the oneDNN implementations that ran it
+// (its label).
 #include <benchmark/benchmark.h>
 
 #include <cstdio>

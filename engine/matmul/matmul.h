@@ -63,11 +63,11 @@ struct PlanSummary {
 std::vector<PlanSummary> CachedPlans();
 
 // Whether oneDNN has bf16 arithmetic here, within the ISA cap: avx512_bf16
-// or AMX. Without it oneDNN still runs bf16 problems, but emulates them, 4.4-4.8x
-// slower than f32 on dot_long's products (an AVX-512 Xeon without avx512_bf16),
-// so the engine gives f32 matmuls bf16-rounded inputs there instead: the
-// products of bf16 values are exact in f32, so the results are the same up
-// to the order of the sums. Call after SetMaxIsa.
+// or AMX. Without it oneDNN still runs bf16 problems but emulates them, and
+// dot_long took 4.4-4.8x fp32's time that way (an AVX-512 Xeon without
+// avx512_bf16). So the engine gives f32 matmuls the bf16-rounded inputs
+// there instead: products of bf16 values are exact in f32, so the results
+// are the same up to the order of the sums. Call after SetMaxIsa.
 bool NativeBf16();
 
 // Caps oneDNN's ISA for the process; must come before the first plan.
