@@ -355,11 +355,16 @@ TEST_P(DotProductBf16, StridedViewsGiveTheDenseBits) {
 TEST(DotProductBf16Threads, ResultsIdenticalForAnyThreadCount) {
   // Large enough that the rounding passes and both products (tasks of
   // query rows) are shared between threads, not just the softmax.
-  const Shape s{2, 512, 1024, 64, 64};
-  const Inputs in(s, 41);
-  const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, true, 44);
-  const ValidLens valid = LensOf(lens, true, s.batch, s.queries);
-  ExpectSameBits(RunOp(*Bf16(1), s, in, valid), RunOp(*Bf16(2), s, in, valid));
+  // The second shape has 6 entries of their own widths: 6 chunks, each run
+  // whole by one thread with its own rounded copies.
+  for (const Shape& s : {Shape{2, 512, 1024, 64, 64}, Shape{6, 64, 300, 32, 16}}) {
+    const Inputs in(s, 41);
+    const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, true, 44);
+    const ValidLens valid = LensOf(lens, true, s.batch, s.queries);
+    ExpectSameBits(RunOp(*Bf16(1), s, in, valid), RunOp(*Bf16(2), s, in, valid));
+    ExpectSameBits(RunOp(*Bf16(1), s, in, valid, /*want_weights=*/false),
+                   RunOp(*Bf16(2), s, in, valid, /*want_weights=*/false));
+  }
 }
 
 TEST_P(DotProductBf16, FewQueriesRunInFp32OnTheRowKernels) {

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <new>
 #include <vector>
+
+#include <omp.h>
 
 #include "api/call_scope.h"
 #include "api/checks.h"
@@ -422,67 +425,104 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
     ATTNSCORE_RETURN_IF_ERROR(status);
   }
 
-  float* scratch = ThreadScratch(1, static_cast<size_t>(scratch_floats));
-  // Slot 2: the row path's slot, never used alongside this path.
-  if (bf16) rounded.Carve(ThreadScratch(2, static_cast<size_t>(rounded.floats())));
-  const int threads = options.threads;
-  std::pair<int64_t, int64_t> rounded_entries{-1, 0};  // whose K and V rounded holds
-  for (const Group& g : groups) {
-    ForEachChunk(g, queries, [&](const Chunk& c) {
-      if (!status.ok()) return;
-      const Plans* plans = nullptr;
-      for (const auto& known : g.plans) {
-        if (known.first == std::pair{c.entries, c.rows}) plans = &known.second;
+  // One thread's working set for its chunks: the scores scratch, and in
+  // bf16 mode its rounded copies with whose K and V they hold.
+  struct ChunkState {
+    float* scratch = nullptr;
+    Bf16Inputs rounded;
+    std::pair<int64_t, int64_t> rounded_entries{-1, 0};
+  };
+  // Runs chunk `c` of `g` on `threads`: scores, softmax, then W V.
+  const auto run_chunk = [&](const Group& g, const Chunk& c, int threads,
+                             ChunkState& state) -> Status {
+    const Plans* plans = nullptr;
+    for (const auto& known : g.plans) {
+      if (known.first == std::pair{c.entries, c.rows}) plans = &known.second;
+    }
+    const float* q_chunk = q.data + c.first_batch * q.strides[0] + c.first_query * q.strides[1];
+    const float* k_chunk = k.data + c.first_batch * k.strides[0];
+    const float* v_chunk = v.data + c.first_batch * v.strides[0];
+    Bf16Inputs& rounded = state.rounded;
+    // The chunk's (entries, rows, cols) of t, from `data` on.
+    const auto part = [&](const ConstTensor& t, const float* data, int64_t rows, int64_t cols) {
+      return ConstTensor(data, {c.entries, rows, cols}, {t.strides[0], t.strides[1], t.strides[2]});
+    };
+    if (bf16) {
+      if (state.rounded_entries != std::pair{c.first_batch, c.entries}) {
+        state.rounded_entries = {c.first_batch, c.entries};
+        ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(threads, part(k, k_chunk, g.score_width, depth),
+                                              rounded.words, rounded.k));
+        ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(threads, part(v, v_chunk, g.mix_width, value_dim),
+                                              rounded.words, rounded.v));
       }
-      const float* q_chunk = q.data + c.first_batch * q.strides[0] + c.first_query * q.strides[1];
-      const float* k_chunk = k.data + c.first_batch * k.strides[0];
-      const float* v_chunk = v.data + c.first_batch * v.strides[0];
-      if (bf16) {
-        if (rounded_entries != std::pair{c.first_batch, c.entries}) {
-          rounded_entries = {c.first_batch, c.entries};
-          if (!(status = RoundToBf16(threads, ConstTensor(k_chunk, {c.entries, g.score_width, depth},
-                                                          {k.strides[0], k.strides[1], k.strides[2]}),
-                                     rounded.words, rounded.k))
-                   .ok() ||
-              !(status = RoundToBf16(threads, ConstTensor(v_chunk, {c.entries, g.mix_width, value_dim},
-                                                          {v.strides[0], v.strides[1], v.strides[2]}),
-                                     rounded.words, rounded.v))
-                   .ok()) {
+      ATTNSCORE_RETURN_IF_ERROR(
+          RoundToBf16(threads, part(q, q_chunk, c.rows, depth), rounded.words, rounded.q));
+    }
+    if (plans->scores) {
+      ATTNSCORE_RETURN_IF_ERROR(bf16 ? plans->scores->Run(rounded.q, rounded.k, state.scratch)
+                                     : plans->scores->Run(q_chunk, k_chunk, state.scratch));
+    }
+    const ConstTensor scores(state.scratch, {c.entries, c.rows, g.row});
+    const Tensor probabilities =
+        want_weights ? Tensor(weights.data + c.first_batch * weights.strides[0] +
+                                  c.first_query * weights.strides[1],
+                              {c.entries, c.rows, keys},
+                              {weights.strides[0], weights.strides[1], weights.strides[2]})
+                     : Tensor(state.scratch, {c.entries, c.rows, g.mix_width});
+    ATTNSCORE_RETURN_IF_ERROR(SoftmaxRows(scores, probabilities, valid_lens, c.first_batch,
+                                          c.first_query, threads, /*stream=*/false));
+    float* out_chunk = out.data + c.first_batch * out.strides[0] + c.first_query * out.strides[1];
+    if (!bf16) return plans->mix->Run(probabilities.data, v_chunk, out_chunk);
+    ConstTensor mixed = probabilities;
+    mixed.dims[2] = g.mix_width;
+    ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(threads, mixed, rounded.words, rounded.p));
+    return plans->mix->Run(rounded.p, rounded.v, out_chunk);
+  };
+
+  std::vector<std::pair<const Group*, Chunk>> chunks;
+  for (const Group& g : groups) {
+    ForEachChunk(g, queries, [&](const Chunk& c) { chunks.emplace_back(&g, c); });
+  }
+  const int threads = options.threads;
+  const auto chunk_count = static_cast<int64_t>(chunks.size());
+  // Slot 1 holds the scores; slot 2, the row path's, the bf16 copies (the
+  // two paths never run in one call).
+  if (threads == 1 || chunk_count < 2 * threads) {
+    // Each product and softmax shared by the threads, chunk after chunk.
+    ChunkState state;
+    state.scratch = ThreadScratch(1, static_cast<size_t>(scratch_floats));
+    state.rounded = rounded;
+    if (bf16) state.rounded.Carve(ThreadScratch(2, static_cast<size_t>(rounded.floats())));
+    for (const auto& [g, c] : chunks) ATTNSCORE_RETURN_IF_ERROR(run_chunk(*g, c, threads, state));
+    return Status::Ok();
+  }
+  // Enough chunks for every thread: whole chunks per thread, handed out one
+  // at a time. No barrier between a chunk's steps, and its scores stay in
+  // the cache of the core that made them (and a thread slowed by a busy
+  // core simply takes fewer chunks). Chunks depend on the problem alone and
+  // each is computed the same on any thread, so the bits do not change.
+  std::vector<ChunkState> states(static_cast<size_t>(threads));
+  std::vector<Status> results(chunks.size());
+  ATTNSCORE_RETURN_IF_ERROR(ForEachRowInParallel(
+      threads, chunk_count, /*slot=*/1, static_cast<size_t>(scratch_floats),
+      [&](int64_t i, float* scratch) {
+        ChunkState& state = states[static_cast<size_t>(omp_get_thread_num())];
+        if (state.scratch == nullptr) {
+          state.rounded = rounded;
+          try {
+            if (bf16) state.rounded.Carve(ThreadScratch(2, static_cast<size_t>(rounded.floats())));
+          } catch (const std::bad_alloc&) {
+            results[static_cast<size_t>(i)] = Status::Internal("out of memory for per-thread scratch");
             return;
           }
+          state.scratch = scratch;
         }
-        status = RoundToBf16(threads, ConstTensor(q_chunk, {c.entries, c.rows, depth},
-                                                  {q.strides[0], q.strides[1], q.strides[2]}),
-                             rounded.words, rounded.q);
-        if (!status.ok()) return;
-      }
-      if (plans->scores) {
-        status = bf16 ? plans->scores->Run(rounded.q, rounded.k, scratch)
-                      : plans->scores->Run(q_chunk, k_chunk, scratch);
-        if (!status.ok()) return;
-      }
-      const ConstTensor scores(scratch, {c.entries, c.rows, g.row});
-      const Tensor probabilities =
-          want_weights ? Tensor(weights.data + c.first_batch * weights.strides[0] +
-                                    c.first_query * weights.strides[1],
-                                {c.entries, c.rows, keys},
-                                {weights.strides[0], weights.strides[1], weights.strides[2]})
-                       : Tensor(scratch, {c.entries, c.rows, g.mix_width});
-      status = SoftmaxRows(scores, probabilities, valid_lens, c.first_batch, c.first_query,
-                           options.threads, /*stream=*/false);
-      if (!status.ok()) return;
-      float* out_chunk = out.data + c.first_batch * out.strides[0] + c.first_query * out.strides[1];
-      if (bf16) {
-        ConstTensor mixed = probabilities;
-        mixed.dims[2] = g.mix_width;
-        if (!(status = RoundToBf16(threads, mixed, rounded.words, rounded.p)).ok()) return;
-        status = plans->mix->Run(rounded.p, rounded.v, out_chunk);
-      } else {
-        status = plans->mix->Run(probabilities.data, v_chunk, out_chunk);
-      }
-    });
-  }
-  return status;
+        results[static_cast<size_t>(i)] = run_chunk(*chunks[static_cast<size_t>(i)].first,
+                                                    chunks[static_cast<size_t>(i)].second, 1, state);
+      },
+      [] {}, Balance::kDynamic));
+  for (const Status& result : results) ATTNSCORE_RETURN_IF_ERROR(result);
+  return Status::Ok();
 }
 
 }  // namespace attnscore::ops
