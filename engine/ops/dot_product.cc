@@ -44,6 +44,8 @@ struct Group {
   std::vector<std::pair<std::pair<int64_t, int64_t>, Plans>> plans;
 };
 
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // A piece of a group small enough for its scores to stay in cache.
 struct Chunk {
   int64_t first_batch, entries, first_query, rows;
@@ -73,7 +75,12 @@ template <class Fn>
 void ForEachChunk(const Group& g, int64_t queries, Fn fn) {
   constexpr int64_t kChunkBytes = int64_t{2} << 20;
   const int64_t row_bytes = 4 * std::max<int64_t>(g.row, 1);
-  const int64_t entries = std::clamp<int64_t>(kChunkBytes / (queries * row_bytes), 1, g.count);
+  // At most a kMinChunks-th of the group's entries each, though: enough
+  // chunks for threads to take whole ones (see DotProductAttention). The
+  // cut must not depend on the thread count, or the bits would.
+  constexpr int64_t kMinChunks = 8;
+  const int64_t entries = std::clamp<int64_t>(kChunkBytes / (queries * row_bytes), 1,
+                                              CeilDiv(g.count, kMinChunks));
   int64_t rows = queries;
   if (queries * row_bytes > kChunkBytes) {
     rows = std::min(queries, std::max<int64_t>(16, kChunkBytes / row_bytes / 16 * 16));
@@ -181,8 +188,6 @@ bool UseRowPath(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v
 // (256-key blocks made (8, 1, 1024) 10-15% slower on one thread).
 constexpr int64_t kRowTasks = 8;
 constexpr int64_t kMinRowKeyBlock = 256;
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int64_t RowKeyBlock(int64_t rows, int64_t keys) {
   const int64_t blocks = std::max<int64_t>(
