@@ -313,34 +313,42 @@ TEST_P(DotProductThreads, ResultsIdenticalForAnyThreadCount) {
   const auto k = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.depth), 42);
   const auto v = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.value_dim), 43);
   const std::vector<int64_t> lens = Lengths(s, true, 44);
-  // Outputs of 1 and 2 threads, without and with the weights requested.
-  std::vector<float> out[2][2], weights[2][2];
-  for (int threads : {1, 2}) {
-    EngineOptions options;
-    options.threads = threads;
-    std::unique_ptr<Engine> engine;
-    ASSERT_TRUE(Engine::Create(options, &engine).ok());
-    for (int with_weights : {0, 1}) {
-      std::vector<float>& o = out[threads - 1][with_weights];
-      std::vector<float>& w = weights[threads - 1][with_weights];
-      o.assign(static_cast<size_t>(s.batch * s.queries * s.value_dim), -1.0f);
-      if (with_weights) w.assign(static_cast<size_t>(s.batch * s.queries * s.keys), -1.0f);
-      ASSERT_TRUE(engine->DotProductAttention(ConstTensor(q.data(), {s.batch, s.queries, s.depth}),
-                                              ConstTensor(k.data(), {s.batch, s.keys, s.depth}),
-                                              ConstTensor(v.data(), {s.batch, s.keys, s.value_dim}),
-                                              ValidLens::PerQuery(lens.data(), s.batch, s.queries),
-                                              Tensor(o.data(), {s.batch, s.queries, s.value_dim}),
-                                              with_weights ? Tensor(w.data(), {s.batch, s.queries, s.keys})
-                                                           : Tensor())
-                      .ok());
+  // Without lengths every entry has the same widths: one group, cut into
+  // chunks of whole entries.
+  for (const bool with_lens : {true, false}) {
+    SCOPED_TRACE(with_lens ? "per-query lengths" : "no lengths");
+    const ValidLens valid =
+        with_lens ? ValidLens::PerQuery(lens.data(), s.batch, s.queries) : ValidLens::None();
+    // Outputs of 1 and 2 threads, without and with the weights requested.
+    std::vector<float> out[2][2], weights[2][2];
+    for (int threads : {1, 2}) {
+      EngineOptions options;
+      options.threads = threads;
+      std::unique_ptr<Engine> engine;
+      ASSERT_TRUE(Engine::Create(options, &engine).ok());
+      for (int with_weights : {0, 1}) {
+        std::vector<float>& o = out[threads - 1][with_weights];
+        std::vector<float>& w = weights[threads - 1][with_weights];
+        o.assign(static_cast<size_t>(s.batch * s.queries * s.value_dim), -1.0f);
+        if (with_weights) w.assign(static_cast<size_t>(s.batch * s.queries * s.keys), -1.0f);
+        ASSERT_TRUE(
+            engine
+                ->DotProductAttention(
+                    ConstTensor(q.data(), {s.batch, s.queries, s.depth}),
+                    ConstTensor(k.data(), {s.batch, s.keys, s.depth}),
+                    ConstTensor(v.data(), {s.batch, s.keys, s.value_dim}), valid,
+                    Tensor(o.data(), {s.batch, s.queries, s.value_dim}),
+                    with_weights ? Tensor(w.data(), {s.batch, s.queries, s.keys}) : Tensor())
+                .ok());
+      }
     }
-  }
-  for (int with_weights : {0, 1}) {
-    SCOPED_TRACE(with_weights ? "with weights" : "without weights");
-    EXPECT_EQ(0, std::memcmp(out[0][with_weights].data(), out[1][with_weights].data(),
-                             out[0][with_weights].size() * sizeof(float)));
-    EXPECT_EQ(0, std::memcmp(weights[0][with_weights].data(), weights[1][with_weights].data(),
-                             weights[0][with_weights].size() * sizeof(float)));
+    for (int with_weights : {0, 1}) {
+      SCOPED_TRACE(with_weights ? "with weights" : "without weights");
+      EXPECT_EQ(0, std::memcmp(out[0][with_weights].data(), out[1][with_weights].data(),
+                               out[0][with_weights].size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(weights[0][with_weights].data(), weights[1][with_weights].data(),
+                               weights[0][with_weights].size() * sizeof(float)));
+    }
   }
 }
 
