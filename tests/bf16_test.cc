@@ -355,15 +355,18 @@ TEST_P(DotProductBf16, StridedViewsGiveTheDenseBits) {
 TEST(DotProductBf16Threads, ResultsIdenticalForAnyThreadCount) {
   // Large enough that the rounding passes and both products (tasks of
   // query rows) are shared between threads, not just the softmax.
-  // The second shape has 6 entries of their own widths: 6 chunks, each run
-  // whole by one thread with its own rounded copies.
-  for (const Shape& s : {Shape{2, 512, 1024, 64, 64}, Shape{6, 64, 300, 32, 16}}) {
+  // The others are run as whole chunks per thread, each thread with its
+  // own rounded copies: 6 entries of their own widths (6 chunks), and 5
+  // query blocks of one entry, whose K and V each thread rounds once.
+  for (const Shape& s : {Shape{2, 512, 1024, 64, 64}, Shape{6, 64, 300, 32, 16},
+                         Shape{1, 1024, 2500, 32, 16}}) {
     const Inputs in(s, 41);
     const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, true, 44);
-    const ValidLens valid = LensOf(lens, true, s.batch, s.queries);
-    ExpectSameBits(RunOp(*Bf16(1), s, in, valid), RunOp(*Bf16(2), s, in, valid));
-    ExpectSameBits(RunOp(*Bf16(1), s, in, valid, /*want_weights=*/false),
-                   RunOp(*Bf16(2), s, in, valid, /*want_weights=*/false));
+    for (const ValidLens& valid : {LensOf(lens, true, s.batch, s.queries), ValidLens::None()}) {
+      ExpectSameBits(RunOp(*Bf16(1), s, in, valid), RunOp(*Bf16(2), s, in, valid));
+      ExpectSameBits(RunOp(*Bf16(1), s, in, valid, /*want_weights=*/false),
+                     RunOp(*Bf16(2), s, in, valid, /*want_weights=*/false));
+    }
   }
 }
 

@@ -196,7 +196,14 @@ class ForwardPass {
             if (!first_error.ok()) return;
           }
           Workspace w(scratch, queries_ * hidden_, hidden_ * chunk_stride_);
-          Status entry = RunEntry(b, w, /*threads=*/1);
+          // No exception may leave the OpenMP region (oneDNN's bindings and
+          // scratchpads allocate on a thread's first run of a primitive).
+          Status entry;
+          try {
+            entry = RunEntry(b, w, /*threads=*/1);
+          } catch (...) {
+            entry = Status::Internal("AdditiveAttention: an entry's computation failed (out of memory?)");
+          }
           if (entry.ok()) return;
           std::lock_guard<std::mutex> lock(mutex);
           if (first_error.ok()) first_error = std::move(entry);

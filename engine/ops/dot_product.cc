@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <memory>
-#include <new>
 #include <vector>
 
 #include <omp.h>
@@ -40,7 +39,7 @@ struct Group {
   // since the reference gives such a query uniform weights over all M keys.
   int64_t mix_width = 0;
   int64_t row = 0;  // floats between score rows in scratch
-  // Plans by chunk shape (entries, rows); a group has at most four shapes.
+  // Plans by chunk shape (entries, rows); a group has at most two shapes.
   std::vector<std::pair<std::pair<int64_t, int64_t>, Plans>> plans;
 };
 
@@ -75,12 +74,13 @@ template <class Fn>
 void ForEachChunk(const Group& g, int64_t queries, Fn fn) {
   constexpr int64_t kChunkBytes = int64_t{2} << 20;
   const int64_t row_bytes = 4 * std::max<int64_t>(g.row, 1);
-  // At most a kMinChunks-th of the group's entries each, though: enough
-  // chunks for threads to take whole ones (see DotProductAttention). The
-  // cut must not depend on the thread count, or the bits would.
-  constexpr int64_t kMinChunks = 8;
+  // But a group of several entries gets about kGroupChunks chunks even when
+  // it would fit in one: enough for threads to take whole ones (see
+  // DotProductAttention). The cut must not depend on the thread count, or
+  // the bits could.
+  constexpr int64_t kGroupChunks = 8;
   const int64_t entries = std::clamp<int64_t>(kChunkBytes / (queries * row_bytes), 1,
-                                              CeilDiv(g.count, kMinChunks));
+                                              CeilDiv(g.count, kGroupChunks));
   int64_t rows = queries;
   if (queries * row_bytes > kChunkBytes) {
     rows = std::min(queries, std::max<int64_t>(16, kChunkBytes / row_bytes / 16 * 16));
@@ -454,11 +454,12 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
     };
     if (bf16) {
       if (state.rounded_entries != std::pair{c.first_batch, c.entries}) {
-        state.rounded_entries = {c.first_batch, c.entries};
+        state.rounded_entries = {-1, 0};  // until both copies are whole
         ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(threads, part(k, k_chunk, g.score_width, depth),
                                               rounded.words, rounded.k));
         ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(threads, part(v, v_chunk, g.mix_width, value_dim),
                                               rounded.words, rounded.v));
+        state.rounded_entries = {c.first_batch, c.entries};
       }
       ATTNSCORE_RETURN_IF_ERROR(
           RoundToBf16(threads, part(q, q_chunk, c.rows, depth), rounded.words, rounded.q));
@@ -488,11 +489,16 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
   for (const Group& g : groups) {
     ForEachChunk(g, queries, [&](const Chunk& c) { chunks.emplace_back(&g, c); });
   }
+  double flops = 0;  // as the products count them
+  for (const auto& [g, c] : chunks) {
+    flops += 2.0 * static_cast<double>(c.entries * c.rows) *
+             static_cast<double>(g->score_width * depth + g->mix_width * value_dim);
+  }
   const int threads = options.threads;
   const auto chunk_count = static_cast<int64_t>(chunks.size());
   // Slot 1 holds the scores; slot 2, the row path's, the bf16 copies (the
   // two paths never run in one call).
-  if (threads == 1 || chunk_count < 2 * threads) {
+  if (ThreadsFor(threads, flops) == 1 || chunk_count < 2 * threads) {
     // Each product and softmax shared by the threads, chunk after chunk.
     ChunkState state;
     state.scratch = ThreadScratch(1, static_cast<size_t>(scratch_floats));
@@ -516,14 +522,20 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q,
           state.rounded = rounded;
           try {
             if (bf16) state.rounded.Carve(ThreadScratch(2, static_cast<size_t>(rounded.floats())));
-          } catch (const std::bad_alloc&) {
+          } catch (...) {
             results[static_cast<size_t>(i)] = Status::Internal("out of memory for per-thread scratch");
             return;
           }
           state.scratch = scratch;
         }
-        results[static_cast<size_t>(i)] = run_chunk(*chunks[static_cast<size_t>(i)].first,
-                                                    chunks[static_cast<size_t>(i)].second, 1, state);
+        // No exception may leave the OpenMP region (oneDNN's bindings and
+        // scratchpads allocate on a thread's first run of a primitive).
+        try {
+          results[static_cast<size_t>(i)] = run_chunk(*chunks[static_cast<size_t>(i)].first,
+                                                      chunks[static_cast<size_t>(i)].second, 1, state);
+        } catch (...) {
+          results[static_cast<size_t>(i)] = Status::Internal("a chunk's computation failed (out of memory?)");
+        }
       },
       [] {}, Balance::kDynamic));
   for (const Status& result : results) ATTNSCORE_RETURN_IF_ERROR(result);
