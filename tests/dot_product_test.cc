@@ -367,7 +367,12 @@ int64_t ProcStatusBytes(const std::string& field) {
   return -1;
 }
 
-TEST(DotProductMemory, LongShapeWithoutWeightsNeedsAtMost8MiBBeyondItsBuffers) {
+// On 1 thread, and on 2, where each thread takes whole chunks with its own
+// scores scratch.
+class DotProductMemory : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(Threads, DotProductMemory, ::testing::Values(1, 2));
+
+TEST_P(DotProductMemory, LongShapeWithoutWeightsNeedsAtMost8MiBBeyondItsBuffers) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "ASan's shadow memory and quarantine are not the engine's";
 #endif
@@ -377,8 +382,12 @@ TEST(DotProductMemory, LongShapeWithoutWeightsNeedsAtMost8MiBBeyondItsBuffers) {
   const std::vector<float> q = RandomFloats(n * d, 81), k = RandomFloats(m * d, 82), v = RandomFloats(m * d, 83);
   std::vector<float> out(n * d);
   const int64_t lens[] = {3000};
+  EngineOptions options;
+  options.threads = GetParam();
+  std::unique_ptr<Engine> engine;
+  ASSERT_TRUE(Engine::Create(options, &engine).ok());
   const auto call = [&] {
-    return DefaultEngine().DotProductAttention(
+    return engine->DotProductAttention(
         ConstTensor(q.data(), {1, n, d}), ConstTensor(k.data(), {1, m, d}), ConstTensor(v.data(), {1, m, d}),
         ValidLens::PerBatch(lens, 1), Tensor(out.data(), {1, n, d}));
   };
