@@ -3,6 +3,8 @@
 // seed module, and every edge case of the contract.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -118,6 +120,84 @@ TEST_P(MaskedSoftmaxTest, StreamedRowsKeepTheirOwnResults) {
                                  Tensor(x.data(), {batch, queries, keys}))
                   .ok());
   EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
+}
+
+// A copy of x[0, n) that starts on a 64-byte line, in storage that
+// outlives the returned pointer.
+const float* OnALine(const float* x, size_t n, std::vector<float>* storage) {
+  storage->assign(n + 16, 0.0f);
+  float* aligned = storage->data();
+  while (reinterpret_cast<uintptr_t>(aligned) % 64 != 0) ++aligned;
+  std::copy(x, x + n, aligned);
+  return aligned;
+}
+
+// Rows starting anywhere in a vector. Where rows are contiguous, the
+// streaming kernel stores a row's tail and the next row's head as one
+// aligned vector; where they are not, it stores them plainly; the max pass
+// reads aligned vectors after a head. Each row must give, bit for bit, what
+// the row kernel gives for the same scores on a line (so no result depends
+// on alignment), in place too, and nothing around or between rows changes.
+TEST_P(MaskedSoftmaxTest, StreamedRowsAtEveryAlignment) {
+  const size_t rows = 9;
+  for (size_t width : {1, 3, 13, 16, 17, 40, 100}) {
+    for (size_t gap : {0, 3, 16}) {  // 16: apart by whole vectors
+      for (size_t start = 0; start < 16; ++start) {
+        SCOPED_TRACE("width " + std::to_string(width) + ", gap " + std::to_string(gap) +
+                     ", start " + std::to_string(start));
+        const size_t stride = width + gap;
+        std::vector<float> x = RandomFloats(start + rows * stride + 16,
+                                            static_cast<uint32_t>(width * 100 + start), 3.0f);
+        // Lengths 0, 1, all, and in between; row 4 has a NaN among its scores,
+        // where the max pass's head or its vectors read it, as start varies.
+        std::vector<size_t> lens = {width, 1, 0, width / 2, width, width - 1, 2, width, width / 3};
+        for (size_t& l : lens) l = std::min(l, width);
+        x[start + 4 * stride + start % width] = std::numeric_limits<float>::quiet_NaN();
+
+        std::vector<float> y(x.size(), kSentinel), scratch(2 * width);
+        std::vector<kernels::StreamedRow> descriptors;
+        for (size_t r = 0; r < rows; ++r) {
+          descriptors.push_back({&x[start + r * stride], lens[r], &y[start + r * stride]});
+        }
+        kernels::MaskedSoftmaxRowsStream(descriptors.data(), rows, width, scratch.data());
+        kernels::FlushStreams();
+
+        for (size_t r = 0; r < rows; ++r) {
+          std::vector<float> storage, expected(width);
+          kernels::MaskedSoftmaxRow(OnALine(&x[start + r * stride], width, &storage), lens[r], width,
+                                    expected.data());
+          ASSERT_EQ(std::memcmp(&y[start + r * stride], expected.data(), width * sizeof(float)), 0)
+              << "row " << r;
+          if (r == 4) {
+            EXPECT_TRUE(std::isnan(expected[0]));
+            continue;
+          }
+          const std::vector<float> own(x.begin() + static_cast<std::ptrdiff_t>(start + r * stride),
+                                       x.begin() + static_cast<std::ptrdiff_t>(start + r * stride + width));
+          EXPECT_LE(MaxAbsDiff(expected.data(),
+                               ReferenceMaskedSoftmax(own, 1, 1, static_cast<int64_t>(width),
+                                                      {static_cast<int64_t>(lens[r])})),
+                    kWeightTolerance)
+              << "row " << r;
+        }
+        for (size_t k = 0; k < y.size(); ++k) {
+          const bool in_row = k >= start && (k - start) % stride < width && (k - start) / stride < rows;
+          if (!in_row) {
+            ASSERT_EQ(y[k], kSentinel) << "wrote outside the rows at " << k;
+          }
+        }
+
+        // In place: each row's scores are read before its weights land on them.
+        for (kernels::StreamedRow& row : descriptors) row.y = const_cast<float*>(row.x);
+        kernels::MaskedSoftmaxRowsStream(descriptors.data(), rows, width, scratch.data());
+        kernels::FlushStreams();
+        for (size_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(std::memcmp(&x[start + r * stride], &y[start + r * stride], width * sizeof(float)), 0)
+              << "in place, row " << r;
+        }
+      }
+    }
+  }
 }
 
 TEST_P(MaskedSoftmaxTest, GoldenCasesFromTheSeedModule) {

@@ -24,6 +24,20 @@ namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Elements before the first vector-aligned address at or after p, up to n.
+// Loads and stores that straddle two cache lines cost two accesses, and rows
+// seldom start on a line (a malloc'd array is 16 bytes past one): passes over
+// a row do this many elements alone first, then whole aligned vectors. With
+// rows 16 bytes off, aligned loads in the max pass (which reads the scores
+// from L2 or memory) took the streamed (64, 128, 512) from 0.56 to 0.68 of
+// memcpy's speed (medians of six alternated runs on an Intel Xeon).
+template <class D>
+HWY_INLINE size_t UnalignedHead(D d, const float* p, size_t n) {
+  const size_t lanes = hn::Lanes(d);
+  const size_t offset = reinterpret_cast<uintptr_t>(p) / sizeof(float) % lanes;
+  return std::min(n, offset == 0 ? 0 : lanes - offset);
+}
+
 // Max of x[0, n), n >= 1. Also reports whether any element is Inf or NaN:
 // x * 0 is 0 for every finite x and NaN otherwise, so one multiply-add per
 // element tells, where Max alone would hide a NaN (x86 max returns an operand).
@@ -39,10 +53,16 @@ HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_fi
   const auto lowest = hn::Set(d, -std::numeric_limits<float>::infinity());
   auto max0 = lowest, max1 = lowest, max2 = lowest, max3 = lowest;
   auto probe0 = zero, probe1 = zero, probe2 = zero, probe3 = zero;
-  size_t j = 0;
+  size_t j = UnalignedHead(d, x, n);
+  if (j > 0) {
+    // Padding with x[0] leaves both the max and the finiteness verdict as they are.
+    const auto v = LoadTail(d, x, j, x[0]);
+    max2 = hn::Max(max2, v);
+    probe2 = hn::MulAdd(v, zero, probe2);
+  }
   for (; j + 4 * lanes <= n; j += 4 * lanes) {
-    const auto v0 = hn::LoadU(d, x + j), v1 = hn::LoadU(d, x + j + lanes);
-    const auto v2 = hn::LoadU(d, x + j + 2 * lanes), v3 = hn::LoadU(d, x + j + 3 * lanes);
+    const auto v0 = hn::Load(d, x + j), v1 = hn::Load(d, x + j + lanes);
+    const auto v2 = hn::Load(d, x + j + 2 * lanes), v3 = hn::Load(d, x + j + 3 * lanes);
     max0 = hn::Max(max0, v0);
     max1 = hn::Max(max1, v1);
     max2 = hn::Max(max2, v2);
@@ -54,12 +74,11 @@ HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_fi
     between();
   }
   for (; j + lanes <= n; j += lanes) {
-    const auto v = hn::LoadU(d, x + j);
+    const auto v = hn::Load(d, x + j);
     max0 = hn::Max(max0, v);
     probe0 = hn::MulAdd(v, zero, probe0);
   }
   if (j < n) {
-    // Padding with x[0] leaves both the max and the finiteness verdict as they are.
     const auto v = LoadTail(d, x + j, n - j, x[0]);
     max1 = hn::Max(max1, v);
     probe1 = hn::MulAdd(v, zero, probe1);
@@ -72,6 +91,8 @@ HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_fi
 
 // e[j] = exp(x[j] - max) for j < n; returns their sum. e may equal x (in
 // place), so neither pointer is restrict. Four sums and between(), as above.
+// Unlike RowMax, unaligned loads: each element's place in the sums must not
+// depend on where the row starts, or results would change with alignment.
 template <class D, class Between>
 HWY_INLINE float ExpAndSum(D d, const float* x, size_t n, float max, float* e, Between between) {
   const size_t lanes = hn::Lanes(d);
@@ -125,8 +146,7 @@ template <class D>
 HWY_INLINE void Fill(D d, float value, float* HWY_RESTRICT y, size_t n) {
   const size_t lanes = hn::Lanes(d);
   const auto v = hn::Set(d, value);
-  const size_t misaligned = reinterpret_cast<uintptr_t>(y) / sizeof(float) % lanes;
-  size_t j = std::min(n, misaligned == 0 ? 0 : lanes - misaligned);
+  size_t j = UnalignedHead(d, y, n);
   if (j > 0) StoreTail(d, v, j, y);
   for (; j + lanes <= n; j += lanes) hn::Store(v, d, y + j);
   if (j < n) StoreTail(d, v, n - j, y + j);
@@ -138,19 +158,46 @@ HWY_INLINE void Fill(D d, float value, float* HWY_RESTRICT y, size_t n) {
 // a few vectors at a time, in between the next row's arithmetic: issued as
 // one run, they stall the core on the memory's write speed, and the
 // arithmetic cannot start until they drain.
+//
+// Non-temporal stores need aligned addresses, and rows seldom start on one
+// (a malloc'd array is 16 bytes past a line), so a row's tail and the next
+// row's head share a vector. Stored plainly, that line is first read from
+// memory, and the core waits for it: on (64, 128, 512) 16 bytes off a line,
+// 1.94 ms against 1.20 aligned. So where the next row starts right after a
+// row, as rows of one array do, the two go out together as one aligned
+// vector, put together in registers (through memory, the load could not be
+// forwarded from the two stores and waited for every store queued before
+// them: 10% of the op's time).
 template <class D>
 class RowStreamer {
  public:
   bool idle() const { return e_ == nullptr; }
 
-  void Start(D d, const float* HWY_RESTRICT e, float scale, size_t valid, size_t width,
-             float* HWY_RESTRICT y) {
+  // Finishes the row streaming now, if any, and starts this one.
+  void Next(D d, const float* HWY_RESTRICT e, float scale, size_t valid, size_t width,
+            float* HWY_RESTRICT y) {
     const size_t lanes = hn::Lanes(d);
-    // Non-temporal stores need aligned addresses: the head is stored plainly.
-    const size_t offset = (reinterpret_cast<uintptr_t>(y) / sizeof(float)) % lanes;
-    const size_t head = offset == 0 ? 0 : std::min(width, lanes - offset);
-    Scale(d, e, std::min(head, valid), scale, y);
-    if (head > valid) Fill(d, 0.0f, y + valid, head - valid);
+    const size_t head = UnalignedHead(d, y, width);
+    size_t tail = 0;  // the previous row's last floats, after its whole vectors
+    if (!idle()) {
+      Store(d, width_);
+      tail = width_ - next_;
+    }
+    if (tail > 0 && head + tail == lanes && y_ + width_ == y) {
+      const hn::RebindToSigned<D> di;
+      // Lane k gets the head's lane k - tail (mod lanes; the others are the tail's).
+      const auto from = hn::And(hn::Sub(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(tail))),
+                                hn::Set(di, static_cast<int32_t>(lanes - 1)));
+      const auto head_values =
+          hn::Mul(LoadTail(d, e, std::min(head, valid), 0.0f), hn::Set(d, scale));
+      hn::Stream(hn::IfThenElse(hn::FirstN(d, tail), TailValues(d),
+                                hn::TableLookupLanes(head_values, hn::IndicesFromVec(d, from))),
+                 d, y_ + next_);
+    } else {
+      if (tail > 0) StoreTail(d, TailValues(d), tail, y_ + next_);
+      Scale(d, e, std::min(head, valid), scale, y);
+      if (head > valid) Fill(d, 0.0f, y + valid, head - valid);
+    }
     e_ = e;
     scale_ = scale;
     valid_ = valid;
@@ -173,20 +220,23 @@ class RowStreamer {
     }
   }
 
-  // Streams the rest of the row; afterwards the streamer is idle.
+  // Streams the rest of the row, its tail stored plainly; afterwards the
+  // streamer is idle.
   void Finish(D d) {
     if (idle()) return;
     Store(d, width_);
-    if (next_ < width_) {
-      const auto v = next_ < valid_
-                         ? hn::Mul(LoadTail(d, e_ + next_, valid_ - next_, 0.0f), hn::Set(d, scale_))
-                         : hn::Zero(d);
-      StoreTail(d, v, width_ - next_, y_ + next_);
-    }
+    if (next_ < width_) StoreTail(d, TailValues(d), width_ - next_, y_ + next_);
     e_ = nullptr;
   }
 
  private:
+  // The row's last, partial vector, from next_ on (fewer than Lanes(d) left).
+  hn::Vec<D> TailValues(D d) const {
+    return next_ < valid_
+               ? hn::Mul(LoadTail(d, e_ + next_, valid_ - next_, 0.0f), hn::Set(d, scale_))
+               : hn::Zero(d);
+  }
+
   const float* e_ = nullptr;
   float scale_ = 0.0f;
   size_t valid_ = 0, width_ = 0, next_ = 0;
@@ -225,8 +275,7 @@ HWY_INLINE void SoftmaxRow(D d, const float* x, size_t valid, size_t width, floa
   }
 
   const float inv = 1.0f / ExpAndSum(d, x, valid, max, e, store4);
-  finish_previous();
-  if (streamer) return streamer->Start(d, e, inv, valid, width, y);
+  if (streamer) return streamer->Next(d, e, inv, valid, width, y);
   Scale(d, e, valid, inv, y);
   if (valid < width) Fill(d, 0.0f, y + valid, width - valid);
 }
@@ -255,18 +304,25 @@ kernels::SoftmaxBlockStats MaskedSoftmaxBlock(const float* x, size_t n, float* y
   return {max, sum, false};
 }
 
-// Rows ahead whose scores are prefetched into L2, whole: the hardware
-// prefetcher follows one contiguous stream far better than the valid parts
-// of rows with gaps between them (in a standalone test on (64, 128, 512),
-// reading the valid parts with a copy's stores took 1.2-1.9 ms, with whole
-// rows prefetched 4 ahead 0.5-0.7 ms).
+// Rows ahead whose valid scores are prefetched into L2. Without it the
+// hardware prefetcher alone, which does not know where a row's valid part
+// ends, leaves the loads waiting (reading the valid parts with a copy's
+// stores took 1.2-1.9 ms on (64, 128, 512), with rows prefetched 0.5-0.7).
+// Prefetching whole rows instead, as this did before, cost more than it
+// saved once the stores stopped stalling: on an Intel Xeon the op reached
+// 0.64 of memcpy's speed with whole rows, 0.68 with valid parts only
+// (medians of 20 alternated runs).
 constexpr size_t kPrefetchRows = 4;
 
-HWY_INLINE void PrefetchRow(const float* row, size_t width) {
-  constexpr size_t kLineFloats = 64 / sizeof(float);
+// Every cache line holding some of row[0, count).
+HWY_INLINE void PrefetchScores(const float* row, size_t count) {
+  constexpr uintptr_t kLine = 64;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(row + count);
   // Into L2 (locality 1): copies in L1 crowd out the row buffers (2.5-2.9 ms
-  // against 2.9-3.4 ms into L1, alternated runs in the engine).
-  for (size_t j = 0; j < width; j += kLineFloats) __builtin_prefetch(row + j, 0, 1);
+  // against 2.9-3.4 ms into L1 on an AMD EPYC, alternated runs in the engine).
+  for (uintptr_t line = reinterpret_cast<uintptr_t>(row) & ~(kLine - 1); line < end; line += kLine) {
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 1);
+  }
 }
 
 void MaskedSoftmaxRowsStream(const kernels::StreamedRow* rows, size_t count, size_t width,
@@ -274,7 +330,9 @@ void MaskedSoftmaxRowsStream(const kernels::StreamedRow* rows, size_t count, siz
   const hn::ScalableTag<float> d;
   RowStreamer<hn::ScalableTag<float>> streamer;
   for (size_t r = 0; r < count; ++r) {
-    if (r + kPrefetchRows < count) PrefetchRow(rows[r + kPrefetchRows].x, width);
+    if (r + kPrefetchRows < count) {
+      PrefetchScores(rows[r + kPrefetchRows].x, rows[r + kPrefetchRows].valid);
+    }
     // Row r's exps must not overwrite those of row r - 1, still streaming.
     float* e = row_buffers + (r % 2) * width;
     SoftmaxRow(d, rows[r].x, rows[r].valid, width, rows[r].y, e, &streamer);
