@@ -137,43 +137,52 @@ const float* OnALine(const float* x, size_t n, std::vector<float>* storage) {
 // aligned vector; where they are not, it stores them plainly; the max pass
 // reads aligned vectors after a head. Each row must give, bit for bit, what
 // the row kernel gives for the same scores on a line (so no result depends
-// on alignment), in place too, and nothing around or between rows changes.
+// on alignment), in place too; the scores past a row's length (NaN here)
+// must not be read, and nothing around or between rows may change.
 TEST_P(MaskedSoftmaxTest, StreamedRowsAtEveryAlignment) {
-  const size_t rows = 9;
+  const size_t rows = 9, guard = 16;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
   for (size_t width : {1, 3, 13, 16, 17, 40, 100}) {
     for (size_t gap : {0, 3, 16}) {  // 16: apart by whole vectors
       for (size_t start = 0; start < 16; ++start) {
         SCOPED_TRACE("width " + std::to_string(width) + ", gap " + std::to_string(gap) +
                      ", start " + std::to_string(start));
-        const size_t stride = width + gap;
-        std::vector<float> x = RandomFloats(start + rows * stride + 16,
+        const size_t stride = width + gap, first = guard + start;
+        const auto in_a_row = [&](size_t k) {
+          return k >= first && (k - first) % stride < width && (k - first) / stride < rows;
+        };
+        std::vector<float> x = RandomFloats(first + rows * stride + guard,
                                             static_cast<uint32_t>(width * 100 + start), 3.0f);
         // Lengths 0, 1, all, and in between; row 4 has a NaN among its scores,
         // where the max pass's head or its vectors read it, as start varies.
         std::vector<size_t> lens = {width, 1, 0, width / 2, width, width - 1, 2, width, width / 3};
         for (size_t& l : lens) l = std::min(l, width);
-        x[start + 4 * stride + start % width] = std::numeric_limits<float>::quiet_NaN();
+        for (size_t r = 0; r < rows; ++r) {
+          std::fill(x.begin() + static_cast<std::ptrdiff_t>(first + r * stride + lens[r]),
+                    x.begin() + static_cast<std::ptrdiff_t>(first + r * stride + width), nan);
+        }
+        x[first + 4 * stride + start % width] = nan;
 
         std::vector<float> y(x.size(), kSentinel), scratch(2 * width);
         std::vector<kernels::StreamedRow> descriptors;
         for (size_t r = 0; r < rows; ++r) {
-          descriptors.push_back({&x[start + r * stride], lens[r], &y[start + r * stride]});
+          descriptors.push_back({&x[first + r * stride], lens[r], &y[first + r * stride]});
         }
         kernels::MaskedSoftmaxRowsStream(descriptors.data(), rows, width, scratch.data());
         kernels::FlushStreams();
 
         for (size_t r = 0; r < rows; ++r) {
           std::vector<float> storage, expected(width);
-          kernels::MaskedSoftmaxRow(OnALine(&x[start + r * stride], width, &storage), lens[r], width,
+          kernels::MaskedSoftmaxRow(OnALine(&x[first + r * stride], width, &storage), lens[r], width,
                                     expected.data());
-          ASSERT_EQ(std::memcmp(&y[start + r * stride], expected.data(), width * sizeof(float)), 0)
+          ASSERT_EQ(std::memcmp(&y[first + r * stride], expected.data(), width * sizeof(float)), 0)
               << "row " << r;
           if (r == 4) {
             EXPECT_TRUE(std::isnan(expected[0]));
             continue;
           }
-          const std::vector<float> own(x.begin() + static_cast<std::ptrdiff_t>(start + r * stride),
-                                       x.begin() + static_cast<std::ptrdiff_t>(start + r * stride + width));
+          const std::vector<float> own(x.begin() + static_cast<std::ptrdiff_t>(first + r * stride),
+                                       x.begin() + static_cast<std::ptrdiff_t>(first + r * stride + width));
           EXPECT_LE(MaxAbsDiff(expected.data(),
                                ReferenceMaskedSoftmax(own, 1, 1, static_cast<int64_t>(width),
                                                       {static_cast<int64_t>(lens[r])})),
@@ -181,19 +190,22 @@ TEST_P(MaskedSoftmaxTest, StreamedRowsAtEveryAlignment) {
               << "row " << r;
         }
         for (size_t k = 0; k < y.size(); ++k) {
-          const bool in_row = k >= start && (k - start) % stride < width && (k - start) / stride < rows;
-          if (!in_row) {
+          if (!in_a_row(k)) {
             ASSERT_EQ(y[k], kSentinel) << "wrote outside the rows at " << k;
           }
         }
 
         // In place: each row's scores are read before its weights land on them.
+        const std::vector<float> before = x;
         for (kernels::StreamedRow& row : descriptors) row.y = const_cast<float*>(row.x);
         kernels::MaskedSoftmaxRowsStream(descriptors.data(), rows, width, scratch.data());
         kernels::FlushStreams();
-        for (size_t r = 0; r < rows; ++r) {
-          ASSERT_EQ(std::memcmp(&x[start + r * stride], &y[start + r * stride], width * sizeof(float)), 0)
-              << "in place, row " << r;
+        for (size_t k = 0; k < x.size(); ++k) {
+          if (in_a_row(k)) {
+            ASSERT_EQ(std::memcmp(&x[k], &y[k], sizeof(float)), 0) << "in place, at " << k;
+          } else {
+            ASSERT_EQ(std::memcmp(&x[k], &before[k], sizeof(float)), 0) << "in place, wrote at " << k;
+          }
         }
       }
     }

@@ -26,11 +26,11 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Elements before the first vector-aligned address at or after p, up to n.
 // Loads and stores that straddle two cache lines cost two accesses, and rows
-// seldom start on a line (a malloc'd array is 16 bytes past one): passes over
-// a row do this many elements alone first, then whole aligned vectors. With
-// rows 16 bytes off, aligned loads in the max pass (which reads the scores
-// from L2 or memory) took the streamed (64, 128, 512) from 0.56 to 0.68 of
-// memcpy's speed (medians of six alternated runs on an Intel Xeon).
+// seldom start on a 32- or 64-byte boundary (a malloc'd array is 16 bytes
+// past a line). Where alignment cannot change a result (the max pass, fills
+// and the streamer's stores) a pass does this many elements alone first,
+// then whole aligned vectors; the exp pass cannot (see ExpAndSum). What it
+// gained is in bench/RESULTS.md, "Softmax rows off a cache line".
 template <class D>
 HWY_INLINE size_t UnalignedHead(D d, const float* p, size_t n) {
   const size_t lanes = hn::Lanes(d);
@@ -160,7 +160,8 @@ HWY_INLINE void Fill(D d, float value, float* HWY_RESTRICT y, size_t n) {
 // arithmetic cannot start until they drain.
 //
 // Non-temporal stores need aligned addresses, and rows seldom start on one
-// (a malloc'd array is 16 bytes past a line), so a row's tail and the next
+// (a malloc'd array is 16 bytes past a line, which a 32- or 64-byte vector
+// does not start on), so a row's tail and the next
 // row's head share a vector. Stored plainly, that line is first read from
 // memory, and the core waits for it: on (64, 128, 512) 16 bytes off a line,
 // 1.94 ms against 1.20 aligned. So where the next row starts right after a
@@ -311,11 +312,13 @@ kernels::SoftmaxBlockStats MaskedSoftmaxBlock(const float* x, size_t n, float* y
 // Prefetching whole rows instead, as this did before, cost more than it
 // saved once the stores stopped stalling: on an Intel Xeon the op reached
 // 0.64 of memcpy's speed with whole rows, 0.68 with valid parts only
-// (medians of 20 alternated runs).
+// (medians of 20 runs alternated in one process, the kernel's other changes
+// of that commit in both).
 constexpr size_t kPrefetchRows = 4;
 
 // Every cache line holding some of row[0, count).
 HWY_INLINE void PrefetchScores(const float* row, size_t count) {
+  if (count == 0) return;
   constexpr uintptr_t kLine = 64;
   const uintptr_t end = reinterpret_cast<uintptr_t>(row + count);
   // Into L2 (locality 1): copies in L1 crowd out the row buffers (2.5-2.9 ms
