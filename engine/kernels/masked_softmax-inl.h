@@ -160,15 +160,14 @@ HWY_INLINE void Fill(D d, float value, float* HWY_RESTRICT y, size_t n) {
 // arithmetic cannot start until they drain.
 //
 // Non-temporal stores need aligned addresses, and rows seldom start on one
-// (a malloc'd array is 16 bytes past a line, which a 32- or 64-byte vector
-// does not start on), so a row's tail and the next
-// row's head share a vector. Stored plainly, that line is first read from
-// memory, and the core waits for it: on (64, 128, 512) 16 bytes off a line,
-// 1.94 ms against 1.20 aligned. So where the next row starts right after a
-// row, as rows of one array do, the two go out together as one aligned
-// vector, put together in registers (through memory, the load could not be
-// forwarded from the two stores and waited for every store queued before
-// them: 10% of the op's time).
+// (a malloc'd array is 16 bytes past a line, where no 32- or 64-byte vector
+// starts), so a row's tail and the next row's head share a vector. Stored
+// plainly, that line is first read from memory, and the core waits for it:
+// on (64, 128, 512) 16 bytes off a line, 1.94 ms against 1.20 aligned. So
+// where the next row starts right after a row, as rows of one array do, the
+// two go out together as one aligned vector, put together in registers
+// (through memory, the load could not be forwarded from the two stores and
+// waited for every store queued before them: 10% of the op's samples).
 template <class D>
 class RowStreamer {
  public:
