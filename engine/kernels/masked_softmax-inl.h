@@ -128,6 +128,12 @@ HWY_INLINE float ExpAndSum(D d, const float* x, size_t n, float max, float* e, B
   return hn::GetLane(hn::SumOfLanes(d, sum));
 }
 
+// e[0, count)·scale in the first lanes, zeros in the others; count < Lanes(d).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V ScaledTail(D d, const float* e, size_t count, V scale) {
+  return hn::Mul(LoadTail(d, e, count, 0.0f), scale);
+}
+
 // y[j] = e[j] * scale for j < n (e may equal y).
 template <class D>
 HWY_INLINE void Scale(D d, const float* e, size_t n, float scale, float* y) {
@@ -135,7 +141,7 @@ HWY_INLINE void Scale(D d, const float* e, size_t n, float scale, float* y) {
   const auto vscale = hn::Set(d, scale);
   size_t j = 0;
   for (; j + lanes <= n; j += lanes) hn::StoreU(hn::Mul(hn::LoadU(d, e + j), vscale), d, y + j);
-  if (j < n) StoreTail(d, hn::Mul(LoadTail(d, e + j, n - j, 0.0f), vscale), n - j, y + j);
+  if (j < n) StoreTail(d, ScaledTail(d, e + j, n - j, vscale), n - j, y + j);
 }
 
 // Writes value to y[0, n). Up to the first vector boundary alone, then
@@ -188,8 +194,7 @@ class RowStreamer {
       // Lane k gets the head's lane k - tail (mod lanes; the others are the tail's).
       const auto from = hn::And(hn::Sub(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(tail))),
                                 hn::Set(di, static_cast<int32_t>(lanes - 1)));
-      const auto head_values =
-          hn::Mul(LoadTail(d, e, std::min(head, valid), 0.0f), hn::Set(d, scale));
+      const auto head_values = ScaledTail(d, e, std::min(head, valid), hn::Set(d, scale));
       hn::Stream(hn::IfThenElse(hn::FirstN(d, tail), TailValues(d),
                                 hn::TableLookupLanes(head_values, hn::IndicesFromVec(d, from))),
                  d, y_ + next_);
@@ -223,7 +228,7 @@ class RowStreamer {
       hn::Stream(hn::Mul(hn::LoadU(d, e + next), scale), d, y + next);
     }
     if (vectors > 0 && next < valid && next + lanes <= width) {
-      hn::Stream(hn::Mul(LoadTail(d, e + next, valid - next, 0.0f), scale), d, y + next);
+      hn::Stream(ScaledTail(d, e + next, valid - next, scale), d, y + next);
       --vectors;
       next += lanes;
     }
@@ -245,9 +250,8 @@ class RowStreamer {
  private:
   // The row's last, partial vector, from next_ on (fewer than Lanes(d) left).
   hn::Vec<D> TailValues(D d) const {
-    return next_ < valid_
-               ? hn::Mul(LoadTail(d, e_ + next_, valid_ - next_, 0.0f), hn::Set(d, scale_))
-               : hn::Zero(d);
+    return next_ < valid_ ? ScaledTail(d, e_ + next_, valid_ - next_, hn::Set(d, scale_))
+                          : hn::Zero(d);
   }
 
   const float* e_ = nullptr;
