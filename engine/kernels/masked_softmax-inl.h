@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <utility>
 
 #include "hwy/highway.h"
 #include "kernels/fast_exp-inl.h"
@@ -89,12 +90,42 @@ HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_fi
   return hn::GetLane(hn::MaxOfLanes(d, max));
 }
 
+// Masked stores are kept off the ends of rows. A load that overlaps a
+// masked store's vector, masked-off lanes included, cannot take its data
+// from the store and waits until the store has left the core. So the masked
+// store of one row's last partial vector held up the next row's first
+// loads, and the exp pass's masked store of its last exps the scale pass's
+// load of them: rows could not overlap. (Storing only the scale pass's last
+// partial vector with scalar stores instead took rows of 23-124 keys from
+// 73 to 55 ns.) Where a row is at least a vector long, its last partial
+// vector goes out as the window of its last `lanes` floats instead, a plain
+// store that overlaps the vector before it with the same values; zeros
+// likewise.
+
+// The window of a row's last Lanes(d) floats, where the row ends with
+// `tail` (1 <= tail < lanes) lanes of `last` after the vector `before`:
+// before's lanes [tail, lanes), then last's lanes [0, tail). Both rotated by
+// tail lanes, then blended.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V WindowEndingIn(D d, V before, V last, size_t tail) {
+  const hn::RebindToSigned<D> di;
+  const auto rotate = hn::IndicesFromVec(
+      d, hn::And(hn::Add(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(tail))),
+                 hn::Set(di, static_cast<int32_t>(hn::Lanes(d) - 1))));
+  return hn::IfThenElse(hn::FirstN(d, hn::Lanes(d) - tail), hn::TableLookupLanes(before, rotate),
+                        hn::TableLookupLanes(last, rotate));
+}
+
 // e[j] = exp(x[j] - max) for j < n; returns their sum. e may equal x (in
 // place), so neither pointer is restrict. Four sums and between(), as above.
 // Unlike RowMax, unaligned loads: each element's place in the sums must not
 // depend on where the row starts, or results would change with alignment.
+// The last partial vector of exps goes out as a window when they are read
+// back at once (`read_soon`); the streamer reads them a row later, when a
+// masked store has long left the core.
 template <class D, class Between>
-HWY_INLINE float ExpAndSum(D d, const float* x, size_t n, float max, float* e, Between between) {
+HWY_INLINE float ExpAndSum(D d, const float* x, size_t n, float max, float* e, bool read_soon,
+                           Between between) {
   const size_t lanes = hn::Lanes(d);
   const auto vmax = hn::Set(d, max);
   auto sum0 = hn::Zero(d), sum1 = hn::Zero(d), sum2 = hn::Zero(d), sum3 = hn::Zero(d);
@@ -122,7 +153,11 @@ HWY_INLINE float ExpAndSum(D d, const float* x, size_t n, float max, float* e, B
   if (j < n) {
     const auto exps = ExpNonPositive(d, LoadTail(d, x + j, n - j, max), vmax);
     sum1 = hn::Add(sum1, hn::IfThenElseZero(hn::FirstN(d, n - j), exps));
-    StoreTail(d, exps, n - j, e + j);
+    if (read_soon && j > 0) {  // the window, after the last whole vector
+      hn::StoreU(WindowEndingIn(d, hn::LoadU(d, e + j - lanes), exps, n - j), d, e + n - lanes);
+    } else {
+      StoreTail(d, exps, n - j, e + j);
+    }
   }
   const auto sum = hn::Add(hn::Add(sum0, sum1), hn::Add(sum2, sum3));
   return hn::GetLane(hn::SumOfLanes(d, sum));
@@ -134,14 +169,22 @@ HWY_INLINE V ScaledTail(D d, const float* e, size_t count, V scale) {
   return hn::Mul(LoadTail(d, e, count, 0.0f), scale);
 }
 
-// y[j] = e[j] * scale for j < n (e may equal y).
+// y[j] = e[j] * scale for j < n (e may equal y). Where n >= lanes, the
+// last partial vector as a window (see WindowEndingIn), read before the
+// loop overwrites its first lanes in place.
 template <class D>
 HWY_INLINE void Scale(D d, const float* e, size_t n, float scale, float* y) {
   const size_t lanes = hn::Lanes(d);
   const auto vscale = hn::Set(d, scale);
+  const bool window = n > lanes && n % lanes != 0;
+  const auto last = window ? hn::Mul(hn::LoadU(d, e + n - lanes), vscale) : vscale;
   size_t j = 0;
   for (; j + lanes <= n; j += lanes) hn::StoreU(hn::Mul(hn::LoadU(d, e + j), vscale), d, y + j);
-  if (j < n) StoreTail(d, ScaledTail(d, e + j, n - j, vscale), n - j, y + j);
+  if (window) {
+    hn::StoreU(last, d, y + n - lanes);
+  } else if (j < n) {
+    StoreTail(d, ScaledTail(d, e + j, n - j, vscale), n - j, y + j);
+  }
 }
 
 // Writes value to y[0, n). Up to the first vector boundary alone, then
@@ -156,6 +199,156 @@ HWY_INLINE void Fill(D d, float value, float* HWY_RESTRICT y, size_t n) {
   if (j > 0) StoreTail(d, v, j, y);
   for (; j + lanes <= n; j += lanes) hn::Store(v, d, y + j);
   if (j < n) StoreTail(d, v, n - j, y + j);
+}
+
+// Rows whose valid scores fit in this many vectors are held in registers
+// from their one load to their stores (see SoftmaxInRegisters).
+constexpr size_t kRegisterRowVectors = 8;
+
+// f(std::integral_constant<size_t, i>()) for each i in [0, kCount): loops
+// over arrays of vectors with the index a constant, so that the arrays live
+// in registers (indexed by a loop variable, they went to the stack).
+// The lambdas given to ForEachIndex are always inlined too: at eight vectors
+// GCC called some of them, and the arrays went to the stack again.
+#ifndef ATTNSCORE_INLINE_LAMBDA
+#define ATTNSCORE_INLINE_LAMBDA __attribute__((always_inline))
+#endif
+template <size_t kCount, class F>
+HWY_INLINE void ForEachIndex(F f) {
+  [&]<size_t... kIndex>(std::index_sequence<kIndex...>) ATTNSCORE_INLINE_LAMBDA {
+    (f(std::integral_constant<size_t, kIndex>()), ...);
+  }(std::make_index_sequence<kCount>());
+}
+
+// op over v[kBegin, kEnd) as a tree: log2 steps of latency, not a chain.
+template <size_t kBegin, size_t kEnd, class V, size_t kN, class Op>
+HWY_INLINE V ReduceTree(const V (&v)[kN], Op op) {
+  if constexpr (kEnd - kBegin == 1) {
+    return v[kBegin];
+  } else {
+    constexpr size_t kMiddle = (kBegin + kEnd) / 2;
+    return op(ReduceTree<kBegin, kMiddle>(v, op), ReduceTree<kMiddle, kEnd>(v, op));
+  }
+}
+
+// Zeros into y[valid, width) with plain stores only, once y[0, valid) holds
+// the values, the last Lanes(d) of them also in `last` (valid >= lanes). A
+// run of zeros shorter than a vector goes out as the window ending at width.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void ZerosAfter(D d, V last, size_t valid, size_t width, float* HWY_RESTRICT y) {
+  const size_t lanes = hn::Lanes(d);
+  const auto zero = hn::Zero(d);
+  if (valid >= width) return;
+  if (width - valid < lanes) {
+    return hn::StoreU(WindowEndingIn(d, last, zero, width - valid), d, y + width - lanes);
+  }
+  // Unaligned stores at both ends, aligned ones between.
+  size_t j = valid + UnalignedHead(d, y + valid, width - valid);
+  if (j > valid) hn::StoreU(zero, d, y + valid);
+  for (; j + lanes <= width; j += lanes) hn::Store(zero, d, y + j);
+  if (j < width) hn::StoreU(zero, d, y + width - lanes);
+}
+
+// The softmax of a row whose valid scores are kFull whole vectors and, if
+// kTail, a partial one, held in registers: loaded once, no exps stored and
+// read back, the max, the finiteness check and the sum reduced as trees,
+// and only plain stores (see WindowEndingIn). Rows this short are bound by
+// latency, not work. The result is SoftmaxRow's passes', bit for bit: the
+// same exps, summed in ExpAndSum's order.
+//
+// With the plain stores of the passes too, rows of 23 to 124 valid keys
+// lying back to back and done in place, as the dot product's scores are,
+// went from 72-80 to 34-37 ns a row (a loop over the kernel outside the
+// engine); see bench/RESULTS.md, "Short softmax rows", for the op.
+//
+// Returns false, having written nothing, for a row with an Inf or NaN,
+// which SoftmaxRow's passes handle.
+template <size_t kFull, bool kTail, class D>
+HWY_INLINE bool SoftmaxInRegisters(D d, const float* x, size_t valid, size_t width, float* y) {
+  using V = hn::Vec<D>;
+  constexpr size_t kVectors = kFull + (kTail ? 1 : 0);
+  const size_t lanes = hn::Lanes(d);
+  const size_t tail = valid - kFull * lanes;  // valid floats in the partial vector
+  const auto zero = hn::Zero(d);
+  V v[kVectors], probe[kVectors];
+  ForEachIndex<kVectors>([&](auto i) ATTNSCORE_INLINE_LAMBDA {
+    if constexpr (i < kFull) {
+      v[i] = hn::LoadU(d, x + i * lanes);
+    } else {  // padded with x[0]: the max and the finiteness verdict stay as they are
+      v[i] = LoadTail(d, x + i * lanes, tail, x[0]);
+    }
+    probe[i] = hn::Mul(v[i], zero);  // NaN for an Inf or a NaN (see RowMax)
+  });
+  if (!hn::AllFalse(d, hn::IsNaN(ReduceTree<0, kVectors>(probe, [](V a, V b) { return hn::Add(a, b); })))) {
+    return false;
+  }
+  const auto vmax = hn::MaxOfLanes(d, ReduceTree<0, kVectors>(v, [](V a, V b) { return hn::Max(a, b); }));
+
+  V e[kVectors];
+  // ExpAndSum's four sums: whole groups of four vectors in turn, the vectors
+  // after the last group into the first sum, the partial one into the second.
+  V sum[4] = {zero, zero, zero, zero};
+  constexpr size_t kGrouped = kFull / 4 * 4;
+  ForEachIndex<kVectors>([&](auto i) ATTNSCORE_INLINE_LAMBDA {
+    if constexpr (i < kFull) {
+      e[i] = ExpNonPositive(d, v[i], vmax);
+      constexpr size_t k = i < kGrouped ? i % 4 : 0;
+      sum[k] = hn::Add(sum[k], e[i]);
+    } else {
+      e[i] = hn::IfThenElseZero(hn::FirstN(d, tail), ExpNonPositive(d, v[i], vmax));
+      sum[1] = hn::Add(sum[1], e[i]);
+    }
+  });
+  const auto total = hn::Add(hn::Add(sum[0], sum[1]), hn::Add(sum[2], sum[3]));
+  const auto scale = hn::Set(d, 1.0f / hn::GetLane(hn::SumOfLanes(d, total)));
+
+  if (width < lanes) {  // a row narrower than a vector: one masked store
+    StoreTail(d, hn::Mul(e[0], scale), width, y);  // e[0] is 0 past valid
+    return true;
+  }
+  ForEachIndex<kFull>([&](auto i) ATTNSCORE_INLINE_LAMBDA {
+    hn::StoreU(hn::Mul(e[i], scale), d, y + i * lanes);
+  });
+  // Then the partial vector: whole where the row has room for it (its lanes
+  // past the valid length are the zeros due there), else as the window.
+  V last = zero;  // y's last Lanes(d) floats stored so far
+  size_t stored = valid;
+  if constexpr (!kTail) {
+    last = hn::Mul(e[kFull - 1], scale);
+  } else if (kFull * lanes + lanes <= width) {
+    last = hn::Mul(e[kFull], scale);
+    hn::StoreU(last, d, y + kFull * lanes);
+    stored = kFull * lanes + lanes;
+  } else if constexpr (kFull > 0) {  // width >= lanes: there is a whole vector
+    last = hn::Mul(WindowEndingIn(d, e[kFull - 1], e[kFull], tail), scale);
+    hn::StoreU(last, d, y + valid - lanes);
+  }
+  ZerosAfter(d, last, stored, width, y);
+  return true;
+}
+
+// SoftmaxInRegisters for the row's shape, if it has kFull or more whole
+// vectors and fits in kRegisterRowVectors; false if not, or if it holds an
+// Inf or NaN.
+template <size_t kFull = 0, class D>
+HWY_INLINE bool SoftmaxInRegistersIfShort(D d, const float* x, size_t valid, size_t width,
+                                          float* y) {
+  if constexpr (HWY_HAVE_SCALABLE || kFull > kRegisterRowVectors) {
+    return false;  // arrays of vectors need a size known at compile time
+  } else {
+    const size_t lanes = hn::Lanes(d);
+    if (valid / lanes != kFull) {
+      return SoftmaxInRegistersIfShort<kFull + 1>(d, x, valid, width, y);
+    }
+    if (valid % lanes == 0) {
+      if constexpr (kFull > 0) return SoftmaxInRegisters<kFull, false>(d, x, valid, width, y);
+      return false;  // valid = 0: not here
+    }
+    if constexpr (kFull < kRegisterRowVectors) {
+      return SoftmaxInRegisters<kFull, true>(d, x, valid, width, y);
+    }
+    return false;
+  }
 }
 
 // Stores e[0, valid)·scale, then zeros up to width, into y with non-temporal
@@ -200,7 +393,8 @@ class RowStreamer {
                  d, y_ + next_);
     } else {
       if (tail > 0) StoreTail(d, TailValues(d), tail, y_ + next_);
-      Scale(d, e, std::min(head, valid), scale, y);
+      const size_t values = std::min(head, valid);  // fewer than a vector
+      if (values > 0) StoreTail(d, ScaledTail(d, e, values, hn::Set(d, scale)), values, y);
       if (head > valid) Fill(d, 0.0f, y + valid, head - valid);
     }
     e_ = e;
@@ -280,6 +474,8 @@ HWY_INLINE void SoftmaxRow(D d, const float* x, size_t valid, size_t width, floa
     return Fill(d, 1.0f / static_cast<float>(width), y, width);
   }
 
+  if (!streamer && SoftmaxInRegistersIfShort(d, x, valid, width, y)) return;
+
   bool all_finite;
   const float max = RowMax(d, x, valid, &all_finite, store2);
   bool nan_row = !all_finite && !std::isfinite(max);  // +Inf, or all -Inf
@@ -291,10 +487,13 @@ HWY_INLINE void SoftmaxRow(D d, const float* x, size_t valid, size_t width, floa
     return Fill(d, std::numeric_limits<float>::quiet_NaN(), y, width);
   }
 
-  const float inv = 1.0f / ExpAndSum(d, x, valid, max, e, store4);
+  const float inv = 1.0f / ExpAndSum(d, x, valid, max, e, /*read_soon=*/!streamer, store4);
   if (streamer) return streamer->Next(d, e, inv, valid, width, y);
   Scale(d, e, valid, inv, y);
-  if (valid < width) Fill(d, 0.0f, y + valid, width - valid);
+  if (valid >= width) return;
+  if (valid < hn::Lanes(d)) return Fill(d, 0.0f, y + valid, width - valid);
+  // The load is forwarded from Scale's last store, to the same address.
+  ZerosAfter(d, hn::LoadU(d, y + valid - hn::Lanes(d)), valid, width, y);
 }
 
 void MaskedSoftmaxRow(const float* x, size_t valid, size_t width, float* y) {
@@ -316,7 +515,7 @@ kernels::SoftmaxBlockStats MaskedSoftmaxBlock(const float* x, size_t n, float* y
       return {max, 0.0f, false};
     }
   }
-  const float sum = ExpAndSum(d, x, n, max, y, nothing);
+  const float sum = ExpAndSum(d, x, n, max, y, /*read_soon=*/true, nothing);
   Scale(d, y, n, 1.0f / sum, y);
   return {max, sum, false};
 }
