@@ -396,39 +396,51 @@ TEST_P(MaskedSoftmaxTest, BlockKernelGivesTheRowResultAndItsStatistics) {
   }
 }
 
-// Rows of up to eight vectors are held in registers, and their last partial
-// vector and their zeros go out as whole vectors that end at the row's end
-// and may reach back into it (masked stores there held up the next row).
-// Each row must give the three passes' bits (the block kernel runs them on
-// its valid scores) and exact zeros after them, for every width up to just
-// past the register path; and write nothing outside itself: rows lie back to
-// back and are done in place, in turn, so a store past one row's end would
-// change the next row's scores before they are read.
+// Rows of up to eight vectors are held in registers, and rows end without
+// masked stores (they held up the next row's loads): a last partial vector
+// and the zeros go out as whole vectors ending at the row's end, reaching
+// back into it. Each row must give the three passes' bits (the block kernel
+// runs them on its valid scores) and exact zeros after them, for every
+// width up to just past the register path, and write nothing outside
+// itself: rows lie back to back and are done in place, in turn, so a store
+// past one row's end would change the next row's scores before they are
+// read. Scores past each length are NaN, and must not be read. With a -Inf
+// among its scores a row takes the passes instead, whatever its length.
 TEST_P(MaskedSoftmaxTest, ShortRowsGiveThePassesBitsAndStayInTheirRow) {
   const size_t rows = 6, guard = 16;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
   for (size_t width = 1; width <= 8 * 16 + 2; ++width) {
     std::vector<size_t> lens = {width, 1, width - 1, width / 2, width * 2 / 3, width - 17};
     for (size_t& l : lens) l = std::clamp<size_t>(l, 1, width);  // width - 17 may wrap
     for (size_t start : {0, 3}) {
-      SCOPED_TRACE("width " + std::to_string(width) + ", start " + std::to_string(start));
-      const size_t first = guard + start;
-      const std::vector<float> scores =
-          RandomFloats(first + rows * width + guard, static_cast<uint32_t>(width * 10 + start), 3.0f);
-      std::vector<float> x = scores;
-      for (size_t r = 0; r < rows; ++r) {
-        float* row = &x[first + r * width];
-        kernels::MaskedSoftmaxRow(row, lens[r], width, row);
-      }
-      for (size_t r = 0; r < rows; ++r) {
-        std::vector<float> expected(lens[r]);
-        kernels::MaskedSoftmaxBlock(&scores[first + r * width], lens[r], expected.data());
-        const float* got = &x[first + r * width];
-        ASSERT_EQ(std::memcmp(got, expected.data(), lens[r] * sizeof(float)), 0) << "row " << r;
-        for (size_t j = lens[r]; j < width; ++j) ASSERT_EQ(got[j], 0.0f) << "row " << r << " key " << j;
-      }
-      for (size_t k = 0; k < x.size(); ++k) {
-        if (k < first || k >= first + rows * width) {
-          ASSERT_EQ(std::memcmp(&x[k], &scores[k], sizeof(float)), 0) << "wrote outside the rows at " << k;
+      for (bool minus_inf : {false, true}) {
+        SCOPED_TRACE("width " + std::to_string(width) + ", start " + std::to_string(start) +
+                     (minus_inf ? ", a -Inf in each row" : ""));
+        const size_t first = guard + start;
+        std::vector<float> scores =
+            RandomFloats(first + rows * width + guard, static_cast<uint32_t>(width * 10 + start), 3.0f);
+        for (size_t r = 0; r < rows; ++r) {
+          float* row = &scores[first + r * width];
+          std::fill(row + lens[r], row + width, nan);
+          if (minus_inf && lens[r] > 1) row[lens[r] / 2] = -inf;
+        }
+        std::vector<float> x = scores;
+        for (size_t r = 0; r < rows; ++r) {
+          float* row = &x[first + r * width];
+          kernels::MaskedSoftmaxRow(row, lens[r], width, row);
+        }
+        for (size_t r = 0; r < rows; ++r) {
+          std::vector<float> expected(lens[r]);
+          kernels::MaskedSoftmaxBlock(&scores[first + r * width], lens[r], expected.data());
+          const float* got = &x[first + r * width];
+          ASSERT_EQ(std::memcmp(got, expected.data(), lens[r] * sizeof(float)), 0) << "row " << r;
+          for (size_t j = lens[r]; j < width; ++j) ASSERT_EQ(got[j], 0.0f) << "row " << r << " key " << j;
+        }
+        for (size_t k = 0; k < x.size(); ++k) {
+          if (k < first || k >= first + rows * width) {
+            ASSERT_EQ(std::memcmp(&x[k], &scores[k], sizeof(float)), 0) << "wrote outside the rows at " << k;
+          }
         }
       }
     }

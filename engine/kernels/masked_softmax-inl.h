@@ -100,7 +100,8 @@ HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_fi
 // 73 to 55 ns.) Where a row is at least a vector long, its last partial
 // vector goes out as the window of its last `lanes` floats instead, a plain
 // store that overlaps the vector before it with the same values; zeros
-// likewise.
+// likewise. (SSE4 and below have no masked stores: their StoreTail writes
+// lane by lane through a buffer, and a window replaces those stores by one.)
 
 // The window of a row's last Lanes(d) floats, where the row ends with
 // `tail` (1 <= tail < lanes) lanes of `last` after the vector `before`:
@@ -120,9 +121,9 @@ HWY_INLINE V WindowEndingIn(D d, V before, V last, size_t tail) {
 // place), so neither pointer is restrict. Four sums and between(), as above.
 // Unlike RowMax, unaligned loads: each element's place in the sums must not
 // depend on where the row starts, or results would change with alignment.
-// The last partial vector of exps goes out as a window when they are read
-// back at once (`read_soon`); the streamer reads them a row later, when a
-// masked store has long left the core.
+// Where n > lanes, the last partial vector of exps goes out as a window when
+// they are read back at once (`read_soon`); the streamer reads them a row
+// later, when a masked store has long left the core.
 template <class D, class Between>
 HWY_INLINE float ExpAndSum(D d, const float* x, size_t n, float max, float* e, bool read_soon,
                            Between between) {
@@ -169,7 +170,7 @@ HWY_INLINE V ScaledTail(D d, const float* e, size_t count, V scale) {
   return hn::Mul(LoadTail(d, e, count, 0.0f), scale);
 }
 
-// y[j] = e[j] * scale for j < n (e may equal y). Where n >= lanes, the
+// y[j] = e[j] * scale for j < n (e may equal y). Where n > lanes, the
 // last partial vector as a window (see WindowEndingIn), read before the
 // loop overwrites its first lanes in place.
 template <class D>
@@ -252,13 +253,14 @@ HWY_INLINE void ZerosAfter(D d, V last, size_t valid, size_t width, float* HWY_R
 // The softmax of a row whose valid scores are kFull whole vectors and, if
 // kTail, a partial one, held in registers: loaded once, no exps stored and
 // read back, the max, the finiteness check and the sum reduced as trees,
-// and only plain stores (see WindowEndingIn). Rows this short are bound by
-// latency, not work. The result is SoftmaxRow's passes', bit for bit: the
-// same exps, summed in ExpAndSum's order.
+// and plain stores (see WindowEndingIn) unless the whole row is narrower
+// than a vector. Rows this short are bound by latency, not work. The result
+// is SoftmaxRow's passes', bit for bit: the same exps, summed in
+// ExpAndSum's order.
 //
 // With the plain stores of the passes too, rows of 23 to 124 valid keys
 // lying back to back and done in place, as the dot product's scores are,
-// went from 72-80 to 34-37 ns a row (a loop over the kernel outside the
+// went from 72-80 to 34-38 ns a row (a loop over the kernel outside the
 // engine); see bench/RESULTS.md, "Short softmax rows", for the op.
 //
 // Returns false, having written nothing, for a row with an Inf or NaN,
