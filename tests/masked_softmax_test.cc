@@ -418,8 +418,8 @@ TEST_P(MaskedSoftmaxTest, ShortRowsGiveThePassesBitsAndStayInTheirRow) {
         SCOPED_TRACE("width " + std::to_string(width) + ", start " + std::to_string(start) +
                      (minus_inf ? ", a -Inf in each row" : ""));
         const size_t first = guard + start;
-        std::vector<float> scores =
-            RandomFloats(first + rows * width + guard, static_cast<uint32_t>(width * 10 + start), 3.0f);
+        std::vector<float> scores = RandomFloats(first + rows * width + guard,
+                                                 static_cast<uint32_t>(width * 10 + start), 3.0f);
         for (size_t r = 0; r < rows; ++r) {
           float* row = &scores[first + r * width];
           std::fill(row + lens[r], row + width, nan);
@@ -435,11 +435,14 @@ TEST_P(MaskedSoftmaxTest, ShortRowsGiveThePassesBitsAndStayInTheirRow) {
           kernels::MaskedSoftmaxBlock(&scores[first + r * width], lens[r], expected.data());
           const float* got = &x[first + r * width];
           ASSERT_EQ(std::memcmp(got, expected.data(), lens[r] * sizeof(float)), 0) << "row " << r;
-          for (size_t j = lens[r]; j < width; ++j) ASSERT_EQ(got[j], 0.0f) << "row " << r << " key " << j;
+          for (size_t j = lens[r]; j < width; ++j) {
+            ASSERT_EQ(got[j], 0.0f) << "row " << r << " key " << j;
+          }
         }
         for (size_t k = 0; k < x.size(); ++k) {
           if (k < first || k >= first + rows * width) {
-            ASSERT_EQ(std::memcmp(&x[k], &scores[k], sizeof(float)), 0) << "wrote outside the rows at " << k;
+            ASSERT_EQ(std::memcmp(&x[k], &scores[k], sizeof(float)), 0)
+                << "wrote outside the rows at " << k;
           }
         }
       }

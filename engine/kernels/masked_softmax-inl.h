@@ -281,10 +281,10 @@ HWY_INLINE bool SoftmaxInRegisters(D d, const float* x, size_t valid, size_t wid
     }
     probe[i] = hn::Mul(v[i], zero);  // NaN for an Inf or a NaN (see RowMax)
   });
-  if (!hn::AllFalse(d, hn::IsNaN(ReduceTree<0, kVectors>(probe, [](V a, V b) { return hn::Add(a, b); })))) {
-    return false;
-  }
-  const auto vmax = hn::MaxOfLanes(d, ReduceTree<0, kVectors>(v, [](V a, V b) { return hn::Max(a, b); }));
+  const auto add = [](V a, V b) { return hn::Add(a, b); };
+  const auto max = [](V a, V b) { return hn::Max(a, b); };
+  if (!hn::AllFalse(d, hn::IsNaN(ReduceTree<0, kVectors>(probe, add)))) return false;
+  const auto vmax = hn::MaxOfLanes(d, ReduceTree<0, kVectors>(v, max));
 
   V e[kVectors];
   // ExpAndSum's four sums: whole groups of four vectors in turn, the vectors
