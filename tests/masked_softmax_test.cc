@@ -361,6 +361,58 @@ TEST_P(MaskedSoftmaxTest, NonFiniteScores) {
   EXPECT_LE(MaxAbsDiff(&y[3 * m], expected), kWeightTolerance);
 }
 
+// The same cases in rows too long to be held in registers, through the row
+// kernel's passes and the streaming kernel (the max pass of AVX-512 does not
+// look for NaN: its exps carry one into the row's sum, which then tells).
+// The bad score sits in the max pass's head, in its whole vectors and in its
+// last partial vector, for lengths on and off a vector boundary.
+TEST_P(MaskedSoftmaxTest, NonFiniteScoresInLongRows) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const size_t width = 300;
+  for (size_t valid : {size_t{150}, size_t{256}, size_t{299}, width}) {
+    for (size_t at : {size_t{0}, size_t{5}, size_t{70}, valid - 1}) {
+      SCOPED_TRACE("valid " + std::to_string(valid) + ", at " + std::to_string(at));
+      // Rows: NaN, +Inf, -Inf among finite scores, all -Inf, then NaN and
+      // +Inf past the valid length only.
+      constexpr size_t kRows = 5;
+      std::vector<float> x = RandomFloats(kRows * width, static_cast<uint32_t>(valid + at), 3.0f);
+      x[0 * width + at] = nan;
+      x[1 * width + at] = inf;
+      x[2 * width + at] = -inf;
+      std::fill(x.begin() + 3 * width, x.begin() + 3 * width + valid, -inf);
+      if (valid < width) {
+        x[4 * width + valid] = nan;
+        x[4 * width + width - 1] = inf;
+      }
+      std::vector<float> by_row(x.size()), streamed(x.size()), scratch(2 * width);
+      std::vector<kernels::StreamedRow> rows;
+      for (size_t r = 0; r < kRows; ++r) {
+        kernels::MaskedSoftmaxRow(&x[r * width], valid, width, &by_row[r * width]);
+        rows.push_back({&x[r * width], valid, &streamed[r * width]});
+      }
+      kernels::MaskedSoftmaxRowsStream(rows.data(), kRows, width, scratch.data());
+      kernels::FlushStreams();
+      for (const std::vector<float>* y : {&by_row, &streamed}) {
+        const char* path = y == &by_row ? "row kernel" : "streamed";
+        for (size_t r : {size_t{0}, size_t{1}, size_t{3}}) {
+          for (size_t j = 0; j < width; ++j) {
+            ASSERT_TRUE(std::isnan((*y)[r * width + j])) << path << ", row " << r << ", key " << j;
+          }
+        }
+        EXPECT_EQ((*y)[2 * width + at], 0.0f) << path;  // -Inf among finite scores weighs nothing
+        for (size_t r : {size_t{2}, size_t{4}}) {
+          const std::vector<float> own(x.begin() + static_cast<std::ptrdiff_t>(r * width),
+                                       x.begin() + static_cast<std::ptrdiff_t>((r + 1) * width));
+          const std::vector<double> expected = ReferenceMaskedSoftmax(
+              own, 1, 1, static_cast<int64_t>(width), {static_cast<int64_t>(valid)});
+          EXPECT_LE(MaxAbsDiff(&(*y)[r * width], expected), kWeightTolerance) << path << ", row " << r;
+        }
+      }
+    }
+  }
+}
+
 // The block kernel the dot product's row path merges: a normal block equals
 // the row kernel bit for bit; -Inf, +Inf and NaN blocks report what the merge
 // needs to reproduce the one-row semantics.

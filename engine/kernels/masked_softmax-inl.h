@@ -39,14 +39,16 @@ HWY_INLINE size_t UnalignedHead(D d, const float* p, size_t n) {
   return std::min(n, offset == 0 ? 0 : lanes - offset);
 }
 
-// Max of x[0, n), n >= 1. Also reports whether any element is Inf or NaN:
-// x * 0 is 0 for every finite x and NaN otherwise, so one multiply-add per
-// element tells, where Max alone would hide a NaN (x86 max returns an operand).
+// Max of x[0, n), n >= 1. With kProbe, also reports whether any element is
+// Inf or NaN: x * 0 is 0 for every finite x and NaN otherwise, so one
+// multiply-add per element tells, where Max alone would hide a NaN (x86 max
+// returns an operand). Without it, all_finite is left true, for callers
+// whose exps and sums carry a NaN through (kExpKeepsNaN), which then tell.
 // Four accumulators each: one chain would stall on Max/FMA latency and halve
 // the throughput of a 512-key row (236 -> 125 ns measured).
 // between() runs once per four vectors; the streaming path stores the
 // previous row's output there (see RowStreamer).
-template <class D, class Between>
+template <bool kProbe, class D, class Between>
 HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_finite,
                         Between between) {
   const size_t lanes = hn::Lanes(d);
@@ -54,38 +56,27 @@ HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_fi
   const auto lowest = hn::Set(d, -std::numeric_limits<float>::infinity());
   auto max0 = lowest, max1 = lowest, max2 = lowest, max3 = lowest;
   auto probe0 = zero, probe1 = zero, probe2 = zero, probe3 = zero;
+  const auto take = [zero](hn::Vec<D> v, hn::Vec<D>& max, hn::Vec<D>& probe) {
+    max = hn::Max(max, v);
+    if constexpr (kProbe) probe = hn::MulAdd(v, zero, probe);
+  };
   size_t j = UnalignedHead(d, x, n);
-  if (j > 0) {
-    // Padding with x[0] leaves both the max and the finiteness verdict as they are.
-    const auto v = LoadTail(d, x, j, x[0]);
-    max2 = hn::Max(max2, v);
-    probe2 = hn::MulAdd(v, zero, probe2);
-  }
+  // Padding with x[0] leaves both the max and the finiteness verdict as they are.
+  if (j > 0) take(LoadTail(d, x, j, x[0]), max2, probe2);
   for (; j + 4 * lanes <= n; j += 4 * lanes) {
-    const auto v0 = hn::Load(d, x + j), v1 = hn::Load(d, x + j + lanes);
-    const auto v2 = hn::Load(d, x + j + 2 * lanes), v3 = hn::Load(d, x + j + 3 * lanes);
-    max0 = hn::Max(max0, v0);
-    max1 = hn::Max(max1, v1);
-    max2 = hn::Max(max2, v2);
-    max3 = hn::Max(max3, v3);
-    probe0 = hn::MulAdd(v0, zero, probe0);
-    probe1 = hn::MulAdd(v1, zero, probe1);
-    probe2 = hn::MulAdd(v2, zero, probe2);
-    probe3 = hn::MulAdd(v3, zero, probe3);
+    take(hn::Load(d, x + j), max0, probe0);
+    take(hn::Load(d, x + j + lanes), max1, probe1);
+    take(hn::Load(d, x + j + 2 * lanes), max2, probe2);
+    take(hn::Load(d, x + j + 3 * lanes), max3, probe3);
     between();
   }
-  for (; j + lanes <= n; j += lanes) {
-    const auto v = hn::Load(d, x + j);
-    max0 = hn::Max(max0, v);
-    probe0 = hn::MulAdd(v, zero, probe0);
+  for (; j + lanes <= n; j += lanes) take(hn::Load(d, x + j), max0, probe0);
+  if (j < n) take(LoadTail(d, x + j, n - j, x[0]), max1, probe1);
+  *all_finite = true;
+  if constexpr (kProbe) {
+    const auto probe = hn::Add(hn::Add(probe0, probe1), hn::Add(probe2, probe3));
+    *all_finite = hn::AllFalse(d, hn::IsNaN(probe));
   }
-  if (j < n) {
-    const auto v = LoadTail(d, x + j, n - j, x[0]);
-    max1 = hn::Max(max1, v);
-    probe1 = hn::MulAdd(v, zero, probe1);
-  }
-  const auto probe = hn::Add(hn::Add(probe0, probe1), hn::Add(probe2, probe3));
-  *all_finite = hn::AllFalse(d, hn::IsNaN(probe));
   const auto max = hn::Max(hn::Max(max0, max1), hn::Max(max2, max3));
   return hn::GetLane(hn::MaxOfLanes(d, max));
 }
@@ -456,42 +447,45 @@ class RowStreamer {
   float* y_ = nullptr;
 };
 
-// Softmax of x[0, valid) (see masked_softmax.h for the contract). Three
-// passes over an L1-resident row: max, exp and sum (storing the exps in e),
-// then scale by 1/sum into y. Rows are short (<= a few thousand floats), so the
-// later passes read e back from L1, not from memory. With a streamer, y is
-// written once, by it, while the next row computes; e must then stay intact
-// until the streamer is done with it.
-template <class D>
-HWY_INLINE void SoftmaxRow(D d, const float* x, size_t valid, size_t width, float* y, float* e,
-                           RowStreamer<D>* streamer) {
-  HWY_DASSERT(valid <= width && width >= 1);
-  // Two stores of the previous row per four max vectors (two cheap
-  // instructions each), four per four exps (about 44 instructions).
-  const auto store2 = [&] { if (streamer) streamer->Store(d, 2); };
-  const auto store4 = [&] { if (streamer) streamer->Store(d, 4); };
-  const auto finish_previous = [&] { if (streamer) streamer->Finish(d); };
-  if (valid == 0) {
-    finish_previous();
-    return Fill(d, 1.0f / static_cast<float>(width), y, width);
-  }
-
-  if (!streamer && SoftmaxInRegistersIfShort(d, x, valid, width, y)) return;
-
-  bool all_finite;
-  const float max = RowMax(d, x, valid, &all_finite, store2);
+// Whether a row whose max pass gave (max, all_finite) holds a NaN, a +Inf,
+// or only -Inf: then every weight is NaN, as in the reference. Where the
+// max pass does not probe (kExpKeepsNaN), its sum of exps tells instead:
+// x - max is NaN for a NaN, for +Inf (max is +Inf too) and for all -Inf.
+constexpr bool kProbeInMaxPass = !kExpKeepsNaN;
+HWY_INLINE bool IsNanSum(float sum) { return !std::isfinite(sum); }
+HWY_INLINE bool IsNanRow(const float* x, size_t valid, float max, bool all_finite) {
   bool nan_row = !all_finite && !std::isfinite(max);  // +Inf, or all -Inf
   for (size_t j = 0; !all_finite && !nan_row && j < valid; ++j) {
     nan_row = std::isnan(x[j]);  // Max may have hidden it
   }
-  if (nan_row) {
-    finish_previous();
-    return Fill(d, std::numeric_limits<float>::quiet_NaN(), y, width);
-  }
+  return nan_row;
+}
 
-  const float inv = 1.0f / ExpAndSum(d, x, valid, max, e, /*read_soon=*/!streamer, store4);
-  if (streamer) return streamer->Next(d, e, inv, valid, width, y);
-  Scale(d, e, valid, inv, y);
+// The weights of a row that has no softmax to take: 1/width everywhere for
+// valid = 0 (the reference's -1e6 mask), NaN for a NaN row.
+template <class D>
+HWY_INLINE void FillSpecialRow(D d, size_t valid, size_t width, float* y) {
+  Fill(d, valid == 0 ? 1.0f / static_cast<float>(width) : std::numeric_limits<float>::quiet_NaN(),
+       y, width);
+}
+
+// Softmax of x[0, valid) (see masked_softmax.h for the contract). Three
+// passes over an L1-resident row: max, exp and sum (storing the exps in y),
+// then scale by 1/sum in place. Rows are short (<= a few thousand floats),
+// so the later passes read y back from L1, not from memory.
+template <class D>
+HWY_INLINE void SoftmaxRow(D d, const float* x, size_t valid, size_t width, float* y) {
+  HWY_DASSERT(valid <= width && width >= 1);
+  if (valid == 0) return FillSpecialRow(d, valid, width, y);
+  if (SoftmaxInRegistersIfShort(d, x, valid, width, y)) return;
+
+  const auto nothing = [] {};
+  bool all_finite;
+  const float max = RowMax<kProbeInMaxPass>(d, x, valid, &all_finite, nothing);
+  if (IsNanRow(x, valid, max, all_finite)) return FillSpecialRow(d, valid, width, y);
+  const float sum = ExpAndSum(d, x, valid, max, y, /*read_soon=*/true, nothing);
+  if (IsNanSum(sum)) return FillSpecialRow(d, valid, width, y);
+  Scale(d, y, valid, 1.0f / sum, y);
   if (valid >= width) return;
   if (valid < hn::Lanes(d)) return Fill(d, 0.0f, y + valid, width - valid);
   // The load is forwarded from Scale's last store, to the same address.
@@ -500,14 +494,14 @@ HWY_INLINE void SoftmaxRow(D d, const float* x, size_t valid, size_t width, floa
 
 void MaskedSoftmaxRow(const float* x, size_t valid, size_t width, float* y) {
   const hn::ScalableTag<float> d;
-  SoftmaxRow(d, x, valid, width, y, /*e=*/y, static_cast<RowStreamer<hn::ScalableTag<float>>*>(nullptr));
+  SoftmaxRow(d, x, valid, width, y);
 }
 
 kernels::SoftmaxBlockStats MaskedSoftmaxBlock(const float* x, size_t n, float* y) {
   const hn::ScalableTag<float> d;
   const auto nothing = [] {};
   bool all_finite;
-  const float max = RowMax(d, x, n, &all_finite, nothing);
+  const float max = RowMax</*kProbe=*/true>(d, x, n, &all_finite, nothing);
   if (!all_finite) {
     bool poisoned = max == std::numeric_limits<float>::infinity();
     for (size_t j = 0; !poisoned && j < n; ++j) poisoned = std::isnan(x[j]);
@@ -545,17 +539,65 @@ HWY_INLINE void PrefetchScores(const float* row, size_t count) {
   }
 }
 
+// The streamed rows in a pipeline of three stages, each on a different row:
+// row r's max pass, row r - 1's exp pass (its max known a stage ago), and
+// the stores of row r - 2 (its sum known a stage ago), spread over the
+// other two. Done one row at a time, each row waited on its own max and
+// sum: a row of one key took 29 ns without any stores (AMD EPYC), most of
+// it the latency of the two reductions, the division and the exps between.
+//
+// What a row carries from its max pass to its exp pass.
+struct RowMaxPass {
+  float max;
+  bool special;  // valid = 0 or a NaN row: no exps, FillSpecialRow instead
+};
+
+template <class D>
+HWY_INLINE RowMaxPass MaxPass(D d, const kernels::StreamedRow& row, RowStreamer<D>& streamer) {
+  if (row.valid == 0) return {0.0f, true};
+  bool all_finite;
+  // Two stores of the row streaming per four max vectors (two cheap
+  // instructions each), four per four exps (about 40 instructions).
+  const float max =
+      RowMax<kProbeInMaxPass>(d, row.x, row.valid, &all_finite, [&] { streamer.Store(d, 2); });
+  return {max, IsNanRow(row.x, row.valid, max, all_finite)};
+}
+
+// Row's exps into e, then row starts streaming (the row before it finishes).
+template <class D>
+HWY_INLINE void ExpPass(D d, const kernels::StreamedRow& row, RowMaxPass first, size_t width,
+                        float* e, RowStreamer<D>& streamer) {
+  if (first.special) {
+    streamer.Finish(d);
+    return FillSpecialRow(d, row.valid, width, row.y);
+  }
+  const float sum = ExpAndSum(d, row.x, row.valid, first.max, e, /*read_soon=*/false,
+                              [&] { streamer.Store(d, 4); });
+  if (IsNanSum(sum)) {
+    streamer.Finish(d);
+    return FillSpecialRow(d, row.valid, width, row.y);
+  }
+  streamer.Next(d, e, 1.0f / sum, row.valid, width, row.y);
+}
+
 void MaskedSoftmaxRowsStream(const kernels::StreamedRow* rows, size_t count, size_t width,
                              float* row_buffers) {
   const hn::ScalableTag<float> d;
   RowStreamer<hn::ScalableTag<float>> streamer;
-  for (size_t r = 0; r < count; ++r) {
-    if (r + kPrefetchRows < count) {
-      PrefetchScores(rows[r + kPrefetchRows].x, rows[r + kPrefetchRows].valid);
+  RowMaxPass previous{};
+  for (size_t r = 0; r <= count; ++r) {
+    RowMaxPass current{};
+    if (r < count) {
+      if (r + kPrefetchRows < count) {
+        PrefetchScores(rows[r + kPrefetchRows].x, rows[r + kPrefetchRows].valid);
+      }
+      current = MaxPass(d, rows[r], streamer);
     }
-    // Row r's exps must not overwrite those of row r - 1, still streaming.
-    float* e = row_buffers + (r % 2) * width;
-    SoftmaxRow(d, rows[r].x, rows[r].valid, width, rows[r].y, e, &streamer);
+    if (r > 0) {
+      // Row r - 1's exps must not overwrite those of row r - 2, still streaming.
+      ExpPass(d, rows[r - 1], previous, width, row_buffers + (r % 2) * width, streamer);
+    }
+    previous = current;
   }
   streamer.Finish(d);
 }
