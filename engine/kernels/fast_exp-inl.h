@@ -26,6 +26,14 @@ namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
+// c[0] + c[1]·f + ... + c[5]·f^5 by Horner's rule.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V Degree5(D d, V f, const float (&c)[6]) {
+  V p = hn::Set(d, c[5]);
+  for (int k = 4; k >= 0; --k) p = hn::MulAdd(p, f, hn::Set(d, c[k]));
+  return p;
+}
+
 // exp(x - shift) for x - shift <= 0, as 2^t with t = (x - shift)·log2(e),
 // split into an integer and a fraction whose power of 2 a degree-5
 // polynomial gives; the split differs between AVX-512 and the others.
@@ -34,18 +42,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 // f = t - floor(t) in [0, 1)) and applies 2^floor(t) in one (scalef, which
 // floors its exponent itself and underflows to exact zero), so t needs no
 // rounding, no clamp and no n: 9 vector instructions a vector instead of 11
-// with round-to-nearest (exp of 2M scores: 2.69 -> 2.35 ns a vector on an
-// AMD EPYC). The polynomial is fitted on [0, 1) instead, with the same
-// error: -7.5e-8 to +7.5e-8 in exact arithmetic.
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE V Exp2OfUnitInterval(D d, V f) {
-  V p = hn::Set(d, 0.0018775759963318706f);
-  p = hn::MulAdd(p, f, hn::Set(d, 0.00898934155702591f));
-  p = hn::MulAdd(p, f, hn::Set(d, 0.05582631751894951f));
-  p = hn::MulAdd(p, f, hn::Set(d, 0.24015361070632935f));
-  p = hn::MulAdd(p, f, hn::Set(d, 0.6931530833244324f));
-  return hn::MulAdd(p, f, hn::Set(d, 0.9999999403953552f));
-}
+// with round-to-nearest (a loop of exps: 2.67-2.69 -> 2.35-2.39 ns a vector
+// on an AMD EPYC). The polynomial is fitted on [0, 1) instead, with the
+// same error: -7.5e-8 to +7.5e-8 in exact arithmetic.
+constexpr float kExp2OfUnitInterval[6] = {0.9999999403953552f, 0.6931530833244324f,
+                                          0.24015361070632935f, 0.05582631751894951f,
+                                          0.00898934155702591f, 0.0018775759963318706f};
 
 // imm8 of reduce: no fraction bits kept (bits 7:4 = 0), precision exception
 // suppressed (bit 3), round down (bits 1:0 = 01): f = t - floor(t). An
@@ -73,21 +75,15 @@ constexpr bool kExpKeepsNaN = true;
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V ExpNonPositive(D d, V x, V shift) {
   const V t = hn::Mul(hn::Sub(x, shift), hn::Set(d, 1.44269504088896341f));
-  return ScaleByPowerOf2(Exp2OfUnitInterval(d, FractionOf(t)), t);  // 2^f · 2^floor(t)
+  return ScaleByPowerOf2(Degree5(d, FractionOf(t), kExp2OfUnitInterval), t);  // 2^f · 2^floor(t)
 }
 #else
 // t = n + f with n = round(t), |f| <= 1/2; 2^f from a degree-5 polynomial
 // fitted for relative error on [-1/2, 1/2] (-4.9e-8 to +1.55e-7 in exact
 // arithmetic, 2.3e-7 in float Horner), 2^n built in the exponent bits.
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE V Exp2Fraction(D d, V f) {
-  V p = hn::Set(d, 0.001327647129073739f);
-  p = hn::MulAdd(p, f, hn::Set(d, 0.009675541892647743f));
-  p = hn::MulAdd(p, f, hn::Set(d, 0.05550713092088699f));
-  p = hn::MulAdd(p, f, hn::Set(d, 0.24022120237350464f));
-  p = hn::MulAdd(p, f, hn::Set(d, 0.6931469440460205f));
-  return hn::MulAdd(p, f, hn::Set(d, 1.0000001192092896f));
-}
+constexpr float kExp2Fraction[6] = {1.0000001192092896f, 0.6931469440460205f,
+                                    0.24022120237350464f, 0.05550713092088699f,
+                                    0.009675541892647743f, 0.001327647129073739f};
 
 // Max against the clamp returns the clamp for a NaN argument.
 constexpr bool kExpKeepsNaN = false;
@@ -105,7 +101,7 @@ HWY_INLINE V ExpNonPositive(D d, V x, V shift) {
   const V kShifter = hn::Set(d, 12582912.0f);  // 1.5 * 2^23, bits 0x4B400000
   const V shifted = hn::Add(t, kShifter);
   const V n = hn::Sub(shifted, kShifter);
-  const V p = Exp2Fraction(d, hn::Sub(t, n));
+  const V p = Degree5(d, hn::Sub(t, n), kExp2Fraction);
   // bits(shifted) = 0x4B400000 + n, so the biased exponent n + 127 is
   // bits(shifted) - 0x4B400000 + 127.
   const auto biased = hn::Add(hn::BitCast(di, shifted), hn::Set(di, 127 - 0x4B400000));
