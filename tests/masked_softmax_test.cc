@@ -364,8 +364,9 @@ TEST_P(MaskedSoftmaxTest, NonFiniteScores) {
 // The same cases in rows too long to be held in registers, through the row
 // kernel's passes and the streaming kernel (the max pass of AVX-512 does not
 // look for NaN: its exps carry one into the row's sum, which then tells).
-// The bad score sits in the max pass's head, in its whole vectors and in its
-// last partial vector, for lengths on and off a vector boundary.
+// Rows start 3 floats past a cache line, so the max pass has a head; the
+// bad score sits in it (0, 5 on AVX-512), in whole vectors and in the last
+// partial vector, for lengths on and off a vector boundary.
 TEST_P(MaskedSoftmaxTest, NonFiniteScoresInLongRows) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
@@ -376,16 +377,22 @@ TEST_P(MaskedSoftmaxTest, NonFiniteScoresInLongRows) {
       // Rows: NaN, +Inf, -Inf among finite scores, all -Inf, then NaN and
       // +Inf past the valid length only.
       constexpr size_t kRows = 5;
-      std::vector<float> x = RandomFloats(kRows * width, static_cast<uint32_t>(valid + at), 3.0f);
+      const std::vector<float> scores =
+          RandomFloats(kRows * width, static_cast<uint32_t>(valid + at), 3.0f);
+      std::vector<float> storage(kRows * width + 3 + 16);
+      float* x = storage.data();
+      while (reinterpret_cast<uintptr_t>(x) % 64 != 0) ++x;
+      x += 3;
+      std::copy(scores.begin(), scores.end(), x);
       x[0 * width + at] = nan;
       x[1 * width + at] = inf;
       x[2 * width + at] = -inf;
-      std::fill(x.begin() + 3 * width, x.begin() + 3 * width + valid, -inf);
+      std::fill(x + 3 * width, x + 3 * width + valid, -inf);
       if (valid < width) {
         x[4 * width + valid] = nan;
         x[4 * width + width - 1] = inf;
       }
-      std::vector<float> by_row(x.size()), streamed(x.size()), scratch(2 * width);
+      std::vector<float> by_row(kRows * width), streamed(kRows * width), scratch(2 * width);
       std::vector<kernels::StreamedRow> rows;
       for (size_t r = 0; r < kRows; ++r) {
         kernels::MaskedSoftmaxRow(&x[r * width], valid, width, &by_row[r * width]);
@@ -402,8 +409,7 @@ TEST_P(MaskedSoftmaxTest, NonFiniteScoresInLongRows) {
         }
         EXPECT_EQ((*y)[2 * width + at], 0.0f) << path;  // -Inf among finite scores weighs nothing
         for (size_t r : {size_t{2}, size_t{4}}) {
-          const std::vector<float> own(x.begin() + static_cast<std::ptrdiff_t>(r * width),
-                                       x.begin() + static_cast<std::ptrdiff_t>((r + 1) * width));
+          const std::vector<float> own(x + r * width, x + (r + 1) * width);
           const std::vector<double> expected = ReferenceMaskedSoftmax(
               own, 1, 1, static_cast<int64_t>(width), {static_cast<int64_t>(valid)});
           EXPECT_LE(MaxAbsDiff(&(*y)[r * width], expected), kWeightTolerance) << path << ", row " << r;

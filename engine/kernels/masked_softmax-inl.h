@@ -46,8 +46,8 @@ HWY_INLINE size_t UnalignedHead(D d, const float* p, size_t n) {
 // whose exps and sums carry a NaN through (kExpKeepsNaN), which then tell.
 // Four accumulators each: one chain would stall on Max/FMA latency and halve
 // the throughput of a 512-key row (236 -> 125 ns measured).
-// between() runs once per four vectors; the streaming path stores the
-// previous row's output there (see RowStreamer).
+// between() runs once per four vectors; the streaming path stores an
+// earlier row's output there (see RowStreamer).
 template <bool kProbe, class D, class Between>
 HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_finite,
                         Between between) {
@@ -450,7 +450,8 @@ class RowStreamer {
 // Whether a row whose max pass gave (max, all_finite) holds a NaN, a +Inf,
 // or only -Inf: then every weight is NaN, as in the reference. Where the
 // max pass does not probe (kExpKeepsNaN), its sum of exps tells instead:
-// x - max is NaN for a NaN, for +Inf (max is +Inf too) and for all -Inf.
+// x - max is NaN for a NaN, for +Inf (max is +Inf too, unless a NaN made
+// Max drop it, and that NaN's own lane is NaN) and for all -Inf.
 constexpr bool kProbeInMaxPass = !kExpKeepsNaN;
 HWY_INLINE bool IsNanSum(float sum) { return !std::isfinite(sum); }
 HWY_INLINE bool IsNanRow(const float* x, size_t valid, float max, bool all_finite) {
