@@ -50,9 +50,12 @@ def main():
             op_family = name.split("/")[0]
             op = ("masked softmax, in cache (arithmetic only)"
                   if op_family == "BM_MaskedSoftmaxInCache" else "masked softmax")
+            if "misaligned" in a:
+                op += f", {int(a['misaligned']) * 4} B past a line"
+            peer_name = re.sub(r"/misaligned:\d+", "", name)
             for family, label in (("BM_Memcpy", "memcpy, same bytes"),
                                   ("BM_MemcpyOpBuffers", "memcpy, op's buffers")):
-                peer = runs.get(name.replace(op_family, family))
+                peer = runs.get(peer_name.replace(op_family, family))
                 if peer is None:
                     continue
                 peer_rate = peer["bytes_per_second"] / 1e9

@@ -212,6 +212,43 @@ TEST_P(MaskedSoftmaxTest, StreamedRowsAtEveryAlignment) {
   }
 }
 
+// Rows that share no vector (each on a line, whole vectors long) are taken
+// in order of valid length, not in array order: each must still give, bit
+// for bit, what the row kernel gives, with lengths from 0 to the width, ties,
+// and a NaN row among them, in a full chunk and a short one.
+TEST_P(MaskedSoftmaxTest, StreamedRowsOnLinesInAnyOrder) {
+  const size_t width = 64;
+  for (size_t rows : {kernels::kMaxStreamedRows, size_t{7}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    std::vector<float> storage;
+    const std::vector<float> scores =
+        RandomFloats(rows * width, static_cast<uint32_t>(rows), 3.0f);
+    float* x = const_cast<float*>(OnALine(scores.data(), scores.size(), &storage));
+    x[3 * width + 5] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<int64_t> lens = MixedLengths(static_cast<int64_t>(rows), static_cast<int64_t>(width), 21);
+    for (int64_t& l : lens) l = std::min(l, static_cast<int64_t>(width));  // as the op clamps them
+    lens[3] = 40;
+    lens[rows - 1] = 0;
+    std::vector<float> y_storage(rows * width + 16, kSentinel), scratch(2 * width);
+    float* y = y_storage.data();
+    while (reinterpret_cast<uintptr_t>(y) % 64 != 0) ++y;
+    std::vector<kernels::StreamedRow> descriptors;
+    for (size_t r = 0; r < rows; ++r) {
+      descriptors.push_back({x + r * width, static_cast<size_t>(lens[r]), y + r * width});
+    }
+    kernels::MaskedSoftmaxRowsStream(descriptors.data(), rows, width, scratch.data());
+    kernels::FlushStreams();
+    for (size_t r = 0; r < rows; ++r) {
+      std::vector<float> expected(width);
+      kernels::MaskedSoftmaxRow(x + r * width, static_cast<size_t>(lens[r]), width, expected.data());
+      ASSERT_EQ(std::memcmp(y + r * width, expected.data(), width * sizeof(float)), 0)
+          << "row " << r << ", length " << lens[r];
+    }
+    EXPECT_TRUE(std::isnan(y[3 * width]));
+    EXPECT_EQ(y[(rows - 1) * width], 1.0f / static_cast<float>(width));
+  }
+}
+
 TEST_P(MaskedSoftmaxTest, GoldenCasesFromTheSeedModule) {
   for (const char* name : {"softmax_seed_per_batch", "softmax_seed_per_query", "softmax_no_lens",
                            "softmax_odd_int32", "softmax_per_query_mixed"}) {

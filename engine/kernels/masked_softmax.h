@@ -34,11 +34,13 @@ struct StreamedRow {
   float* y;
 };
 
-// The same result for each of `count` rows of one width, for outputs too
-// large to stay in cache: each y is written once, with non-temporal stores,
-// while the next row computes. Each y may equal its x. `row_buffers` holds
-// >= 2 * width floats of scratch. Call FlushStreams() on this thread before
-// another thread reads the outputs.
+// The same result for each of `count` <= kMaxStreamedRows rows of one
+// width, for outputs too large to stay in cache: each y is written once,
+// with non-temporal stores, while the next row computes (rows that share no
+// vector, in order of valid length). Each y may equal its x. `row_buffers`
+// holds >= 2 * width floats of scratch. Call FlushStreams() on this thread
+// before another thread reads the outputs.
+constexpr size_t kMaxStreamedRows = 64;
 void MaskedSoftmaxRowsStream(const StreamedRow* rows, size_t count, size_t width,
                              float* row_buffers);
 void FlushStreams();

@@ -15,7 +15,7 @@ constexpr int64_t kStreamBytes = int64_t{8} << 20;
 // Streamed rows go to the kernel in chunks: each chunk's last row is stored
 // with nothing to overlap it, so a chunk should be long, and its descriptors
 // small enough for the stack; and there should be a chunk for every thread.
-constexpr int64_t kStreamChunkRows = 64;
+constexpr auto kStreamChunkRows = static_cast<int64_t>(kernels::kMaxStreamedRows);
 }  // namespace
 
 Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
