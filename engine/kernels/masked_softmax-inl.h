@@ -621,7 +621,6 @@ HWY_INLINE void SortByValidLength(D /*d*/, const kernels::StreamedRow* rows, siz
 
 void MaskedSoftmaxRowsStream(const kernels::StreamedRow* rows, size_t count, size_t width,
                              float* row_buffers) {
-  HWY_DASSERT(count <= kernels::kMaxStreamedRows);
   const hn::ScalableTag<float> d;
   // Rows that share no vector can go in any order: by length. Rows that do
   // stay in array order, where each row's tail and the next row's head go
@@ -630,7 +629,7 @@ void MaskedSoftmaxRowsStream(const kernels::StreamedRow* rows, size_t count, siz
   // lengths, rows on a line: 785 -> 705 us; see bench/RESULTS.md, "Rows by
   // length".
   kernels::StreamedRow sorted[kernels::kMaxStreamedRows];
-  if (RowsOnVectors(d, rows, count, width)) {
+  if (count <= kernels::kMaxStreamedRows && RowsOnVectors(d, rows, count, width)) {
     SortByValidLength(d, rows, count, sorted);
     rows = sorted;
   }

@@ -34,10 +34,10 @@ struct StreamedRow {
   float* y;
 };
 
-// The same result for each of `count` <= kMaxStreamedRows rows of one
-// width, for outputs too large to stay in cache: each y is written once,
-// with non-temporal stores, while the next row computes (rows that share no
-// vector, in order of valid length). Each y may equal its x. `row_buffers`
+// The same result for each of `count` rows of one width, for outputs too
+// large to stay in cache: each y is written once, with non-temporal stores,
+// while the next row computes (up to kMaxStreamedRows rows that share no
+// vector, in order of valid length; more, in array order). Each y may equal its x. `row_buffers`
 // holds >= 2 * width floats of scratch. Call FlushStreams() on this thread
 // before another thread reads the outputs.
 constexpr size_t kMaxStreamedRows = 64;
