@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -132,11 +133,23 @@ const float* OnALine(const float* x, size_t n, std::vector<float>* storage) {
   return aligned;
 }
 
+// What the streaming kernel gives for one row alone, its scores and weights
+// on a line.
+std::vector<float> StreamedAlone(const float* x, size_t valid, size_t width) {
+  std::vector<float> x_storage, y_storage(width + 16), scratch(2 * width);
+  float* y = y_storage.data();
+  while (reinterpret_cast<uintptr_t>(y) % 64 != 0) ++y;
+  const kernels::StreamedRow row{OnALine(x, valid, &x_storage), valid, y};
+  kernels::MaskedSoftmaxRowsStream(&row, 1, width, scratch.data());
+  kernels::FlushStreams();
+  return std::vector<float>(y, y + width);
+}
+
 // Rows starting anywhere in a vector. Where rows are contiguous, the
 // streaming kernel stores a row's tail and the next row's head as one
-// aligned vector; where they are not, it stores them plainly; the max pass
-// reads aligned vectors after a head. Each row must give, bit for bit, what
-// the row kernel gives for the same scores on a line (so no result depends
+// aligned vector; where they are not, it stores them plainly. Each row must
+// give, bit for bit, what the streaming kernel gives for the same scores
+// alone on a line (so no result depends
 // on alignment), in place too; the scores past a row's length (NaN here)
 // must not be read, and nothing around or between rows may change.
 TEST_P(MaskedSoftmaxTest, StreamedRowsAtEveryAlignment) {
@@ -172,9 +185,7 @@ TEST_P(MaskedSoftmaxTest, StreamedRowsAtEveryAlignment) {
         kernels::FlushStreams();
 
         for (size_t r = 0; r < rows; ++r) {
-          std::vector<float> storage, expected(width);
-          kernels::MaskedSoftmaxRow(OnALine(&x[first + r * stride], width, &storage), lens[r], width,
-                                    expected.data());
+          const std::vector<float> expected = StreamedAlone(&x[first + r * stride], lens[r], width);
           ASSERT_EQ(std::memcmp(&y[first + r * stride], expected.data(), width * sizeof(float)), 0)
               << "row " << r;
           if (r == 4) {
@@ -214,8 +225,8 @@ TEST_P(MaskedSoftmaxTest, StreamedRowsAtEveryAlignment) {
 
 // Rows that share no vector (each on a line, whole vectors long) are taken
 // in order of valid length, not in array order: each must still give, bit
-// for bit, what the row kernel gives, with lengths from 0 to the width, ties,
-// and a NaN row among them, in a full chunk and a short one.
+// for bit, what it gives streamed alone, with lengths from 0 to the width,
+// ties, and a NaN row among them, in a full chunk and a short one.
 TEST_P(MaskedSoftmaxTest, StreamedRowsOnLinesInAnyOrder) {
   const size_t width = 64;
   for (size_t rows : {kernels::kMaxStreamedRows, size_t{7}}) {
@@ -239,14 +250,64 @@ TEST_P(MaskedSoftmaxTest, StreamedRowsOnLinesInAnyOrder) {
     kernels::MaskedSoftmaxRowsStream(descriptors.data(), rows, width, scratch.data());
     kernels::FlushStreams();
     for (size_t r = 0; r < rows; ++r) {
-      std::vector<float> expected(width);
-      kernels::MaskedSoftmaxRow(x + r * width, static_cast<size_t>(lens[r]), width, expected.data());
+      const std::vector<float> expected =
+          StreamedAlone(x + r * width, static_cast<size_t>(lens[r]), width);
       ASSERT_EQ(std::memcmp(y + r * width, expected.data(), width * sizeof(float)), 0)
           << "row " << r << ", length " << lens[r];
     }
     EXPECT_TRUE(std::isnan(y[3 * width]));
     EXPECT_EQ(y[(rows - 1) * width], 1.0f / static_cast<float>(width));
   }
+}
+
+// The streaming kernel shifts a row's exps by the max of its first vector,
+// and by the row's max where a score lies too far above that (see
+// kMaxShiftedSum). Rows with one score far above the rest, in the first
+// vector or after it, and a row of many exps that sum past the bound: each
+// within tolerance and finite, and where the fallback must run (a score more
+// than 14.5 above the first vector's, or that row), the row kernel's bits.
+// In place too: the fallback reads the scores again.
+TEST_P(MaskedSoftmaxTest, StreamedRowsFallBackToTheRowMax) {
+  const size_t width = 1000, valid = 997;  // rows share vectors on every target
+  struct Case {
+    float score;  // put at `at`, among scores in [-3, 3]
+    size_t at;
+    bool must_fall_back;
+  };
+  const Case cases[] = {{8.0f, 20, false},    {16.0f, 500, false}, {17.5f, 20, true},
+                        {17.5f, 996, true},   {100.0f, 300, true}, {1e4f, 20, true},
+                        {3e38f, 996, true},   {1e4f, 0, false},    {-1e4f, 20, false}};
+  const size_t rows = std::size(cases) + 1;
+  std::vector<float> x = RandomFloats(rows * width, 77);
+  for (float& score : x) score = std::clamp(score, -3.0f, 3.0f);
+  for (size_t r = 0; r < std::size(cases); ++r) x[r * width + cases[r].at] = cases[r].score;
+  // The last row: every score after the first 16 is 15, each exp at least e^12.
+  std::fill(x.begin() + static_cast<std::ptrdiff_t>((rows - 1) * width + 16),
+            x.begin() + static_cast<std::ptrdiff_t>(rows * width), 15.0f);
+  std::vector<float> y(x.size(), kSentinel), scratch(2 * width);
+  std::vector<kernels::StreamedRow> descriptors;
+  for (size_t r = 0; r < rows; ++r) descriptors.push_back({&x[r * width], valid, &y[r * width]});
+  kernels::MaskedSoftmaxRowsStream(descriptors.data(), rows, width, scratch.data());
+  kernels::FlushStreams();
+  for (size_t r = 0; r < rows; ++r) {
+    SCOPED_TRACE("row " + std::to_string(r));
+    const float* got = &y[r * width];
+    const std::vector<float> own(x.begin() + static_cast<std::ptrdiff_t>(r * width),
+                                 x.begin() + static_cast<std::ptrdiff_t>((r + 1) * width));
+    const std::vector<double> expected = ReferenceMaskedSoftmax(
+        own, 1, 1, static_cast<int64_t>(width), {static_cast<int64_t>(valid)});
+    for (size_t j = 0; j < width; ++j) ASSERT_TRUE(std::isfinite(got[j])) << "key " << j;
+    EXPECT_LE(MaxAbsDiff(got, expected), kWeightTolerance);
+    if (r + 1 == rows || cases[r].must_fall_back) {
+      std::vector<float> by_row(width);
+      kernels::MaskedSoftmaxRow(&x[r * width], valid, width, by_row.data());
+      EXPECT_EQ(std::memcmp(got, by_row.data(), width * sizeof(float)), 0);
+    }
+  }
+  for (kernels::StreamedRow& row : descriptors) row.y = const_cast<float*>(row.x);
+  kernels::MaskedSoftmaxRowsStream(descriptors.data(), rows, width, scratch.data());
+  kernels::FlushStreams();
+  EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0) << "in place";
 }
 
 TEST_P(MaskedSoftmaxTest, GoldenCasesFromTheSeedModule) {

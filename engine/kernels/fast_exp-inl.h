@@ -1,14 +1,17 @@
-// exp(x) for x <= 0, the only arguments a softmax gives it after subtracting
-// the row maximum; per-target, included from other -inl.h files.
+// exp(x - shift), vectorised, for a softmax's scores and the shift it takes
+// from them; per-target, included from other -inl.h files.
 //
-// Accuracy (tests/fast_exp_test.cc, every 7th float in [-87.5, 0], each
-// target): relative error below 1.6e-6 for x >= -20 (it grows with |x|, as
-// x·log2(e) is rounded to float: about 2.3e-7 + 6e-8·|x|), and below 6e-6
+// Accuracy (tests/fast_exp_test.cc, every 7th float in [-87.5, 0] and every
+// 97th in [0, 14], each target): relative error below 1.6e-6 for
+// -20 <= x - shift <= 14 (it grows with |x - shift|, as (x - shift)·log2(e)
+// is rounded to float: about 2.3e-7 + 6e-8·|x - shift|), and below 6e-6
 // further down, where results are < 2.1e-9 and a softmax weight only sees
-// absolute errors under 1e-14. -Inf gives 0. Results below 2^-126 are 0 or,
-// without flush-to-zero, subnormal; engine calls run with flush-to-zero.
-// NaN gives NaN on AVX-512 only (kExpKeepsNaN; the softmax kernel screens
-// rows for it).
+// absolute errors under 1e-14. -Inf gives 0, and x - shift above about 88.7
+// gives +Inf (never a wrapped exponent): a sum of exps that comes out Inf
+// tells the streamed softmax its shift was too low. Results below 2^-126
+// are 0 or, without flush-to-zero, subnormal; engine calls run with
+// flush-to-zero. NaN gives NaN on AVX-512 only (kExpKeepsNaN; the softmax
+// kernel screens rows for it).
 // Why not Highway's Exp: it covers the whole range (two-step scaling, overflow
 // handling) and costs about 1.6x more per vector here.
 #if defined(ATTNSCORE_KERNELS_FAST_EXP_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -34,18 +37,18 @@ HWY_INLINE V Degree5(D d, V f, const float (&c)[6]) {
   return p;
 }
 
-// exp(x - shift) for x - shift <= 0, as 2^t with t = (x - shift)·log2(e),
-// split into an integer and a fraction whose power of 2 a degree-5
-// polynomial gives; the split differs between AVX-512 and the others.
+// exp(x - shift) as 2^t with t = (x - shift)·log2(e), split into an integer
+// and a fraction whose power of 2 a degree-5 polynomial gives; the split
+// differs between AVX-512 and the others.
 #if HWY_TARGET <= HWY_AVX3
 // AVX-512 splits t = floor(t) + f in one instruction (reduce, which returns
 // f = t - floor(t) in [0, 1)) and applies 2^floor(t) in one (scalef, which
-// floors its exponent itself and underflows to exact zero), so t needs no
-// rounding, no clamp and no n: 9 vector instructions a vector instead of 11
-// with round-to-nearest (a loop of exps: 2.67-2.69 -> 2.35-2.39 ns a vector
-// on an AMD EPYC). The polynomial is fitted on [0, 1) instead: relative
-// error -6.5e-8 to +9.0e-8 with its float coefficients evaluated exactly
-// (the round-to-nearest fit's: -4.9e-8 to +1.55e-7).
+// floors its exponent itself, underflows to exact zero and overflows to
+// +Inf), so t needs no rounding, no clamp and no n: 9 vector instructions a
+// vector instead of 11 with round-to-nearest (a loop of exps: 2.67-2.69 ->
+// 2.35-2.39 ns a vector on an AMD EPYC). The polynomial is fitted on [0, 1)
+// instead: relative error -6.5e-8 to +9.0e-8 with its float coefficients
+// evaluated exactly (the round-to-nearest fit's: -4.9e-8 to +1.55e-7).
 constexpr float kExp2OfUnitInterval[6] = {0.9999999403953552f, 0.6931530833244324f,
                                           0.24015361070632935f, 0.05582631751894951f,
                                           0.00898934155702591f, 0.0018775759963318706f};
@@ -74,7 +77,7 @@ HWY_INLINE hn::Vec128<float, N> ScaleByPowerOf2(hn::Vec128<float, N> p, hn::Vec1
 constexpr bool kExpKeepsNaN = true;
 
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE V ExpNonPositive(D d, V x, V shift) {
+HWY_INLINE V ExpOfDifference(D d, V x, V shift) {
   const V t = hn::Mul(hn::Sub(x, shift), hn::Set(d, 1.44269504088896341f));
   return ScaleByPowerOf2(Degree5(d, FractionOf(t), kExp2OfUnitInterval), t);  // 2^f · 2^floor(t)
 }
@@ -90,12 +93,15 @@ constexpr float kExp2Fraction[6] = {1.0000001192092896f, 0.6931469440460205f,
 constexpr bool kExpKeepsNaN = false;
 
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE V ExpNonPositive(D d, V x, V shift) {
+HWY_INLINE V ExpOfDifference(D d, V x, V shift) {
   const hn::RebindToSigned<D> di;
   const V kLog2e = hn::Set(d, 1.44269504088896341f);
   // Clamping at -127 makes the exponent field 0 below, so 2^n is +0 there:
-  // -Inf and the tiniest results come out as exact zeros.
-  const V t = hn::Max(hn::Mul(hn::Sub(x, shift), kLog2e), hn::Set(d, -127.0f));
+  // -Inf and the tiniest results come out as exact zeros. Clamping at 128
+  // makes it all ones above, so 2^n is +Inf there, where a larger n would
+  // carry into the sign bit.
+  const V t = hn::Min(hn::Max(hn::Mul(hn::Sub(x, shift), kLog2e), hn::Set(d, -127.0f)),
+                      hn::Set(d, 128.0f));
   // Adding 1.5 * 2^23 rounds t to the nearest integer n (ties to even) and
   // leaves n in the low mantissa bits: two adds instead of Round and a
   // float-to-int conversion (which Highway follows with overflow fix-ups).

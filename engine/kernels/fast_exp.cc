@@ -1,4 +1,4 @@
-// Run-time dispatch of ExpNonPositive over arrays.
+// Run-time dispatch of ExpOfDifference over arrays.
 #include "kernels/fast_exp.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -11,18 +11,18 @@ HWY_BEFORE_NAMESPACE();
 namespace attnscore {
 namespace HWY_NAMESPACE {
 
-void ExpNonPositiveArray(const float* x, size_t n, float* y) {
+void ExpArray(const float* x, size_t n, float* y) {
   const hn::ScalableTag<float> d;
   const size_t lanes = hn::Lanes(d);
   const auto zero = hn::Zero(d);
   size_t i = 0;
   for (; i + lanes <= n; i += lanes) {
-    hn::StoreU(ExpNonPositive(d, hn::LoadU(d, x + i), zero), d, y + i);
+    hn::StoreU(ExpOfDifference(d, hn::LoadU(d, x + i), zero), d, y + i);
   }
   // The remainder one lane at a time, through the same code.
   const hn::CappedTag<float, 1> d1;
   for (; i < n; ++i) {
-    hn::StoreU(ExpNonPositive(d1, hn::LoadU(d1, x + i), hn::Zero(d1)), d1, y + i);
+    hn::StoreU(ExpOfDifference(d1, hn::LoadU(d1, x + i), hn::Zero(d1)), d1, y + i);
   }
 }
 
@@ -34,10 +34,10 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace attnscore::kernels {
 
-HWY_EXPORT(ExpNonPositiveArray);
+HWY_EXPORT(ExpArray);
 
-void ExpNonPositiveArray(const float* x, size_t n, float* y) {
-  HWY_DYNAMIC_DISPATCH(ExpNonPositiveArray)(x, n, y);
+void ExpArray(const float* x, size_t n, float* y) {
+  HWY_DYNAMIC_DISPATCH(ExpArray)(x, n, y);
 }
 
 }  // namespace attnscore::kernels

@@ -1,4 +1,4 @@
-// ExpNonPositive (fast_exp-inl.h) over an array, dispatched at run time: for
+// ExpOfDifference (fast_exp-inl.h) over an array, dispatched at run time: for
 // the accuracy test and the benchmarks; kernels use the inline form.
 #ifndef ATTNSCORE_KERNELS_FAST_EXP_H_
 #define ATTNSCORE_KERNELS_FAST_EXP_H_
@@ -7,8 +7,8 @@
 
 namespace attnscore::kernels {
 
-// y[i] = exp(x[i]) for x[i] <= 0 (see fast_exp-inl.h for the error bound).
-void ExpNonPositiveArray(const float* x, size_t n, float* y);
+// y[i] = exp(x[i]) (see fast_exp-inl.h for the range and the error bound).
+void ExpArray(const float* x, size_t n, float* y);
 
 }  // namespace attnscore::kernels
 

@@ -46,11 +46,8 @@ HWY_INLINE size_t UnalignedHead(D d, const float* p, size_t n) {
 // whose exps and sums carry a NaN through (kExpKeepsNaN), which then tell.
 // Four accumulators each: one chain would stall on Max/FMA latency and halve
 // the throughput of a 512-key row (236 -> 125 ns measured).
-// between() runs once per four vectors; the streaming path stores an
-// earlier row's output there (see RowStreamer).
-template <bool kProbe, class D, class Between>
-HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_finite,
-                        Between between) {
+template <bool kProbe, class D>
+HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_finite) {
   const size_t lanes = hn::Lanes(d);
   const auto zero = hn::Zero(d);
   const auto lowest = hn::Set(d, -std::numeric_limits<float>::infinity());
@@ -68,7 +65,6 @@ HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_fi
     take(hn::Load(d, x + j + lanes), max1, probe1);
     take(hn::Load(d, x + j + 2 * lanes), max2, probe2);
     take(hn::Load(d, x + j + 3 * lanes), max3, probe3);
-    between();
   }
   for (; j + lanes <= n; j += lanes) take(hn::Load(d, x + j), max0, probe0);
   if (j < n) take(LoadTail(d, x + j, n - j, x[0]), max1, probe1);
@@ -108,25 +104,33 @@ HWY_INLINE V WindowEndingIn(D d, V before, V last, size_t tail) {
                         hn::TableLookupLanes(last, rotate));
 }
 
-// e[j] = exp(x[j] - max) for j < n; returns their sum. e may equal x (in
-// place), so neither pointer is restrict. Four sums and between(), as above.
+// e[j] = exp(x[j] - shift) for j < n; returns their sum. e may equal x (in
+// place), so neither pointer is restrict. Four sums, as above, and with
+// kProbe, RowMax's finiteness probe into all_finite (one chain: fast enough
+// beside the exps). between() runs once per four vectors; the streaming
+// path stores an earlier row's output there (see RowStreamer).
 // Unlike RowMax, unaligned loads: each element's place in the sums must not
 // depend on where the row starts, or results would change with alignment.
 // Where n > lanes, the last partial vector of exps goes out as a window when
 // they are read back at once (`read_soon`); the streamer reads them a row
 // later, when a masked store has long left the core.
-template <class D, class Between>
-HWY_INLINE float ExpAndSum(D d, const float* x, size_t n, float max, float* e, bool read_soon,
-                           Between between) {
+template <bool kProbe = false, class D, class Between>
+HWY_INLINE float ExpAndSum(D d, const float* x, size_t n, float shift, float* e, bool read_soon,
+                           Between between, bool* all_finite = nullptr) {
   const size_t lanes = hn::Lanes(d);
-  const auto vmax = hn::Set(d, max);
+  const auto vshift = hn::Set(d, shift);
   auto sum0 = hn::Zero(d), sum1 = hn::Zero(d), sum2 = hn::Zero(d), sum3 = hn::Zero(d);
+  auto probe = hn::Zero(d);
+  const auto exp_of = [&](hn::Vec<D> v) {
+    if constexpr (kProbe) probe = hn::MulAdd(v, hn::Zero(d), probe);  // see RowMax
+    return ExpOfDifference(d, v, vshift);
+  };
   size_t j = 0;
   for (; j + 4 * lanes <= n; j += 4 * lanes) {
-    const auto e0 = ExpNonPositive(d, hn::LoadU(d, x + j), vmax);
-    const auto e1 = ExpNonPositive(d, hn::LoadU(d, x + j + lanes), vmax);
-    const auto e2 = ExpNonPositive(d, hn::LoadU(d, x + j + 2 * lanes), vmax);
-    const auto e3 = ExpNonPositive(d, hn::LoadU(d, x + j + 3 * lanes), vmax);
+    const auto e0 = exp_of(hn::LoadU(d, x + j));
+    const auto e1 = exp_of(hn::LoadU(d, x + j + lanes));
+    const auto e2 = exp_of(hn::LoadU(d, x + j + 2 * lanes));
+    const auto e3 = exp_of(hn::LoadU(d, x + j + 3 * lanes));
     hn::StoreU(e0, d, e + j);
     hn::StoreU(e1, d, e + j + lanes);
     hn::StoreU(e2, d, e + j + 2 * lanes);
@@ -138,12 +142,12 @@ HWY_INLINE float ExpAndSum(D d, const float* x, size_t n, float max, float* e, b
     between();
   }
   for (; j + lanes <= n; j += lanes) {
-    const auto exps = ExpNonPositive(d, hn::LoadU(d, x + j), vmax);
+    const auto exps = exp_of(hn::LoadU(d, x + j));
     sum0 = hn::Add(sum0, exps);
     hn::StoreU(exps, d, e + j);
   }
   if (j < n) {
-    const auto exps = ExpNonPositive(d, LoadTail(d, x + j, n - j, max), vmax);
+    const auto exps = exp_of(LoadTail(d, x + j, n - j, shift));
     sum1 = hn::Add(sum1, hn::IfThenElseZero(hn::FirstN(d, n - j), exps));
     if (read_soon && j > 0) {  // the window, after the last whole vector
       hn::StoreU(WindowEndingIn(d, hn::LoadU(d, e + j - lanes), exps, n - j), d, e + n - lanes);
@@ -151,6 +155,7 @@ HWY_INLINE float ExpAndSum(D d, const float* x, size_t n, float max, float* e, b
       StoreTail(d, exps, n - j, e + j);
     }
   }
+  if constexpr (kProbe) *all_finite = hn::AllFalse(d, hn::IsNaN(probe));
   const auto sum = hn::Add(hn::Add(sum0, sum1), hn::Add(sum2, sum3));
   return hn::GetLane(hn::SumOfLanes(d, sum));
 }
@@ -284,11 +289,11 @@ HWY_INLINE bool SoftmaxInRegisters(D d, const float* x, size_t valid, size_t wid
   constexpr size_t kGrouped = kFull / 4 * 4;
   ForEachIndex<kVectors>([&](auto i) ATTNSCORE_INLINE_LAMBDA {
     if constexpr (i < kFull) {
-      e[i] = ExpNonPositive(d, v[i], vmax);
+      e[i] = ExpOfDifference(d, v[i], vmax);
       constexpr size_t k = i < kGrouped ? i % 4 : 0;
       sum[k] = hn::Add(sum[k], e[i]);
     } else {
-      e[i] = hn::IfThenElseZero(hn::FirstN(d, tail), ExpNonPositive(d, v[i], vmax));
+      e[i] = hn::IfThenElseZero(hn::FirstN(d, tail), ExpOfDifference(d, v[i], vmax));
       sum[1] = hn::Add(sum[1], e[i]);
     }
   });
@@ -470,6 +475,18 @@ HWY_INLINE void FillSpecialRow(D d, size_t valid, size_t width, float* y) {
        y, width);
 }
 
+// e[j] = exp(x[j] - max) for j < n (n >= 1), max the row's; returns their
+// sum, or NaN for a NaN row (whose weights FillSpecialRow gives).
+template <class D>
+HWY_INLINE float MaxShiftedExpsAndSum(D d, const float* x, size_t n, float* e, bool read_soon) {
+  bool all_finite;
+  const float max = RowMax<kProbeInMaxPass>(d, x, n, &all_finite);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  if (IsNanRow(x, n, max, all_finite)) return nan;
+  const float sum = ExpAndSum(d, x, n, max, e, read_soon, [] {});
+  return IsNanSum(sum) ? nan : sum;
+}
+
 // Softmax of x[0, valid) (see masked_softmax.h for the contract). Three
 // passes over an L1-resident row: max, exp and sum (storing the exps in y),
 // then scale by 1/sum in place. Rows are short (<= a few thousand floats),
@@ -480,12 +497,8 @@ HWY_INLINE void SoftmaxRow(D d, const float* x, size_t valid, size_t width, floa
   if (valid == 0) return FillSpecialRow(d, valid, width, y);
   if (SoftmaxInRegistersIfShort(d, x, valid, width, y)) return;
 
-  const auto nothing = [] {};
-  bool all_finite;
-  const float max = RowMax<kProbeInMaxPass>(d, x, valid, &all_finite, nothing);
-  if (IsNanRow(x, valid, max, all_finite)) return FillSpecialRow(d, valid, width, y);
-  const float sum = ExpAndSum(d, x, valid, max, y, /*read_soon=*/true, nothing);
-  if (IsNanSum(sum)) return FillSpecialRow(d, valid, width, y);
+  const float sum = MaxShiftedExpsAndSum(d, x, valid, y, /*read_soon=*/true);
+  if (std::isnan(sum)) return FillSpecialRow(d, valid, width, y);
   Scale(d, y, valid, 1.0f / sum, y);
   if (valid >= width) return;
   if (valid < hn::Lanes(d)) return Fill(d, 0.0f, y + valid, width - valid);
@@ -502,7 +515,7 @@ kernels::SoftmaxBlockStats MaskedSoftmaxBlock(const float* x, size_t n, float* y
   const hn::ScalableTag<float> d;
   const auto nothing = [] {};
   bool all_finite;
-  const float max = RowMax</*kProbe=*/true>(d, x, n, &all_finite, nothing);
+  const float max = RowMax</*kProbe=*/true>(d, x, n, &all_finite);
   if (!all_finite) {
     bool poisoned = max == std::numeric_limits<float>::infinity();
     for (size_t j = 0; !poisoned && j < n; ++j) poisoned = std::isnan(x[j]);
@@ -540,42 +553,58 @@ HWY_INLINE void PrefetchScores(const float* row, size_t count) {
   }
 }
 
+// Where the streamed rows' exps start from: not the row's max but the max
+// of its first vector, known before any pass over the row. Any shift gives
+// the same softmax in exact arithmetic; the max is there so that no exp
+// overflows and none loses accuracy (exp's error grows with x - shift). Every
+// exp is at most their sum, so a sum of at most kMaxShiftedSum bounds each
+// x - shift by ln(2^20) = 13.9, where exp's relative error is about 1.1e-6
+// at most (fast_exp-inl.h; the weights' tolerance is 1e-5 absolute). A larger sum, or an Inf
+// or NaN one (a NaN, an Inf, or a shift far below the max), sends the row
+// through the max pass and the exps against the max: MaskedSoftmaxRow's
+// bits. So the max pass, its loop and its mispredicted exit are gone from
+// rows whose max is not far above their first scores. On (64, 128, 512)
+// with random lengths: see bench/RESULTS.md, "Exps before the max".
+constexpr float kMaxShiftedSum = 0x1p20f;
+
 // The streamed rows in a pipeline of three stages, each on a different row:
-// row r's max pass, row r - 1's exp pass (its max known a stage ago), and
-// the stores of row r - 2 (its sum known a stage ago), spread over the
-// other two. So no row's exps wait on the reduction of the max just before
-// them, nor its stores on its sum. Against one row at a time, on
-// (64, 128, 512) with random lengths: 878 -> 810 us (AMD EPYC, medians of
-// 16 alternated rounds; the max pass's NaN probe went in the same change).
+// row r's shift, row r - 1's exps (its shift taken a stage ago, so the exps
+// do not wait for its load and reduction), and the stores of row r - 2 (its
+// sum known a stage ago), spread over the exps. So no row's stores wait on
+// its sum. (With a max pass as the first stage, against one row at a time:
+// 878 -> 810 us.)
 //
-// What a row carries from its max pass to its exp pass.
-struct RowMaxPass {
-  float max;
-  bool special;  // valid = 0 or a NaN row: no exps, FillSpecialRow instead
+// What a row carries from its first stage to its exps.
+struct RowShift {
+  float shift;
+  bool empty;  // valid = 0: no exps, FillSpecialRow instead
 };
 
 template <class D>
-HWY_INLINE RowMaxPass MaxPass(D d, const kernels::StreamedRow& row, RowStreamer<D>& streamer) {
+HWY_INLINE RowShift FirstVectorMax(D d, const kernels::StreamedRow& row) {
   if (row.valid == 0) return {0.0f, true};
-  bool all_finite;
-  // Two stores of the row streaming per four max vectors (two cheap
-  // instructions each), four per four exps (about 40 instructions).
-  const float max =
-      RowMax<kProbeInMaxPass>(d, row.x, row.valid, &all_finite, [&] { streamer.Store(d, 2); });
-  return {max, IsNanRow(row.x, row.valid, max, all_finite)};
+  const auto first = row.valid >= hn::Lanes(d) ? hn::LoadU(d, row.x)
+                                                : LoadTail(d, row.x, row.valid, row.x[0]);
+  return {hn::GetLane(hn::MaxOfLanes(d, first)), false};
 }
 
 // Row's exps into e, then row starts streaming (the row before it finishes).
 template <class D>
-HWY_INLINE void ExpPass(D d, const kernels::StreamedRow& row, RowMaxPass first, size_t width,
+HWY_INLINE void ExpPass(D d, const kernels::StreamedRow& row, RowShift first, size_t width,
                         float* e, RowStreamer<D>& streamer) {
-  if (first.special) {
-    streamer.Finish(d);
-    return FillSpecialRow(d, row.valid, width, row.y);
+  float sum = std::numeric_limits<float>::quiet_NaN();
+  if (!first.empty) {
+    // Six stores of the row streaming per four exps (about 40 instructions;
+    // four or eight were slower), and the probe where exp hides a NaN
+    // (kExpKeepsNaN).
+    bool all_finite = true;
+    sum = ExpAndSum<!kExpKeepsNaN>(d, row.x, row.valid, first.shift, e, /*read_soon=*/false,
+                                   [&] { streamer.Store(d, 6); }, &all_finite);
+    if (!(all_finite && sum <= kMaxShiftedSum)) {
+      sum = MaxShiftedExpsAndSum(d, row.x, row.valid, e, /*read_soon=*/false);
+    }
   }
-  const float sum = ExpAndSum(d, row.x, row.valid, first.max, e, /*read_soon=*/false,
-                              [&] { streamer.Store(d, 4); });
-  if (IsNanSum(sum)) {
+  if (std::isnan(sum)) {  // valid = 0 too
     streamer.Finish(d);
     return FillSpecialRow(d, row.valid, width, row.y);
   }
@@ -634,14 +663,14 @@ void MaskedSoftmaxRowsStream(const kernels::StreamedRow* rows, size_t count, siz
     rows = sorted;
   }
   RowStreamer<hn::ScalableTag<float>> streamer;
-  RowMaxPass previous{};
+  RowShift previous{};
   for (size_t r = 0; r <= count; ++r) {
-    RowMaxPass current{};
+    RowShift current{};
     if (r < count) {
       if (r + kPrefetchRows < count) {
         PrefetchScores(rows[r + kPrefetchRows].x, rows[r + kPrefetchRows].valid);
       }
-      current = MaxPass(d, rows[r], streamer);
+      current = FirstVectorMax(d, rows[r]);
     }
     if (r > 0) {
       // Row r - 1's exps must not overwrite those of row r - 2, still streaming.

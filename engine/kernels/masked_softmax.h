@@ -34,12 +34,17 @@ struct StreamedRow {
   float* y;
 };
 
-// The same result for each of `count` rows of one width, for outputs too
-// large to stay in cache: each y is written once, with non-temporal stores,
-// while the next row computes (up to kMaxStreamedRows rows that share no
-// vector, in order of valid length; more, in array order). Each y may equal its x. `row_buffers`
-// holds >= 2 * width floats of scratch. Call FlushStreams() on this thread
-// before another thread reads the outputs.
+// The softmax of each of `count` rows of one width, as MaskedSoftmaxRow
+// gives it, for outputs too large to stay in cache: each y is written once,
+// with non-temporal stores, while the next row computes (up to
+// kMaxStreamedRows rows that share no vector, in order of valid length;
+// more, in array order). The exps are shifted by the max of the row's first
+// vector, not of the whole row, unless that could cost accuracy (see
+// kMaxShiftedSum): so the weights are MaskedSoftmaxRow's within exp's
+// error (about 1e-6 relative), not bit for bit, and the same bits wherever
+// the rows lie. Each y may equal its x. `row_buffers` holds >= 2 * width floats
+// of scratch. Call FlushStreams() on this thread before another thread
+// reads the outputs.
 constexpr size_t kMaxStreamedRows = 64;
 void MaskedSoftmaxRowsStream(const StreamedRow* rows, size_t count, size_t width,
                              float* row_buffers);
