@@ -26,8 +26,7 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
   const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
   // About 10 operations per score: max, exp, sum, scale.
   threads = ThreadsFor(threads, 10.0 * static_cast<double>(rows * width));
-  const auto row = [&](int64_t r) {
-    const int64_t b = r / queries, i = r % queries;
+  const auto row = [&](int64_t b, int64_t i) {
     return kernels::StreamedRow{
         x.data + b * x.strides[0] + i * x.strides[1],
         static_cast<size_t>(RowValidLength(valid_lens, first_batch + b, first_query + i, width)),
@@ -43,7 +42,15 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
           kernels::StreamedRow descriptors[kStreamChunkRows];
           const int64_t first = chunk * chunk_rows;
           const int64_t count = std::min(chunk_rows, rows - first);
-          for (int64_t k = 0; k < count; ++k) descriptors[k] = row(first + k);
+          // Row by row, not by a division each: this loop had 2.9% of the
+          // op's profile samples with one, 2.4% without.
+          for (int64_t k = 0, b = first / queries, i = first % queries; k < count; ++k) {
+            descriptors[k] = row(b, i);
+            if (++i == queries) {
+              i = 0;
+              ++b;
+            }
+          }
           kernels::MaskedSoftmaxRowsStream(descriptors, static_cast<size_t>(count),
                                            static_cast<size_t>(width), row_buffers);
         },
@@ -52,7 +59,7 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
   return ForEachRowInParallel(
       threads, rows, /*slot=*/0, static_cast<size_t>(width),
       [&](int64_t r, float* row_buffer) {
-        const kernels::StreamedRow at = row(r);
+        const kernels::StreamedRow at = row(r / queries, r % queries);
         const auto columns = static_cast<size_t>(width);
         if (unit_columns) return kernels::MaskedSoftmaxRow(at.x, at.valid, columns, at.y);
         for (size_t j = 0; j < at.valid; ++j) row_buffer[j] = at.x[j * x.strides[2]];
