@@ -225,8 +225,9 @@ TEST_P(MaskedSoftmaxTest, StreamedRowsAtEveryAlignment) {
 
 // Rows that share no vector (each on a line, whole vectors long) are taken
 // in order of valid length, not in array order: each must still give, bit
-// for bit, what it gives streamed alone, with lengths from 0 to the width,
-// ties, and a NaN row among them, in a full chunk and a short one.
+// for bit, what it gives streamed alone, and the reference's weights within
+// tolerance, with lengths from 0 to the width, ties, and a NaN row among
+// them, in a full chunk and a short one.
 TEST_P(MaskedSoftmaxTest, StreamedRowsOnLinesInAnyOrder) {
   const size_t width = 64;
   for (size_t rows : {kernels::kMaxStreamedRows, size_t{7}}) {
@@ -254,6 +255,11 @@ TEST_P(MaskedSoftmaxTest, StreamedRowsOnLinesInAnyOrder) {
           StreamedAlone(x + r * width, static_cast<size_t>(lens[r]), width);
       ASSERT_EQ(std::memcmp(y + r * width, expected.data(), width * sizeof(float)), 0)
           << "row " << r << ", length " << lens[r];
+      const std::vector<float> own(x + r * width, x + (r + 1) * width);
+      EXPECT_LE(MaxAbsDiff(y + r * width,
+                           ReferenceMaskedSoftmax(own, 1, 1, static_cast<int64_t>(width), {lens[r]})),
+                kWeightTolerance)
+          << "row " << r;
     }
     EXPECT_TRUE(std::isnan(y[3 * width]));
     EXPECT_EQ(y[(rows - 1) * width], 1.0f / static_cast<float>(width));
@@ -263,24 +269,34 @@ TEST_P(MaskedSoftmaxTest, StreamedRowsOnLinesInAnyOrder) {
 // The streaming kernel shifts a row's exps by the max of its first vector,
 // and by the row's max where a score lies too far above that (see
 // kMaxShiftedSum). Rows with one score far above the rest, in the first
-// vector or after it, and a row of many exps that sum past the bound: each
-// within tolerance and finite, and where the fallback must run (a score more
-// than 14.5 above the first vector's, or that row), the row kernel's bits.
-// In place too: the fallback reads the scores again.
+// vector or after it, one 13.5 above the first vector (the bound's edge,
+// kept), a first vector of -Inf, and a row of many exps that sum past the
+// bound: each within tolerance and finite, and where the fallback must run
+// (a score more than 14.5 above the first vector's, the -Inf and the last
+// row), the row kernel's bits. In place too: the fallback reads the scores
+// again.
 TEST_P(MaskedSoftmaxTest, StreamedRowsFallBackToTheRowMax) {
-  const size_t width = 1000, valid = 997;  // rows share vectors on every target
+  // An odd width: rows share vectors, and their tails and heads merge, on
+  // every vector target.
+  const size_t width = 1001, valid = 997;
+  const float inf = std::numeric_limits<float>::infinity();
   struct Case {
     float score;  // put at `at`, among scores in [-3, 3]
     size_t at;
     bool must_fall_back;
+    float first = 0.0f;  // if not 0, the row's first 16 scores (every target's first vector)
   };
-  const Case cases[] = {{8.0f, 20, false},    {16.0f, 500, false}, {17.5f, 20, true},
-                        {17.5f, 996, true},   {100.0f, 300, true}, {1e4f, 20, true},
-                        {3e38f, 996, true},   {1e4f, 0, false},    {-1e4f, 20, false}};
+  const Case cases[] = {{8.0f, 20, false},    {16.0f, 500, false},       {17.5f, 20, true},
+                        {17.5f, 996, true},   {100.0f, 300, true},       {1e4f, 20, true},
+                        {3e38f, 996, true},   {1e4f, 0, false},          {-1e4f, 20, false},
+                        {16.5f, 500, false, 3.0f}, {1.0f, 500, true, -inf}};
   const size_t rows = std::size(cases) + 1;
   std::vector<float> x = RandomFloats(rows * width, 77);
   for (float& score : x) score = std::clamp(score, -3.0f, 3.0f);
-  for (size_t r = 0; r < std::size(cases); ++r) x[r * width + cases[r].at] = cases[r].score;
+  for (size_t r = 0; r < std::size(cases); ++r) {
+    if (cases[r].first != 0.0f) std::fill_n(&x[r * width], 16, cases[r].first);
+    x[r * width + cases[r].at] = cases[r].score;
+  }
   // The last row: every score after the first 16 is 15, each exp at least e^12.
   std::fill(x.begin() + static_cast<std::ptrdiff_t>((rows - 1) * width + 16),
             x.begin() + static_cast<std::ptrdiff_t>(rows * width), 15.0f);

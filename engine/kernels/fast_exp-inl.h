@@ -6,9 +6,9 @@
 // -20 <= x - shift <= 14 (it grows with |x - shift|, as (x - shift)·log2(e)
 // is rounded to float: about 2.3e-7 + 6e-8·|x - shift|), and below 6e-6
 // further down, where results are < 2.1e-9 and a softmax weight only sees
-// absolute errors under 1e-14. -Inf gives 0, and x - shift above about 88.7
-// gives +Inf (never a wrapped exponent): a sum of exps that comes out Inf
-// tells the streamed softmax its shift was too low. Results below 2^-126
+// absolute errors under 1e-14. -Inf gives 0, and x - shift above 88.7 (88.4
+// off AVX-512) gives +Inf, never a wrapped exponent: a sum of exps that
+// comes out Inf tells the streamed softmax its shift was too low. Results below 2^-126
 // are 0 or, without flush-to-zero, subnormal; engine calls run with
 // flush-to-zero. NaN gives NaN on AVX-512 only (kExpKeepsNaN; the softmax
 // kernel screens rows for it).

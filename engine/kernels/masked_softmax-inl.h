@@ -556,15 +556,18 @@ HWY_INLINE void PrefetchScores(const float* row, size_t count) {
 // Where the streamed rows' exps start from: not the row's max but the max
 // of its first vector, known before any pass over the row. Any shift gives
 // the same softmax in exact arithmetic; the max is there so that no exp
-// overflows and none loses accuracy (exp's error grows with x - shift). Every
-// exp is at most their sum, so a sum of at most kMaxShiftedSum bounds each
-// x - shift by ln(2^20) = 13.9, where exp's relative error is about 1.1e-6
-// at most (fast_exp-inl.h; the weights' tolerance is 1e-5 absolute). A larger sum, or an Inf
-// or NaN one (a NaN, an Inf, or a shift far below the max), sends the row
-// through the max pass and the exps against the max: MaskedSoftmaxRow's
-// bits. So the max pass, its loop and its mispredicted exit are gone from
-// rows whose max is not far above their first scores. On (64, 128, 512)
-// with random lengths: see bench/RESULTS.md, "Exps before the max".
+// overflows and none loses accuracy (exp's error grows with x - shift).
+// Every exp is at most their sum, so a sum of at most kMaxShiftedSum bounds
+// each x - shift by ln(2^20) = 13.9, within fast_exp-inl.h's bound (1.1e-6
+// measured; the weights' tolerance is 1e-5 absolute). A larger sum, a sum
+// that is not finite (a NaN or +Inf score on AVX-512, or a shift far below
+// the max), or a probe that saw a NaN or an Inf (the other targets, whose
+// exp hides a NaN) sends the row through the max pass and the exps against
+// the max: MaskedSoftmaxRow's bits. So the max pass, its loop and its
+// mispredicted exit are gone from rows whose max is not far above their
+// first scores. (On the other targets a row with a -Inf score takes both
+// passes too: the probe cannot tell it from +Inf.) On (64, 128, 512) with
+// random lengths: see bench/RESULTS.md, "Exps before the max".
 constexpr float kMaxShiftedSum = 0x1p20f;
 
 // The streamed rows in a pipeline of three stages, each on a different row:
