@@ -1,4 +1,4 @@
-// Additive attention (REFERENCE.md section 3): the fast tanh's error bound,
+// Additive attention (docs/semantics.md section 3): the fast tanh's error bound,
 // the op on every Highway target against a double-precision reference,
 // golden data from the PyTorch seed module, the d2l toy, both tanh paths,
 // strided views, edge cases, bad input and bad model files.
@@ -128,7 +128,7 @@ TEST_P(AdditiveTest, FastTanhOfSumsIsWithinTheBound) {
 }
 
 // ---------------------------------------------------------------------------
-// The op against REFERENCE.md section 3 in double.
+// The op against docs/semantics.md section 3 in double.
 
 struct Shape {
   int64_t batch, queries, keys, query_size, key_size, hidden, value_dim;
@@ -424,7 +424,7 @@ TEST_P(AdditiveTest, StridedViewsIncludingKeysStoredTransposed) {
   }
 }
 
-// The REFERENCE.md edge-case table, through this op.
+// The edge cases of docs/semantics.md sections 1.2-1.5, through this op.
 TEST_P(AdditiveTest, EdgeCases) {
   const Shape s{2, 3, 8, 4, 4, 5, 3};
   const float nan = std::nanf("");

@@ -79,7 +79,7 @@ class CliTest : public ::testing::Test {
   fs::path dir_;
 };
 
-double MaxDiff(const io::NpyArray& a, const io::NpyArray& b) {
+double MaxDiff(const npy::NpyArray& a, const npy::NpyArray& b) {
   EXPECT_EQ(a.shape, b.shape);
   double worst = 0;
   for (int64_t e = 0; e < a.size() && e < b.size(); ++e) {
@@ -88,9 +88,9 @@ double MaxDiff(const io::NpyArray& a, const io::NpyArray& b) {
   return worst;
 }
 
-io::NpyArray Read(const std::string& path) {
-  io::NpyArray array;
-  const Status s = io::ReadNpy(path, &array);
+npy::NpyArray Read(const std::string& path) {
+  npy::NpyArray array;
+  const Status s = npy::ReadNpy(path, &array);
   EXPECT_TRUE(s.ok()) << s.message();
   return array;
 }
@@ -136,7 +136,7 @@ TEST_F(CliTest, EveryIsaCapDispatchesThereAndMatchesGolden) {
     r = Run(DotArgs("dot_odd_per_query", out) + " --weights-out " + weights,
             std::string("ATTNSCORE_ISA=") + cap.isa);
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const io::NpyArray values = Read(Golden("dot_odd_per_query", "values"));
+    const npy::NpyArray values = Read(Golden("dot_odd_per_query", "values"));
     double max_value = 0;
     for (int64_t e = 0; e < values.size(); ++e) {
       max_value = std::max(max_value, static_cast<double>(std::abs(values.data<float>()[e])));
@@ -264,9 +264,9 @@ TEST_F(CliTest, RunsAreBitwiseTheSameForAnyThreadCount) {
     const std::vector<float> q = RandomFloats(static_cast<size_t>(s.batch * s.queries * s.depth), 1),
                              k = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.depth), 2),
                              v = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.value_dim), 3);
-    ASSERT_TRUE(io::WriteNpy(Temp("q.npy"), io::DType::kFloat32, {s.batch, s.queries, s.depth}, q.data()).ok());
-    ASSERT_TRUE(io::WriteNpy(Temp("k.npy"), io::DType::kFloat32, {s.batch, s.keys, s.depth}, k.data()).ok());
-    ASSERT_TRUE(io::WriteNpy(Temp("v.npy"), io::DType::kFloat32, {s.batch, s.keys, s.value_dim}, v.data()).ok());
+    ASSERT_TRUE(npy::WriteNpy(Temp("q.npy"), npy::DType::kFloat32, {s.batch, s.queries, s.depth}, q.data()).ok());
+    ASSERT_TRUE(npy::WriteNpy(Temp("k.npy"), npy::DType::kFloat32, {s.batch, s.keys, s.depth}, k.data()).ok());
+    ASSERT_TRUE(npy::WriteNpy(Temp("v.npy"), npy::DType::kFloat32, {s.batch, s.keys, s.value_dim}, v.data()).ok());
     for (const std::string isa : {"sse4", "avx2", "avx512", "best"}) {
       const std::string target = isa == "avx512" ? "AVX3" : isa == "avx2" ? "AVX2" : "SSE4";
       if (isa != "best" && cpu.find(" " + target + " ") == std::string::npos &&
@@ -336,16 +336,16 @@ TEST_F(CliTest, ValidationMatrixRefusesEveryMalformedInput) {
   WriteBytes(Temp("overflow_shape.npy"),
              NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 4294967296), }", 64));
   const std::vector<double> f64(3 * 7 * 33, 0.5);
-  ASSERT_TRUE(io::WriteNpy(Temp("float64.npy"), io::DType::kFloat64, {3, 7, 33}, f64.data()).ok());
+  ASSERT_TRUE(npy::WriteNpy(Temp("float64.npy"), npy::DType::kFloat64, {3, 7, 33}, f64.data()).ok());
   const std::vector<float> flat(3 * 7 * 33, 0.5f);
-  ASSERT_TRUE(io::WriteNpy(Temp("rank2.npy"), io::DType::kFloat32, {21, 33}, flat.data()).ok());
+  ASSERT_TRUE(npy::WriteNpy(Temp("rank2.npy"), npy::DType::kFloat32, {21, 33}, flat.data()).ok());
   const std::vector<int32_t> ints(3 * 7 * 33, 1);
-  ASSERT_TRUE(io::WriteNpy(Temp("int32_queries.npy"), io::DType::kInt32, {3, 7, 33}, ints.data()).ok());
+  ASSERT_TRUE(npy::WriteNpy(Temp("int32_queries.npy"), npy::DType::kInt32, {3, 7, 33}, ints.data()).ok());
   const std::vector<int64_t> negative = {2, -1, 4}, long_lens = {1, 2, 3, 4};
-  ASSERT_TRUE(io::WriteNpy(Temp("lens_negative.npy"), io::DType::kInt64, {3}, negative.data()).ok());
-  ASSERT_TRUE(io::WriteNpy(Temp("lens_too_many.npy"), io::DType::kInt64, {4}, long_lens.data()).ok());
-  ASSERT_TRUE(io::WriteNpy(Temp("lens_rank3.npy"), io::DType::kInt64, {3, 1, 1}, negative.data()).ok());
-  ASSERT_TRUE(io::WriteNpy(Temp("lens_float.npy"), io::DType::kFloat32, {3}, flat.data()).ok());
+  ASSERT_TRUE(npy::WriteNpy(Temp("lens_negative.npy"), npy::DType::kInt64, {3}, negative.data()).ok());
+  ASSERT_TRUE(npy::WriteNpy(Temp("lens_too_many.npy"), npy::DType::kInt64, {4}, long_lens.data()).ok());
+  ASSERT_TRUE(npy::WriteNpy(Temp("lens_rank3.npy"), npy::DType::kInt64, {3, 1, 1}, negative.data()).ok());
+  ASSERT_TRUE(npy::WriteNpy(Temp("lens_float.npy"), npy::DType::kFloat32, {3}, flat.data()).ok());
   WriteBytes(Temp("truncated.safetensors"), model_bytes.substr(0, model_bytes.size() - 5));
   WriteBytes(Temp("garbage.safetensors"), std::string(64, '\x7f'));
   WriteBytes(Temp("huge_header.safetensors"), std::string("\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10));
@@ -512,7 +512,7 @@ TEST_F(CliTest, RunConcatMatchesTheSeedModule) {
     const std::string out = Temp("o.npy"), weights = Temp("w.npy");
     const Result r = Run(ModelArgs("concat", name, out) + " --weights-out " + weights);
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const io::NpyArray want = Read(Golden(name, "out"));
+    const npy::NpyArray want = Read(Golden(name, "out"));
     double largest = 0;
     for (int64_t e = 0; e < want.size(); ++e) largest = std::max(largest, double{std::abs(want.data<float>()[e])});
     EXPECT_LE(MaxDiff(Read(out), want), 1e-4 * (1 + largest));
@@ -553,7 +553,7 @@ TEST_F(CliTest, BenchConcatPrintsJson) {
 
 TEST_F(CliTest, BenchTakesLengthsFromAFile) {
   const std::vector<int64_t> lens = {3, 40};
-  ASSERT_TRUE(io::WriteNpy(Temp("lens.npy"), io::DType::kInt64, {2}, lens.data()).ok());
+  ASSERT_TRUE(npy::WriteNpy(Temp("lens.npy"), npy::DType::kInt64, {2}, lens.data()).ok());
   Result r = Run("bench dot --batch 2 --queries 3 --keys 40 --repeat 2 --json --valid-lens " +
                  Temp("lens.npy"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -563,6 +563,135 @@ TEST_F(CliTest, BenchTakesLengthsFromAFile) {
                  "want int32 or int64 of shape (3,) or (3, 3)");
   r = Run("bench softmax --batch 2 --queries 3 --keys 40 --repeat 2 --json");
   EXPECT_NE(r.out.find("\"gflops\": null"), std::string::npos) << r.out;
+}
+
+// The text after `"key": ` in a one-line JSON object: a list up to its
+// ']', anything else up to the next `, "` or the closing brace.
+std::string JsonValue(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\": ");
+  if (at == std::string::npos) return "";
+  const size_t from = at + key.size() + 4;
+  if (json[from] == '[') return json.substr(from, json.find(']', from) + 1 - from);
+  size_t to = json.find(", \"", from);
+  if (to == std::string::npos) to = json.rfind('}');
+  return json.substr(from, to - from);
+}
+
+// bench --json prints one object on one line: the documented keys in the
+// documented order (docs/cli.md), ", " and ": " as separators, integers for
+// the sizes, at most 3 decimals for the times and GB/s.
+TEST_F(CliTest, BenchJsonIsOneLineWithTheDocumentedKeysInOrder) {
+  const std::vector<std::string> common = {
+      "op",      "batch",     "queries", "keys",      "query_dim", "value_dim",    "valid_lens",
+      "threads", "isa",       "precision", "repeat",  "median_us", "min_us",       "gflops",
+      "gbytes_per_s", "highway_target", "onednn_implementations"};
+  const struct {
+    const char* args;
+    std::vector<std::string> extra;
+  } cases[] = {
+      {"softmax", {}},
+      {"dot --query-dim 5 --value-dim 6 --weights", {}},
+      {"additive --query-dim 6 --key-dim 3 --hidden 9", {"hidden", "key_dim", "triples_per_ns"}},
+      {"concat --query-dim 6 --key-dim 3 --out-dim 7", {"key_dim", "out_dim"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args);
+    const Result r = Run(std::string("bench ") + c.args +
+                         " --batch 2 --queries 5 --keys 17 --valid-lens random --repeat 2 --json --threads 2");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out.front(), '{') << r.out;
+    ASSERT_GE(r.out.size(), 3u);
+    EXPECT_EQ(r.out.substr(r.out.size() - 2), "}\n") << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    std::vector<std::string> keys = common;
+    keys.insert(keys.end(), c.extra.begin(), c.extra.end());
+    size_t last = 0;
+    for (const std::string& key : keys) {
+      const size_t at = r.out.find("\"" + key + "\": ");
+      ASSERT_NE(at, std::string::npos) << key << " in " << r.out;
+      EXPECT_GT(at, last) << key << " out of order in " << r.out;
+      last = at;
+    }
+    // Exactly these keys: one ": " after each, none elsewhere.
+    size_t separators = 0;
+    for (size_t at = r.out.find("\": "); at != std::string::npos; at = r.out.find("\": ", at + 1)) {
+      ++separators;
+    }
+    EXPECT_EQ(separators, keys.size()) << r.out;
+    EXPECT_EQ(JsonValue(r.out, "op"), "\"" + std::string(c.args).substr(0, std::string(c.args).find(' ')) + "\"");
+    EXPECT_EQ(JsonValue(r.out, "batch"), "2");
+    EXPECT_EQ(JsonValue(r.out, "queries"), "5");
+    EXPECT_EQ(JsonValue(r.out, "keys"), "17");
+    EXPECT_EQ(JsonValue(r.out, "valid_lens"), "\"random\"");
+    EXPECT_EQ(JsonValue(r.out, "threads"), "2");
+    EXPECT_EQ(JsonValue(r.out, "repeat"), "2");
+    for (const char* key : {"median_us", "min_us", "gbytes_per_s"}) {
+      const std::string value = JsonValue(r.out, key);
+      ASSERT_FALSE(value.empty()) << key;
+      EXPECT_EQ(value.find_first_not_of("0123456789."), std::string::npos) << key << ": " << value;
+      const size_t point = value.find('.');
+      if (point != std::string::npos) {
+        EXPECT_LE(value.size() - point - 1, 3u) << key << ": " << value;
+      }
+      EXPECT_GT(std::atof(value.c_str()), 0.0) << key << ": " << value;
+    }
+    EXPECT_LE(std::atof(JsonValue(r.out, "min_us").c_str()),
+              std::atof(JsonValue(r.out, "median_us").c_str())) << r.out;
+    const std::string implementations = JsonValue(r.out, "onednn_implementations");
+    EXPECT_EQ(implementations.front(), '[') << implementations;
+    EXPECT_EQ(implementations.back(), ']') << implementations;
+  }
+}
+
+// The --valid-lens text is a JSON string: a FILE.npy path with a quote and a
+// backslash comes out escaped.
+TEST_F(CliTest, BenchJsonEscapesTheLengthsPath) {
+  const std::vector<int64_t> lens = {3, 40};
+  const std::string path = Temp("a\"b\\c.npy");
+  ASSERT_TRUE(npy::WriteNpy(path, npy::DType::kInt64, {2}, lens.data()).ok());
+  const Result r = Run("bench dot --batch 2 --queries 3 --keys 40 --repeat 2 --json --valid-lens '" + path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"valid_lens\": \"" + dir_.string() + "/a\\\"b\\\\c.npy\""), std::string::npos)
+      << r.out;
+}
+
+// Without --json, bench prints two lines (docs/cli.md), then with --info
+// what info prints, including the matmuls the bench made.
+TEST_F(CliTest, BenchPrintsTwoLinesAndInfo) {
+  Result r = Run("bench dot --batch 2 --queries 8 --keys 40 --repeat 2 --valid-lens full --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The cap may come from $ATTNSCORE_ISA.
+  EXPECT_EQ(r.out.rfind("dot (2, 8, 40) valid-lens full, 2 thread(s), isa ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find(", fp32\nmedian "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" over 2 runs; "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" GFLOP/s, "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.substr(r.out.size() - 6), " GB/s\n") << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
+  r = Run("bench additive --batch 2 --queries 8 --keys 40 --repeat 2 --info");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(" triples/ns, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" GB/s\nattnscore 0.1.0\nhighway targets on this cpu: "), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("highway target in use: "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("onednn matmuls: none created yet"), std::string::npos) << r.out;
+  r = Run("bench softmax --batch 2 --queries 3 --keys 40 --repeat 2 --info");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("GFLOP/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("onednn matmuls: none created yet\n"), std::string::npos) << r.out;
+}
+
+// run --info prints info after the outputs are written; the softmax makes
+// no matmul. A failed run prints no info.
+TEST_F(CliTest, RunInfoFollowsTheRun) {
+  const std::string y = Temp("y.npy");
+  Result r = Run(SoftmaxArgs(y) + " --info");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(y));
+  EXPECT_EQ(r.out.rfind("attnscore 0.1.0\n", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("onednn matmuls: none created yet\n"), std::string::npos) << r.out;
+  r = Run("run softmax --x " + Temp("missing.npy") + " --out " + Temp("z.npy") + " --info");
+  ExpectBadInput(r, "missing.npy", Temp("z.npy"));
+  EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
 TEST_F(CliTest, UsageErrors) {
@@ -602,9 +731,9 @@ TEST_F(CliTest, BadFilesLeaveNoOutput) {
   const std::string text = Temp("text.npy");
   std::ofstream(text) << "not numpy at all";
   std::vector<int64_t> bad_lens = {2, -1};
-  ASSERT_TRUE(io::WriteNpy(Temp("neg.npy"), io::DType::kInt64, {2}, bad_lens.data()).ok());
+  ASSERT_TRUE(npy::WriteNpy(Temp("neg.npy"), npy::DType::kInt64, {2}, bad_lens.data()).ok());
   std::vector<float> float_lens = {2, 3};
-  ASSERT_TRUE(io::WriteNpy(Temp("flens.npy"), io::DType::kFloat32, {2}, float_lens.data()).ok());
+  ASSERT_TRUE(npy::WriteNpy(Temp("flens.npy"), npy::DType::kFloat32, {2}, float_lens.data()).ok());
   const std::string x = Golden("softmax_seed_per_batch", "x");
 
   ExpectBadInput(Run("run softmax --x " + Temp("missing.npy") + " --out " + out), "missing.npy", out);
@@ -651,7 +780,7 @@ TEST_F(CliTest, HugeOutputsAreRefusedBeforeAllocating) {
   // Inputs of 768 KB whose weights would be (1, 65536, 65536): 16 GiB.
   std::vector<float> tall(65536, 1.0f);
   for (const char* name : {"q.npy", "k.npy", "v.npy"}) {
-    ASSERT_TRUE(io::WriteNpy(Temp(name), io::DType::kFloat32, {1, 65536, 1}, tall.data()).ok());
+    ASSERT_TRUE(npy::WriteNpy(Temp(name), npy::DType::kFloat32, {1, 65536, 1}, tall.data()).ok());
   }
   ExpectBadInput(Run("run dot --queries " + Temp("q.npy") + " --keys " + Temp("k.npy") +
                      " --values " + Temp("v.npy") + " --out " + Temp("o.npy") + " --weights-out " +

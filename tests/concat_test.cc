@@ -1,4 +1,4 @@
-// Concat attention (REFERENCE.md section 4): the op on every Highway target
+// Concat attention (docs/semantics.md section 4): the op on every Highway target
 // against a double-precision reference, golden data from the PyTorch seed
 // module (the seq2seq tutorial's Attn), strided views, edge cases, bad input,
 // bad weights and bad model files.
@@ -65,7 +65,7 @@ std::unique_ptr<ConcatAttention> ModelOf(const Problem& p) {
 }
 
 // The module's forward, literally, in double: the concatenations are built.
-// *tolerance receives each output's bound: REFERENCE.md's 1e-4 relative for
+// *tolerance receives each output's bound: docs/semantics.md's 1e-4 relative for
 // the linear layer, taken against the sum of its terms' magnitudes, plus the
 // attention outputs' own 1e-5 · (1 + max|V|) carried through the weights.
 struct Expected {
@@ -283,7 +283,7 @@ TEST_P(ConcatTest, StridedViews) {
   }
 }
 
-// The REFERENCE.md edge-case table, through this op: with 3 queries per
+// The edge cases of docs/semantics.md sections 1.2-1.5, through this op: with 3 queries per
 // entry (W V row by row) and with 5 (by oneDNN).
 void CheckEdgeCases(const Shape& s) {
   SCOPED_TRACE("N=" + std::to_string(s.queries));

@@ -1,10 +1,11 @@
-// Scaled dot-product attention (REFERENCE.md section 2): every Highway target
+// Scaled dot-product attention (docs/semantics.md section 2): every Highway target
 // against a double-precision reference, golden data from the PyTorch seed
 // module, the d2l toy, strided views, query blocking and bad input.
 #include <cmath>
 #include <fstream>
 #include <cstring>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,12 @@ ATTNSCORE_INSTANTIATE_PER_TARGET(DotProductTest);
 struct Shape {
   int64_t batch, queries, keys, depth, value_dim;
 };
+
+// How gtest shows a Shape: "(B 3, N 40, M 300, D 32, Dv 16)".
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << "(B " << s.batch << ", N " << s.queries << ", M " << s.keys << ", D " << s.depth
+      << ", Dv " << s.value_dim << ")";
+}
 
 // Lengths per query (or per batch entry when !per_query) with 0, 1, M and
 // beyond M among them; empty `kind` "none" means no lengths.
@@ -306,7 +313,13 @@ INSTANTIATE_TEST_SUITE_P(MatmulAndRowPaths, DotProductThreads,
                                            Shape{12, 16, 50, 16, 8},    // chunks of 2 entries
                                            Shape{1, 1024, 2500, 64, 64},  // 5 query blocks, the same
                                            Shape{6, 1, 300, 32, 16},    // row path
-                                           Shape{1, 1, 3000, 64, 64}));  // one row, 8 key blocks
+                                           Shape{1, 1, 3000, 64, 64}),  // one row, 8 key blocks
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           const Shape& s = info.param;
+                           return "B" + std::to_string(s.batch) + "_N" + std::to_string(s.queries) +
+                                  "_M" + std::to_string(s.keys) + "_D" + std::to_string(s.depth) +
+                                  "_Dv" + std::to_string(s.value_dim);
+                         });
 
 TEST_P(DotProductThreads, ResultsIdenticalForAnyThreadCount) {
   const Shape s = GetParam();
@@ -368,11 +381,14 @@ int64_t ProcStatusBytes(const std::string& field) {
 }
 
 // On 1 thread, and on 2, where each thread takes whole chunks with its own
-// scores scratch.
+// scores scratch (2 MiB) and oneDNN keeps its own packing buffers per thread
+// (its AVX2 gemm:jit more than its AVX-512 brgemm). The bound stays below
+// the full score matrix, 12.3 MB, for both.
 class DotProductMemory : public ::testing::TestWithParam<int> {};
-INSTANTIATE_TEST_SUITE_P(Threads, DotProductMemory, ::testing::Values(1, 2));
+INSTANTIATE_TEST_SUITE_P(Threads, DotProductMemory, ::testing::Values(1, 2),
+                         [](const auto& info) { return std::to_string(info.param) + "_threads"; });
 
-TEST_P(DotProductMemory, LongShapeWithoutWeightsNeedsAtMost8MiBBeyondItsBuffers) {
+TEST_P(DotProductMemory, LongShapeWithoutWeightsHoldsOnlyBlocksOfScores) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "ASan's shadow memory and quarantine are not the engine's";
 #endif
@@ -403,7 +419,9 @@ TEST_P(DotProductMemory, LongShapeWithoutWeightsNeedsAtMost8MiBBeyondItsBuffers)
   const int64_t peak = ProcStatusBytes("VmHWM");
   ASSERT_GT(before, 0);
   RecordProperty("peak_bytes_beyond_buffers", std::to_string(peak - before));
-  EXPECT_LE(peak - before, int64_t{8} << 20) << "resident before " << before << ", peak " << peak;
+  // 8 MiB for the first thread, 3 MiB for each other one.
+  const int64_t bound = (int64_t{8} << 20) + (GetParam() - 1) * (int64_t{3} << 20);
+  EXPECT_LE(peak - before, bound) << "resident before " << before << ", peak " << peak;
 }
 
 // ---- bad input: a clear error naming the argument, nothing written --------

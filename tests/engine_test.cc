@@ -3,13 +3,15 @@
 #include <omp.h>
 #include <xmmintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <string>
 
-#include "api/call_scope.h"
 #include "api/isa.h"
+#include "base/scratch.h"
+#include "base/valid_lens.h"
 #include "test_util.h"
 
 namespace attnscore::test {
@@ -51,24 +53,24 @@ TEST(Engine, BestYieldsToTheEnvironmentAndAnExplicitCapDoesNot) {
   Isa isa;
   {
     ScopedIsaEnv env("avx2");
-    ASSERT_TRUE(ResolveIsa(Isa::kBest, &isa).ok());
+    ASSERT_TRUE(internal::ResolveIsa(Isa::kBest, &isa).ok());
     EXPECT_EQ(isa, Isa::kAvx2);
-    ASSERT_TRUE(ResolveIsa(Isa::kSse4, &isa).ok());
+    ASSERT_TRUE(internal::ResolveIsa(Isa::kSse4, &isa).ok());
     EXPECT_EQ(isa, Isa::kSse4);
   }
   {
     ScopedIsaEnv env(nullptr);
-    ASSERT_TRUE(ResolveIsa(Isa::kBest, &isa).ok());
+    ASSERT_TRUE(internal::ResolveIsa(Isa::kBest, &isa).ok());
     EXPECT_EQ(isa, Isa::kBest);
   }
   {
     ScopedIsaEnv env("");
-    ASSERT_TRUE(ResolveIsa(Isa::kBest, &isa).ok());
+    ASSERT_TRUE(internal::ResolveIsa(Isa::kBest, &isa).ok());
     EXPECT_EQ(isa, Isa::kBest);
   }
   {
     ScopedIsaEnv env("avx1024");
-    const Status s = ResolveIsa(Isa::kBest, &isa);
+    const Status s = internal::ResolveIsa(Isa::kBest, &isa);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("ATTNSCORE_ISA is 'avx1024'"), std::string::npos) << s.message();
     std::unique_ptr<Engine> engine;
@@ -150,20 +152,95 @@ TEST(Engine, DescribeNamesTargetsAndOnednn) {
   EXPECT_NE(text.find("threads: 1"), std::string::npos) << text;
 }
 
+// Info: the targets the CPU has, those the cap allows among them, the one in
+// use among those; and every oneDNN matmul a call made, with its runs.
+TEST(Engine, InfoReportsTargetsAndTheMatmulsOfACall) {
+  const Engine& engine = DefaultEngine();
+  const int64_t b = 2, n = 8, m = 40, d = 16;  // 8 queries: the oneDNN path
+  const std::vector<float> q = RandomFloats(b * n * d, 1), k = RandomFloats(b * m * d, 2),
+                           v = RandomFloats(b * m * d, 3);
+  std::vector<float> out(b * n * d);
+  ASSERT_TRUE(engine
+                  .DotProductAttention(ConstTensor(q.data(), {b, n, d}),
+                                       ConstTensor(k.data(), {b, m, d}),
+                                       ConstTensor(v.data(), {b, m, d}), ValidLens::None(),
+                                       Tensor(out.data(), {b, n, d}))
+                  .ok());
+  const RuntimeInfo info = engine.Info();
+  ASSERT_FALSE(info.cpu_targets.empty());
+  ASSERT_FALSE(info.allowed_targets.empty());
+  const auto has = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  for (const std::string& target : info.allowed_targets) {
+    EXPECT_TRUE(has(info.cpu_targets, target) || target == "EMU128" || target == "SCALAR") << target;
+  }
+  EXPECT_TRUE(has(info.allowed_targets, info.target_in_use)) << info.target_in_use;
+  EXPECT_EQ(info.onednn_version.rfind("2.", 0), 0u) << info.onednn_version;
+  EXPECT_FALSE(info.onednn_isa.empty());
+  EXPECT_EQ(info.options.threads, 1);
+  // Q Kᵀ of each entry (at least one run per entry, of this call alone).
+  const std::string scores = "(8 x 16) . (16 x 40), scaled";
+  const auto made = std::find_if(info.matmuls.begin(), info.matmuls.end(), [&](const MatmulInfo& p) {
+    return p.problem.find(scores) != std::string::npos;
+  });
+  ASSERT_TRUE(made != info.matmuls.end()) << engine.Describe();
+  EXPECT_GE(made->runs, 2);
+  EXPECT_FALSE(made->implementation.empty());
+  EXPECT_NE(engine.Describe().find(made->problem + ": " + made->implementation), std::string::npos);
+}
+
+// Lengths resolved once per call: clamped to [0, M], int32 and int64 alike,
+// and each entry's widths: its longest length, and all M keys for W V when
+// one of its queries has L = 0.
+TEST(Engine, ValidLengthsResolveToRowsAndEntryWidths) {
+  const int64_t batch = 3, queries = 2, keys = 5;
+  const int32_t per_query[] = {1, 7, 0, 3, 4, 2};
+  internal::RowLengths lens;
+  ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::PerQuery(per_query, batch, queries), batch,
+                                            queries, keys, &lens)
+                  .ok());
+  const int64_t want_rows[] = {1, 5, 0, 3, 4, 2};
+  for (int64_t r = 0; r < batch * queries; ++r) {
+    EXPECT_EQ(lens.row(r / queries, r % queries), want_rows[r]) << "row " << r;
+  }
+  EXPECT_EQ(lens.entry(0).longest, 5);
+  EXPECT_EQ(lens.entry(0).mix, 5);
+  EXPECT_EQ(lens.entry(1).longest, 3);
+  EXPECT_EQ(lens.entry(1).mix, keys);  // a query with L = 0 weighs all M keys
+  EXPECT_EQ(lens.entry(2).longest, 4);
+  EXPECT_EQ(lens.entry(2).mix, 4);
+
+  const int64_t per_batch[] = {0, 9, 2};
+  ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::PerBatch(per_batch, batch), batch, queries,
+                                            keys, &lens)
+                  .ok());
+  const int64_t want_batch[] = {0, 0, 5, 5, 2, 2};
+  for (int64_t r = 0; r < batch * queries; ++r) {
+    EXPECT_EQ(lens.row(r / queries, r % queries), want_batch[r]) << "row " << r;
+  }
+  EXPECT_EQ(lens.entry(0).longest, 0);
+  EXPECT_EQ(lens.entry(0).mix, keys);
+
+  ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::None(), batch, queries, keys, &lens).ok());
+  for (int64_t r = 0; r < batch * queries; ++r) EXPECT_EQ(lens.row(r / queries, r % queries), keys);
+  EXPECT_EQ(lens.entry(2).longest, keys);
+}
+
 // Scratch starts on a cache line whatever it grew from, keeps its contents
 // while it does not grow, and each slot is its own buffer.
 TEST(Engine, ThreadScratchIsLineAlignedAndStable) {
   for (size_t count : {size_t{1}, size_t{3}, size_t{17}, size_t{1000}, size_t{12345}}) {
-    float* a = ThreadScratch(0, count);
+    float* a = internal::ThreadScratch(internal::ScratchSlot::kRowBuffer, count);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u) << "count=" << count;
     a[count - 1] = 7.0f;
-    EXPECT_EQ(ThreadScratch(0, count), a);
-    EXPECT_EQ(ThreadScratch(0, 1), a);  // no smaller buffer
+    EXPECT_EQ(internal::ThreadScratch(internal::ScratchSlot::kRowBuffer, count), a);
+    EXPECT_EQ(internal::ThreadScratch(internal::ScratchSlot::kRowBuffer, 1), a);  // no smaller buffer
     EXPECT_EQ(a[count - 1], 7.0f);
   }
-  float* other = ThreadScratch(1, 16);
+  float* other = internal::ThreadScratch(internal::ScratchSlot::kWorkspace, 16);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(other) % 64, 0u);
-  EXPECT_NE(other, ThreadScratch(0, 16));
+  EXPECT_NE(other, internal::ThreadScratch(internal::ScratchSlot::kRowBuffer, 16));
 }
 
 }  // namespace

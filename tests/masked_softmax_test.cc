@@ -1,4 +1,4 @@
-// Masked softmax (REFERENCE.md section 1): every Highway target against a
+// Masked softmax (docs/semantics.md section 1): every Highway target against a
 // double-precision reference, the seed checks, golden data from the PyTorch
 // seed module, and every edge case of the contract.
 #include <algorithm>
@@ -330,8 +330,8 @@ TEST_P(MaskedSoftmaxTest, GoldenCasesFromTheSeedModule) {
   for (const char* name : {"softmax_seed_per_batch", "softmax_seed_per_query", "softmax_no_lens",
                            "softmax_odd_int32", "softmax_per_query_mixed"}) {
     SCOPED_TRACE(name);
-    const io::NpyArray x = LoadGolden(name, "x"), expected = LoadGolden(name, "y");
-    io::NpyArray lens_array;
+    const npy::NpyArray x = LoadGolden(name, "x"), expected = LoadGolden(name, "y");
+    npy::NpyArray lens_array;
     ValidLens lens = ValidLens::None();
     if (GoldenExists(name, "valid_lens")) {
       lens_array = LoadGolden(name, "valid_lens");
@@ -637,7 +637,12 @@ TEST_P(MaskedSoftmaxTest, VeryLargeScoresStayStable) {
 class MaskedSoftmaxThreads : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
 INSTANTIATE_TEST_SUITE_P(CachedAndStreamed, MaskedSoftmaxThreads,
                          ::testing::Values(std::tuple{4, 33, 515},     // in cache
-                                           std::tuple{8, 64, 4096}));  // streamed (8 MiB)
+                                           std::tuple{8, 64, 4096}),  // streamed (8 MiB)
+                         [](const auto& info) {
+                           return "B" + std::to_string(std::get<0>(info.param)) + "_N" +
+                                  std::to_string(std::get<1>(info.param)) + "_M" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
 
 TEST_P(MaskedSoftmaxThreads, ResultsIdenticalForAnyThreadCount) {
   const auto [b, n, m] = GetParam();

@@ -1,4 +1,4 @@
-#include "io/npy.h"
+#include "npy/npy.h"
 
 
 #include <gtest/gtest.h>
@@ -25,8 +25,11 @@
 #error "compile with -DATTNSCORE_GOLDEN_DIR=\"<absolute path of tests/golden>\""
 #endif
 
-namespace attnscore::io {
+namespace attnscore::npy {
 namespace {
+
+using io::FailedAs;
+using io::TempDirTest;
 
 namespace fs = std::filesystem;
 
@@ -530,4 +533,4 @@ TEST_F(NpyTest, WriteAllowsNullDataForEmptyShape) {
 }
 
 }  // namespace
-}  // namespace attnscore::io
+}  // namespace attnscore::npy

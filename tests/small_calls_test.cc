@@ -2,7 +2,7 @@
 // makes no C++ heap allocation (operator new; malloc from C code such as
 // oneDNN or libgomp is not counted, and the toys call neither). Its own
 // binary, because it replaces the global allocation functions with counting
-// ones. On 2 threads the toys stay on the caller's thread (ThreadsFor).
+// ones. On 2 threads the toys stay on the caller's thread (internal::ThreadsFor).
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -18,9 +18,9 @@ std::string GoldenPath(const std::string& test_case, const std::string& name) {
 }
 }  // namespace
 
-io::NpyArray LoadGolden(const std::string& test_case, const std::string& name) {
-  io::NpyArray array;
-  const Status s = io::ReadNpy(GoldenPath(test_case, name), &array);
+npy::NpyArray LoadGolden(const std::string& test_case, const std::string& name) {
+  npy::NpyArray array;
+  const Status s = npy::ReadNpy(GoldenPath(test_case, name), &array);
   EXPECT_TRUE(s.ok()) << s.message();
   return array;
 }
@@ -68,17 +68,17 @@ ValidLens LensOf(const std::vector<int64_t>& lens, bool per_query, int64_t batch
                    : ValidLens::PerBatch(lens.data(), batch);
 }
 
-std::vector<int64_t> RowLengths(const io::NpyArray& lens, int64_t batch, int64_t queries) {
+std::vector<int64_t> RowLengths(const npy::NpyArray& lens, int64_t batch, int64_t queries) {
   std::vector<int64_t> values(static_cast<size_t>(lens.size()));
   for (size_t n = 0; n < values.size(); ++n) {
-    values[n] = lens.dtype == io::DType::kInt64 ? lens.data<int64_t>()[n]
+    values[n] = lens.dtype == npy::DType::kInt64 ? lens.data<int64_t>()[n]
                                                 : lens.data<int32_t>()[n];
   }
   return RowLengths(values, lens.shape.size() == 2, batch, queries);
 }
 
-ValidLens LensView(const io::NpyArray& lens) {
-  const bool is64 = lens.dtype == io::DType::kInt64;
+ValidLens LensView(const npy::NpyArray& lens) {
+  const bool is64 = lens.dtype == npy::DType::kInt64;
   if (lens.shape.size() == 1) {
     return is64 ? ValidLens::PerBatch(lens.data<int64_t>(), lens.shape[0])
                 : ValidLens::PerBatch(lens.data<int32_t>(), lens.shape[0]);
@@ -108,10 +108,10 @@ void LoadGoldenAttention(const std::string& test_case, GoldenAttention* golden) 
 
 void ExpectMatchesGolden(const GoldenAttention& golden, const std::vector<float>& out,
                          const std::vector<float>& weights) {
-  const auto as_vector = [](const io::NpyArray& a) {
+  const auto as_vector = [](const npy::NpyArray& a) {
     return std::vector<float>(a.data<float>(), a.data<float>() + a.size());
   };
-  const auto want = [](const io::NpyArray& a) {
+  const auto want = [](const npy::NpyArray& a) {
     return std::vector<double>(a.data<float>(), a.data<float>() + a.size());
   };
   EXPECT_LE(MaxAbsDiff(out.data(), want(golden.out)), OutTolerance(as_vector(golden.values)));
@@ -216,7 +216,7 @@ void PerTarget::SetUp() {
 }
 
 // Back to what the process's ISA cap allows.
-void PerTarget::TearDown() { hwy::SetSupportedTargetsForTest(CapTargets()); }
+void PerTarget::TearDown() { hwy::SetSupportedTargetsForTest(internal::CapTargets()); }
 
 std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info) {
   return hwy::TargetName(info.param);

@@ -12,11 +12,11 @@
 
 #include "attnscore/attnscore.h"
 #include "hwy/targets.h"
-#include "io/npy.h"
+#include "npy/npy.h"
 
 namespace attnscore::test {
 
-// REFERENCE.md's tolerances: attention weights within 1e-5 absolute,
+// docs/semantics.md section 7.1's tolerances: attention weights within 1e-5 absolute,
 // outputs within 1e-5 · (1 + max|V|).
 inline constexpr double kWeightTolerance = 1e-5;
 double OutTolerance(const std::vector<float>& values);
@@ -25,13 +25,13 @@ double OutTolerance(const std::vector<float>& values);
 inline constexpr float kSentinel = -12345.0f;
 
 // tests/golden/<case>/<name>.npy; fails the test if it cannot be read.
-io::NpyArray LoadGolden(const std::string& test_case, const std::string& name);
+npy::NpyArray LoadGolden(const std::string& test_case, const std::string& name);
 bool GoldenExists(const std::string& test_case, const std::string& name);
 
 // An attention golden case (make_golden.py): inputs, optional valid lengths,
 // and the expected out and weights.
 struct GoldenAttention {
-  io::NpyArray queries, keys, values, out, weights, lens_array;
+  npy::NpyArray queries, keys, values, out, weights, lens_array;
   ValidLens lens = ValidLens::None();  // a view of lens_array
 };
 void LoadGoldenAttention(const std::string& test_case, GoldenAttention* golden);
@@ -55,11 +55,11 @@ std::vector<float> TransposeKeys(const std::vector<float>& k, int64_t batch, int
 // `lens` as a ValidLens view: none when empty, else per query or per batch.
 ValidLens LensOf(const std::vector<int64_t>& lens, bool per_query, int64_t batch, int64_t queries);
 // Lengths read from a golden valid_lens.npy (int32 or int64, (B,) or (B, N)).
-std::vector<int64_t> RowLengths(const io::NpyArray& lens, int64_t batch, int64_t queries);
+std::vector<int64_t> RowLengths(const npy::NpyArray& lens, int64_t batch, int64_t queries);
 // The same file as a ValidLens view (the array must outlive it).
-ValidLens LensView(const io::NpyArray& lens);
+ValidLens LensView(const npy::NpyArray& lens);
 
-// REFERENCE.md section 1, in double, literally: positions j >= L become
+// docs/semantics.md section 1, in double, literally: positions j >= L become
 // -1e6, then a softmax over all M. x is (B, N, M) dense; row_lens from
 // RowLengths, or empty for no lengths.
 std::vector<double> ReferenceMaskedSoftmax(const std::vector<float>& x, int64_t batch,
@@ -69,7 +69,7 @@ std::vector<double> ReferenceMaskedSoftmax(const std::vector<double>& x, int64_t
                                            int64_t queries, int64_t keys,
                                            const std::vector<int64_t>& row_lens);
 
-// REFERENCE.md section 2 in double. Dense inputs; returns out (B, N, Dv) and
+// docs/semantics.md section 2 in double. Dense inputs; returns out (B, N, Dv) and
 // sets *weights (B, N, M).
 std::vector<double> ReferenceDotProduct(const std::vector<float>& q, const std::vector<float>& k,
                                         const std::vector<float>& v, int64_t batch,

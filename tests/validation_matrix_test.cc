@@ -3,7 +3,7 @@
 // negative or overlapping strides, shapes too large to address, bad valid
 // lengths, outputs overlapping inputs). Each must give InvalidArgument with
 // a message naming the argument, and leave every buffer, inputs and outputs,
-// exactly as it was. The README's reliability table lists these rows.
+// exactly as it was. docs/reliability.md describes these rows.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -419,7 +419,7 @@ bool AllNan(const float* row, int64_t n) {
 }
 
 // Lengths past M, and NaN or Inf among valid or masked scores: accepted, with
-// the results REFERENCE.md gives (the README's "What it computes" table).
+// the results docs/semantics.md section 1.4 gives.
 TEST(ValidationMatrix, AcceptedScoresAndLengthsGiveTheDocumentedResults) {
   constexpr int64_t kKeys = 6;
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Generate the golden files for attnscore's masked softmax, scaled
-dot-product attention, additive attention and concat attention (REFERENCE.md
+dot-product attention, additive attention and concat attention (docs/semantics.md
 sections 1-4).
 
 The reference is the d2l "Attention Scoring Functions" code (seeds/003, 004),
@@ -76,7 +76,7 @@ def row_lengths(lens, B, N, M):
 
 
 def check_weights(name, w64, w32, lens):
-    """REFERENCE.md section 1 seed checks on (B, N, M) weights."""
+    """docs/semantics.md section 1 seed checks on (B, N, M) weights."""
     B, N, M = w64.shape
     L = row_lengths(lens, B, N, M)
     w = w64.numpy()
@@ -99,7 +99,7 @@ def check_weights(name, w64, w32, lens):
 
 def check_against_f32(name, got32, ref64, atol):
     """The float32 run of the same module must agree within the tolerance of
-    REFERENCE.md (a sanity check of the contract, not part of the data)."""
+    docs/semantics.md (a sanity check of the contract, not part of the data)."""
     err = (got32.double() - ref64).abs().max().item()
     assert err <= atol, (name, "float32 torch vs float64 reference", err, atol)
     return err

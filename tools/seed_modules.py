@@ -77,7 +77,7 @@ class Attn(nn.Module):
 
     forward_tutorial is the tutorial's own forward, for a batch of one;
     forward is the same computation batched over (B, N) with d2l's valid-length
-    masking (REFERENCE.md section 4). Both return (output, weights)."""
+    masking (docs/semantics.md section 4). Both return (output, weights)."""
 
     def __init__(self, query_size, key_size, value_size1, value_size2, output_size):
         super().__init__()

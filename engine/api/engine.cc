@@ -1,11 +1,12 @@
 #include "attnscore/engine.h"
 
+#include <algorithm>
 #include <new>
 #include <string>
 #include <vector>
 
-#include "api/call_scope.h"
 #include "api/isa.h"
+#include "base/call_scope.h"
 #include "kernels/masked_softmax.h"
 #include "matmul/matmul.h"
 #include "ops/dot_product.h"
@@ -23,8 +24,8 @@ Engine::~Engine() = default;
 Status Engine::Create(const EngineOptions& options, std::unique_ptr<Engine>* engine) {
   if (engine == nullptr) return Status::InvalidArgument("Engine::Create: engine is null");
   if (options.threads < 1) {
-    return Status::InvalidArgument("Engine::Create: threads is " +
-                                   std::to_string(options.threads) + "; it must be >= 1");
+    return Status::InvalidArgument("Engine::Create: threads is " + std::to_string(options.threads) +
+                                   "; it must be >= 1");
   }
   if (options.precision != Precision::kFp32 && options.precision != Precision::kBf16) {
     return Status::InvalidArgument("Engine::Create: precision is " +
@@ -32,9 +33,9 @@ Status Engine::Create(const EngineOptions& options, std::unique_ptr<Engine>* eng
                                    ", not a Precision");
   }
   EngineOptions resolved = options;
-  ATTNSCORE_RETURN_IF_ERROR(Guarded("Engine::Create", [&] {
-    ATTNSCORE_RETURN_IF_ERROR(ResolveIsa(options.isa, &resolved.isa));
-    ATTNSCORE_RETURN_IF_ERROR(ApplyIsaCap(resolved.isa));
+  ATTNSCORE_RETURN_IF_ERROR(internal::Guarded("Engine::Create", [&] {
+    ATTNSCORE_RETURN_IF_ERROR(internal::ResolveIsa(options.isa, &resolved.isa));
+    ATTNSCORE_RETURN_IF_ERROR(internal::ApplyIsaCap(resolved.isa));
     return Status::Ok();
   }));
   auto impl = std::unique_ptr<Impl>(new (std::nothrow) Impl{resolved});
@@ -47,39 +48,76 @@ Status Engine::Create(const EngineOptions& options, std::unique_ptr<Engine>* eng
 const EngineOptions& Engine::options() const { return impl_->options; }
 
 Status Engine::MaskedSoftmax(ConstTensor x, const ValidLens& valid_lens, Tensor y) const {
-  CallScope scope(impl_->options.threads);
-  return Guarded("MaskedSoftmax",
-                 [&] { return ops::MaskedSoftmax(impl_->options, x, valid_lens, y); });
+  internal::CallScope scope(impl_->options.threads);
+  return internal::Guarded("MaskedSoftmax",
+                           [&] { return ops::MaskedSoftmax(impl_->options, x, valid_lens, y); });
 }
 
-Status Engine::DotProductAttention(ConstTensor queries, ConstTensor keys,
-                                   ConstTensor values, const ValidLens& valid_lens,
-                                   Tensor out, Tensor weights) const {
-  CallScope scope(impl_->options.threads);
-  return Guarded("DotProductAttention", [&] {
+Status Engine::DotProductAttention(ConstTensor queries, ConstTensor keys, ConstTensor values,
+                                   const ValidLens& valid_lens, Tensor out,
+                                   Tensor attention_weights) const {
+  internal::CallScope scope(impl_->options.threads);
+  return internal::Guarded("DotProductAttention", [&] {
     return ops::DotProductAttention(impl_->options, queries, keys, values, valid_lens, out,
-                                    weights);
+                                    attention_weights);
   });
 }
 
-std::string Engine::Describe() const {
+namespace {
+
+std::vector<std::string> Words(const std::string& names) {
+  std::vector<std::string> words;
+  for (size_t start = 0; start < names.size();) {
+    const size_t end = std::min(names.find(' ', start), names.size());
+    if (end > start) words.push_back(names.substr(start, end - start));
+    start = end + 1;
+  }
+  return words;
+}
+
+std::string Joined(const std::vector<std::string>& words) {
   std::string s;
-  s += "highway targets on this cpu: " + CpuTargetNames() + "\n";
-  s += "highway targets allowed: " + AllowedTargetNames() + "\n";
-  s += "highway target in use: " + std::string(kernels::MaskedSoftmaxTarget()) + "\n";
-  s += "onednn version: " + matmul::OnednnVersion() + "\n";
-  s += "onednn isa: " + matmul::OnednnIsa() + "\n";
-  s += "isa cap: " + std::string(IsaName(impl_->options.isa)) + "\n";
-  s += "threads: " + std::to_string(impl_->options.threads) + "\n";
-  s += "precision: " + std::string(PrecisionName(impl_->options.precision)) + "\n";
-  s += matmul::NativeBf16() ? "bf16 matmuls: native bf16 arithmetic\n"
-                            : "bf16 matmuls: f32 arithmetic on bf16-rounded inputs (oneDNN's ISA "
-                              "here has no avx512_bf16 or AMX)\n";
+  for (const std::string& w : words) s += (s.empty() ? "" : " ") + w;
+  return s;
+}
+
+}  // namespace
+
+RuntimeInfo Engine::Info() const {
+  RuntimeInfo info;
+  info.cpu_targets = Words(internal::CpuTargetNames());
+  info.allowed_targets = Words(internal::AllowedTargetNames());
+  info.target_in_use = kernels::MaskedSoftmaxTarget();
+  info.onednn_version = matmul::OnednnVersion();
+  info.onednn_isa = matmul::OnednnIsa();
+  info.native_bf16 = matmul::NativeBf16();
+  info.options = impl_->options;
+  for (const matmul::PlanSummary& plan : matmul::CachedPlans()) {
+    info.matmuls.push_back({plan.problem, plan.implementation, plan.runs});
+  }
+  return info;
+}
+
+std::string Engine::Describe() const {
+  const RuntimeInfo info = Info();
+  std::string s;
+  s += "highway targets on this cpu: " + Joined(info.cpu_targets) + "\n";
+  s += "highway targets allowed: " + Joined(info.allowed_targets) + "\n";
+  s += "highway target in use: " + info.target_in_use + "\n";
+  s += "onednn version: " + info.onednn_version + "\n";
+  s += "onednn isa: " + info.onednn_isa + "\n";
+  s += "isa cap: " + std::string(IsaName(info.options.isa)) + "\n";
+  s += "threads: " + std::to_string(info.options.threads) + "\n";
+  s += "precision: " + std::string(PrecisionName(info.options.precision)) + "\n";
+  s += info.native_bf16 ? "bf16 matmuls: native bf16 arithmetic\n"
+                        : "bf16 matmuls: f32 arithmetic on bf16-rounded inputs (oneDNN's ISA "
+                          "here has no avx512_bf16 or AMX)\n";
   // The cache is the process's, so this shows every engine's products.
-  const std::vector<matmul::PlanSummary> plans = matmul::CachedPlans();
   s += "onednn matmuls: " +
-       (plans.empty() ? std::string("none created yet") : std::to_string(plans.size())) + "\n";
-  for (const matmul::PlanSummary& plan : plans) {
+       (info.matmuls.empty() ? std::string("none created yet")
+                             : std::to_string(info.matmuls.size())) +
+       "\n";
+  for (const MatmulInfo& plan : info.matmuls) {
     s += "  " + plan.problem + ": " + plan.implementation + ", " + std::to_string(plan.runs) +
          (plan.runs == 1 ? " run\n" : " runs\n");
   }

@@ -8,7 +8,7 @@
 #include "hwy/targets.h"
 #include "matmul/matmul.h"
 
-namespace attnscore {
+namespace attnscore::internal {
 namespace {
 
 // Highway targets that a cap allows. Scalar keeps only the portable targets.
@@ -35,41 +35,6 @@ int64_t RequiredTarget(Isa isa) {
 }
 
 }  // namespace
-
-const char* IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kScalar: return "scalar";
-    case Isa::kSse4: return "sse4";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
-    case Isa::kBest: return "best";
-  }
-  return "unknown";
-}
-
-bool ParseIsa(const std::string& name, Isa* isa) {
-  for (Isa candidate : {Isa::kScalar, Isa::kSse4, Isa::kAvx2, Isa::kAvx512, Isa::kBest}) {
-    if (name == IsaName(candidate)) {
-      *isa = candidate;
-      return true;
-    }
-  }
-  return false;
-}
-
-const char* PrecisionName(Precision precision) {
-  return precision == Precision::kBf16 ? "bf16" : "fp32";
-}
-
-bool ParsePrecision(const std::string& name, Precision* precision) {
-  for (Precision candidate : {Precision::kFp32, Precision::kBf16}) {
-    if (name == PrecisionName(candidate)) {
-      *precision = candidate;
-      return true;
-    }
-  }
-  return false;
-}
 
 Status ResolveIsa(Isa requested, Isa* effective) {
   *effective = requested;
@@ -143,4 +108,4 @@ std::string CpuTargetNames() { return NamesOf(CpuTargets()); }
 
 std::string AllowedTargetNames() { return NamesOf(hwy::SupportedTargets()); }
 
-}  // namespace attnscore
+}  // namespace attnscore::internal

@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <string>
 
-#include "attnscore/engine.h"
+#include "attnscore/options.h"
 #include "attnscore/status.h"
 
-namespace attnscore {
+namespace attnscore::internal {
 
 // Applies `isa` once per process: Highway targets above it are disabled and
 // oneDNN is capped. Asking again for the same cap is fine; another cap after
@@ -33,6 +33,6 @@ std::string CpuTargetNames();
 // The ones the cap allows.
 std::string AllowedTargetNames();
 
-}  // namespace attnscore
+}  // namespace attnscore::internal
 
 #endif  // ATTNSCORE_API_ISA_H_

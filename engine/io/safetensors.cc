@@ -11,7 +11,7 @@
 #include <string_view>
 #include <utility>
 
-#include "io/file_io.h"
+#include "base/file_io.h"
 
 namespace attnscore::io {
 namespace {
@@ -54,18 +54,18 @@ const DTypeInfo* FindDType(std::string_view name) {
 }
 
 // ---------------------------------------------------------------------------
-// Messages and sizes (the shared helpers are in io/file_io.h)
+// Messages and sizes (the shared helpers are in base/file_io.h)
 
-using detail::Fd;
-using detail::FormatShape;
-using detail::Malformed;
-using detail::MulNonNegative;
-using detail::OpenForRead;
-using detail::ReadExactly;
+using internal::Fd;
+using internal::FormatShape;
+using internal::Malformed;
+using internal::MulNonNegative;
+using internal::OpenForRead;
+using internal::ReadExactly;
 
 // Names and header text come from the file; messages show them escaped, cut
 // after 60 bytes.
-std::string Printable(std::string_view text) { return detail::Printable(text, 60); }
+std::string Printable(std::string_view text) { return internal::Printable(text, 60); }
 
 std::string Quoted(std::string_view name) { return "'" + Printable(name) + "'"; }
 
@@ -76,7 +76,7 @@ std::string FormatRange(int64_t begin, int64_t end) {
 // Element count of a shape with non-negative dims. False on overflow, also
 // for (2^40, 2^40, 2^40, 0): see ShapeProduct.
 bool ElementCount(const std::vector<int64_t>& shape, int64_t* count) {
-  return detail::ShapeProduct(shape, 1, count);
+  return internal::ShapeProduct(shape, 1, count);
 }
 
 // ---------------------------------------------------------------------------
@@ -887,7 +887,7 @@ Status WriteSafetensorsImpl(const std::string& path, const std::vector<Safetenso
   for (const SafetensorsTensor* tensor : sorted) {
     pieces.push_back(std::as_bytes(std::span(tensor->data)));
   }
-  return detail::WriteFileAtomically(path, pieces);
+  return internal::WriteFileAtomically(path, pieces);
 }
 
 }  // namespace

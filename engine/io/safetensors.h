@@ -17,8 +17,8 @@
 //
 // The writer is atomic: it writes "<path>.tmp.<pid>" and renames it over
 // `path`, as WriteNpy does.
-#ifndef ATTNSCORE_ENGINE_IO_SAFETENSORS_H_
-#define ATTNSCORE_ENGINE_IO_SAFETENSORS_H_
+#ifndef ATTNSCORE_IO_SAFETENSORS_H_
+#define ATTNSCORE_IO_SAFETENSORS_H_
 
 #include <cstdint>
 #include <map>
@@ -76,4 +76,4 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTe
 
 }  // namespace attnscore::io
 
-#endif  // ATTNSCORE_ENGINE_IO_SAFETENSORS_H_
+#endif  // ATTNSCORE_IO_SAFETENSORS_H_

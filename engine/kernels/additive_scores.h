@@ -1,4 +1,4 @@
-// The score kernel of additive attention (REFERENCE.md section 3):
+// The score kernel of additive attention (docs/semantics.md section 3):
 //   S[i, j] = Σ_h w_v[h] · tanh(Qh[i, h] + Kh[j, h])
 // computed tile by tile, never materialising the (N, M, H) features:
 // several query rows share each loaded vector of keys (register blocking).

@@ -12,7 +12,7 @@
 
 #include <omp.h>
 
-#include "api/call_scope.h"
+#include "base/parallel.h"
 
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -166,7 +166,7 @@ class Primitive {
 // 1.2-1.3x; 80 + 80 gives 1.7-2.1x).
 // Smaller tasks (4 MFLOP, 16 rows) cost 1 thread 5-15% on the long
 // dot product and the big additive and concat shapes, measured against no
-// tiling at all; these cost 0-5%, within this machine's noise.
+// tiling at all; these cost 0-5%, within the noise of a shared 2-core VM.
 constexpr double kTaskFlops = 32e6;
 constexpr int64_t kRowBlock = 16;
 
@@ -174,8 +174,7 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // How many tasks `flops` of work is cut into: about one per kTaskFlops, but
 // an even number when there are several (an odd count rounds down, keeping
-// tasks large), so that two threads, this machine's count, get equal
-// shares: with three equal tasks one thread idles a third of the time.
+// tasks large), so that two threads get equal shares: with three equal tasks one thread idles a third of the time.
 int64_t TaskCount(double flops) {
   const auto tasks = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(flops / kTaskFlops)));
   return tasks > 1 && tasks % 2 == 1 ? tasks - 1 : tasks;
@@ -229,8 +228,8 @@ class TiledPlan final : public Plan {
     std::atomic<bool> failed{false};
     std::mutex mutex;
     Status first_error = Status::Ok();
-    const Status s = ForEachRowInParallel(
-        omp_in_parallel() ? 1 : omp_get_max_threads(), tasks_, /*slot=*/0, /*scratch_floats=*/0,
+    const Status s = internal::ForEachRowInParallel(
+        omp_in_parallel() ? 1 : omp_get_max_threads(), tasks_, internal::ScratchSlot::kRowBuffer, /*scratch_floats=*/0,
         [&](int64_t task, float*) {
           if (failed.load(std::memory_order_relaxed)) return;
           try {

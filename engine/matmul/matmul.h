@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "attnscore/engine.h"
+#include "attnscore/options.h"
 #include "attnscore/status.h"
 
 namespace attnscore::matmul {

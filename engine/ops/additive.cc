@@ -1,11 +1,13 @@
-// Additive attention (REFERENCE.md section 3): the model's weights, loading
-// them from a state_dict, and Forward.
+// Additive attention (docs/semantics.md section 3): the model's parameters,
+// loading them from a state_dict, and its forward pass.
 //
 // Per batch entry: Qh = Q W_qᵀ and Khᵀ = W_k Kᵀ by oneDNN (Khᵀ holds each
 // key's features as a column, so the score kernel loads vectors of keys);
 // then the score kernel (kernels/additive_scores) over blocks of query rows,
 // chunk by chunk of keys; then the masked softmax and W V by oneDNN. Keys
 // past the entry's longest valid length are never read.
+#include "ops/additive.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,26 +17,21 @@
 #include <utility>
 #include <vector>
 
-#include "api/call_scope.h"
-#include "api/checks.h"
-#include "api/valid_lens.h"
-#include "attnscore/additive.h"
+#include "base/checks.h"
+#include "base/parallel.h"
+#include "base/scratch.h"
+#include "base/valid_lens.h"
 #include "io/safetensors.h"
 #include "kernels/additive_scores.h"
 #include "kernels/attention_row.h"
 #include "matmul/matmul.h"
 #include "ops/masked_softmax.h"
-#include "ops/model_weights.h"
+#include "ops/model_params.h"
 
-namespace attnscore {
+namespace attnscore::ops {
 
-struct AdditiveAttention::Weights {
-  int64_t query_size = 0, key_size = 0, hidden = 0;
-  std::vector<float> w_q_t;  // (Dq, H): Qh = Q · w_q_t, oneDNN's plain layout
-  std::vector<float> w_k;    // (H, Dk): Khᵀ = W_k · Kᵀ
-  std::vector<float> w_v;    // (H)
-  float w_sum = 0;           // Σ w_v: the fast tanh's scores are w_sum − 2·Σ w_v/(1 + A·B)
-};
+using internal::CheckTensor;
+using internal::kAnyDim;
 
 namespace {
 
@@ -61,89 +58,76 @@ int64_t KeyChunk(int64_t hidden) {
 
 }  // namespace
 
-AdditiveAttention::AdditiveAttention(std::unique_ptr<Weights> weights)
-    : weights_(std::move(weights)) {}
-AdditiveAttention::~AdditiveAttention() = default;
-
-int64_t AdditiveAttention::query_size() const { return weights_->query_size; }
-int64_t AdditiveAttention::key_size() const { return weights_->key_size; }
-int64_t AdditiveAttention::hidden_size() const { return weights_->hidden; }
-
-Status AdditiveAttention::Create(ConstTensor w_q, ConstTensor w_k, ConstTensor w_v,
-                                 std::unique_ptr<AdditiveAttention>* model) {
-  if (model == nullptr) return Status::InvalidArgument("AdditiveAttention::Create: model is null");
+Status MakeAdditiveParams(ConstTensor w_q, ConstTensor w_k, ConstTensor w_v,
+                          AdditiveParams* params) {
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kQueryWeight, w_q, {kAnyDim, kAnyDim}, "(H, Dq)"));
   const int64_t hidden = w_q.dims[0];
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kKeyWeight, w_k, {hidden, kAnyDim}, "(H, Dk)"));
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kScoreWeight, w_v, {1, hidden}, "(1, H)"));
-  return Guarded("AdditiveAttention::Create", [&] {
-    auto weights = std::make_unique<Weights>();
-    weights->query_size = w_q.dims[1];
-    weights->key_size = w_k.dims[1];
-    weights->hidden = hidden;
-    for (auto [name, view] : {std::pair{kQueryWeight, w_q}, {kKeyWeight, w_k}, {kScoreWeight, w_v}}) {
-      ATTNSCORE_RETURN_IF_ERROR(ops::CheckFinite(kOp, name, view));
-    }
-    weights->w_q_t = ops::CopyMatrix(w_q, /*transpose=*/true);
-    weights->w_k = ops::CopyMatrix(w_k, /*transpose=*/false);
-    weights->w_v = ops::CopyMatrix(w_v, /*transpose=*/false);
-    double sum = 0;
-    for (float w : weights->w_v) sum += w;
-    weights->w_sum = static_cast<float>(sum);
-    model->reset(new AdditiveAttention(std::move(weights)));
-    return Status::Ok();
-  });
+  for (auto [name, view] : {std::pair{kQueryWeight, w_q}, {kKeyWeight, w_k}, {kScoreWeight, w_v}}) {
+    ATTNSCORE_RETURN_IF_ERROR(CheckFinite(kOp, name, view));
+  }
+  params->query_size = w_q.dims[1];
+  params->key_size = w_k.dims[1];
+  params->hidden = hidden;
+  params->w_q_t = CopyMatrix(w_q, /*transpose=*/true);
+  params->w_k = CopyMatrix(w_k, /*transpose=*/false);
+  params->w_v = CopyMatrix(w_v, /*transpose=*/false);
+  double sum = 0;
+  for (float w : params->w_v) sum += w;
+  params->w_sum = static_cast<float>(sum);
+  return Status::Ok();
 }
 
-Status AdditiveAttention::Load(const std::string& path,
-                               std::unique_ptr<AdditiveAttention>* model) {
-  if (model == nullptr) return Status::InvalidArgument("AdditiveAttention::Load: model is null");
-  return Guarded("AdditiveAttention::Load", [&] {
-    std::vector<io::SafetensorsTensor> tensors;
-    ATTNSCORE_RETURN_IF_ERROR(io::ReadSafetensors(path, &tensors));
-    ATTNSCORE_RETURN_IF_ERROR(ops::CheckOnlyTensors(path, tensors, {kQueryWeight, kKeyWeight, kScoreWeight},
-                                                    "an additive attention"));
-    const io::SafetensorsTensor *w_q = nullptr, *w_k = nullptr, *w_v = nullptr;
-    ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kQueryWeight, {-1, -1}, &w_q));
-    const int64_t hidden = w_q->shape[0];
-    ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kKeyWeight, {hidden, -1}, &w_k));
-    ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kScoreWeight, {1, hidden}, &w_v));
-    Status s = Create(ops::ViewOf(*w_q), ops::ViewOf(*w_k), ops::ViewOf(*w_v), model);
-    if (!s.ok()) return Status(s.code(), path + ": " + s.message());
-    return s;
-  });
+Status LoadAdditiveParams(const std::string& path, AdditiveParams* params) {
+  std::vector<io::SafetensorsTensor> tensors;
+  ATTNSCORE_RETURN_IF_ERROR(io::ReadSafetensors(path, &tensors));
+  ATTNSCORE_RETURN_IF_ERROR(CheckOnlyTensors(
+      path, tensors, {kQueryWeight, kKeyWeight, kScoreWeight}, "an additive attention"));
+  const io::SafetensorsTensor *w_q = nullptr, *w_k = nullptr, *w_v = nullptr;
+  ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kQueryWeight, {-1, -1}, &w_q));
+  const int64_t hidden = w_q->shape[0];
+  ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kKeyWeight, {hidden, -1}, &w_k));
+  ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kScoreWeight, {1, hidden}, &w_v));
+  Status s = MakeAdditiveParams(ViewOf(*w_q), ViewOf(*w_k), ViewOf(*w_v), params);
+  if (!s.ok()) return Status(s.code(), path + ": " + s.message());
+  return s;
 }
 
 namespace {
 
-Status CheckArguments(const AdditiveAttention::Weights& m, const ConstTensor& q,
-                      const ConstTensor& k, const ConstTensor& v, const ValidLens& lens,
-                      const ConstTensor& out, const Tensor& weights) {
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, m.query_size}, "(B, N, Dq)"));
+Status CheckArguments(const AdditiveParams& m, const ConstTensor& q, const ConstTensor& k,
+                      const ConstTensor& v, const ValidLens& lens, const ConstTensor& out,
+                      const Tensor& attention) {
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, m.query_size}, "(B, N, Dq)"));
   const int64_t batch = q.dims[0];
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "keys", k, {batch, kAnyDim, m.key_size}, "(B, M, Dk)"));
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "keys", k, {batch, kAnyDim, m.key_size}, "(B, M, Dk)"));
   const int64_t keys = k.dims[1];
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "values", v, {batch, keys, kAnyDim}, "(B, M, Dv)"));
-  return CheckAttentionOutputs(kOp, {{"queries", q}, {"keys", k}, {"values", v}},
-                               {q.dims[0], q.dims[1], k.dims[1], v.dims[2], "(B, N, Dv)"}, lens, out,
-                               weights);
+  return internal::CheckAttentionOutputs(kOp, {{"queries", q}, {"keys", k}, {"values", v}},
+                                         {q.dims[0], q.dims[1], k.dims[1], v.dims[2], "(B, N, Dv)"},
+                                         lens, out, attention);
 }
-
-// What one batch entry needs, worked out (with every oneDNN plan) before
-// anything is written.
-struct Entry {
-  int64_t longest = 0;    // the longest valid length among its queries
-  int64_t mix_width = 0;  // key columns of W V: longest, or M if a query has L = 0
-  std::shared_ptr<const matmul::Plan> mix;
-};
 
 class ForwardPass {
  public:
-  ForwardPass(const EngineOptions& options, const AdditiveAttention::Weights& m,
-              const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
-              const ValidLens& lens, const Tensor& out, const Tensor& weights)
-      : options_(options), m_(m), q_(q), k_(k), v_(v), lens_(lens), out_(out), weights_(weights),
-        queries_(q.dims[1]), keys_(k.dims[1]), hidden_(m.hidden), chunk_(KeyChunk(m.hidden)),
+  ForwardPass(const EngineOptions& options, const AdditiveParams& m, const ConstTensor& q,
+              const ConstTensor& k, const ConstTensor& v, const internal::RowLengths& lens,
+              const Tensor& out, const Tensor& attention)
+      : options_(options),
+        m_(m),
+        q_(q),
+        k_(k),
+        v_(v),
+        lens_(lens),
+        out_(out),
+        attention_(attention),
+        queries_(q.dims[1]),
+        keys_(k.dims[1]),
+        hidden_(m.hidden),
+        chunk_(KeyChunk(m.hidden)),
         chunk_stride_(RoundUp(std::min(chunk_, keys_), kernels::kAdditivePadFloats)),
         score_stride_(RoundUp(keys_, kernels::kAdditivePadFloats)),
         row_products_(UseRowProducts()) {}
@@ -155,32 +139,33 @@ class ForwardPass {
     project.b = {m_.query_size, hidden_, 0, hidden_, 1};
     project.c = {queries_, hidden_, 0, hidden_, 1};
     ATTNSCORE_RETURN_IF_ERROR(matmul::GetPlan(project, &project_queries_));
-    entries_.resize(static_cast<size_t>(q_.dims[0]));
+    mix_plans_.resize(static_cast<size_t>(q_.dims[0]));
     for (int64_t b = 0; b < q_.dims[0]; ++b) {
-      Entry& e = entries_[static_cast<size_t>(b)];
-      const EntryWidths widths = EntryValidWidths(lens_, b, queries_, keys_);
-      e.longest = widths.longest;
-      e.mix_width = widths.mix;
+      // Every plan exists before anything is written.
+      const internal::EntryWidths& e = lens_.entry(b);
       for (int64_t j = 0; j < e.longest; j += chunk_) {
         ATTNSCORE_RETURN_IF_ERROR(KeyPlan(std::min(chunk_, e.longest - j)));
       }
       matmul::Problem mix;
-      mix.a = want_weights() ? matmul::Layout{queries_, e.mix_width, 0, weights_.strides[1], weights_.strides[2]}
-                             : matmul::Layout{queries_, e.mix_width, 0, score_stride_, 1};
-      mix.b = {e.mix_width, v_.dims[2], 0, v_.strides[1], v_.strides[2]};
+      mix.a = want_attention()
+                  ? matmul::Layout{queries_, e.mix, 0, attention_.strides[1], attention_.strides[2]}
+                  : matmul::Layout{queries_, e.mix, 0, score_stride_, 1};
+      mix.b = {e.mix, v_.dims[2], 0, v_.strides[1], v_.strides[2]};
       mix.c = {queries_, out_.dims[2], 0, out_.strides[1], out_.strides[2]};
-      ATTNSCORE_RETURN_IF_ERROR(matmul::GetPlan(mix, &e.mix));
+      ATTNSCORE_RETURN_IF_ERROR(matmul::GetPlan(mix, &mix_plans_[static_cast<size_t>(b)]));
     }
     return Status::Ok();
   }
 
   Status Run() {
     const int64_t batch = q_.dims[0];
-    const int threads = ThreadsFor(options_.threads, Flops());
+    const int threads = internal::ThreadsFor(options_.threads, Flops());
     if (threads <= 1 || batch < threads) {
       // One entry after another, each shared by the threads.
-      Workspace w(ThreadScratch(1, WorkspaceFloats()), queries_ * hidden_, hidden_ * chunk_stride_);
-      for (int64_t b = 0; b < batch; ++b) ATTNSCORE_RETURN_IF_ERROR(RunEntry(b, w, options_.threads));
+      Workspace w(internal::ThreadScratch(internal::ScratchSlot::kWorkspace, WorkspaceFloats()),
+                  queries_ * hidden_, hidden_ * chunk_stride_);
+      for (int64_t b = 0; b < batch; ++b)
+        ATTNSCORE_RETURN_IF_ERROR(RunEntry(b, w, options_.threads));
       return Status::Ok();
     }
     // Whole entries per thread: an entry's projections and W V are single
@@ -188,8 +173,8 @@ class ForwardPass {
     // the second thread idle. Each entry runs exactly as on one thread.
     std::mutex mutex;
     Status first_error = Status::Ok();
-    const Status s = ForEachRowInParallel(
-        threads, batch, /*slot=*/1, WorkspaceFloats(),
+    const Status s = internal::ForEachRowInParallel(
+        threads, batch, internal::ScratchSlot::kWorkspace, WorkspaceFloats(),
         [&](int64_t b, float* scratch) {
           {
             std::lock_guard<std::mutex> lock(mutex);
@@ -202,13 +187,14 @@ class ForwardPass {
           try {
             entry = RunEntry(b, w, /*threads=*/1);
           } catch (...) {
-            entry = Status::Internal("AdditiveAttention: an entry's computation failed (out of memory?)");
+            entry = Status::Internal(
+                "AdditiveAttention: an entry's computation failed (out of memory?)");
           }
           if (entry.ok()) return;
           std::lock_guard<std::mutex> lock(mutex);
           if (first_error.ok()) first_error = std::move(entry);
         },
-        [] {}, Balance::kDynamic);  // entries' lengths differ
+        [] {}, internal::Balance::kDynamic);  // entries' lengths differ
     return first_error.ok() ? s : first_error;
   }
 
@@ -218,11 +204,14 @@ class ForwardPass {
   struct Workspace {
     float *q_raw, *q_factors, *k_cols, *scores;
     Workspace(float* scratch, int64_t q_floats, int64_t k_floats)
-        : q_raw(scratch), q_factors(q_raw + q_floats), k_cols(q_factors + q_floats),
+        : q_raw(scratch),
+          q_factors(q_raw + q_floats),
+          k_cols(q_factors + q_floats),
           scores(k_cols + k_floats) {}
   };
   size_t WorkspaceFloats() const {
-    return static_cast<size_t>(2 * queries_ * hidden_ + hidden_ * chunk_stride_ + queries_ * score_stride_);
+    return static_cast<size_t>(2 * queries_ * hidden_ + hidden_ * chunk_stride_ +
+                               queries_ * score_stride_);
   }
 
   // The FLOPs of the call's three products (projections and W V).
@@ -235,13 +224,14 @@ class ForwardPass {
   double Flops() const {
     return ProductFlops() + 4.0 * static_cast<double>(q_.dims[0] * queries_ * keys_ * hidden_);
   }
-  bool want_weights() const { return !weights_.empty(); }
+  bool want_attention() const { return !attention_.empty(); }
 
   // Whether every product is small enough for the row kernels, and every
   // view they read or write has unit column strides.
   bool UseRowProducts() const {
     return ProductFlops() <= kRowProductMaxFlops && q_.strides[2] == 1 && k_.strides[2] == 1 &&
-           v_.strides[2] == 1 && out_.strides[2] == 1 && (!want_weights() || weights_.strides[2] == 1);
+           v_.strides[2] == 1 && out_.strides[2] == 1 &&
+           (!want_attention() || attention_.strides[2] == 1);
   }
 
   // Qh = Q W_qᵀ for entry b, into w.q_raw.
@@ -263,12 +253,14 @@ class ForwardPass {
       for (const auto& [known, plan] : key_plans_) {
         if (known == width) return plan->Run(m_.w_k.data(), k, w.k_cols);
       }
-      return Status::Internal("AdditiveAttention: no key plan for a chunk of " + std::to_string(width));
+      return Status::Internal("AdditiveAttention: no key plan for a chunk of " +
+                              std::to_string(width));
     }
     for (int64_t h = 0; h < hidden_; ++h) {
       // Row h of W_k against every key: row h of Khᵀ.
       kernels::ScoreRow(m_.w_k.data() + h * m_.key_size, static_cast<size_t>(m_.key_size), k,
-                        k_.strides[1], static_cast<size_t>(width), 1.0f, w.k_cols + h * chunk_stride_);
+                        k_.strides[1], static_cast<size_t>(width), 1.0f,
+                        w.k_cols + h * chunk_stride_);
     }
     return Status::Ok();
   }
@@ -280,7 +272,7 @@ class ForwardPass {
     if (!row_products_) return mix->Run(probabilities.data, v, out);
     for (int64_t i = 0; i < queries_; ++i) {
       // Each row reads only its own valid keys (all M when L = 0).
-      const int64_t valid = RowValidLength(lens_, b, i, keys_);
+      const int64_t valid = lens_.row(b, i);
       kernels::MixRow(probabilities.data + i * probabilities.strides[1],
                       static_cast<size_t>(valid > 0 ? valid : keys_), v, v_.strides[1],
                       static_cast<size_t>(v_.dims[2]), out + i * out_.strides[1]);
@@ -306,11 +298,7 @@ class ForwardPass {
 
   // Entry b with the workspace `w`, its row loops on up to `threads`.
   Status RunEntry(int64_t b, const Workspace& w, int threads) const {
-    // The row products need no plans, so they keep no entries_ (nor allocate).
-    const EntryWidths widths = row_products_
-                                   ? EntryValidWidths(lens_, b, queries_, keys_)
-                                   : EntryWidths{entries_[static_cast<size_t>(b)].longest,
-                                                 entries_[static_cast<size_t>(b)].mix_width};
+    const internal::EntryWidths& widths = lens_.entry(b);
     if (widths.longest > 0) {
       ATTNSCORE_RETURN_IF_ERROR(ProjectQueries(b, w));
       const float largest_query = kernels::MaxAbs(w.q_raw, static_cast<size_t>(queries_ * hidden_));
@@ -334,7 +322,8 @@ class ForwardPass {
                           largest_query <= bound || largest_key <= bound;
         if (fast) {
           if (!have_query_factors) {
-            std::memcpy(w.q_factors, w.q_raw, sizeof(float) * static_cast<size_t>(queries_ * hidden_));
+            std::memcpy(w.q_factors, w.q_raw,
+                        sizeof(float) * static_cast<size_t>(queries_ * hidden_));
             kernels::ToTanhFactors(w.q_factors, static_cast<size_t>(queries_ * hidden_));
             have_query_factors = true;
           }
@@ -347,11 +336,15 @@ class ForwardPass {
     }
     const ConstTensor scores(w.scores, {1, queries_, score_stride_});
     const Tensor probabilities =
-        want_weights() ? Tensor(weights_.data + b * weights_.strides[0], {1, queries_, keys_},
-                                {weights_.strides[0], weights_.strides[1], weights_.strides[2]})
-                       : Tensor(w.scores, {1, queries_, widths.mix}, {queries_ * score_stride_, score_stride_, 1});
-    ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(scores, probabilities, lens_, b, 0, threads, /*stream=*/false));
-    return Mix(b, probabilities, row_products_ ? nullptr : entries_[static_cast<size_t>(b)].mix.get());
+        want_attention()
+            ? Tensor(attention_.data + b * attention_.strides[0], {1, queries_, keys_},
+                     {attention_.strides[0], attention_.strides[1], attention_.strides[2]})
+            : Tensor(w.scores, {1, queries_, widths.mix},
+                     {queries_ * score_stride_, score_stride_, 1});
+    ATTNSCORE_RETURN_IF_ERROR(
+        ops::SoftmaxRows(scores, probabilities, lens_, b, 0, threads, /*stream=*/false));
+    return Mix(b, probabilities,
+               row_products_ ? nullptr : mix_plans_[static_cast<size_t>(b)].get());
   }
 
   // Scores of keys [first, first + width) for every query row of entry b,
@@ -364,46 +357,49 @@ class ForwardPass {
     const int64_t blocks = (queries_ + kBlock - 1) / kBlock;
     // About 4 operations per (query, key, feature) triple.
     const double flops = 4.0 * static_cast<double>(queries_ * width * hidden_);
-    return ForEachRowInParallel(
-        ThreadsFor(threads, flops), blocks, /*slot=*/0, /*scratch_floats=*/0,
+    return internal::ForEachRowInParallel(
+        internal::ThreadsFor(threads, flops), blocks, internal::ScratchSlot::kRowBuffer,
+        /*scratch_floats=*/0,
         [&](int64_t block, float*) {
           const int64_t i0 = block * kBlock, rows = std::min(kBlock, queries_ - i0);
           int64_t longest = 0;
           const float* q_rows[kBlock];
           float* out_rows[kBlock];
           for (int64_t r = 0; r < rows; ++r) {
-            longest = std::max(longest, RowValidLength(lens_, b, i0 + r, keys_));
+            longest = std::max(longest, lens_.row(b, i0 + r));
             q_rows[r] = q_source + (i0 + r) * hidden_;
             out_rows[r] = w.scores + (i0 + r) * score_stride_ + first;
           }
           const int64_t columns = std::min(longest - first, width);
           if (columns <= 0) return;
           kernels::AdditiveScoreBlock(mode, q_rows, static_cast<size_t>(rows), w.k_cols,
-                                      static_cast<size_t>(chunk_stride_), static_cast<size_t>(hidden_),
-                                      m_.w_v.data(), m_.w_sum, static_cast<size_t>(columns), out_rows);
+                                      static_cast<size_t>(chunk_stride_),
+                                      static_cast<size_t>(hidden_), m_.w_v.data(), m_.w_sum,
+                                      static_cast<size_t>(columns), out_rows);
         },
         [] {});
   }
 
   const EngineOptions& options_;
-  const AdditiveAttention::Weights& m_;
+  const AdditiveParams& m_;
   const ConstTensor &q_, &k_, &v_;
-  const ValidLens& lens_;
-  const Tensor &out_, &weights_;
+  const internal::RowLengths& lens_;
+  const Tensor &out_, &attention_;
   const int64_t queries_, keys_, hidden_, chunk_, chunk_stride_, score_stride_;
   const bool row_products_;
   std::shared_ptr<const matmul::Plan> project_queries_;
   std::vector<std::pair<int64_t, std::shared_ptr<const matmul::Plan>>> key_plans_;
-  std::vector<Entry> entries_;
+  // Entry b's W V (oneDNN products only).
+  std::vector<std::shared_ptr<const matmul::Plan>> mix_plans_;
 };
 
 }  // namespace
 
-Status AdditiveAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
-                                  ConstTensor values, const ValidLens& valid_lens, Tensor out,
-                                  Tensor weights) const {
-  return ops::RunForward<ForwardPass>(kOp, CheckArguments, engine, *weights_, queries, keys, values,
-                                      valid_lens, out, weights);
+Status AdditiveForward(const EngineOptions& options, const AdditiveParams& params,
+                       ConstTensor queries, ConstTensor keys, ConstTensor values,
+                       const ValidLens& valid_lens, Tensor out, Tensor attention_weights) {
+  return RunForward<ForwardPass>(CheckArguments, options, params, queries, keys, values, valid_lens,
+                                 out, attention_weights);
 }
 
-}  // namespace attnscore
+}  // namespace attnscore::ops

@@ -1,5 +1,5 @@
-// Concat attention (REFERENCE.md section 4): the model's weights, loading
-// them from a state_dict, and Forward.
+// Concat attention (docs/semantics.md section 4): the model's parameters,
+// loading them from a state_dict, and its forward pass.
 //
 // [q; k] and [q; applied] are never built: a linear layer over a
 // concatenation is the sum of its column blocks' products, so
@@ -9,6 +9,8 @@
 // matrix and shared by every batch entry. Between the two: the masked
 // softmax (shared code) and applied = W V over valid positions only: by
 // oneDNN, or row by row (kernels/attention_row) when entries have few queries.
+#include "ops/concat.h"
+
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -16,26 +18,20 @@
 #include <utility>
 #include <vector>
 
-#include "api/call_scope.h"
-#include "api/checks.h"
-#include "api/valid_lens.h"
-#include "attnscore/concat.h"
+#include "base/checks.h"
+#include "base/parallel.h"
+#include "base/scratch.h"
+#include "base/valid_lens.h"
 #include "io/safetensors.h"
 #include "kernels/attention_row.h"
 #include "matmul/matmul.h"
 #include "ops/masked_softmax.h"
-#include "ops/model_weights.h"
+#include "ops/model_params.h"
 
-namespace attnscore {
+namespace attnscore::ops {
 
-struct ConcatAttention::Weights {
-  int64_t query_size = 0, key_size = 0, value_rows = 0, value_size = 0, output_size = 0;
-  std::vector<float> score_q, score_k;  // (Dq, M), (Dk, M): attn.weight's column blocks, transposed
-  std::vector<float> score_bias;       // (M)
-  std::vector<float> combine_q;        // (Dq, O): attn_combine.weight's blocks, transposed
-  std::vector<float> combine_applied;  // (Dv, O)
-  std::vector<float> combine_bias;     // (O)
-};
+using internal::CheckTensor;
+using internal::kAnyDim;
 
 namespace {
 
@@ -62,91 +58,84 @@ ConstTensor Columns(const ConstTensor& t, int64_t first, int64_t count) {
 
 }  // namespace
 
-ConcatAttention::ConcatAttention(std::unique_ptr<Weights> weights) : weights_(std::move(weights)) {}
-ConcatAttention::~ConcatAttention() = default;
-
-int64_t ConcatAttention::query_size() const { return weights_->query_size; }
-int64_t ConcatAttention::key_size() const { return weights_->key_size; }
-int64_t ConcatAttention::value_rows() const { return weights_->value_rows; }
-int64_t ConcatAttention::value_size() const { return weights_->value_size; }
-int64_t ConcatAttention::output_size() const { return weights_->output_size; }
-
-Status ConcatAttention::Create(int64_t query_size, ConstTensor attn_weight, ConstTensor attn_bias,
-                               ConstTensor combine_weight, ConstTensor combine_bias,
-                               std::unique_ptr<ConcatAttention>* model) {
-  if (model == nullptr) return Status::InvalidArgument("ConcatAttention::Create: model is null");
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kScoreWeight, attn_weight, {kAnyDim, kAnyDim}, "(M, Dq + Dk)"));
+Status MakeConcatParams(int64_t query_size, ConstTensor attn_weight, ConstTensor attn_bias,
+                        ConstTensor combine_weight, ConstTensor combine_bias,
+                        ConcatParams* params) {
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, kScoreWeight, attn_weight, {kAnyDim, kAnyDim}, "(M, Dq + Dk)"));
   const int64_t rows = attn_weight.dims[0], score_inputs = attn_weight.dims[1];
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kScoreBias, attn_bias, {rows}, "(M)"));
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kCombineWeight, combine_weight, {kAnyDim, kAnyDim}, "(O, Dq + Dv)"));
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, kCombineWeight, combine_weight, {kAnyDim, kAnyDim}, "(O, Dq + Dv)"));
   const int64_t outputs = combine_weight.dims[0], combine_inputs = combine_weight.dims[1];
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kCombineBias, combine_bias, {outputs}, "(O)"));
   // Both layers see q first; each must have at least one column past it.
-  for (auto [name, columns, rest] : {std::tuple{kScoreWeight, score_inputs, "Dk"},
-                                     {kCombineWeight, combine_inputs, "Dv"}}) {
+  for (auto [name, columns, rest] :
+       {std::tuple{kScoreWeight, score_inputs, "Dk"}, {kCombineWeight, combine_inputs, "Dv"}}) {
     if (query_size < 1 || query_size >= columns) {
-      return Status::InvalidArgument(std::string(kOp) + ": query_size is " + std::to_string(query_size) +
-                                     " but " + name + " has " + std::to_string(columns) +
-                                     " columns = Dq + " + rest + "; want 1 <= Dq < " +
-                                     std::to_string(columns));
+      return Status::InvalidArgument(std::string(kOp) + ": query_size is " +
+                                     std::to_string(query_size) + " but " + name + " has " +
+                                     std::to_string(columns) + " columns = Dq + " + rest +
+                                     "; want 1 <= Dq < " + std::to_string(columns));
     }
   }
-  return Guarded("ConcatAttention::Create", [&] {
-    for (auto [name, view] : {std::pair{kScoreWeight, attn_weight}, {kScoreBias, attn_bias},
-                              {kCombineWeight, combine_weight}, {kCombineBias, combine_bias}}) {
-      ATTNSCORE_RETURN_IF_ERROR(ops::CheckFinite(kOp, name, view));
-    }
-    auto w = std::make_unique<Weights>();
-    w->query_size = query_size;
-    w->key_size = score_inputs - query_size;
-    w->value_rows = rows;
-    w->value_size = combine_inputs - query_size;
-    w->output_size = outputs;
-    w->score_q = ops::CopyMatrix(Columns(attn_weight, 0, query_size), /*transpose=*/true);
-    w->score_k = ops::CopyMatrix(Columns(attn_weight, query_size, w->key_size), /*transpose=*/true);
-    w->score_bias = ops::CopyMatrix(attn_bias, /*transpose=*/false);
-    w->combine_q = ops::CopyMatrix(Columns(combine_weight, 0, query_size), /*transpose=*/true);
-    w->combine_applied =
-        ops::CopyMatrix(Columns(combine_weight, query_size, w->value_size), /*transpose=*/true);
-    w->combine_bias = ops::CopyMatrix(combine_bias, /*transpose=*/false);
-    model->reset(new ConcatAttention(std::move(w)));
-    return Status::Ok();
-  });
+  for (auto [name, view] : {std::pair{kScoreWeight, attn_weight},
+                            {kScoreBias, attn_bias},
+                            {kCombineWeight, combine_weight},
+                            {kCombineBias, combine_bias}}) {
+    ATTNSCORE_RETURN_IF_ERROR(CheckFinite(kOp, name, view));
+  }
+  params->query_size = query_size;
+  params->key_size = score_inputs - query_size;
+  params->value_rows = rows;
+  params->value_size = combine_inputs - query_size;
+  params->output_size = outputs;
+  params->score_q = CopyMatrix(Columns(attn_weight, 0, query_size), /*transpose=*/true);
+  params->score_k =
+      CopyMatrix(Columns(attn_weight, query_size, params->key_size), /*transpose=*/true);
+  params->score_bias = CopyMatrix(attn_bias, /*transpose=*/false);
+  params->combine_q = CopyMatrix(Columns(combine_weight, 0, query_size), /*transpose=*/true);
+  params->combine_applied =
+      CopyMatrix(Columns(combine_weight, query_size, params->value_size), /*transpose=*/true);
+  params->combine_bias = CopyMatrix(combine_bias, /*transpose=*/false);
+  return Status::Ok();
 }
 
-Status ConcatAttention::Load(const std::string& path, int64_t query_size,
-                             std::unique_ptr<ConcatAttention>* model) {
-  if (model == nullptr) return Status::InvalidArgument("ConcatAttention::Load: model is null");
-  return Guarded("ConcatAttention::Load", [&] {
-    std::vector<io::SafetensorsTensor> tensors;
-    ATTNSCORE_RETURN_IF_ERROR(io::ReadSafetensors(path, &tensors));
-    ATTNSCORE_RETURN_IF_ERROR(ops::CheckOnlyTensors(
-        path, tensors, {kScoreWeight, kScoreBias, kCombineWeight, kCombineBias}, "a concat attention (Attn)"));
-    const io::SafetensorsTensor *score_w = nullptr, *score_b = nullptr, *combine_w = nullptr,
-                               *combine_b = nullptr;
-    ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kScoreWeight, {-1, -1}, &score_w));
-    ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kScoreBias, {score_w->shape[0]}, &score_b));
-    ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kCombineWeight, {-1, -1}, &combine_w));
-    ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kCombineBias, {combine_w->shape[0]}, &combine_b));
-    Status s = Create(query_size, ops::ViewOf(*score_w), ops::ViewOf(*score_b), ops::ViewOf(*combine_w),
-                      ops::ViewOf(*combine_b), model);
-    if (!s.ok()) return Status(s.code(), path + ": " + s.message());
-    return s;
-  });
+Status LoadConcatParams(const std::string& path, int64_t query_size, ConcatParams* params) {
+  std::vector<io::SafetensorsTensor> tensors;
+  ATTNSCORE_RETURN_IF_ERROR(io::ReadSafetensors(path, &tensors));
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckOnlyTensors(path, tensors, {kScoreWeight, kScoreBias, kCombineWeight, kCombineBias},
+                       "a concat attention (Attn)"));
+  const io::SafetensorsTensor *score_w = nullptr, *score_b = nullptr, *combine_w = nullptr,
+                              *combine_b = nullptr;
+  ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kScoreWeight, {-1, -1}, &score_w));
+  ATTNSCORE_RETURN_IF_ERROR(
+      io::FindTensor(path, tensors, kScoreBias, {score_w->shape[0]}, &score_b));
+  ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kCombineWeight, {-1, -1}, &combine_w));
+  ATTNSCORE_RETURN_IF_ERROR(
+      io::FindTensor(path, tensors, kCombineBias, {combine_w->shape[0]}, &combine_b));
+  Status s = MakeConcatParams(query_size, ViewOf(*score_w), ViewOf(*score_b), ViewOf(*combine_w),
+                              ViewOf(*combine_b), params);
+  if (!s.ok()) return Status(s.code(), path + ": " + s.message());
+  return s;
 }
 
 namespace {
 
-Status CheckArguments(const ConcatAttention::Weights& m, const ConstTensor& q, const ConstTensor& k,
+Status CheckArguments(const ConcatParams& m, const ConstTensor& q, const ConstTensor& k,
                       const ConstTensor& v, const ValidLens& lens, const ConstTensor& out,
-                      const Tensor& weights) {
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, m.query_size}, "(B, N, Dq)"));
+                      const Tensor& attention) {
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, m.query_size}, "(B, N, Dq)"));
   const int64_t batch = q.dims[0], queries = q.dims[1];
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "keys", k, {batch, queries, m.key_size}, "(B, N, Dk)"));
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "values", v, {batch, m.value_rows, m.value_size}, "(B, M, Dv)"));
-  return CheckAttentionOutputs(kOp, {{"queries", q}, {"keys", k}, {"values", v}},
-                               {batch, queries, m.value_rows, m.output_size, "(B, N, O)"}, lens, out,
-                               weights);
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "keys", k, {batch, queries, m.key_size}, "(B, N, Dk)"));
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "values", v, {batch, m.value_rows, m.value_size}, "(B, M, Dv)"));
+  return internal::CheckAttentionOutputs(kOp, {{"queries", q}, {"keys", k}, {"values", v}},
+                                         {batch, queries, m.value_rows, m.output_size, "(B, N, O)"},
+                                         lens, out, attention);
 }
 
 matmul::Layout LayoutOf(const ConstTensor& t) {
@@ -158,40 +147,51 @@ matmul::Layout LayoutOf(const ConstTensor& t) {
 
 class ForwardPass {
  public:
-  ForwardPass(const EngineOptions& options, const ConcatAttention::Weights& m, const ConstTensor& q,
-              const ConstTensor& k, const ConstTensor& v, const ValidLens& lens, const Tensor& out,
-              const Tensor& weights)
-      : options_(options), m_(m), q_(q), k_(k), v_(v), lens_(lens), out_(out), weights_(weights),
-        batch_(q.dims[0]), queries_(q.dims[1]) {}
+  ForwardPass(const EngineOptions& options, const ConcatParams& m, const ConstTensor& q,
+              const ConstTensor& k, const ConstTensor& v, const internal::RowLengths& lens,
+              const Tensor& out, const Tensor& attention)
+      : options_(options),
+        m_(m),
+        q_(q),
+        k_(k),
+        v_(v),
+        lens_(lens),
+        out_(out),
+        attention_(attention),
+        batch_(q.dims[0]),
+        queries_(q.dims[1]) {}
 
   // Every plan, before anything is written.
   Status Prepare() {
     const int64_t rows = m_.value_rows;
     // Scores go straight into the caller's weights when asked for them; the
     // softmax then runs in place.
-    scratch_scores_ = weights_.empty() ? batch_ * queries_ * rows : 0;
-    const matmul::Layout scores = weights_.empty()
+    scratch_scores_ = attention_.empty() ? batch_ * queries_ * rows : 0;
+    const matmul::Layout scores = attention_.empty()
                                       ? matmul::Layout{queries_, rows, queries_ * rows, rows, 1}
-                                      : LayoutOf(weights_);
-    const matmul::Layout applied{queries_, m_.value_size, queries_ * m_.value_size, m_.value_size, 1};
+                                      : LayoutOf(attention_);
+    const matmul::Layout applied{queries_, m_.value_size, queries_ * m_.value_size, m_.value_size,
+                                 1};
     ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(q_), scores, Epilogue::kAddBias, &score_q_));
     ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(k_), scores, Epilogue::kAccumulate, &score_k_));
-    ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(q_), LayoutOf(out_), Epilogue::kAddBias, &combine_q_));
-    ATTNSCORE_RETURN_IF_ERROR(Shared(applied, LayoutOf(out_), Epilogue::kAccumulate, &combine_applied_));
+    ATTNSCORE_RETURN_IF_ERROR(
+        Shared(LayoutOf(q_), LayoutOf(out_), Epilogue::kAddBias, &combine_q_));
+    ATTNSCORE_RETURN_IF_ERROR(
+        Shared(applied, LayoutOf(out_), Epilogue::kAccumulate, &combine_applied_));
 
     // W V reads only the positions some query of the entry attends to (all
     // M when a query has L = 0), so NaN in values past them stays out. Row
     // by row for few queries; else one batched oneDNN call when every entry
     // has the same width, or one per entry.
-    const int64_t weights_column_stride = weights_.empty() ? 1 : weights_.strides[2];
-    row_mix_ = queries_ <= kRowMixMaxQueries && v_.strides[2] == 1 && weights_column_stride == 1;
+    const int64_t attention_column_stride = attention_.empty() ? 1 : attention_.strides[2];
+    row_mix_ = queries_ <= kRowMixMaxQueries && v_.strides[2] == 1 && attention_column_stride == 1;
     if (row_mix_) return Status::Ok();
     widths_.resize(static_cast<size_t>(batch_));
     for (int64_t b = 0; b < batch_; ++b) {
-      widths_[static_cast<size_t>(b)] = EntryValidWidths(lens_, b, queries_, rows).mix;
+      widths_[static_cast<size_t>(b)] = lens_.entry(b).mix;
     }
-    const bool uniform = std::all_of(widths_.begin(), widths_.end(),
-                                     [&](int64_t w) { return w == widths_[0]; });
+    const bool uniform =
+        std::all_of(widths_.begin(), widths_.end(), [&](int64_t w) { return w == widths_[0]; });
     mix_.resize(uniform ? 1 : static_cast<size_t>(batch_));
     for (size_t n = 0; n < mix_.size(); ++n) {
       matmul::Problem mix;
@@ -207,13 +207,16 @@ class ForwardPass {
 
   Status Run() {
     const int64_t rows = m_.value_rows;
-    float* scratch = ThreadScratch(1, static_cast<size_t>(scratch_scores_ + batch_ * queries_ * m_.value_size));
-    float* scores = weights_.empty() ? scratch : weights_.data;
+    float* scratch = internal::ThreadScratch(
+        internal::ScratchSlot::kWorkspace,
+        static_cast<size_t>(scratch_scores_ + batch_ * queries_ * m_.value_size));
+    float* scores = attention_.empty() ? scratch : attention_.data;
     float* applied = scratch + scratch_scores_;
-    ATTNSCORE_RETURN_IF_ERROR(score_q_->Run(q_.data, m_.score_q.data(), scores, m_.score_bias.data()));
+    ATTNSCORE_RETURN_IF_ERROR(
+        score_q_->Run(q_.data, m_.score_q.data(), scores, m_.score_bias.data()));
     ATTNSCORE_RETURN_IF_ERROR(score_k_->Run(k_.data, m_.score_k.data(), scores));
     const Tensor probabilities =
-        weights_.empty() ? Tensor(scores, {batch_, queries_, rows}) : weights_;
+        attention_.empty() ? Tensor(scores, {batch_, queries_, rows}) : attention_;
     ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(probabilities, probabilities, lens_, 0, 0,
                                                options_.threads, /*stream=*/false));
     if (row_mix_) {
@@ -227,7 +230,8 @@ class ForwardPass {
             applied + b * queries_ * m_.value_size));
       }
     }
-    ATTNSCORE_RETURN_IF_ERROR(combine_q_->Run(q_.data, m_.combine_q.data(), out_.data, m_.combine_bias.data()));
+    ATTNSCORE_RETURN_IF_ERROR(
+        combine_q_->Run(q_.data, m_.combine_q.data(), out_.data, m_.combine_bias.data()));
     return combine_applied_->Run(applied, m_.combine_applied.data(), out_.data);
   }
 
@@ -237,14 +241,16 @@ class ForwardPass {
   Status MixRows(const Tensor& probabilities, float* applied) const {
     const int64_t rows = m_.value_rows, dv = m_.value_size;
     const double flops = 2.0 * static_cast<double>(batch_ * queries_ * rows * dv);
-    return ForEachRowInParallel(
-        ThreadsFor(options_.threads, flops), batch_ * queries_, /*slot=*/0, /*scratch_floats=*/0,
+    return internal::ForEachRowInParallel(
+        internal::ThreadsFor(options_.threads, flops), batch_ * queries_,
+        internal::ScratchSlot::kRowBuffer, /*scratch_floats=*/0,
         [&](int64_t r, float*) {
           const int64_t b = r / queries_, i = r % queries_;
-          const int64_t valid = RowValidLength(lens_, b, i, rows);
-          kernels::MixRow(probabilities.data + b * probabilities.strides[0] + i * probabilities.strides[1],
-                          static_cast<size_t>(valid == 0 ? rows : valid), v_.data + b * v_.strides[0],
-                          v_.strides[1], static_cast<size_t>(dv), applied + r * dv);
+          const int64_t valid = lens_.row(b, i);
+          kernels::MixRow(
+              probabilities.data + b * probabilities.strides[0] + i * probabilities.strides[1],
+              static_cast<size_t>(valid == 0 ? rows : valid), v_.data + b * v_.strides[0],
+              v_.strides[1], static_cast<size_t>(dv), applied + r * dv);
         },
         [] {});
   }
@@ -280,10 +286,10 @@ class ForwardPass {
   }
 
   const EngineOptions& options_;
-  const ConcatAttention::Weights& m_;
+  const ConcatParams& m_;
   const ConstTensor &q_, &k_, &v_;
-  const ValidLens& lens_;
-  const Tensor &out_, &weights_;
+  const internal::RowLengths& lens_;
+  const Tensor &out_, &attention_;
   const int64_t batch_, queries_;
   int64_t scratch_scores_ = 0;
   bool row_mix_ = false;
@@ -294,11 +300,11 @@ class ForwardPass {
 
 }  // namespace
 
-Status ConcatAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
-                                ConstTensor values, const ValidLens& valid_lens, Tensor out,
-                                Tensor weights) const {
-  return ops::RunForward<ForwardPass>(kOp, CheckArguments, engine, *weights_, queries, keys, values,
-                                      valid_lens, out, weights);
+Status ConcatForward(const EngineOptions& options, const ConcatParams& params, ConstTensor queries,
+                     ConstTensor keys, ConstTensor values, const ValidLens& valid_lens, Tensor out,
+                     Tensor attention_weights) {
+  return RunForward<ForwardPass>(CheckArguments, options, params, queries, keys, values, valid_lens,
+                                 out, attention_weights);
 }
 
-}  // namespace attnscore
+}  // namespace attnscore::ops

@@ -1,16 +1,18 @@
-// Scaled dot-product attention (REFERENCE.md section 2).
+// Scaled dot-product attention (docs/semantics.md section 2).
 #ifndef ATTNSCORE_OPS_DOT_PRODUCT_H_
 #define ATTNSCORE_OPS_DOT_PRODUCT_H_
 
-#include "attnscore/engine.h"
+#include "attnscore/options.h"
+#include "attnscore/status.h"
+#include "attnscore/tensor.h"
+#include "attnscore/valid_lens.h"
 
 namespace attnscore::ops {
 
 // Engine::DotProductAttention without the call scope (threads, denormals).
-Status DotProductAttention(const EngineOptions& options, ConstTensor queries,
-                           ConstTensor keys, ConstTensor values,
-                           const ValidLens& valid_lens, Tensor out,
-                           Tensor weights);
+Status DotProductAttention(const EngineOptions& options, ConstTensor queries, ConstTensor keys,
+                           ConstTensor values, const ValidLens& valid_lens, Tensor out,
+                           Tensor attention_weights);
 
 }  // namespace attnscore::ops
 

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 
-#include "api/call_scope.h"
-#include "api/checks.h"
-#include "api/valid_lens.h"
+#include "base/checks.h"
+#include "base/parallel.h"
+#include "base/scratch.h"
+#include "base/valid_lens.h"
 #include "kernels/masked_softmax.h"
 
 namespace attnscore::ops {
@@ -18,26 +19,27 @@ constexpr int64_t kStreamBytes = int64_t{8} << 20;
 constexpr auto kStreamChunkRows = static_cast<int64_t>(kernels::kMaxStreamedRows);
 }  // namespace
 
-Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
-                   int64_t first_batch, int64_t first_query, int threads, bool stream) {
+Status SoftmaxRows(ConstTensor x, Tensor y, const internal::RowLengths& lens, int64_t first_batch,
+                   int64_t first_query, int threads, bool stream) {
   const int64_t queries = y.dims[1], width = y.dims[2];
   const int64_t rows = y.dims[0] * queries;
   // The kernel wants unit column strides; other views go through a row buffer.
   const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
   // About 10 operations per score: max, exp, sum, scale.
-  threads = ThreadsFor(threads, 10.0 * static_cast<double>(rows * width));
+  threads = internal::ThreadsFor(threads, 10.0 * static_cast<double>(rows * width));
   const auto row = [&](int64_t b, int64_t i) {
     return kernels::StreamedRow{
         x.data + b * x.strides[0] + i * x.strides[1],
-        static_cast<size_t>(RowValidLength(valid_lens, first_batch + b, first_query + i, width)),
+        static_cast<size_t>(std::min(lens.row(first_batch + b, first_query + i), width)),
         y.data + b * y.strides[0] + i * y.strides[1]};
   };
   if (stream && unit_columns) {
     // Chunks split rows only, so their size never changes a result.
-    const int64_t chunk_rows = std::clamp<int64_t>((rows + threads - 1) / threads, 1, kStreamChunkRows);
+    const int64_t chunk_rows =
+        std::clamp<int64_t>((rows + threads - 1) / threads, 1, kStreamChunkRows);
     const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
-    return ForEachRowInParallel(
-        threads, chunks, /*slot=*/0, 2 * static_cast<size_t>(width),
+    return internal::ForEachRowInParallel(
+        threads, chunks, internal::ScratchSlot::kRowBuffer, 2 * static_cast<size_t>(width),
         [&](int64_t chunk, float* row_buffers) {
           kernels::StreamedRow descriptors[kStreamChunkRows];
           const int64_t first = chunk * chunk_rows;
@@ -56,8 +58,8 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
         },
         [] { kernels::FlushStreams(); });  // before other threads read y
   }
-  return ForEachRowInParallel(
-      threads, rows, /*slot=*/0, static_cast<size_t>(width),
+  return internal::ForEachRowInParallel(
+      threads, rows, internal::ScratchSlot::kRowBuffer, static_cast<size_t>(width),
       [&](int64_t r, float* row_buffer) {
         const kernels::StreamedRow at = row(r / queries, r % queries);
         const auto columns = static_cast<size_t>(width);
@@ -69,20 +71,23 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
       [] {});
 }
 
-Status MaskedSoftmax(const EngineOptions& options, ConstTensor x,
-                     const ValidLens& valid_lens, Tensor y) {
+Status MaskedSoftmax(const EngineOptions& options, ConstTensor x, const ValidLens& valid_lens,
+                     Tensor y) {
   constexpr const char* kOp = "MaskedSoftmax";
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "x", x, {kAnyDim, kAnyDim, kAnyDim}, "(B, N, M)"));
+  ATTNSCORE_RETURN_IF_ERROR(internal::CheckTensor(
+      kOp, "x", x, {internal::kAnyDim, internal::kAnyDim, internal::kAnyDim}, "(B, N, M)"));
   const int64_t batch = x.dims[0], queries = x.dims[1], keys = x.dims[2];
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "y", y, {batch, queries, keys}, "(B, N, M) like x"));
-  ATTNSCORE_RETURN_IF_ERROR(CheckWritable(kOp, "y", y));
-  ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "y", y, "x", x, /*allow_same=*/true));
-  ATTNSCORE_RETURN_IF_ERROR(CheckValidLens(valid_lens, batch, queries, kOp, {{"y", y}}));
+  ATTNSCORE_RETURN_IF_ERROR(
+      internal::CheckTensor(kOp, "y", y, {batch, queries, keys}, "(B, N, M) like x"));
+  ATTNSCORE_RETURN_IF_ERROR(internal::CheckWritable(kOp, "y", y));
+  ATTNSCORE_RETURN_IF_ERROR(internal::CheckDisjoint(kOp, "y", y, "x", x, /*allow_same=*/true));
+  ATTNSCORE_RETURN_IF_ERROR(internal::CheckValidLens(valid_lens, batch, queries, kOp, {{"y", y}}));
   // An output larger than the caches would only evict the caller's data and
   // cost a read per line written: stream it to memory instead.
   const bool stream = batch * queries * keys * int64_t{sizeof(float)} >= kStreamBytes;
-  return SoftmaxRows(x, y, valid_lens, /*first_batch=*/0, /*first_query=*/0, options.threads,
-                     stream);
+  internal::RowLengths lens;
+  ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(valid_lens, batch, queries, keys, &lens));
+  return SoftmaxRows(x, y, lens, /*first_batch=*/0, /*first_query=*/0, options.threads, stream);
 }
 
 }  // namespace attnscore::ops

@@ -1,10 +1,14 @@
-// Masked softmax over the last axis (REFERENCE.md section 1).
+// Masked softmax over the last axis (docs/semantics.md section 1).
 #ifndef ATTNSCORE_OPS_MASKED_SOFTMAX_H_
 #define ATTNSCORE_OPS_MASKED_SOFTMAX_H_
 
 #include <cstdint>
 
-#include "attnscore/engine.h"
+#include "attnscore/options.h"
+#include "attnscore/status.h"
+#include "attnscore/tensor.h"
+#include "attnscore/valid_lens.h"
+#include "base/valid_lens.h"
 
 namespace attnscore::ops {
 
@@ -14,13 +18,13 @@ Status MaskedSoftmax(const EngineOptions& options, ConstTensor x,
 
 // The unchecked core, shared with the attention ops: y[b, i] = masked softmax
 // of x[b, i] over y's width W, where row (b, i) of the views is row
-// (first_batch + b, first_query + i) of valid_lens. Reads only x[b, i, 0:L]
+// (first_batch + b, first_query + i) of `lens` (lengths past W count as W). Reads only x[b, i, 0:L]
 // (streaming also prefetches whole rows: a hint, whose data is never used).
 // `stream` writes y with non-temporal stores (for outputs nobody reads soon;
 // needs unit column strides). Fails only if a thread's row buffer cannot be
 // allocated, and then may have written part of y.
-Status SoftmaxRows(ConstTensor x, Tensor y, const ValidLens& valid_lens,
-                 int64_t first_batch, int64_t first_query, int threads, bool stream);
+Status SoftmaxRows(ConstTensor x, Tensor y, const internal::RowLengths& lens,
+                   int64_t first_batch, int64_t first_query, int threads, bool stream);
 
 }  // namespace attnscore::ops
 

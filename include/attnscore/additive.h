@@ -1,9 +1,9 @@
-// Additive attention (d2l's AdditiveAttention; REFERENCE.md section 3):
+// Additive attention (d2l's AdditiveAttention; docs/semantics.md section 3):
 //
 //   scores[b, i, j] = w_v · tanh(W_q q[b, i] + W_k k[b, j])
 //   out = masked_softmax(scores, valid_lens) V
 //
-// The model holds its weights (copied and packed at creation); Forward runs
+// The model holds its parameters (copied and packed at creation); Forward runs
 // on an Engine and, like every engine call, writes nothing unless it
 // succeeds. A model is immutable and may be shared by many threads.
 //
@@ -26,12 +26,12 @@ namespace attnscore {
 
 class AdditiveAttention {
  public:
-  // Weights in PyTorch's nn.Linear layout (out × in), no biases:
+  // Parameters in PyTorch's nn.Linear layout (out × in), no biases:
   // w_q (H, Dq), w_k (H, Dk), w_v (1, H). Any strides; copied.
   static Status Create(ConstTensor w_q, ConstTensor w_k, ConstTensor w_v,
                        std::unique_ptr<AdditiveAttention>* model);
 
-  // The same weights from a .safetensors file of the module's state_dict:
+  // The same parameters from a .safetensors file of the module's state_dict:
   // float32 tensors "W_q.weight", "W_k.weight" and "w_v.weight", and no
   // others. Errors name the file and the offending tensor.
   static Status Load(const std::string& path, std::unique_ptr<AdditiveAttention>* model);
@@ -45,16 +45,15 @@ class AdditiveAttention {
   int64_t hidden_size() const;  // H
 
   // Q: (B, N, Dq), K: (B, M, Dk), V: (B, M, Dv), out: (B, N, Dv).
-  // `weights`, when not empty, receives the attention weights (B, N, M).
+  // `attention_weights`, when not empty, receives the softmax (B, N, M).
   Status Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
                  ConstTensor values, const ValidLens& valid_lens, Tensor out,
-                 Tensor weights = Tensor()) const;
-
-  struct Weights;
+                 Tensor attention_weights = Tensor()) const;
 
  private:
-  explicit AdditiveAttention(std::unique_ptr<Weights> weights);
-  std::unique_ptr<Weights> weights_;
+  struct Params;
+  explicit AdditiveAttention(std::unique_ptr<Params> params);
+  std::unique_ptr<Params> params_;
 };
 
 }  // namespace attnscore

@@ -1,16 +1,16 @@
-// Concat attention (the seq2seq tutorial's Attn module; REFERENCE.md section 4):
+// Concat attention (the seq2seq tutorial's Attn module; docs/semantics.md section 4):
 //
 //   scores[b, i, :] = attn.weight · [q[b, i]; k[b, i]] + attn.bias      (M values)
 //   W = masked_softmax(scores, valid_lens);  applied = W V
 //   out[b, i] = attn_combine.weight · [q[b, i]; applied[b, i]] + attn_combine.bias
 //
-// The model holds its weights (copied and packed at creation); Forward runs
+// The model holds its parameters (copied and packed at creation); Forward runs
 // on an Engine and, like every engine call, writes nothing unless it
 // succeeds. A model is immutable and may be shared by many threads.
 //
 //   std::unique_ptr<attnscore::ConcatAttention> model;
 //   Status s = attnscore::ConcatAttention::Load("attn.safetensors", /*query_size=*/32, &model);
-//   s = model->Forward(*engine, queries, keys, values, lens, out, weights);
+//   s = model->Forward(*engine, queries, keys, values, lens, out, attention_weights);
 #ifndef ATTNSCORE_CONCAT_H_
 #define ATTNSCORE_CONCAT_H_
 
@@ -52,17 +52,16 @@ class ConcatAttention {
   int64_t output_size() const;  // O
 
   // Q: (B, N, Dq), K: (B, N, Dk) (one key per query), V: (B, M, Dv),
-  // out: (B, N, O). valid_lens mask the M positions. `weights`, when not
-  // empty, receives the attention weights (B, N, M).
+  // out: (B, N, O). valid_lens mask the M positions. `attention_weights`,
+  // when not empty, receives the softmax (B, N, M).
   Status Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
                  ConstTensor values, const ValidLens& valid_lens, Tensor out,
-                 Tensor weights = Tensor()) const;
-
-  struct Weights;
+                 Tensor attention_weights = Tensor()) const;
 
  private:
-  explicit ConcatAttention(std::unique_ptr<Weights> weights);
-  std::unique_ptr<Weights> weights_;
+  struct Params;
+  explicit ConcatAttention(std::unique_ptr<Params> params);
+  std::unique_ptr<Params> params_;
 };
 
 }  // namespace attnscore

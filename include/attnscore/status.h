@@ -15,7 +15,7 @@ enum class StatusCode {
   kInternal,         // a bug or a failure of a dependency (oneDNN, memory)
 };
 
-class Status {
+class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
   Status(StatusCode code, std::string message)

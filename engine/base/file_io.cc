@@ -1,4 +1,4 @@
-#include "io/file_io.h"
+#include "base/file_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 #include <system_error>
 #include <utility>
 
-namespace attnscore::io::detail {
+namespace attnscore::internal {
 namespace {
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
@@ -176,4 +176,4 @@ Status WriteFileAtomically(const std::string& path,
   return Status::Ok();
 }
 
-}  // namespace attnscore::io::detail
+}  // namespace attnscore::internal

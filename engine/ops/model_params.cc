@@ -1,4 +1,4 @@
-#include "ops/model_weights.h"
+#include "ops/model_params.h"
 
 #include <cmath>
 
@@ -17,30 +17,30 @@ Matrix MatrixOf(const ConstTensor& t) {
 
 }  // namespace
 
-Status CheckFinite(const char* op, const char* name, const ConstTensor& weights) {
-  const Matrix m = MatrixOf(weights);
+Status CheckFinite(const char* op, const char* name, const ConstTensor& param) {
+  const Matrix m = MatrixOf(param);
   for (int64_t r = 0; r < m.rows; ++r) {
     for (int64_t c = 0; c < m.cols; ++c) {
-      const float x = weights.data[r * m.row_stride + c * m.col_stride];
+      const float x = param.data[r * m.row_stride + c * m.col_stride];
       if (std::isfinite(x)) continue;
-      const std::string index = weights.rank == 1
+      const std::string index = param.rank == 1
                                     ? std::to_string(c)
                                     : std::to_string(r) + ", " + std::to_string(c);
       return Status::InvalidArgument(std::string(op) + ": " + name + " has " +
                                      (std::isnan(x) ? "NaN" : "Inf") + " at (" + index +
-                                     "); model weights must be finite");
+                                     "); model parameters must be finite");
     }
   }
   return Status::Ok();
 }
 
-std::vector<float> CopyMatrix(const ConstTensor& weights, bool transpose) {
-  const Matrix m = MatrixOf(weights);
+std::vector<float> CopyMatrix(const ConstTensor& param, bool transpose) {
+  const Matrix m = MatrixOf(param);
   std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
   for (int64_t r = 0; r < m.rows; ++r) {
     for (int64_t c = 0; c < m.cols; ++c) {
       out[static_cast<size_t>(transpose ? c * m.rows + r : r * m.cols + c)] =
-          weights.data[r * m.row_stride + c * m.col_stride];
+          param.data[r * m.row_stride + c * m.col_stride];
     }
   }
   return out;

@@ -1,17 +1,15 @@
-#include "api/checks.h"
+#include "base/checks.h"
 
 #include <algorithm>
 #include <string>
 #include <utility>
 
-#include "api/valid_lens.h"
+#include "base/valid_lens.h"
 
-namespace attnscore {
+namespace attnscore::internal {
 namespace {
 
-std::string Prefix(const char* op, const char* name) {
-  return std::string(op) + ": " + name;
-}
+std::string Prefix(const char* op, const char* name) { return std::string(op) + ": " + name; }
 
 std::string ExpectedString(std::initializer_list<int64_t> dims) {
   std::string s = "(";
@@ -50,10 +48,9 @@ Status CheckTensor(const char* op, const char* name, const ConstTensor& view,
                    std::initializer_list<int64_t> dims, const char* layout) {
   const int rank = static_cast<int>(dims.size());
   if (view.rank != rank) {
-    return Status::InvalidArgument(
-        Prefix(op, name) + " must have rank " + std::to_string(rank) + " " +
-        layout + " but has rank " + std::to_string(view.rank) +
-        (view.rank < 0 ? " (dims and strides differ in count)" : ""));
+    return Status::InvalidArgument(Prefix(op, name) + " must have rank " + std::to_string(rank) +
+                                   " " + layout + " but has rank " + std::to_string(view.rank) +
+                                   (view.rank < 0 ? " (dims and strides differ in count)" : ""));
   }
   if (view.data == nullptr) {
     return Status::InvalidArgument(Prefix(op, name) + " is null");
@@ -62,8 +59,8 @@ Status CheckTensor(const char* op, const char* name, const ConstTensor& view,
   int64_t last_offset = 0;
   for (int d = 0; d < rank; ++d) {
     if (view.dims[d] < 1) {
-      return Status::InvalidArgument(Prefix(op, name) + " has shape " +
-                                     ShapeString(view) + ": every dim must be >= 1");
+      return Status::InvalidArgument(Prefix(op, name) + " has shape " + ShapeString(view) +
+                                     ": every dim must be >= 1");
     }
     if (view.strides[d] < 0) {
       return Status::InvalidArgument(Prefix(op, name) + " has a negative stride");
@@ -73,16 +70,15 @@ Status CheckTensor(const char* op, const char* name, const ConstTensor& view,
         __builtin_mul_overflow(view.dims[d] - 1, view.strides[d], &span) ||
         __builtin_add_overflow(last_offset, span, &last_offset) ||
         last_offset > INT64_MAX / static_cast<int64_t>(sizeof(float))) {
-      return Status::InvalidArgument(Prefix(op, name) + " has shape " +
-                                     ShapeString(view) + ", too large to address");
+      return Status::InvalidArgument(Prefix(op, name) + " has shape " + ShapeString(view) +
+                                     ", too large to address");
     }
   }
   int d = 0;
   for (int64_t want : dims) {
     if (want != kAnyDim && view.dims[d] != want) {
-      return Status::InvalidArgument(Prefix(op, name) + " has shape " +
-                                     ShapeString(view) + " but must be " + layout +
-                                     " = " + ExpectedString(dims));
+      return Status::InvalidArgument(Prefix(op, name) + " has shape " + ShapeString(view) +
+                                     " but must be " + layout + " = " + ExpectedString(dims));
     }
     ++d;
   }
@@ -95,15 +91,14 @@ Status CheckWritable(const char* op, const char* name, const ConstTensor& view) 
   const int rank = std::clamp(view.rank, 0, kMaxRank);
   int order[kMaxRank];
   for (int d = 0; d < rank; ++d) order[d] = d;
-  std::sort(order, order + rank,
-            [&](int a, int b) { return view.strides[a] < view.strides[b]; });
+  std::sort(order, order + rank, [&](int a, int b) { return view.strides[a] < view.strides[b]; });
   int64_t span = 1;  // elements covered by the dims sorted so far
   for (int k = 0; k < rank; ++k) {
     const int d = order[k];
     if (view.dims[d] == 1) continue;
     if (view.strides[d] < span) {
-      return Status::InvalidArgument(
-          Prefix(op, name) + " has strides that make elements share memory");
+      return Status::InvalidArgument(Prefix(op, name) +
+                                     " has strides that make elements share memory");
     }
     span = view.strides[d] * (view.dims[d] - 1) + span;
   }
@@ -123,23 +118,25 @@ Status CheckDisjoint(const char* op, const char* out_name, const ConstTensor& ou
 
 Status CheckAttentionOutputs(const char* op, std::initializer_list<NamedView> inputs,
                              const AttentionShape& shape, const ValidLens& valid_lens,
-                             const ConstTensor& out, const ConstTensor& weights) {
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(op, "out", out, {shape.batch, shape.queries, shape.out_features},
-                                        shape.out_layout));
+                             const ConstTensor& out, const ConstTensor& attention) {
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(
+      op, "out", out, {shape.batch, shape.queries, shape.out_features}, shape.out_layout));
   ATTNSCORE_RETURN_IF_ERROR(CheckWritable(op, "out", out));
   for (const NamedView& input : inputs) {
     ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(op, "out", out, input.name, input.view));
   }
-  if (!weights.empty()) {
-    ATTNSCORE_RETURN_IF_ERROR(CheckTensor(op, "weights", weights, {shape.batch, shape.queries, shape.keys},
-                                          "(B, N, M)"));
-    ATTNSCORE_RETURN_IF_ERROR(CheckWritable(op, "weights", weights));
+  if (!attention.empty()) {
+    ATTNSCORE_RETURN_IF_ERROR(CheckTensor(op, "attention_weights", attention,
+                                          {shape.batch, shape.queries, shape.keys}, "(B, N, M)"));
+    ATTNSCORE_RETURN_IF_ERROR(CheckWritable(op, "attention_weights", attention));
     for (const NamedView& input : inputs) {
-      ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(op, "weights", weights, input.name, input.view));
+      ATTNSCORE_RETURN_IF_ERROR(
+          CheckDisjoint(op, "attention_weights", attention, input.name, input.view));
     }
-    ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(op, "weights", weights, "out", out));
+    ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(op, "attention_weights", attention, "out", out));
   }
-  return CheckValidLens(valid_lens, shape.batch, shape.queries, op, {{"out", out}, {"weights", weights}});
+  return CheckValidLens(valid_lens, shape.batch, shape.queries, op,
+                        {{"out", out}, {"attention_weights", attention}});
 }
 
-}  // namespace attnscore
+}  // namespace attnscore::internal

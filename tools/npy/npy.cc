@@ -1,4 +1,4 @@
-#include "io/npy.h"
+#include "npy/npy.h"
 
 #include <bit>
 #include <cstddef>
@@ -10,9 +10,9 @@
 #include <string_view>
 #include <utility>
 
-#include "io/file_io.h"
+#include "base/file_io.h"
 
-namespace attnscore::io {
+namespace attnscore::npy {
 namespace {
 
 // .npy data is stored little-endian and NpyArray promises native order, so
@@ -65,16 +65,16 @@ const DTypeInfo* FindDescr(std::string_view descr) {
 // ---------------------------------------------------------------------------
 // Messages and sizes (the shared helpers are in io/file_io.h)
 
-using detail::Fd;
-using detail::FormatShape;
-using detail::Malformed;
-using detail::OpenForRead;
-using detail::ReadExactly;
-using detail::ShapeProduct;
+using internal::Fd;
+using internal::FormatShape;
+using internal::Malformed;
+using internal::OpenForRead;
+using internal::ReadExactly;
+using internal::ShapeProduct;
 
 // Header text comes from the file; messages show it escaped, cut after 40
 // bytes.
-std::string Printable(std::string_view text) { return detail::Printable(text, 40); }
+std::string Printable(std::string_view text) { return internal::Printable(text, 40); }
 
 // Byte size of a C-order array with non-negative dims. False on overflow,
 // also for (2^62, 2^62, 0): see ShapeProduct.
@@ -492,7 +492,7 @@ Status WriteNpyImpl(const std::string& path, DType dtype,
   const std::span<const std::byte> pieces[] = {
       std::as_bytes(std::span(header)),
       {static_cast<const std::byte*>(data), data_bytes}};
-  return detail::WriteFileAtomically(path, pieces);
+  return internal::WriteFileAtomically(path, pieces);
 }
 
 }  // namespace
@@ -532,4 +532,4 @@ Status WriteNpy(const std::string& path, DType dtype,
   }
 }
 
-}  // namespace attnscore::io
+}  // namespace attnscore::npy

@@ -8,8 +8,8 @@
 //
 // The writer is atomic: it writes "<path>.tmp.<pid>" and renames it over
 // `path`, so readers see either the old file or the complete new one.
-#ifndef ATTNSCORE_ENGINE_IO_NPY_H_
-#define ATTNSCORE_ENGINE_IO_NPY_H_
+#ifndef ATTNSCORE_NPY_NPY_H_
+#define ATTNSCORE_NPY_NPY_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -18,7 +18,7 @@
 
 #include "attnscore/status.h"
 
-namespace attnscore::io {
+namespace attnscore::npy {
 
 enum class DType { kFloat32, kFloat64, kInt32, kInt64 };
 
@@ -64,6 +64,6 @@ Status ReadNpy(const std::string& path, NpyArray* out);
 Status WriteNpy(const std::string& path, DType dtype,
                 const std::vector<int64_t>& shape, const void* data);
 
-}  // namespace attnscore::io
+}  // namespace attnscore::npy
 
-#endif  // ATTNSCORE_ENGINE_IO_NPY_H_
+#endif  // ATTNSCORE_NPY_NPY_H_

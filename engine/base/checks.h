@@ -1,7 +1,7 @@
 // Argument checks shared by every op. Each returns a Status whose message
 // starts with the op and names the argument and its shape.
-#ifndef ATTNSCORE_API_CHECKS_H_
-#define ATTNSCORE_API_CHECKS_H_
+#ifndef ATTNSCORE_BASE_CHECKS_H_
+#define ATTNSCORE_BASE_CHECKS_H_
 
 #include <cstdint>
 #include <initializer_list>
@@ -9,9 +9,9 @@
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
-#include "api/valid_lens.h"
+#include "base/valid_lens.h"
 
-namespace attnscore {
+namespace attnscore::internal {
 
 // Size of each dim a check expects; kAnyDim accepts any size >= 1.
 inline constexpr int64_t kAnyDim = -1;
@@ -28,8 +28,7 @@ Status CheckWritable(const char* op, const char* name, const ConstTensor& view);
 // Outputs must not share memory with inputs or other outputs; `allow_same`
 // lets an output be exactly its input (same pointer, dims and strides).
 Status CheckDisjoint(const char* op, const char* out_name, const ConstTensor& out,
-                     const char* in_name, const ConstTensor& in,
-                     bool allow_same = false);
+                     const char* in_name, const ConstTensor& in, bool allow_same = false);
 
 // The shape of an attention op's outputs: out (B, N, F), weights (B, N, M).
 struct AttentionShape {
@@ -42,8 +41,8 @@ struct AttentionShape {
 // from the inputs and each other, and valid_lens for B entries of N queries.
 Status CheckAttentionOutputs(const char* op, std::initializer_list<NamedView> inputs,
                              const AttentionShape& shape, const ValidLens& valid_lens,
-                             const ConstTensor& out, const ConstTensor& weights);
+                             const ConstTensor& out, const ConstTensor& attention);
 
-}  // namespace attnscore
+}  // namespace attnscore::internal
 
-#endif  // ATTNSCORE_API_CHECKS_H_
+#endif  // ATTNSCORE_BASE_CHECKS_H_

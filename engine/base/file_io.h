@@ -1,8 +1,8 @@
 // Private helpers shared by the file formats in engine/io (npy, safetensors):
 // message and Status builders, overflow-checked sizes, and POSIX file access
 // that retries EINTR and short transfers. Not part of the public API.
-#ifndef ATTNSCORE_ENGINE_IO_FILE_IO_H_
-#define ATTNSCORE_ENGINE_IO_FILE_IO_H_
+#ifndef ATTNSCORE_BASE_FILE_IO_H_
+#define ATTNSCORE_BASE_FILE_IO_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -14,7 +14,7 @@
 
 #include "attnscore/status.h"
 
-namespace attnscore::io::detail {
+namespace attnscore::internal {
 
 // ---------------------------------------------------------------------------
 // Messages
@@ -91,6 +91,6 @@ Status ReadExactly(const std::string& path, int fd, uint64_t offset, size_t n, v
 Status WriteFileAtomically(const std::string& path,
                            std::span<const std::span<const std::byte>> pieces);
 
-}  // namespace attnscore::io::detail
+}  // namespace attnscore::internal
 
-#endif  // ATTNSCORE_ENGINE_IO_FILE_IO_H_
+#endif  // ATTNSCORE_BASE_FILE_IO_H_

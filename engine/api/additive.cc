@@ -1,0 +1,54 @@
+// AdditiveAttention, the public model: its parameters and the call scope
+// around ops/additive.
+#include "attnscore/additive.h"
+
+#include <memory>
+#include <new>
+#include <utility>
+
+#include "base/call_scope.h"
+#include "ops/additive.h"
+
+namespace attnscore {
+
+struct AdditiveAttention::Params : ops::AdditiveParams {};
+
+AdditiveAttention::AdditiveAttention(std::unique_ptr<Params> params) : params_(std::move(params)) {}
+AdditiveAttention::~AdditiveAttention() = default;
+
+int64_t AdditiveAttention::query_size() const { return params_->query_size; }
+int64_t AdditiveAttention::key_size() const { return params_->key_size; }
+int64_t AdditiveAttention::hidden_size() const { return params_->hidden; }
+
+Status AdditiveAttention::Create(ConstTensor w_q, ConstTensor w_k, ConstTensor w_v,
+                                 std::unique_ptr<AdditiveAttention>* model) {
+  if (model == nullptr) return Status::InvalidArgument("AdditiveAttention::Create: model is null");
+  return internal::Guarded("AdditiveAttention::Create", [&] {
+    auto params = std::make_unique<Params>();
+    ATTNSCORE_RETURN_IF_ERROR(ops::MakeAdditiveParams(w_q, w_k, w_v, params.get()));
+    model->reset(new AdditiveAttention(std::move(params)));
+    return Status::Ok();
+  });
+}
+
+Status AdditiveAttention::Load(const std::string& path, std::unique_ptr<AdditiveAttention>* model) {
+  if (model == nullptr) return Status::InvalidArgument("AdditiveAttention::Load: model is null");
+  return internal::Guarded("AdditiveAttention::Load", [&] {
+    auto params = std::make_unique<Params>();
+    ATTNSCORE_RETURN_IF_ERROR(ops::LoadAdditiveParams(path, params.get()));
+    model->reset(new AdditiveAttention(std::move(params)));
+    return Status::Ok();
+  });
+}
+
+Status AdditiveAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
+                                  ConstTensor values, const ValidLens& valid_lens, Tensor out,
+                                  Tensor attention_weights) const {
+  internal::CallScope scope(engine.options().threads);
+  return internal::Guarded("AdditiveAttention", [&] {
+    return ops::AdditiveForward(engine.options(), *params_, queries, keys, values, valid_lens, out,
+                                attention_weights);
+  });
+}
+
+}  // namespace attnscore

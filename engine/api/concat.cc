@@ -1,0 +1,58 @@
+// ConcatAttention, the public model: its parameters and the call scope
+// around ops/concat.
+#include "attnscore/concat.h"
+
+#include <memory>
+#include <utility>
+
+#include "base/call_scope.h"
+#include "ops/concat.h"
+
+namespace attnscore {
+
+struct ConcatAttention::Params : ops::ConcatParams {};
+
+ConcatAttention::ConcatAttention(std::unique_ptr<Params> params) : params_(std::move(params)) {}
+ConcatAttention::~ConcatAttention() = default;
+
+int64_t ConcatAttention::query_size() const { return params_->query_size; }
+int64_t ConcatAttention::key_size() const { return params_->key_size; }
+int64_t ConcatAttention::value_rows() const { return params_->value_rows; }
+int64_t ConcatAttention::value_size() const { return params_->value_size; }
+int64_t ConcatAttention::output_size() const { return params_->output_size; }
+
+Status ConcatAttention::Create(int64_t query_size, ConstTensor attn_weight, ConstTensor attn_bias,
+                               ConstTensor combine_weight, ConstTensor combine_bias,
+                               std::unique_ptr<ConcatAttention>* model) {
+  if (model == nullptr) return Status::InvalidArgument("ConcatAttention::Create: model is null");
+  return internal::Guarded("ConcatAttention::Create", [&] {
+    auto params = std::make_unique<Params>();
+    ATTNSCORE_RETURN_IF_ERROR(ops::MakeConcatParams(query_size, attn_weight, attn_bias,
+                                                    combine_weight, combine_bias, params.get()));
+    model->reset(new ConcatAttention(std::move(params)));
+    return Status::Ok();
+  });
+}
+
+Status ConcatAttention::Load(const std::string& path, int64_t query_size,
+                             std::unique_ptr<ConcatAttention>* model) {
+  if (model == nullptr) return Status::InvalidArgument("ConcatAttention::Load: model is null");
+  return internal::Guarded("ConcatAttention::Load", [&] {
+    auto params = std::make_unique<Params>();
+    ATTNSCORE_RETURN_IF_ERROR(ops::LoadConcatParams(path, query_size, params.get()));
+    model->reset(new ConcatAttention(std::move(params)));
+    return Status::Ok();
+  });
+}
+
+Status ConcatAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
+                                ConstTensor values, const ValidLens& valid_lens, Tensor out,
+                                Tensor attention_weights) const {
+  internal::CallScope scope(engine.options().threads);
+  return internal::Guarded("ConcatAttention", [&] {
+    return ops::ConcatForward(engine.options(), *params_, queries, keys, values, valid_lens, out,
+                              attention_weights);
+  });
+}
+
+}  // namespace attnscore

@@ -1,0 +1,59 @@
+// Checking valid lengths (the public ValidLens) and resolving them once per
+// call into what the ops read: each row's length and each entry's widths.
+#ifndef ATTNSCORE_BASE_VALID_LENS_H_
+#define ATTNSCORE_BASE_VALID_LENS_H_
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "attnscore/status.h"
+#include "attnscore/tensor.h"
+#include "attnscore/valid_lens.h"
+
+namespace attnscore::internal {
+
+// A view and the name messages call it by.
+struct NamedView {
+  const char* name;
+  ConstTensor view;
+};
+
+// OK when `lens` fits a problem of `batch` entries with `queries` each: the
+// right dims, a non-null pointer, no memory shared with `outputs` (the ops
+// read the caller's lengths only before writing, but a caller's overlap is a
+// bug worth naming) and no negative length. `op` names the call in messages.
+Status CheckValidLens(const ValidLens& lens, int64_t batch, int64_t queries, const char* op,
+                      std::initializer_list<NamedView> outputs);
+
+// What batch entry b's queries attend to: `longest`, the longest valid
+// length among them (the keys worth scoring), and `mix`, the keys W V must
+// read: that, or all of them when a query has L = 0 (uniform weights).
+struct EntryWidths {
+  int64_t longest, mix;
+};
+
+// Checked lengths for (batch, queries) rows over `keys` keys, decoded once:
+// int32 or int64, per batch or per query or none, each clamped to [0, keys]
+// (docs/semantics.md section 1: L >= M means all M keys). The storage is
+// this thread's and is reused by the next Resolve on it, so one call
+// resolves once, at its entry, and reads the result from any of its threads.
+class RowLengths {
+ public:
+  static Status Resolve(const ValidLens& lens, int64_t batch, int64_t queries, int64_t keys,
+                        RowLengths* resolved);
+
+  // Row (b, i)'s length, in [0, keys].
+  int64_t row(int64_t b, int64_t i) const { return rows_[b * queries_ + i]; }
+  const EntryWidths& entry(int64_t b) const { return entries_[b]; }
+  int64_t queries() const { return queries_; }
+  int64_t keys() const { return keys_; }
+
+ private:
+  const int64_t* rows_ = nullptr;
+  const EntryWidths* entries_ = nullptr;
+  int64_t queries_ = 0, keys_ = 0;
+};
+
+}  // namespace attnscore::internal
+
+#endif  // ATTNSCORE_BASE_VALID_LENS_H_

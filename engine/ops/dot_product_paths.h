@@ -1,0 +1,51 @@
+// The two ways the dot-product attention runs (docs/semantics.md section 2),
+// private to the op: ops/dot_product.cc checks a call, resolves its lengths
+// and picks one.
+//
+// The row path (dot_product_rows.cc): a few queries per batch entry, each
+// query row through the row kernels, its keys split into blocks when rows
+// are too few to share among threads, merged in a fixed order.
+// The gemm path (dot_product_gemm.cc): batch entries grouped by their
+// widths, oneDNN matmuls for Q Kᵀ and W V, the masked softmax in between,
+// chunk by chunk so the scores stay in cache; fp32 or bf16 products.
+#ifndef ATTNSCORE_OPS_DOT_PRODUCT_PATHS_H_
+#define ATTNSCORE_OPS_DOT_PRODUCT_PATHS_H_
+
+#include <cstdint>
+
+#include "attnscore/options.h"
+#include "attnscore/status.h"
+#include "attnscore/tensor.h"
+#include "base/valid_lens.h"
+
+namespace attnscore::ops::dot_product {
+
+inline constexpr const char* kOp = "DotProductAttention";
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Up to this many queries per entry, and with contiguous rows, each query row
+// runs on its own through the row kernels: matrix-vector products, where
+// oneDNN's matmul costs more in set-up than in arithmetic. Each row also uses
+// exactly its own valid length. Measured on (8, N, 1024), random lengths:
+// N = 1 46 us against oneDNN's 102, N = 2 72 against 123, N = 4 even (137).
+constexpr int64_t kRowPathMaxQueries = 3;
+
+inline bool UseRowPath(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                       const ConstTensor& out) {
+  return q.dims[1] <= kRowPathMaxQueries && q.strides[2] == 1 && k.strides[2] == 1 &&
+         v.strides[2] == 1 && out.strides[2] == 1;
+}
+
+// Both take checked arguments and the call's resolved lengths; an empty
+// `attention_weights` is not written.
+Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+               const ConstTensor& v, const internal::RowLengths& lens, const Tensor& out,
+               const Tensor& attention_weights);
+Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+                const ConstTensor& v, const internal::RowLengths& lens, const Tensor& out,
+                const Tensor& attention_weights);
+
+}  // namespace attnscore::ops::dot_product
+
+#endif  // ATTNSCORE_OPS_DOT_PRODUCT_PATHS_H_

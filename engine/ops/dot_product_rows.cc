@@ -1,0 +1,209 @@
+// The dot product's row path: see dot_product_paths.h.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "base/parallel.h"
+#include "base/scratch.h"
+#include "kernels/attention_row.h"
+#include "kernels/masked_softmax.h"
+#include "ops/dot_product_paths.h"
+
+namespace attnscore::ops::dot_product {
+namespace {
+
+// Tasks of the row path: with fewer rows than kRowTasks, each row's keys are
+// cut into blocks, each a task of its own, so that threads share even one
+// long row; the blocks are merged in a fixed order. The cut depends on the
+// shape alone, so every thread count gives the same bits. Blocks have at
+// least about kMinRowKeyBlock keys: each costs its own reductions and merge
+// (256-key blocks made (8, 1, 1024) 10-15% slower on one thread).
+constexpr int64_t kRowTasks = 8;
+constexpr int64_t kMinRowKeyBlock = 256;
+
+int64_t RowKeyBlock(int64_t rows, int64_t keys) {
+  const int64_t blocks =
+      std::max<int64_t>(1, std::min(CeilDiv(kRowTasks, rows), keys / kMinRowKeyBlock));
+  return CeilDiv(CeilDiv(keys, blocks), 16) * 16;
+}
+
+// A block's softmax statistics and its share of the output, as a task leaves
+// them for the merge: max, sum (NaN when the block poisons the row), then Dv
+// floats of Σ p_j V_j over the block's keys with the block's own weights p.
+struct BlockPartial {
+  static constexpr int64_t kHeader = 2;
+  float* data;
+  float& max() const { return data[0]; }
+  float& sum() const { return data[1]; }
+  float* out() const { return data + kHeader; }
+};
+
+// The row path with each row whole, one task per row.
+Status WholeRows(int threads, const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                 const internal::RowLengths& lens, const Tensor& out, const Tensor& attention) {
+  const int64_t queries = q.dims[1], depth = q.dims[2], keys = k.dims[1];
+  const int64_t value_dim = v.dims[2], rows = q.dims[0] * queries;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(depth)));
+  const bool want_attention = !attention.empty();
+  // Each thread's scratch holds one row of scores, then its probabilities.
+  return internal::ForEachRowInParallel(
+      threads, rows, internal::ScratchSlot::kRowTask, static_cast<size_t>(keys),
+      [&](int64_t r, float* scratch) {
+        const int64_t b = r / queries, i = r % queries;
+        const int64_t valid = lens.row(b, i);
+        // A query with length 0 weighs all M keys equally, as the reference does.
+        const int64_t mixed = valid > 0 ? valid : keys;
+        kernels::ScoreRow(q.data + b * q.strides[0] + i * q.strides[1], static_cast<size_t>(depth),
+                          k.data + b * k.strides[0], k.strides[1], static_cast<size_t>(valid),
+                          scale, scratch);
+        if (want_attention) {
+          float* row = attention.data + b * attention.strides[0] + i * attention.strides[1];
+          kernels::MaskedSoftmaxRow(scratch, static_cast<size_t>(valid), static_cast<size_t>(keys),
+                                    scratch);
+          for (int64_t j = 0; j < keys; ++j) row[j * attention.strides[2]] = scratch[j];
+        } else {
+          kernels::MaskedSoftmaxRow(scratch, static_cast<size_t>(valid), static_cast<size_t>(mixed),
+                                    scratch);
+        }
+        kernels::MixRow(scratch, static_cast<size_t>(mixed), v.data + b * v.strides[0],
+                        v.strides[1], static_cast<size_t>(value_dim),
+                        out.data + b * out.strides[0] + i * out.strides[1]);
+      },
+      [] {}, internal::Balance::kDynamic);  // rows' lengths differ
+}
+
+// The row path with each row's keys in blocks of `key_block`, a task each,
+// then merged row by row.
+Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, const ConstTensor& k,
+                       const ConstTensor& v, const internal::RowLengths& lens, const Tensor& out,
+                       const Tensor& attention) {
+  const int64_t queries = q.dims[1], depth = q.dims[2], keys = k.dims[1];
+  const int64_t value_dim = v.dims[2], rows = q.dims[0] * queries;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(depth)));
+  const bool want_attention = !attention.empty();
+  const int64_t blocks = CeilDiv(keys, key_block);  // per row, at most
+  const int64_t partial_floats = BlockPartial::kHeader + value_dim;
+  float* partials = internal::ThreadScratch(internal::ScratchSlot::kRowPartials,
+                                            static_cast<size_t>(rows * blocks * partial_floats));
+  const auto partial = [&](int64_t r, int64_t block) {
+    return BlockPartial{partials + (r * blocks + block) * partial_floats};
+  };
+  const auto attention_row = [&](int64_t b, int64_t i) {
+    return attention.data + b * attention.strides[0] + i * attention.strides[1];
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+
+  // Each task: one block of one row. Its scratch holds the block's scores,
+  // then its weights (or, for a row with L = 0, uniform weights over M keys).
+  Status status = internal::ForEachRowInParallel(
+      threads, rows * blocks, internal::ScratchSlot::kRowTask, static_cast<size_t>(keys),
+      [&](int64_t task, float* scratch) {
+        const int64_t r = task / blocks, block = task % blocks;
+        const int64_t b = r / queries, i = r % queries;
+        const int64_t valid = lens.row(b, i);
+        const float* v_entry = v.data + b * v.strides[0];
+        float* out_row = out.data + b * out.strides[0] + i * out.strides[1];
+        if (valid == 0) {
+          // Uniform weights over all M keys, as the reference's mask gives.
+          if (block != 0) return;
+          std::fill(scratch, scratch + keys, 1.0f / static_cast<float>(keys));
+          kernels::MixRow(scratch, static_cast<size_t>(keys), v_entry, v.strides[1],
+                          static_cast<size_t>(value_dim), out_row);
+          if (want_attention) {
+            float* w = attention_row(b, i);
+            for (int64_t j = 0; j < keys; ++j) w[j * attention.strides[2]] = scratch[j];
+          }
+          return;
+        }
+        const int64_t first = block * key_block;
+        if (first >= valid) return;
+        const int64_t n = std::min(key_block, valid - first);
+        kernels::ScoreRow(q.data + b * q.strides[0] + i * q.strides[1], static_cast<size_t>(depth),
+                          k.data + b * k.strides[0] + first * k.strides[1], k.strides[1],
+                          static_cast<size_t>(n), scale, scratch);
+        const kernels::SoftmaxBlockStats stats =
+            kernels::MaskedSoftmaxBlock(scratch, static_cast<size_t>(n), scratch);
+        const BlockPartial p = partial(r, block);
+        p.max() = stats.max;
+        p.sum() = stats.poisoned ? nan : stats.sum;
+        if (stats.poisoned) return;
+        kernels::MixRow(scratch, static_cast<size_t>(n), v_entry + first * v.strides[1],
+                        v.strides[1], static_cast<size_t>(value_dim), p.out());
+        if (want_attention) {
+          float* w = attention_row(b, i) + first * attention.strides[2];
+          for (int64_t j = 0; j < n; ++j) w[j * attention.strides[2]] = scratch[j];
+        }
+      },
+      [] {}, internal::Balance::kDynamic);  // rows' lengths differ, and so do their blocks
+  ATTNSCORE_RETURN_IF_ERROR(status);
+
+  // Merge each row's blocks: weigh block β by sum_β · exp(max_β − max), the
+  // share of the row's softmax denominator its keys hold.
+  return internal::ForEachRowInParallel(
+      threads, rows, internal::ScratchSlot::kRowBuffer, /*scratch_floats=*/0,
+      [&](int64_t r, float*) {
+        const int64_t b = r / queries, i = r % queries;
+        const int64_t valid = lens.row(b, i);
+        if (valid == 0) return;  // done whole by its task
+        const int64_t used = CeilDiv(valid, key_block);
+        float* out_row = out.data + b * out.strides[0] + i * out.strides[1];
+        float* w = want_attention ? attention_row(b, i) : nullptr;
+        const int64_t ws = want_attention ? attention.strides[2] : 0;
+        float max = -std::numeric_limits<float>::infinity();
+        bool poisoned = false;
+        for (int64_t block = 0; block < used; ++block) {
+          poisoned = poisoned || std::isnan(partial(r, block).sum());
+          max = std::max(max, partial(r, block).max());
+        }
+        // Every valid score -Inf: NaN, as the one-row softmax gives.
+        poisoned = poisoned || max == -std::numeric_limits<float>::infinity();
+        if (poisoned) {
+          for (int64_t c = 0; c < value_dim; ++c) out_row[c * out.strides[2]] = nan;
+          for (int64_t j = 0; w != nullptr && j < keys; ++j) w[j * ws] = nan;
+          return;
+        }
+        for (int64_t j = valid; w != nullptr && j < keys; ++j) w[j * ws] = 0.0f;
+        if (used == 1) {  // the block's weights are the row's
+          const float* o = partial(r, 0).out();
+          for (int64_t c = 0; c < value_dim; ++c) out_row[c * out.strides[2]] = o[c];
+          return;
+        }
+        // Each block's share replaces its max, which is no longer needed.
+        float total = 0.0f;
+        for (int64_t block = 0; block < used; ++block) {
+          const BlockPartial p = partial(r, block);
+          p.max() = p.sum() == 0.0f ? 0.0f : p.sum() * std::exp(p.max() - max);
+          total += p.max();
+        }
+        for (int64_t block = 0; block < used; ++block) partial(r, block).max() /= total;
+        for (int64_t c = 0; c < value_dim; ++c) {
+          float sum = 0.0f;
+          for (int64_t block = 0; block < used; ++block) {
+            sum += partial(r, block).max() * partial(r, block).out()[c];
+          }
+          out_row[c * out.strides[2]] = sum;
+        }
+        for (int64_t block = 0; w != nullptr && block < used; ++block) {
+          const float share = partial(r, block).max();
+          const int64_t first = block * key_block, last = std::min(valid, first + key_block);
+          for (int64_t j = first; j < last; ++j) w[j * ws] *= share;
+        }
+      },
+      [] {});
+}
+
+}  // namespace
+
+Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+               const ConstTensor& v, const internal::RowLengths& lens, const Tensor& out,
+               const Tensor& attention) {
+  const int64_t keys = k.dims[1], rows = q.dims[0] * q.dims[1];
+  const int threads = internal::ThreadsFor(
+      options.threads, 2.0 * static_cast<double>(rows * keys * (q.dims[2] + v.dims[2])));
+  const int64_t key_block = RowKeyBlock(rows, keys);
+  if (key_block >= keys) return WholeRows(threads, q, k, v, lens, out, attention);
+  return RowsInKeyBlocks(threads, key_block, q, k, v, lens, out, attention);
+}
+
+}  // namespace attnscore::ops::dot_product
