@@ -434,6 +434,104 @@ TEST_P(SafetensorsMalformedTest, IsInvalidArgument) {
 INSTANTIATE_TEST_SUITE_P(Cases, SafetensorsMalformedTest, ::testing::ValuesIn(MalformedCases()),
                          [](const auto& info) { return info.param.name; });
 
+// Duplicate keys at every level (a JSON DOM would keep one of them silently),
+// numbers at the edges of what the JSON lexer takes, and other syntax the
+// format refuses.
+std::vector<MalformedCase> MoreMalformedCases() {
+  const std::string good_a = F32Entry("a", "[2]", "[0,8]");
+  return {
+      {"DuplicateNameDifferentEntry",
+       Image("{" + good_a + "," + F32Entry("a", "[1]", "[0,4]") + "}", std::string(8, '\0')),
+       "duplicate tensor name 'a'"},
+      {"DuplicateShapeKey",
+       OneTensor("\"dtype\":\"F32\",\"shape\":[2],\"shape\":[1],\"data_offsets\":[0,8]"),
+       "tensor 'a' has a duplicate key 'shape'"},
+      {"DuplicateOffsetsKey",
+       OneTensor("\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"data_offsets\":[0,4]"),
+       "tensor 'a' has a duplicate key 'data_offsets'"},
+      {"MetadataDuplicateKeyDifferentValue",
+       Image("{\"__metadata__\":{\"k\":\"1\",\"j\":\"2\",\"k\":\"1\"}}"),
+       "__metadata__ has a duplicate key"},
+      {"MetadataTwiceWithEntries",
+       Image("{\"__metadata__\":{\"k\":\"1\"}," + good_a + ",\"__metadata__\":{\"j\":\"2\"}}",
+             std::string(8, '\0')),
+       "duplicate __metadata__ entry"},
+      {"ShapeNegativeZero", OneF32("[-0]", "[0,0]", 0), "entry is negative (-0)"},
+      {"OffsetsLeadingZero", OneF32("[2]", "[00,8]"), "has a leading zero (00)"},
+      {"ShapeOverflowsDouble", OneF32("[1e999]", "[0,8]"), "entry is not an integer (1e999)"},
+      {"ShapeTooManyDigitsForADouble", OneF32("[" + std::string(400, '1') + "]", "[0,8]"),
+       "entry is 111111111111111111111111..., above the limit of 2^53"},
+      {"ShapeAboveUint64", OneF32("[18446744073709551616]", "[0,8]"), "above the limit of 2^53"},
+      {"ShapeFraction", OneF32("[2.]", "[0,8]"), "entry is not an integer (2.)"},
+      {"ShapeNotJson", OneF32("[+2]", "[0,8]"),
+       "'shape' of tensor 'a' entry: expected a non-negative integer but found '+' (not JSON)"},
+      {"ShapeLeadingComma", OneF32("[,2]", "[0,8]"),
+       "expected a non-negative integer but found ','"},
+      {"ShapeMissingComma", OneF32("[1 2]", "[0,8]"),
+       "expected ',' or ']' in 'shape' of tensor 'a' but found '2'"},
+      {"MetadataNestedObject", Image("{\"__metadata__\":{\"k\":{\"j\":\"v\"}}}"),
+       "__metadata__ value for key 'k' is an object, not a string"},
+      {"KeyNumber", Image("{1:2}"), "expected a quoted key in the header but found '1'"},
+      {"ColonTwice", Image("{\"a\"::{}}"), "tensor 'a': expected an object but found ':'"},
+      {"UnterminatedDepthBomb", Image("{\"a\":{\"shape\":" + std::string(1'000'000, '[')),
+       "'shape' of tensor 'a' entry is an array, not a non-negative integer"},
+      {"TruncatedAfterColon", Image("{\"a\":"),
+       "truncated JSON: the header ends where an object was expected"},
+      {"TruncatedEscape", Image("{\"a\\"), "the header ends where an escape character"},
+      {"ByteOrderMark", Image("\xef\xbb\xbf{}"), "header is not JSON: it starts with '\\xef'"},
+      {"Comment", Image("{/**/}"), "expected a quoted key in the header but found '/'"},
+      {"TrailingComment", Image("{} //"), "unexpected bytes after the JSON object ('//'"},
+      {"TrailingTab", Image("{}\t"), "only space padding may follow"},
+      {"SecondObject", Image("{}{}"), "unexpected bytes after the JSON object"},
+      {"Infinity", OneF32("[Infinity]", "[0,8]"), "expected a non-negative integer but found 'I'"},
+      {"ControlCharacterInDtype", OneTensor("\"dtype\":\"F\x1f\""),
+       "control character 0x1f in a string"},
+      // nlohmann's message quotes the refused string: words in it are not the lexer's.
+      {"LexerWordsInAString",
+       Image("{\"__metadata__\":{\"k\":\"surrogate U+ ill-formed UTF-8 forbidden character "
+             "after backslash missing closing quote \x01\"}}"),
+       "control character 0x01 in a string"},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(MoreCases, SafetensorsMalformedTest,
+                         ::testing::ValuesIn(MoreMalformedCases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST_F(SafetensorsTest, EveryRefusalIsOnePrintableLine) {
+  std::vector<MalformedCase> cases = MalformedCases();
+  for (MalformedCase& c : MoreMalformedCases()) cases.push_back(std::move(c));
+  // Raw bytes the file's text must not carry into a message.
+  cases.push_back({"RawBytes", Image("{\"a\":{}\x1b[31m\xff\n}"), ""});
+  cases.push_back({"EscapedName", Image("{\"\\u001b[31m\\n\\u00ff\":[]}"), ""});
+  cases.push_back({"RawBytesAfter", Image("{}      \x1b\x7f\xc3\xa9\n\r"), ""});
+  for (const MalformedCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<SafetensorsTensor> tensors;
+    const Status status = ReadSafetensors(WriteRaw("bad.safetensors", c.bytes), &tensors);
+    ASSERT_FALSE(status.ok());
+    for (const char ch : status.message()) {
+      const auto byte = static_cast<unsigned char>(ch);
+      ASSERT_TRUE(byte >= 0x20 && byte < 0x7f) << status.message();
+    }
+  }
+}
+
+TEST_F(SafetensorsTest, WriteEscapesControlCharactersAsTheReferenceDoes) {
+  // serde_json, which the reference writer uses, writes the short escapes
+  // where JSON has them and \u00XX (lower case) for the other controls.
+  const std::string path = Path("m.safetensors");
+  const SafetensorsMetadata metadata = {{"k", "a\nb\tc\x01\x1f\"\\/\x7f"}};
+  ASSERT_TRUE(WriteSafetensors(path, {}, metadata).ok());
+  EXPECT_NE(ReadWholeFile(path).find("\"k\":\"a\\nb\\tc\\u0001\\u001f\\\"\\\\/\x7f\""),
+            std::string::npos)
+      << ReadWholeFile(path);
+  SafetensorsMetadata read;
+  std::vector<SafetensorsTensor> tensors;
+  ASSERT_TRUE(ReadSafetensors(path, &tensors, &read).ok());
+  EXPECT_EQ(read, metadata);
+}
+
 TEST_F(SafetensorsTest, MissingFileIsIoError) {
   EXPECT_TRUE(ReadFails(Path("absent.safetensors"), StatusCode::kIoError, "cannot open"));
 }

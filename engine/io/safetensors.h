@@ -7,9 +7,9 @@
 // offsets relative to the start of the data buffer (end exclusive), plus an
 // optional "__metadata__" object mapping strings to strings.
 //
-// The reader is strict, like ReadNpy: a small JSON parser of its own (the
-// library takes no dependency for this) accepts exactly that structure, and
-// the tensors must tile the data buffer exactly, with no overlap, hole or
+// The reader is strict, like ReadNpy: it accepts exactly that structure
+// (io/safetensors_header.h lists the rules; nlohmann-json reads the JSON),
+// and the tensors must tile the data buffer exactly, with no overlap, hole or
 // leftover bytes. Every failure is a Status whose message starts with the
 // file's path and says what is wrong. Claimed shapes and offsets are checked
 // against the real file size before anything is allocated, so a hostile or
