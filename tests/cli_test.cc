@@ -111,6 +111,26 @@ TEST_F(CliTest, HelpAndInfo) {
   EXPECT_NE(r.out.find("onednn version:"), std::string::npos) << r.out;
 }
 
+// One version, from the CMake project version: the CLI's --version and info,
+// the library's Version() and the generated header agree with it.
+TEST_F(CliTest, VersionHasOneSource) {
+  EXPECT_STREQ(Version(), ATTNSCORE_CMAKE_PROJECT_VERSION);
+  EXPECT_STREQ(ATTNSCORE_VERSION_STRING, ATTNSCORE_CMAKE_PROJECT_VERSION);
+  EXPECT_EQ(std::to_string(ATTNSCORE_VERSION_MAJOR) + "." + std::to_string(ATTNSCORE_VERSION_MINOR) +
+                "." + std::to_string(ATTNSCORE_VERSION_PATCH),
+            ATTNSCORE_CMAKE_PROJECT_VERSION);
+  Result r = Run("--version");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, std::string("attnscore ") + ATTNSCORE_CMAKE_PROJECT_VERSION + "\n");
+  EXPECT_EQ(r.err, "");
+  r = Run("info");
+  EXPECT_EQ(r.out.rfind(std::string("attnscore ") + ATTNSCORE_CMAKE_PROJECT_VERSION + "\n", 0), 0u)
+      << r.out;
+  // --version alone: with a command or another flag it is bad input.
+  ExpectBadInput(Run("--version info"), "--version takes no command or other flag");
+  ExpectBadInput(Run("--version --threads 2"), "--version takes no command or other flag");
+}
+
 TEST_F(CliTest, EveryIsaCapDispatchesThereAndMatchesGolden) {
   const std::string cpu = Run("info").out;
   const struct {
@@ -670,7 +690,7 @@ TEST_F(CliTest, BenchPrintsTwoLinesAndInfo) {
   r = Run("bench additive --batch 2 --queries 8 --keys 40 --repeat 2 --info");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find(" triples/ns, "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find(" GB/s\nattnscore 0.1.0\nhighway targets on this cpu: "), std::string::npos)
+  EXPECT_NE(r.out.find(" GB/s\nattnscore " ATTNSCORE_VERSION_STRING "\nhighway targets on this cpu: "), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("highway target in use: "), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("onednn matmuls: none created yet"), std::string::npos) << r.out;
@@ -687,7 +707,7 @@ TEST_F(CliTest, RunInfoFollowsTheRun) {
   Result r = Run(SoftmaxArgs(y) + " --info");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(fs::exists(y));
-  EXPECT_EQ(r.out.rfind("attnscore 0.1.0\n", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.rfind("attnscore " ATTNSCORE_VERSION_STRING "\n", 0), 0u) << r.out;
   EXPECT_NE(r.out.find("onednn matmuls: none created yet\n"), std::string::npos) << r.out;
   r = Run("run softmax --x " + Temp("missing.npy") + " --out " + Temp("z.npy") + " --info");
   ExpectBadInput(r, "missing.npy", Temp("z.npy"));

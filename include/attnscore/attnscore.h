@@ -8,5 +8,6 @@
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
+#include "attnscore/version.h"
 
 #endif  // ATTNSCORE_ATTNSCORE_H_

@@ -18,6 +18,7 @@ const char kUsage[] = R"(attnscore: attention scoring functions on the CPU
 
 usage:
   attnscore info
+  attnscore --version
   attnscore run softmax --x X.npy [--valid-lens L.npy] --out Y.npy
                         [--weights-out W.npy]
   attnscore run dot     --queries Q.npy --keys K.npy --values V.npy
@@ -91,7 +92,7 @@ exit status: 0 success, 2 bad input or usage, 1 internal failure.
 namespace {
 
 // The flags that take no value.
-const std::set<std::string> kSwitches = {"--json", "--help", "--weights", "--info"};
+const std::set<std::string> kSwitches = {"--json", "--help", "--version", "--weights", "--info"};
 
 int Info(const Args& args) {
   Status s = CheckFlags(args, {"--threads", "--isa", "--precision"}, {}, "info");
@@ -109,9 +110,18 @@ int RunCli(const std::vector<std::string>& argv) {
   if (!s.ok()) return Fail(s);
   // --help or `help` prints the usage to stdout (exit 0); no command at all
   // prints it to stderr (exit 2).
-  if (args.has("--help") || args.words.empty() || args.words[0] == "help") {
+  if (args.has("--help") || (args.words.empty() && !args.has("--version")) ||
+      (!args.words.empty() && args.words[0] == "help")) {
     std::fputs(kUsage, args.words.empty() && !args.has("--help") ? stderr : stdout);
     return args.words.empty() && !args.has("--help") ? kExitBadInput : kExitOk;
+  }
+  // --version prints the library's version alone (exit 0).
+  if (args.has("--version")) {
+    if (!args.words.empty() || args.flags.size() > 1) {
+      return Fail(Status::InvalidArgument("--version takes no command or other flag"));
+    }
+    std::printf("attnscore %s\n", Version());
+    return kExitOk;
   }
   const std::string& command = args.words[0];
   const size_t wanted = command == "info" ? 1 : 2;  // info; run OP; bench OP

@@ -31,7 +31,7 @@ Status MakeEngine(const Args& args, const std::string& op, std::unique_ptr<Engin
 }
 
 void PrintInfo(const Engine& engine) {
-  std::printf("attnscore 0.1.0\n%s", engine.Describe().c_str());
+  std::printf("attnscore %s\n%s", Version(), engine.Describe().c_str());
 }
 
 Status CheckOutputSize(const std::string& what, const std::vector<int64_t>& shape) {
