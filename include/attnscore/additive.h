@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "attnscore/export.h"
 #include "attnscore/engine.h"
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
@@ -24,7 +25,7 @@
 
 namespace attnscore {
 
-class AdditiveAttention {
+class ATTNSCORE_API AdditiveAttention {
  public:
   // Parameters in PyTorch's nn.Linear layout (out × in), no biases:
   // w_q (H, Dq), w_k (H, Dk), w_v (1, H). Any strides; copied.

@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "attnscore/export.h"
 #include "attnscore/engine.h"
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
@@ -25,7 +26,7 @@
 
 namespace attnscore {
 
-class ConcatAttention {
+class ATTNSCORE_API ConcatAttention {
  public:
   // Parameters in PyTorch's nn.Linear layout (out × in): attn_weight
   // (M, Dq + Dk), attn_bias (M), combine_weight (O, Dq + Dv), combine_bias (O).

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "attnscore/export.h"
 #include "attnscore/options.h"
 #include "attnscore/runtime_info.h"
 #include "attnscore/status.h"
@@ -22,7 +23,7 @@
 
 namespace attnscore {
 
-class Engine {
+class ATTNSCORE_API Engine {
  public:
   static Status Create(const EngineOptions& options,
                        std::unique_ptr<Engine>* engine);

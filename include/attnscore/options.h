@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "attnscore/export.h"
+
 namespace attnscore {
 
 // The highest instruction set the process may use, for both the Highway
@@ -12,9 +14,9 @@ namespace attnscore {
 enum class Isa { kScalar, kSse4, kAvx2, kAvx512, kBest };
 
 // "scalar", "sse4", "avx2", "avx512", "best".
-const char* IsaName(Isa isa);
+ATTNSCORE_API const char* IsaName(Isa isa);
 // Parses one of the names above; false if `name` is none of them.
-bool ParseIsa(const std::string& name, Isa* isa);
+ATTNSCORE_API bool ParseIsa(const std::string& name, Isa* isa);
 
 // What the dot-product attention's matrix products read. kBf16 rounds Q, K,
 // V and the attention weights to bfloat16 (to nearest even) for oneDNN's
@@ -29,9 +31,9 @@ bool ParseIsa(const std::string& name, Isa* isa);
 enum class Precision { kFp32, kBf16 };
 
 // "fp32", "bf16".
-const char* PrecisionName(Precision precision);
+ATTNSCORE_API const char* PrecisionName(Precision precision);
 // Parses one of the names above; false if `name` is neither.
-bool ParsePrecision(const std::string& name, Precision* precision);
+ATTNSCORE_API bool ParsePrecision(const std::string& name, Precision* precision);
 
 struct EngineOptions {
   int threads = 1;  // threads per call, >= 1

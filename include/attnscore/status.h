@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "attnscore/export.h"
+
 namespace attnscore {
 
 enum class StatusCode {
@@ -45,7 +47,7 @@ class [[nodiscard]] Status {
 };
 
 // "invalid argument", "unsupported", ...: for messages and logs.
-const char* StatusCodeName(StatusCode code);
+ATTNSCORE_API const char* StatusCodeName(StatusCode code);
 
 }  // namespace attnscore
 
