@@ -1,0 +1,347 @@
+// The C API (attnscore/c_api.h) over the C++ API: conversions of plain
+// structs to views, statuses to heap objects, and no exception across.
+#include "attnscore/c_api.h"
+
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "attnscore/additive.h"
+#include "attnscore/concat.h"
+#include "attnscore/engine.h"
+#include "attnscore/version.h"
+
+struct attnscore_status {
+  attnscore_status_code code;
+  std::string message;
+};
+struct attnscore_engine {
+  std::unique_ptr<attnscore::Engine> engine;
+};
+struct attnscore_additive {
+  std::unique_ptr<attnscore::AdditiveAttention> model;
+};
+struct attnscore_concat {
+  std::unique_ptr<attnscore::ConcatAttention> model;
+};
+
+namespace {
+
+using attnscore::ConstTensor;
+using attnscore::Status;
+using attnscore::StatusCode;
+using attnscore::Tensor;
+
+// A status the caller frees; NULL for OK. Allocation failure of the status
+// itself leaves a static one, which attnscore_status_free never frees.
+attnscore_status kOutOfMemory{ATTNSCORE_INTERNAL, "out of memory for the status"};
+
+attnscore_status* ToC(const Status& status) {
+  if (status.ok()) return nullptr;
+  auto* s = new (std::nothrow) attnscore_status;
+  if (s == nullptr) return &kOutOfMemory;
+  s->code = static_cast<attnscore_status_code>(status.code());
+  try {
+    s->message = status.message();
+  } catch (...) {
+    s->message.clear();
+  }
+  return s;
+}
+
+attnscore_status* Invalid(const char* call, const char* what) {
+  return ToC(Status::InvalidArgument(std::string(call) + ": " + what));
+}
+
+// Runs call() and turns an exception into a status.
+template <class Call>
+attnscore_status* Guarded(const char* name, Call call) {
+  try {
+    return ToC(call());
+  } catch (const std::bad_alloc&) {
+    return ToC(Status::Internal(std::string(name) + ": out of memory"));
+  } catch (...) {
+    return ToC(Status::Internal(std::string(name) + ": unexpected error"));
+  }
+}
+
+template <class View, class CTensor>
+View ViewOf(const CTensor* t) {
+  View view;
+  if (t == nullptr) return view;  // empty: an absent optional output, or refused as null
+  view.data = t->data;
+  view.rank = t->rank;  // a rank other than the op's is refused before any dim is read
+  for (int d = 0; d < attnscore::kMaxRank; ++d) {
+    view.dims[d] = t->dims[d];
+    view.strides[d] = t->strides[d];
+  }
+  return view;
+}
+ConstTensor In(const attnscore_tensor_view* t) { return ViewOf<ConstTensor>(t); }
+Tensor Out(const attnscore_tensor* t) { return ViewOf<Tensor>(t); }
+
+// The C lengths as the C++ struct; false for a kind or type outside the enums.
+bool LensOf(const attnscore_valid_lens* lens, attnscore::ValidLens* out) {
+  *out = attnscore::ValidLens::None();
+  if (lens == nullptr || lens->kind == ATTNSCORE_LENS_NONE) return true;
+  if (lens->type != ATTNSCORE_LENS_INT32 && lens->type != ATTNSCORE_LENS_INT64) return false;
+  const bool wide = lens->type == ATTNSCORE_LENS_INT64;
+  if (lens->kind == ATTNSCORE_LENS_PER_BATCH) {
+    *out = wide ? attnscore::ValidLens::PerBatch(static_cast<const int64_t*>(lens->data), lens->dims[0])
+                : attnscore::ValidLens::PerBatch(static_cast<const int32_t*>(lens->data), lens->dims[0]);
+    return true;
+  }
+  if (lens->kind == ATTNSCORE_LENS_PER_QUERY) {
+    *out = wide ? attnscore::ValidLens::PerQuery(static_cast<const int64_t*>(lens->data),
+                                                 lens->dims[0], lens->dims[1])
+                : attnscore::ValidLens::PerQuery(static_cast<const int32_t*>(lens->data),
+                                                 lens->dims[0], lens->dims[1]);
+    return true;
+  }
+  return false;
+}
+
+bool OptionsOf(const attnscore_engine_options& in, attnscore::EngineOptions* out) {
+  if (in.isa < ATTNSCORE_ISA_SCALAR || in.isa > ATTNSCORE_ISA_BEST) return false;
+  if (in.precision != ATTNSCORE_FP32 && in.precision != ATTNSCORE_BF16) return false;
+  out->threads = in.threads;
+  out->isa = static_cast<attnscore::Isa>(in.isa);
+  out->precision = static_cast<attnscore::Precision>(in.precision);
+  return true;
+}
+
+}  // namespace
+
+extern "C" {
+
+attnscore_status_code attnscore_status_get_code(const attnscore_status* status) {
+  return status == nullptr ? ATTNSCORE_OK : status->code;
+}
+
+const char* attnscore_status_message(const attnscore_status* status) {
+  return status == nullptr ? "" : status->message.c_str();
+}
+
+void attnscore_status_free(attnscore_status* status) {
+  if (status != &kOutOfMemory) delete status;
+}
+
+const char* attnscore_status_code_name(attnscore_status_code code) {
+  return attnscore::StatusCodeName(static_cast<StatusCode>(code));
+}
+
+const char* attnscore_version(void) { return attnscore::Version(); }
+
+attnscore_engine_options attnscore_default_engine_options(void) {
+  return {1, ATTNSCORE_ISA_BEST, ATTNSCORE_FP32};
+}
+
+const char* attnscore_isa_name(attnscore_isa isa) {
+  if (isa < ATTNSCORE_ISA_SCALAR || isa > ATTNSCORE_ISA_BEST) return nullptr;
+  return attnscore::IsaName(static_cast<attnscore::Isa>(isa));
+}
+
+const char* attnscore_precision_name(attnscore_precision precision) {
+  if (precision != ATTNSCORE_FP32 && precision != ATTNSCORE_BF16) return nullptr;
+  return attnscore::PrecisionName(static_cast<attnscore::Precision>(precision));
+}
+
+int attnscore_parse_isa(const char* name, attnscore_isa* isa) {
+  attnscore::Isa parsed;
+  if (name == nullptr || isa == nullptr || !attnscore::ParseIsa(name, &parsed)) return 0;
+  *isa = static_cast<attnscore_isa>(parsed);
+  return 1;
+}
+
+int attnscore_parse_precision(const char* name, attnscore_precision* precision) {
+  attnscore::Precision parsed;
+  if (name == nullptr || precision == nullptr || !attnscore::ParsePrecision(name, &parsed)) return 0;
+  *precision = static_cast<attnscore_precision>(parsed);
+  return 1;
+}
+
+attnscore_status* attnscore_engine_create(const attnscore_engine_options* options,
+                                          attnscore_engine** engine) {
+  constexpr const char* kCall = "attnscore_engine_create";
+  if (options == nullptr) return Invalid(kCall, "options is null");
+  if (engine == nullptr) return Invalid(kCall, "engine is null");
+  attnscore::EngineOptions cpp;
+  if (!OptionsOf(*options, &cpp)) return Invalid(kCall, "options hold an isa or precision outside its enum");
+  return Guarded(kCall, [&] {
+    auto handle = std::make_unique<attnscore_engine>();
+    ATTNSCORE_RETURN_IF_ERROR(attnscore::Engine::Create(cpp, &handle->engine));
+    *engine = handle.release();
+    return Status::Ok();
+  });
+}
+
+void attnscore_engine_destroy(attnscore_engine* engine) { delete engine; }
+
+attnscore_status* attnscore_engine_options_of(const attnscore_engine* engine,
+                                              attnscore_engine_options* options) {
+  if (engine == nullptr) return Invalid("attnscore_engine_options_of", "engine is null");
+  if (options == nullptr) return Invalid("attnscore_engine_options_of", "options is null");
+  const attnscore::EngineOptions& o = engine->engine->options();
+  *options = {o.threads, static_cast<attnscore_isa>(o.isa), static_cast<attnscore_precision>(o.precision)};
+  return nullptr;
+}
+
+attnscore_status* attnscore_engine_describe(const attnscore_engine* engine, char* buffer,
+                                            size_t size, size_t* length) {
+  constexpr const char* kCall = "attnscore_engine_describe";
+  if (engine == nullptr) return Invalid(kCall, "engine is null");
+  if (buffer == nullptr && size > 0) return Invalid(kCall, "buffer is null but size is not 0");
+  return Guarded(kCall, [&] {
+    const std::string text = engine->engine->Describe();
+    if (length != nullptr) *length = text.size();
+    if (size > 0) {
+      const size_t n = text.size() < size - 1 ? text.size() : size - 1;
+      std::memcpy(buffer, text.data(), n);
+      buffer[n] = '\0';
+    }
+    return Status::Ok();
+  });
+}
+
+attnscore_status* attnscore_masked_softmax(const attnscore_engine* engine,
+                                           const attnscore_tensor_view* x,
+                                           const attnscore_valid_lens* valid_lens,
+                                           const attnscore_tensor* y) {
+  constexpr const char* kCall = "attnscore_masked_softmax";
+  if (engine == nullptr) return Invalid(kCall, "engine is null");
+  if (x == nullptr || y == nullptr) return Invalid(kCall, x == nullptr ? "x is null" : "y is null");
+  attnscore::ValidLens lens;
+  if (!LensOf(valid_lens, &lens)) return Invalid(kCall, "valid_lens has a kind or type outside its enum");
+  return Guarded(kCall, [&] { return engine->engine->MaskedSoftmax(In(x), lens, Out(y)); });
+}
+
+attnscore_status* attnscore_dot_product_attention(
+    const attnscore_engine* engine, const attnscore_tensor_view* queries,
+    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
+    const attnscore_valid_lens* valid_lens, const attnscore_tensor* out,
+    const attnscore_tensor* attention_weights) {
+  constexpr const char* kCall = "attnscore_dot_product_attention";
+  if (engine == nullptr) return Invalid(kCall, "engine is null");
+  if (queries == nullptr || keys == nullptr || values == nullptr || out == nullptr) {
+    return Invalid(kCall, "queries, keys, values and out must not be null");
+  }
+  attnscore::ValidLens lens;
+  if (!LensOf(valid_lens, &lens)) return Invalid(kCall, "valid_lens has a kind or type outside its enum");
+  return Guarded(kCall, [&] {
+    return engine->engine->DotProductAttention(In(queries), In(keys), In(values), lens, Out(out),
+                                               Out(attention_weights));
+  });
+}
+
+attnscore_status* attnscore_additive_create(const attnscore_tensor_view* w_q,
+                                            const attnscore_tensor_view* w_k,
+                                            const attnscore_tensor_view* w_v,
+                                            attnscore_additive** model) {
+  constexpr const char* kCall = "attnscore_additive_create";
+  if (model == nullptr) return Invalid(kCall, "model is null");
+  if (w_q == nullptr || w_k == nullptr || w_v == nullptr) return Invalid(kCall, "a weight is null");
+  return Guarded(kCall, [&] {
+    auto handle = std::make_unique<attnscore_additive>();
+    ATTNSCORE_RETURN_IF_ERROR(attnscore::AdditiveAttention::Create(In(w_q), In(w_k), In(w_v), &handle->model));
+    *model = handle.release();
+    return Status::Ok();
+  });
+}
+
+attnscore_status* attnscore_additive_load(const char* path, attnscore_additive** model) {
+  constexpr const char* kCall = "attnscore_additive_load";
+  if (path == nullptr) return Invalid(kCall, "path is null");
+  if (model == nullptr) return Invalid(kCall, "model is null");
+  return Guarded(kCall, [&] {
+    auto handle = std::make_unique<attnscore_additive>();
+    ATTNSCORE_RETURN_IF_ERROR(attnscore::AdditiveAttention::Load(path, &handle->model));
+    *model = handle.release();
+    return Status::Ok();
+  });
+}
+
+void attnscore_additive_destroy(attnscore_additive* model) { delete model; }
+
+int64_t attnscore_additive_query_size(const attnscore_additive* m) { return m ? m->model->query_size() : 0; }
+int64_t attnscore_additive_key_size(const attnscore_additive* m) { return m ? m->model->key_size() : 0; }
+int64_t attnscore_additive_hidden_size(const attnscore_additive* m) { return m ? m->model->hidden_size() : 0; }
+
+attnscore_status* attnscore_additive_forward(
+    const attnscore_additive* model, const attnscore_engine* engine,
+    const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
+    const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens,
+    const attnscore_tensor* out, const attnscore_tensor* attention_weights) {
+  constexpr const char* kCall = "attnscore_additive_forward";
+  if (model == nullptr || engine == nullptr) return Invalid(kCall, "model and engine must not be null");
+  if (queries == nullptr || keys == nullptr || values == nullptr || out == nullptr) {
+    return Invalid(kCall, "queries, keys, values and out must not be null");
+  }
+  attnscore::ValidLens lens;
+  if (!LensOf(valid_lens, &lens)) return Invalid(kCall, "valid_lens has a kind or type outside its enum");
+  return Guarded(kCall, [&] {
+    return model->model->Forward(*engine->engine, In(queries), In(keys), In(values), lens, Out(out),
+                                 Out(attention_weights));
+  });
+}
+
+attnscore_status* attnscore_concat_create(
+    int64_t query_size, const attnscore_tensor_view* attn_weight,
+    const attnscore_tensor_view* attn_bias, const attnscore_tensor_view* combine_weight,
+    const attnscore_tensor_view* combine_bias, attnscore_concat** model) {
+  constexpr const char* kCall = "attnscore_concat_create";
+  if (model == nullptr) return Invalid(kCall, "model is null");
+  if (attn_weight == nullptr || attn_bias == nullptr || combine_weight == nullptr ||
+      combine_bias == nullptr) {
+    return Invalid(kCall, "a parameter is null");
+  }
+  return Guarded(kCall, [&] {
+    auto handle = std::make_unique<attnscore_concat>();
+    ATTNSCORE_RETURN_IF_ERROR(attnscore::ConcatAttention::Create(
+        query_size, In(attn_weight), In(attn_bias), In(combine_weight), In(combine_bias),
+        &handle->model));
+    *model = handle.release();
+    return Status::Ok();
+  });
+}
+
+attnscore_status* attnscore_concat_load(const char* path, int64_t query_size,
+                                        attnscore_concat** model) {
+  constexpr const char* kCall = "attnscore_concat_load";
+  if (path == nullptr) return Invalid(kCall, "path is null");
+  if (model == nullptr) return Invalid(kCall, "model is null");
+  return Guarded(kCall, [&] {
+    auto handle = std::make_unique<attnscore_concat>();
+    ATTNSCORE_RETURN_IF_ERROR(attnscore::ConcatAttention::Load(path, query_size, &handle->model));
+    *model = handle.release();
+    return Status::Ok();
+  });
+}
+
+void attnscore_concat_destroy(attnscore_concat* model) { delete model; }
+
+int64_t attnscore_concat_query_size(const attnscore_concat* m) { return m ? m->model->query_size() : 0; }
+int64_t attnscore_concat_key_size(const attnscore_concat* m) { return m ? m->model->key_size() : 0; }
+int64_t attnscore_concat_value_rows(const attnscore_concat* m) { return m ? m->model->value_rows() : 0; }
+int64_t attnscore_concat_value_size(const attnscore_concat* m) { return m ? m->model->value_size() : 0; }
+int64_t attnscore_concat_output_size(const attnscore_concat* m) { return m ? m->model->output_size() : 0; }
+
+attnscore_status* attnscore_concat_forward(
+    const attnscore_concat* model, const attnscore_engine* engine,
+    const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
+    const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens,
+    const attnscore_tensor* out, const attnscore_tensor* attention_weights) {
+  constexpr const char* kCall = "attnscore_concat_forward";
+  if (model == nullptr || engine == nullptr) return Invalid(kCall, "model and engine must not be null");
+  if (queries == nullptr || keys == nullptr || values == nullptr || out == nullptr) {
+    return Invalid(kCall, "queries, keys, values and out must not be null");
+  }
+  attnscore::ValidLens lens;
+  if (!LensOf(valid_lens, &lens)) return Invalid(kCall, "valid_lens has a kind or type outside its enum");
+  return Guarded(kCall, [&] {
+    return model->model->Forward(*engine->engine, In(queries), In(keys), In(values), lens, Out(out),
+                                 Out(attention_weights));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,203 @@
+// The C API against the C++ API: every op gives the C++ call's bits, every
+// refusal the same message, statuses belong to their call (any thread), and
+// nothing but a status comes back from bad handles, pointers or enums.
+#include "attnscore/c_api.h"
+
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+
+namespace attnscore::test {
+namespace {
+
+// A dense C view of a C++ buffer of dims (d0, d1, d2).
+attnscore_tensor_view CView(const std::vector<float>& data, int64_t d0, int64_t d1, int64_t d2) {
+  return {data.data(), 3, {d0, d1, d2, 0}, {d1 * d2, d2, 1, 0}};
+}
+attnscore_tensor COut(std::vector<float>& data, int64_t d0, int64_t d1, int64_t d2) {
+  return {data.data(), 3, {d0, d1, d2, 0}, {d1 * d2, d2, 1, 0}};
+}
+
+// The status's message, freed; "" for success.
+std::string Message(attnscore_status* s) {
+  std::string text = attnscore_status_message(s);
+  attnscore_status_free(s);
+  return text;
+}
+
+class CApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    attnscore_engine_options options = attnscore_default_engine_options();
+    ASSERT_EQ(attnscore_engine_create(&options, &engine_), nullptr);
+  }
+  void TearDown() override { attnscore_engine_destroy(engine_); }
+  attnscore_engine* engine_ = nullptr;
+};
+
+TEST_F(CApi, DotProductAndSoftmaxGiveTheCppBits) {
+  const int64_t b = 3, n = 5, m = 37, d = 16, dv = 8;
+  const std::vector<float> q = RandomFloats(b * n * d, 1), k = RandomFloats(b * m * d, 2),
+                           v = RandomFloats(b * m * dv, 3);
+  const int32_t lens[] = {0, 5, 7, 37, 40, 1, 2, 3, 4, 9, 11, 36, 30, 20, 10};
+  std::vector<float> out_c(b * n * dv), w_c(b * n * m), out_cpp(b * n * dv), w_cpp(b * n * m);
+  const attnscore_tensor_view qv = CView(q, b, n, d), kv = CView(k, b, m, d), vv = CView(v, b, m, dv);
+  const attnscore_tensor ov = COut(out_c, b, n, dv), wv = COut(w_c, b, n, m);
+  const attnscore_valid_lens cl = {ATTNSCORE_LENS_PER_QUERY, ATTNSCORE_LENS_INT32, lens, {b, n}};
+  ASSERT_EQ(Message(attnscore_dot_product_attention(engine_, &qv, &kv, &vv, &cl, &ov, &wv)), "");
+  ASSERT_TRUE(DefaultEngine()
+                  .DotProductAttention(ConstTensor(q.data(), {b, n, d}), ConstTensor(k.data(), {b, m, d}),
+                                       ConstTensor(v.data(), {b, m, dv}), ValidLens::PerQuery(lens, b, n),
+                                       Tensor(out_cpp.data(), {b, n, dv}), Tensor(w_cpp.data(), {b, n, m}))
+                  .ok());
+  EXPECT_EQ(std::memcmp(out_c.data(), out_cpp.data(), out_c.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(w_c.data(), w_cpp.data(), w_c.size() * 4), 0);
+
+  std::vector<float> y_c(b * n * m), y_cpp(b * n * m);
+  const attnscore_tensor yv = COut(y_c, b, n, m);
+  const attnscore_tensor_view xv = CView(w_cpp, b, n, m);
+  ASSERT_EQ(Message(attnscore_masked_softmax(engine_, &xv, &cl, &yv)), "");
+  ASSERT_TRUE(DefaultEngine()
+                  .MaskedSoftmax(ConstTensor(w_cpp.data(), {b, n, m}), ValidLens::PerQuery(lens, b, n),
+                                 Tensor(y_cpp.data(), {b, n, m}))
+                  .ok());
+  EXPECT_EQ(std::memcmp(y_c.data(), y_cpp.data(), y_c.size() * 4), 0);
+}
+
+TEST_F(CApi, ModelsLoadAndMatchTheirGoldenCases) {
+  for (const char* name : {"additive_toy", "concat_tutorial"}) {
+    SCOPED_TRACE(name);
+    GoldenAttention g;
+    LoadGoldenAttention(name, &g);
+    const std::string path = std::string(ATTNSCORE_GOLDEN_DIR) + "/" + name + "/model.safetensors";
+    const auto& qs = g.queries.shape;
+    const auto& ks = g.keys.shape;
+    const auto& vs = g.values.shape;
+    const std::vector<float> q(g.queries.data<float>(), g.queries.data<float>() + g.queries.size());
+    const std::vector<float> k(g.keys.data<float>(), g.keys.data<float>() + g.keys.size());
+    const std::vector<float> v(g.values.data<float>(), g.values.data<float>() + g.values.size());
+    const attnscore_tensor_view qv = CView(q, qs[0], qs[1], qs[2]), kv = CView(k, ks[0], ks[1], ks[2]),
+                                vv = CView(v, vs[0], vs[1], vs[2]);
+    // The golden's lengths, as the C API takes them.
+    const attnscore_valid_lens cl = {
+        static_cast<attnscore_lens_kind>(g.lens.kind),
+        g.lens.is_int64 ? ATTNSCORE_LENS_INT64 : ATTNSCORE_LENS_INT32, g.lens.data,
+        {g.lens.dims[0], g.lens.dims[1]}};
+    const int64_t out_dim = g.out.shape[2];
+    std::vector<float> out(qs[0] * qs[1] * out_dim), w(qs[0] * qs[1] * vs[1]);
+    const attnscore_tensor ov = COut(out, qs[0], qs[1], out_dim), wv = COut(w, qs[0], qs[1], vs[1]);
+    if (std::string(name) == "additive_toy") {
+      attnscore_additive* model = nullptr;
+      ASSERT_EQ(Message(attnscore_additive_load(path.c_str(), &model)), "");
+      EXPECT_EQ(attnscore_additive_query_size(model), qs[2]);
+      EXPECT_EQ(Message(attnscore_additive_forward(model, engine_, &qv, &kv, &vv, &cl, &ov, &wv)), "");
+      attnscore_additive_destroy(model);
+    } else {
+      attnscore_concat* model = nullptr;
+      ASSERT_EQ(Message(attnscore_concat_load(path.c_str(), qs[2], &model)), "");
+      EXPECT_EQ(attnscore_concat_value_rows(model), vs[1]);
+      EXPECT_EQ(attnscore_concat_output_size(model), out_dim);
+      EXPECT_EQ(Message(attnscore_concat_forward(model, engine_, &qv, &kv, &vv, &cl, &ov, &wv)), "");
+      attnscore_concat_destroy(model);
+    }
+    ExpectMatchesGolden(g, out, w);
+  }
+}
+
+TEST_F(CApi, RefusalsCarryTheCppMessageAndWriteNothing) {
+  const std::vector<float> q(4), k(40), v(36);
+  std::vector<float> out(8, -1.0f);
+  const attnscore_tensor_view qv = CView(q, 2, 1, 2), kv = CView(k, 2, 10, 2), vv = CView(v, 2, 9, 2);
+  const attnscore_tensor ov = COut(out, 2, 1, 4);
+  attnscore_status* s = attnscore_dot_product_attention(engine_, &qv, &kv, &vv, nullptr, &ov, nullptr);
+  EXPECT_EQ(attnscore_status_get_code(s), ATTNSCORE_INVALID_ARGUMENT);
+  EXPECT_STREQ(attnscore_status_code_name(attnscore_status_get_code(s)), "invalid argument");
+  const Status cpp = DefaultEngine().DotProductAttention(
+      ConstTensor(q.data(), {2, 1, 2}), ConstTensor(k.data(), {2, 10, 2}), ConstTensor(v.data(), {2, 9, 2}),
+      ValidLens::None(), Tensor(out.data(), {2, 1, 4}));
+  EXPECT_EQ(Message(s), cpp.message());
+  for (float x : out) EXPECT_EQ(x, -1.0f);
+
+  // Null handles and pointers, enums outside their range: a status, no crash.
+  EXPECT_NE(Message(attnscore_dot_product_attention(nullptr, &qv, &kv, &vv, nullptr, &ov, nullptr))
+                .find("engine is null"),
+            std::string::npos);
+  EXPECT_NE(Message(attnscore_dot_product_attention(engine_, nullptr, &kv, &vv, nullptr, &ov, nullptr))
+                .find("must not be null"),
+            std::string::npos);
+  const attnscore_valid_lens bad_kind = {static_cast<attnscore_lens_kind>(7), ATTNSCORE_LENS_INT32, q.data(), {2, 0}};
+  EXPECT_NE(Message(attnscore_dot_product_attention(engine_, &qv, &kv, &vv, &bad_kind, &ov, nullptr))
+                .find("outside its enum"),
+            std::string::npos);
+  attnscore_engine_options options = attnscore_default_engine_options();
+  options.isa = static_cast<attnscore_isa>(9);
+  attnscore_engine* engine = nullptr;
+  EXPECT_NE(Message(attnscore_engine_create(&options, &engine)).find("outside its enum"), std::string::npos);
+  EXPECT_EQ(engine, nullptr);
+  options = attnscore_default_engine_options();
+  options.threads = 0;
+  EXPECT_NE(Message(attnscore_engine_create(&options, &engine)).find("threads is 0"), std::string::npos);
+  attnscore_additive* model = nullptr;
+  attnscore_status* missing = attnscore_additive_load("/nonexistent/model.safetensors", &model);
+  EXPECT_EQ(attnscore_status_get_code(missing), ATTNSCORE_IO_ERROR);
+  attnscore_status_free(missing);
+  EXPECT_EQ(model, nullptr);
+  EXPECT_EQ(attnscore_additive_hidden_size(nullptr), 0);
+  attnscore_additive_destroy(nullptr);
+  attnscore_concat_destroy(nullptr);
+  attnscore_engine_destroy(nullptr);
+  attnscore_status_free(nullptr);
+  EXPECT_EQ(attnscore_status_get_code(nullptr), ATTNSCORE_OK);
+  EXPECT_STREQ(attnscore_status_message(nullptr), "");
+}
+
+// Each thread's failed calls carry their own messages, readable there.
+TEST_F(CApi, StatusesBelongToTheirCallOnEveryThread) {
+  std::vector<std::thread> threads;
+  std::vector<int> right(8, 0);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      const std::vector<float> x(1);
+      std::vector<float> y(1);
+      const int32_t lens[] = {-(t + 1)};
+      const attnscore_tensor_view xv = CView(x, 1, 1, 1);
+      const attnscore_tensor yv = COut(y, 1, 1, 1);
+      const attnscore_valid_lens cl = {ATTNSCORE_LENS_PER_BATCH, ATTNSCORE_LENS_INT32, lens, {1, 0}};
+      for (int call = 0; call < 200; ++call) {
+        const std::string text = Message(attnscore_masked_softmax(engine_, &xv, &cl, &yv));
+        right[t] += text.find("is " + std::to_string(-(t + 1)) + ";") != std::string::npos;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(right[t], 200) << "thread " << t;
+}
+
+TEST_F(CApi, NamesOptionsDescribeAndVersion) {
+  EXPECT_STREQ(attnscore_version(), Version());
+  attnscore_isa isa;
+  ASSERT_EQ(attnscore_parse_isa("avx2", &isa), 1);
+  EXPECT_EQ(isa, ATTNSCORE_ISA_AVX2);
+  EXPECT_STREQ(attnscore_isa_name(isa), "avx2");
+  EXPECT_EQ(attnscore_parse_isa("avx1024", &isa), 0);
+  EXPECT_EQ(attnscore_isa_name(static_cast<attnscore_isa>(-1)), nullptr);
+  attnscore_precision precision;
+  ASSERT_EQ(attnscore_parse_precision("bf16", &precision), 1);
+  EXPECT_STREQ(attnscore_precision_name(precision), "bf16");
+  attnscore_engine_options options;
+  ASSERT_EQ(attnscore_engine_options_of(engine_, &options), nullptr);
+  EXPECT_EQ(options.threads, 1);
+  size_t length = 0;
+  ASSERT_EQ(attnscore_engine_describe(engine_, nullptr, 0, &length), nullptr);
+  const std::string text = DefaultEngine().Describe();
+  EXPECT_EQ(length, text.size());
+  char small[16];
+  ASSERT_EQ(attnscore_engine_describe(engine_, small, sizeof small, nullptr), nullptr);
+  EXPECT_EQ(std::string(small), text.substr(0, 15));
+}
+
+}  // namespace
+}  // namespace attnscore::test
