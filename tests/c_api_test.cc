@@ -83,7 +83,7 @@ TEST_F(CApi, ModelsLoadAndMatchTheirGoldenCases) {
                                 vv = CView(v, vs[0], vs[1], vs[2]);
     // The golden's lengths, as the C API takes them.
     const attnscore_valid_lens cl = {
-        static_cast<attnscore_lens_kind>(g.lens.kind),
+        static_cast<int32_t>(g.lens.kind),
         g.lens.is_int64 ? ATTNSCORE_LENS_INT64 : ATTNSCORE_LENS_INT32, g.lens.data,
         {g.lens.dims[0], g.lens.dims[1]}};
     const int64_t out_dim = g.out.shape[2];
@@ -128,12 +128,12 @@ TEST_F(CApi, RefusalsCarryTheCppMessageAndWriteNothing) {
   EXPECT_NE(Message(attnscore_dot_product_attention(engine_, nullptr, &kv, &vv, nullptr, &ov, nullptr))
                 .find("must not be null"),
             std::string::npos);
-  const attnscore_valid_lens bad_kind = {static_cast<attnscore_lens_kind>(7), ATTNSCORE_LENS_INT32, q.data(), {2, 0}};
+  const attnscore_valid_lens bad_kind = {7, ATTNSCORE_LENS_INT32, q.data(), {2, 0}};
   EXPECT_NE(Message(attnscore_dot_product_attention(engine_, &qv, &kv, &vv, &bad_kind, &ov, nullptr))
                 .find("outside its enum"),
             std::string::npos);
   attnscore_engine_options options = attnscore_default_engine_options();
-  options.isa = static_cast<attnscore_isa>(9);
+  options.isa = 9;
   attnscore_engine* engine = nullptr;
   EXPECT_NE(Message(attnscore_engine_create(&options, &engine)).find("outside its enum"), std::string::npos);
   EXPECT_EQ(engine, nullptr);
@@ -183,7 +183,7 @@ TEST_F(CApi, NamesOptionsDescribeAndVersion) {
   EXPECT_EQ(isa, ATTNSCORE_ISA_AVX2);
   EXPECT_STREQ(attnscore_isa_name(isa), "avx2");
   EXPECT_EQ(attnscore_parse_isa("avx1024", &isa), 0);
-  EXPECT_EQ(attnscore_isa_name(static_cast<attnscore_isa>(-1)), nullptr);
+  EXPECT_EQ(attnscore_isa_name(-1), nullptr);
   attnscore_precision precision;
   ASSERT_EQ(attnscore_parse_precision("bf16", &precision), 1);
   EXPECT_STREQ(attnscore_precision_name(precision), "bf16");

@@ -137,12 +137,12 @@ attnscore_engine_options attnscore_default_engine_options(void) {
   return {1, ATTNSCORE_ISA_BEST, ATTNSCORE_FP32};
 }
 
-const char* attnscore_isa_name(attnscore_isa isa) {
+const char* attnscore_isa_name(int32_t isa) {
   if (isa < ATTNSCORE_ISA_SCALAR || isa > ATTNSCORE_ISA_BEST) return nullptr;
   return attnscore::IsaName(static_cast<attnscore::Isa>(isa));
 }
 
-const char* attnscore_precision_name(attnscore_precision precision) {
+const char* attnscore_precision_name(int32_t precision) {
   if (precision != ATTNSCORE_FP32 && precision != ATTNSCORE_BF16) return nullptr;
   return attnscore::PrecisionName(static_cast<attnscore::Precision>(precision));
 }
@@ -183,7 +183,7 @@ attnscore_status* attnscore_engine_options_of(const attnscore_engine* engine,
   if (engine == nullptr) return Invalid("attnscore_engine_options_of", "engine is null");
   if (options == nullptr) return Invalid("attnscore_engine_options_of", "options is null");
   const attnscore::EngineOptions& o = engine->engine->options();
-  *options = {o.threads, static_cast<attnscore_isa>(o.isa), static_cast<attnscore_precision>(o.precision)};
+  *options = {o.threads, static_cast<int32_t>(o.isa), static_cast<int32_t>(o.precision)};
   return nullptr;
 }
 

@@ -79,10 +79,12 @@ typedef enum attnscore_lens_kind {
 
 typedef enum attnscore_lens_type { ATTNSCORE_LENS_INT32 = 0, ATTNSCORE_LENS_INT64 = 1 } attnscore_lens_type;
 
-/* Contiguous lengths; a NULL attnscore_valid_lens* means none. */
+/* Contiguous lengths; a NULL attnscore_valid_lens* means none. The enums'
+ * fields are plain integers, so any value a caller stores is refused
+ * cleanly rather than read as an invalid enum. */
 typedef struct attnscore_valid_lens {
-  attnscore_lens_kind kind;
-  attnscore_lens_type type;
+  int32_t kind; /* attnscore_lens_kind */
+  int32_t type; /* attnscore_lens_type */
   const void* data;
   int64_t dims[2];
 } attnscore_valid_lens;
@@ -100,16 +102,16 @@ typedef enum attnscore_isa {
 typedef enum attnscore_precision { ATTNSCORE_FP32 = 0, ATTNSCORE_BF16 = 1 } attnscore_precision;
 
 typedef struct attnscore_engine_options {
-  int32_t threads; /* per call, >= 1 */
-  attnscore_isa isa;
-  attnscore_precision precision;
+  int32_t threads;   /* per call, >= 1 */
+  int32_t isa;       /* attnscore_isa */
+  int32_t precision; /* attnscore_precision */
 } attnscore_engine_options;
 
 /* 1 thread, the best ISA, fp32. */
 ATTNSCORE_API attnscore_engine_options attnscore_default_engine_options(void);
 /* "scalar", ...; NULL for a value outside the enum. */
-ATTNSCORE_API const char* attnscore_isa_name(attnscore_isa isa);
-ATTNSCORE_API const char* attnscore_precision_name(attnscore_precision precision);
+ATTNSCORE_API const char* attnscore_isa_name(int32_t isa);
+ATTNSCORE_API const char* attnscore_precision_name(int32_t precision);
 /* 1 and *isa set when name is one of the names above, else 0. */
 ATTNSCORE_API int attnscore_parse_isa(const char* name, attnscore_isa* isa);
 ATTNSCORE_API int attnscore_parse_precision(const char* name, attnscore_precision* precision);
