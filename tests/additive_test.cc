@@ -11,6 +11,7 @@
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -475,6 +476,128 @@ TEST_P(AdditiveTest, EdgeCases) {
   run(p, {6, 8}, &out, &weights);
   for (float x : out) EXPECT_TRUE(std::isfinite(x));
   EXPECT_LE(MaxAbsDiff(weights.data(), want_weights), kWeightTolerance);
+}
+
+// docs/semantics.md section 3.3: a query's output depends on its own valid
+// keys and values alone. Key `key` of every entry of K or V (or query `seer`
+// of Q) is changed; every query row that does not reach it (its own width,
+// L or M when L = 0, ends at or before `key`) must be finite and match the
+// unchanged call. `out_step` 2 writes out with column stride 2, which sends
+// a small call's products to oneDNN.
+void ExpectOnlyOwnKeysCount(const Problem& p, const std::vector<int64_t>& lens, int64_t key,
+                            int threads, int64_t out_step) {
+  const Shape& s = p.s;
+  ASSERT_EQ(lens.size(), static_cast<size_t>(s.batch * s.queries));
+  const auto own = [&](int64_t b, int64_t i) {
+    const int64_t l = std::min(lens[static_cast<size_t>(b * s.queries + i)], s.keys);
+    return l > 0 ? l : s.keys;
+  };
+  ASSERT_LE(own(0, 0), key) << "query 0 must not reach the changed key";
+  int64_t seer = -1;
+  for (int64_t i = 0; i < s.queries; ++i) {
+    if (own(0, i) > key) seer = i;
+  }
+  ASSERT_GE(seer, 0) << "another query of entry 0 must reach the changed key";
+  const auto model = ModelOf(p);
+  std::unique_ptr<Engine> engine;
+  EngineOptions options;
+  options.threads = threads;
+  ASSERT_TRUE(Engine::Create(options, &engine).ok());
+  const auto run = [&](const Problem& x, bool want_weights, std::vector<float>* out,
+                       std::vector<float>* weights) {
+    out->assign(static_cast<size_t>(s.batch * s.queries * s.value_dim * out_step), kSentinel);
+    weights->assign(want_weights ? static_cast<size_t>(s.batch * s.queries * s.keys) : 0, kSentinel);
+    const Status st = model->Forward(
+        *engine, ConstTensor(x.q.data(), {s.batch, s.queries, s.query_size}),
+        ConstTensor(x.k.data(), {s.batch, s.keys, s.key_size}),
+        ConstTensor(x.v.data(), {s.batch, s.keys, s.value_dim}), LensOf(lens, true, s),
+        Tensor(out->data(), {s.batch, s.queries, s.value_dim},
+               {s.queries * s.value_dim * out_step, s.value_dim * out_step, out_step}),
+        want_weights ? Tensor(weights->data(), {s.batch, s.queries, s.keys}) : Tensor());
+    ASSERT_TRUE(st.ok()) << st.message();
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Change {
+    const char* name;
+    char tensor;
+    float value;
+  };
+  const Change changes[] = {{"NaN in V", 'v', nan}, {"+Inf in V", 'v', inf}, {"NaN in K", 'k', nan},
+                            {"+Inf in K", 'k', inf}, {"NaN in Q", 'q', nan}};
+  for (const bool want_weights : {true, false}) {
+    std::vector<float> clean_out, clean_weights;
+    run(p, want_weights, &clean_out, &clean_weights);
+    for (const Change& change : changes) {
+      SCOPED_TRACE(std::string(change.name) + (want_weights ? ", with weights" : ", without weights"));
+      Problem changed = p;
+      for (int64_t b = 0; b < s.batch; ++b) {
+        if (change.tensor == 'q') {
+          for (int64_t d = 0; d < s.query_size; ++d)
+            changed.q[static_cast<size_t>((b * s.queries + seer) * s.query_size + d)] = change.value;
+        } else if (change.tensor == 'k') {
+          for (int64_t d = 0; d < s.key_size; ++d)
+            changed.k[static_cast<size_t>((b * s.keys + key) * s.key_size + d)] = change.value;
+        } else {
+          for (int64_t c = 0; c < s.value_dim; ++c)
+            changed.v[static_cast<size_t>((b * s.keys + key) * s.value_dim + c)] = change.value;
+        }
+      }
+      std::vector<float> out, weights;
+      run(changed, want_weights, &out, &weights);
+      // Each change stops at its first wrong row, and the next one is still checked.
+      const auto expect_rows = [&] {
+        for (int64_t b = 0; b < s.batch; ++b) {
+          for (int64_t i = 0; i < s.queries; ++i) {
+            if (change.tensor == 'q' ? i == seer : own(b, i) > key) continue;
+            const int64_t r = b * s.queries + i;
+            for (int64_t c = 0; c < s.value_dim; ++c) {
+              const size_t e = static_cast<size_t>((r * s.value_dim + c) * out_step);
+              ASSERT_TRUE(std::isfinite(out[e]) && std::abs(out[e] - clean_out[e]) <= OutTolerance(p.v))
+                  << "query (" << b << ", " << i << ") of length " << lens[static_cast<size_t>(r)]
+                  << ": out[" << c << "] = " << out[e] << ", alone " << clean_out[e];
+            }
+            for (int64_t j = 0; want_weights && j < s.keys; ++j) {
+              const size_t e = static_cast<size_t>(r * s.keys + j);
+              ASSERT_NEAR(weights[e], clean_weights[e], kWeightTolerance)
+                  << "query (" << b << ", " << i << "), weight " << j;
+            }
+          }
+        }
+      };
+      expect_rows();
+    }
+  }
+}
+
+TEST_P(AdditiveTest, AQueryReadsOnlyItsOwnKeysAndValues) {
+  struct Case {
+    const char* what;
+    Shape shape;
+    std::vector<int64_t> lens;
+    int64_t key;
+  };
+  const Case cases[] = {
+      // Products on the row kernels (and, with out strided, on oneDNN).
+      {"small", {2, 3, 12, 4, 4, 5, 3}, {2, 12, 0, 4, 9, 1}, 6},
+      // oneDNN: the entry's widest query, or one of length 0, sets W V's width.
+      {"oneDNN", {2, 6, 40, 16, 16, 32, 8}, {5, 40, 8, 20, 3, 33, 0, 7, 30, 12, 21, 2}, 20},
+      {"oneDNN, widest below M", {2, 6, 50, 16, 16, 32, 8}, {4, 30, 10, 29, 1, 20, 6, 30, 30, 2, 11, 3}, 20},
+      {"oneDNN, length 0 widens to M", {2, 5, 50, 16, 16, 32, 8}, {4, 9, 0, 12, 1, 6, 0, 10, 2, 11}, 20},
+      // Two key chunks (384 keys each at H = 300), one entry.
+      {"key chunks", {1, 6, 700, 9, 9, 300, 4}, {100, 700, 650, 0, 20, 399}, 400},
+  };
+  uint32_t seed = 800;
+  for (const Case& c : cases) {
+    const Problem p = RandomProblem(c.shape, seed += 10);
+    for (int threads : {1, 2}) {
+      for (int64_t out_step : {1, 2}) {
+        SCOPED_TRACE(std::string(c.what) + ", " + std::to_string(threads) + " thread(s)" +
+                     (out_step == 2 ? ", strided out" : ""));
+        ExpectOnlyOwnKeysCount(p, c.lens, c.key, threads, out_step);
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------

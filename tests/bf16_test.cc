@@ -378,6 +378,110 @@ TEST_P(DotProductBf16, FewQueriesRunInFp32OnTheRowKernels) {
   ExpectSameBits(RunOp(*Bf16(), s, in, valid), RunOp(DefaultEngine(), s, in, valid));
 }
 
+// docs/semantics.md section 2.2 in bf16 mode: a query's output depends on its
+// own valid keys and values alone. Key `key` of every entry of K or V (or
+// query `seer` of Q) is changed; every query row that does not reach it
+// must be finite and match the unchanged call. The largest float rounds to
+// +Inf in bfloat16, so it counts here as an Inf would.
+void ExpectOnlyOwnKeysCountBf16(const Engine& engine, const Shape& s, const std::vector<int64_t>& lens,
+                                int64_t key, uint32_t seed) {
+  ASSERT_EQ(lens.size(), static_cast<size_t>(s.batch * s.queries));
+  const auto own = [&](int64_t b, int64_t i) {
+    const int64_t l = std::min(lens[static_cast<size_t>(b * s.queries + i)], s.keys);
+    return l > 0 ? l : s.keys;
+  };
+  ASSERT_LE(own(0, 0), key) << "query 0 must not reach the changed key";
+  int64_t seer = -1;
+  for (int64_t i = 0; i < s.queries; ++i) {
+    if (own(0, i) > key) seer = i;
+  }
+  ASSERT_GE(seer, 0) << "another query of entry 0 must reach the changed key";
+  const ValidLens valid = LensOf(lens, true, s.batch, s.queries);
+  const Inputs in(s, seed);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float largest = std::numeric_limits<float>::max();
+  struct Change {
+    const char* name;
+    char tensor;
+    float value;
+  };
+  const Change changes[] = {{"NaN in V", 'v', nan},         {"+Inf in V", 'v', inf},
+                            {"largest float in V", 'v', largest}, {"NaN in K", 'k', nan},
+                            {"largest float in K", 'k', largest}, {"NaN in Q", 'q', nan}};
+  for (const bool want_weights : {true, false}) {
+    const Outputs clean = RunOp(engine, s, in, valid, want_weights);
+    for (const Change& change : changes) {
+      SCOPED_TRACE(std::string(change.name) + (want_weights ? ", with weights" : ", without weights"));
+      Inputs changed = in;
+      for (int64_t b = 0; b < s.batch; ++b) {
+        if (change.tensor == 'q') {
+          for (int64_t d = 0; d < s.depth; ++d)
+            changed.q[static_cast<size_t>((b * s.queries + seer) * s.depth + d)] = change.value;
+        } else if (change.tensor == 'k') {
+          for (int64_t d = 0; d < s.depth; ++d)
+            changed.k[static_cast<size_t>((b * s.keys + key) * s.depth + d)] = change.value;
+        } else {
+          for (int64_t c = 0; c < s.value_dim; ++c)
+            changed.v[static_cast<size_t>((b * s.keys + key) * s.value_dim + c)] = change.value;
+        }
+      }
+      const Outputs got = RunOp(engine, s, changed, valid, want_weights);
+      // Each change stops at its first wrong row, and the next one is still checked.
+      const auto expect_rows = [&] {
+        for (int64_t b = 0; b < s.batch; ++b) {
+          for (int64_t i = 0; i < s.queries; ++i) {
+            if (change.tensor == 'q' ? i == seer : own(b, i) > key) continue;
+            const int64_t r = b * s.queries + i;
+            for (int64_t c = 0; c < s.value_dim; ++c) {
+              const float x = got.out[static_cast<size_t>(r * s.value_dim + c)];
+              const float want = clean.out[static_cast<size_t>(r * s.value_dim + c)];
+              ASSERT_TRUE(std::isfinite(x) && std::abs(x - want) <= OutTolerance(in.v))
+                  << "query (" << b << ", " << i << ") of length " << lens[static_cast<size_t>(r)]
+                  << ": out[" << c << "] = " << x << ", alone " << want;
+            }
+            for (int64_t j = 0; want_weights && j < s.keys; ++j) {
+              const size_t e = static_cast<size_t>(r * s.keys + j);
+              ASSERT_NEAR(got.weights[e], clean.weights[e], kWeightTolerance)
+                  << "query (" << b << ", " << i << "), weight " << j;
+            }
+          }
+        }
+      };
+      expect_rows();
+    }
+  }
+}
+
+TEST_P(DotProductBf16, AQueryReadsOnlyItsOwnKeysAndValues) {
+  struct Case {
+    const char* path;
+    Shape shape;
+    std::vector<int64_t> lens;
+    int64_t key;
+  };
+  std::vector<Case> cases = {
+      {"row path (fp32 in this mode)", {2, 3, 40, 16, 12}, {5, 40, 0, 7, 30, 12}, 20},
+      {"gemm, 4 queries", {2, 4, 40, 16, 12}, {5, 40, 8, 20, 3, 33, 0, 7}, 20},
+      {"gemm, widest below M", {2, 6, 50, 16, 12}, {4, 30, 10, 29, 1, 20, 6, 30, 30, 2, 11, 3}, 20},
+      {"gemm, length 0 widens to M", {2, 5, 50, 16, 12}, {4, 9, 0, 12, 1, 6, 0, 10, 2, 11}, 20},
+  };
+  // Query blocks of 736 and 264 rows; 8 entries taken whole by each of 2 threads.
+  Case blocks{"gemm, query blocks", {1, 1000, 700, 8, 4}, {}, 500};
+  for (int64_t i = 0; i < 1000; ++i) blocks.lens.push_back(i % 5 == 1 ? 700 : i % 97 == 3 ? 0 : 1 + (i * 37) % 400);
+  cases.push_back(blocks);
+  Case chunks{"gemm, batch chunks", {8, 8, 64, 16, 8}, {}, 25};
+  for (int64_t b = 0; b < 8; ++b) chunks.lens.insert(chunks.lens.end(), {3, 64, 10, 40, 2, 33, 12, 20});
+  cases.push_back(chunks);
+  uint32_t seed = 950;
+  for (const Case& c : cases) {
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(c.path) + ", " + std::to_string(threads) + " thread(s)");
+      ExpectOnlyOwnKeysCountBf16(*Bf16(threads), c.shape, c.lens, c.key, seed += 10);
+    }
+  }
+}
+
 // bf16 mode works under every ISA cap; Describe says whether its matmuls
 // are oneDNN's bf16 ones.
 TEST(Bf16Engine, CreatesAnywhereAndSaysHowItsMatmulsRun) {

@@ -352,6 +352,114 @@ TEST_P(ConcatTest, EdgeCases) {
   CheckEdgeCases({2, 5, 4, 5, 8, 3, 6});
 }
 
+// docs/semantics.md section 4.3: a query's output depends on its own valid
+// rows of V alone (and its own query and key). Row `row` of every entry's V
+// (or query `seer`'s Q or K) is changed; every query that does not reach it
+// (its own width, L or M when L = 0, ends at or before `row`) must be finite
+// and within the reference's tolerance of the unchanged problem.
+void ExpectOnlyOwnValuesCount(const Shape& s, const std::vector<int64_t>& lens, int64_t row,
+                              int threads, uint32_t seed) {
+  ASSERT_EQ(lens.size(), static_cast<size_t>(s.batch * s.queries));
+  const auto own = [&](int64_t b, int64_t i) {
+    const int64_t l = std::min(lens[static_cast<size_t>(b * s.queries + i)], s.rows);
+    return l > 0 ? l : s.rows;
+  };
+  ASSERT_LE(own(0, 0), row) << "query 0 must not reach the changed row";
+  int64_t seer = -1;
+  for (int64_t i = 0; i < s.queries; ++i) {
+    if (own(0, i) > row) seer = i;
+  }
+  ASSERT_GE(seer, 0) << "another query of entry 0 must reach the changed row";
+  const Problem p = RandomProblem(s, seed);
+  const Expected want = Reference(p, RowLengths(lens, true, s.batch, s.queries));
+  const auto model = ModelOf(p);
+  std::unique_ptr<Engine> engine;
+  EngineOptions options;
+  options.threads = threads;
+  ASSERT_TRUE(Engine::Create(options, &engine).ok());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Change {
+    const char* name;
+    char tensor;
+    float value;
+  };
+  const Change changes[] = {{"NaN in V", 'v', nan}, {"+Inf in V", 'v', inf}, {"-Inf in V", 'v', -inf},
+                            {"NaN in K", 'k', nan}, {"NaN in Q", 'q', nan}};
+  for (const bool want_weights : {true, false}) {
+    for (const Change& change : changes) {
+      SCOPED_TRACE(std::string(change.name) + (want_weights ? ", with weights" : ", without weights"));
+      Problem changed = p;
+      for (int64_t b = 0; b < s.batch; ++b) {
+        if (change.tensor == 'q') {
+          for (int64_t d = 0; d < s.query_size; ++d)
+            changed.q[static_cast<size_t>((b * s.queries + seer) * s.query_size + d)] = change.value;
+        } else if (change.tensor == 'k') {
+          for (int64_t d = 0; d < s.key_size; ++d)
+            changed.k[static_cast<size_t>((b * s.queries + seer) * s.key_size + d)] = change.value;
+        } else {
+          for (int64_t c = 0; c < s.value_size; ++c)
+            changed.v[static_cast<size_t>((b * s.rows + row) * s.value_size + c)] = change.value;
+        }
+      }
+      std::vector<float> out(static_cast<size_t>(s.batch * s.queries * s.outputs), kSentinel);
+      std::vector<float> weights(static_cast<size_t>(s.batch * s.queries * s.rows), kSentinel);
+      const Status st = model->Forward(
+          *engine, ConstTensor(changed.q.data(), {s.batch, s.queries, s.query_size}),
+          ConstTensor(changed.k.data(), {s.batch, s.queries, s.key_size}),
+          ConstTensor(changed.v.data(), {s.batch, s.rows, s.value_size}),
+          LensOf(lens, true, s.batch, s.queries), Tensor(out.data(), {s.batch, s.queries, s.outputs}),
+          want_weights ? Tensor(weights.data(), {s.batch, s.queries, s.rows}) : Tensor());
+      ASSERT_TRUE(st.ok()) << st.message();
+      // Each change stops at its first wrong row, and the next one is still checked.
+      const auto expect_rows = [&] {
+        for (int64_t b = 0; b < s.batch; ++b) {
+          for (int64_t i = 0; i < s.queries; ++i) {
+            if (change.tensor == 'v' ? own(b, i) > row : i == seer) continue;
+            const int64_t r = b * s.queries + i;
+            for (int64_t o = 0; o < s.outputs; ++o) {
+              const size_t e = static_cast<size_t>(r * s.outputs + o);
+              ASSERT_TRUE(std::isfinite(out[e]) && std::abs(out[e] - want.out[e]) <= want.tolerance[e])
+                  << "query (" << b << ", " << i << ") of length " << lens[static_cast<size_t>(r)]
+                  << ": out[" << o << "] = " << out[e] << ", want " << want.out[e];
+            }
+            for (int64_t m = 0; want_weights && m < s.rows; ++m) {
+              const size_t e = static_cast<size_t>(r * s.rows + m);
+              ASSERT_NEAR(weights[e], want.weights[e], kWeightTolerance)
+                  << "query (" << b << ", " << i << "), weight " << m;
+            }
+          }
+        }
+      };
+      expect_rows();
+    }
+  }
+}
+
+TEST_P(ConcatTest, AQueryReadsOnlyItsOwnValues) {
+  struct Case {
+    const char* what;
+    Shape shape;  // B, N, Dq, Dk, M, Dv, O
+    std::vector<int64_t> lens;
+    int64_t row;
+  };
+  const Case cases[] = {
+      // W V row by row.
+      {"3 queries", {2, 3, 5, 4, 12, 6, 7}, {2, 12, 0, 4, 9, 1}, 6},
+      // W V by oneDNN: one call for entries of the same widths, or one per entry.
+      {"4 queries, same widths", {2, 4, 5, 4, 12, 6, 7}, {2, 12, 5, 7, 3, 12, 1, 6}, 6},
+      {"5 queries, widths of their own", {3, 5, 5, 4, 30, 6, 7},
+       {4, 20, 10, 19, 1, 6, 0, 10, 2, 11, 3, 25, 30, 9, 8}, 12},
+  };
+  uint32_t seed = 700;
+  for (const Case& c : cases) {
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(c.what) + ", " + std::to_string(threads) + " thread(s)");
+      ExpectOnlyOwnValuesCount(c.shape, c.lens, c.row, threads, seed += 10);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Bad arguments: InvalidArgument naming the argument, nothing written.
 

@@ -1,10 +1,13 @@
 // Scaled dot-product attention (docs/semantics.md section 2): every Highway target
 // against a double-precision reference, golden data from the PyTorch seed
 // module, the d2l toy, strided views, query blocking and bad input.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -365,6 +368,163 @@ TEST_P(DotProductThreads, ResultsIdenticalForAnyThreadCount) {
                                  weights[0][1].size() * sizeof(float)));
       }
     }
+  }
+}
+
+// ---- a query reads only its own keys and values ----------------------------
+
+// docs/semantics.md section 2.2: a query's output depends on its own valid
+// keys and values alone, whatever its batch entry's other queries see.
+
+// One engine per thread count (1 or 2), fp32.
+const Engine& EngineWithThreads(int threads) {
+  static std::unique_ptr<Engine> engines[3];
+  std::unique_ptr<Engine>& engine = engines[threads];
+  if (!engine) {
+    EngineOptions options;
+    options.threads = threads;
+    EXPECT_TRUE(Engine::Create(options, &engine).ok());
+  }
+  return *engine;
+}
+
+struct Outputs {
+  std::vector<float> out, weights;  // weights empty when not requested
+};
+
+// Dense inputs; out and weights with column stride `step` (2 sends even a
+// few queries to the oneDNN path, and makes it gather and scatter rows).
+Outputs RunWithStep(const Engine& engine, const Shape& s, const std::vector<float>& q,
+                    const std::vector<float>& k, const std::vector<float>& v,
+                    const std::vector<int64_t>& lens, bool want_weights, int64_t step) {
+  const int64_t n = s.queries, dv = s.value_dim, m = s.keys;
+  Outputs o{std::vector<float>(static_cast<size_t>(s.batch * n * dv * step), kSentinel),
+            std::vector<float>(want_weights ? static_cast<size_t>(s.batch * n * m * step) : 0,
+                               kSentinel)};
+  const Status st = engine.DotProductAttention(
+      ConstTensor(q.data(), {s.batch, n, s.depth}), ConstTensor(k.data(), {s.batch, m, s.depth}),
+      ConstTensor(v.data(), {s.batch, m, dv}), ValidLens::PerQuery(lens.data(), s.batch, n),
+      Tensor(o.out.data(), {s.batch, n, dv}, {n * dv * step, dv * step, step}),
+      want_weights ? Tensor(o.weights.data(), {s.batch, n, m}, {n * m * step, m * step, step})
+                   : Tensor());
+  EXPECT_TRUE(st.ok()) << st.message();
+  return o;
+}
+
+// Changes, one at a time, key `key` of every entry's V or K (all its
+// features) to NaN or ±Inf, or the query of each entry that reaches that key
+// to NaN. Every query row the change does not concern (its own width, L or M
+// when L = 0, ends at or before `key`; for Q, every other query) must be
+// finite and match the unchanged call: out within OutTolerance, weights
+// within kWeightTolerance. Query 0 must be such a row, and another query of
+// entry 0 must reach `key`. `step` as in RunWithStep.
+void ExpectOnlyOwnKeysCount(const Engine& engine, const Shape& s, const std::vector<int64_t>& lens,
+                            int64_t key, uint32_t seed, int64_t step = 1) {
+  ASSERT_EQ(lens.size(), static_cast<size_t>(s.batch * s.queries));
+  const auto own = [&](int64_t b, int64_t i) {
+    const int64_t l = std::min(lens[static_cast<size_t>(b * s.queries + i)], s.keys);
+    return l > 0 ? l : s.keys;
+  };
+  ASSERT_LE(own(0, 0), key) << "query 0 must not reach the changed key";
+  int64_t seer = -1;  // a query of entry 0 that reaches it
+  for (int64_t i = 0; i < s.queries; ++i) {
+    if (own(0, i) > key) seer = i;
+  }
+  ASSERT_GE(seer, 0) << "another query of entry 0 must reach the changed key";
+  const auto q = RandomFloats(static_cast<size_t>(s.batch * s.queries * s.depth), seed);
+  const auto k = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.depth), seed + 1);
+  const auto v = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.value_dim), seed + 2, 3.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Change {
+    const char* name;
+    char tensor;  // 'q', 'k' or 'v'
+    float value;
+  };
+  const Change changes[] = {{"NaN in V", 'v', nan}, {"+Inf in V", 'v', inf}, {"-Inf in V", 'v', -inf},
+                            {"NaN in K", 'k', nan}, {"+Inf in K", 'k', inf}, {"NaN in Q", 'q', nan}};
+  for (const bool want_weights : {true, false}) {
+    const Outputs clean = RunWithStep(engine, s, q, k, v, lens, want_weights, step);
+    for (const Change& change : changes) {
+      SCOPED_TRACE(std::string(change.name) + (want_weights ? ", with weights" : ", without weights"));
+      std::vector<float> q2 = q, k2 = k, v2 = v;
+      for (int64_t b = 0; b < s.batch; ++b) {
+        if (change.tensor == 'q') {
+          for (int64_t d = 0; d < s.depth; ++d) q2[static_cast<size_t>((b * s.queries + seer) * s.depth + d)] = change.value;
+        } else if (change.tensor == 'k') {
+          for (int64_t d = 0; d < s.depth; ++d) k2[static_cast<size_t>((b * s.keys + key) * s.depth + d)] = change.value;
+        } else {
+          for (int64_t c = 0; c < s.value_dim; ++c)
+            v2[static_cast<size_t>((b * s.keys + key) * s.value_dim + c)] = change.value;
+        }
+      }
+      const Outputs got = RunWithStep(engine, s, q2, k2, v2, lens, want_weights, step);
+      // Each change stops at its first wrong row, and the next one is still checked.
+      const auto expect_rows = [&] {
+        for (int64_t b = 0; b < s.batch; ++b) {
+          for (int64_t i = 0; i < s.queries; ++i) {
+            if (change.tensor == 'q' ? i == seer : own(b, i) > key) continue;
+            const int64_t r = b * s.queries + i;
+            for (int64_t c = 0; c < s.value_dim; ++c) {
+              const float x = got.out[static_cast<size_t>((r * s.value_dim + c) * step)];
+              const float want = clean.out[static_cast<size_t>((r * s.value_dim + c) * step)];
+              ASSERT_TRUE(std::isfinite(x) && std::abs(x - want) <= OutTolerance(v))
+                  << "query (" << b << ", " << i << ") of length " << lens[static_cast<size_t>(r)]
+                  << ": out[" << c << "] = " << x << ", alone " << want;
+            }
+            for (int64_t j = 0; want_weights && j < s.keys; ++j) {
+              const size_t e = static_cast<size_t>((r * s.keys + j) * step);
+              ASSERT_NEAR(got.weights[e], clean.weights[e], kWeightTolerance)
+                  << "query (" << b << ", " << i << "), weight " << j;
+            }
+          }
+        }
+      };
+      expect_rows();
+    }
+  }
+}
+
+// Every path: the row kernels (whole rows, and rows cut into key blocks),
+// the oneDNN path with an entry's widest query or a query of length 0 (all
+// M keys) setting the product's width, query blocks of a long entry, and
+// batch chunks taken whole by each of 2 threads.
+struct OwnKeysCase {
+  const char* path;
+  Shape shape;
+  std::vector<int64_t> lens;  // per query
+  int64_t key;                // changed key: past query 0's length, within another's
+};
+
+std::vector<OwnKeysCase> OwnKeysCases() {
+  std::vector<OwnKeysCase> cases = {
+      {"row path, 3 queries", {2, 3, 40, 16, 12}, {5, 40, 0, 7, 30, 12}, 20},
+      {"row path, 2 queries", {3, 2, 40, 16, 12}, {5, 25, 3, 40, 1, 1}, 20},
+      {"row path, key blocks", {1, 2, 1100, 16, 8}, {300, 1100}, 700},
+      {"gemm, 4 queries", {2, 4, 40, 16, 12}, {5, 40, 8, 20, 3, 33, 0, 7}, 20},
+      {"gemm, widest below M", {2, 6, 50, 16, 12}, {4, 30, 10, 29, 1, 20, 6, 30, 30, 2, 11, 3}, 20},
+      {"gemm, length 0 widens to M", {2, 5, 50, 16, 12}, {4, 9, 0, 12, 1, 6, 0, 10, 2, 11}, 20},
+  };
+  // 1000 queries by 700 keys: query blocks of 736 and 264 rows.
+  OwnKeysCase blocks{"gemm, query blocks", {1, 1000, 700, 8, 4}, {}, 500};
+  for (int64_t i = 0; i < 1000; ++i) blocks.lens.push_back(i % 5 == 1 ? 700 : i % 97 == 3 ? 0 : 1 + (i * 37) % 400);
+  cases.push_back(blocks);
+  // 8 entries of the same widths: 8 chunks, whole ones per thread on 2.
+  OwnKeysCase chunks{"gemm, batch chunks", {8, 8, 64, 16, 8}, {}, 25};
+  for (int64_t b = 0; b < 8; ++b) chunks.lens.insert(chunks.lens.end(), {3, 64, 10, 40, 2, 33, 12, 20});
+  cases.push_back(chunks);
+  return cases;
+}
+
+TEST_P(DotProductTest, AQueryReadsOnlyItsOwnKeysAndValuesOnEveryPath) {
+  uint32_t seed = 900;
+  for (const OwnKeysCase& c : OwnKeysCases()) {
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(c.path) + ", " + std::to_string(threads) + " thread(s)");
+      ExpectOnlyOwnKeysCount(EngineWithThreads(threads), c.shape, c.lens, c.key, seed += 10);
+    }
+    SCOPED_TRACE(std::string(c.path) + ", strided out and weights (oneDNN path)");
+    ExpectOnlyOwnKeysCount(EngineWithThreads(1), c.shape, c.lens, c.key, seed += 10, /*step=*/2);
   }
 }
 

@@ -5,7 +5,8 @@
 // key's features as a column, so the score kernel loads vectors of keys);
 // then the score kernel (kernels/additive_scores) over blocks of query rows,
 // chunk by chunk of keys; then the masked softmax and W V by oneDNN. Keys
-// past the entry's longest valid length are never read.
+// past the entry's longest valid length are never read, and a query's
+// output depends on its own keys and values alone.
 #include "ops/additive.h"
 
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include "matmul/matmul.h"
 #include "ops/masked_softmax.h"
 #include "ops/model_params.h"
+#include "ops/remix_rows.h"
 
 namespace attnscore::ops {
 
@@ -94,11 +96,8 @@ Status LoadAdditiveParams(const std::string& path, AdditiveParams* params) {
   return s;
 }
 
-namespace {
-
-Status CheckArguments(const AdditiveParams& m, const ConstTensor& q, const ConstTensor& k,
-                      const ConstTensor& v, const ValidLens& lens, const ConstTensor& out,
-                      const Tensor& attention) {
+Status CheckAdditiveInputs(const AdditiveParams& m, const ConstTensor& q, const ConstTensor& k,
+                           const ConstTensor& v, internal::AttentionShape* shape) {
   ATTNSCORE_RETURN_IF_ERROR(
       CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, m.query_size}, "(B, N, Dq)"));
   const int64_t batch = q.dims[0];
@@ -106,8 +105,18 @@ Status CheckArguments(const AdditiveParams& m, const ConstTensor& q, const Const
       CheckTensor(kOp, "keys", k, {batch, kAnyDim, m.key_size}, "(B, M, Dk)"));
   const int64_t keys = k.dims[1];
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "values", v, {batch, keys, kAnyDim}, "(B, M, Dv)"));
-  return internal::CheckAttentionOutputs(kOp, {{"queries", q}, {"keys", k}, {"values", v}},
-                                         {q.dims[0], q.dims[1], k.dims[1], v.dims[2], "(B, N, Dv)"},
+  *shape = {batch, q.dims[1], keys, v.dims[2], "(B, N, Dv)"};
+  return Status::Ok();
+}
+
+namespace {
+
+Status CheckArguments(const AdditiveParams& m, const ConstTensor& q, const ConstTensor& k,
+                      const ConstTensor& v, const ValidLens& lens, const ConstTensor& out,
+                      const Tensor& attention) {
+  internal::AttentionShape shape;
+  ATTNSCORE_RETURN_IF_ERROR(CheckAdditiveInputs(m, q, k, v, &shape));
+  return internal::CheckAttentionOutputs(kOp, {{"queries", q}, {"keys", k}, {"values", v}}, shape,
                                          lens, out, attention);
 }
 
@@ -265,11 +274,19 @@ class ForwardPass {
     return Status::Ok();
   }
 
-  // out = W V for entry b; mix_width is the W V width of the oneDNN plan.
-  Status Mix(int64_t b, const Tensor& probabilities, const matmul::Plan* mix) const {
+  // out = W V for entry b: by oneDNN's `mix` over the entry's mix width,
+  // then a shorter query's row that a NaN or Inf past its own width made
+  // non-finite redone over its own keys (ops/remix_rows.h); or row by row.
+  Status Mix(int64_t b, const Tensor& probabilities, const matmul::Plan* mix, int threads) const {
     const float* v = v_.data + b * v_.strides[0];
     float* out = out_.data + b * out_.strides[0];
-    if (!row_products_) return mix->Run(probabilities.data, v, out);
+    if (!row_products_) {
+      ATTNSCORE_RETURN_IF_ERROR(mix->Run(probabilities.data, v, out));
+      return RemixNonFiniteRows(
+          probabilities, ConstTensor(v, {1, keys_, v_.dims[2]}, {0, v_.strides[1], v_.strides[2]}),
+          Tensor(out, {1, queries_, out_.dims[2]}, {0, out_.strides[1], out_.strides[2]}), lens_, b,
+          /*first_query=*/0, /*bf16=*/false, threads);
+    }
     for (int64_t i = 0; i < queries_; ++i) {
       // Each row reads only its own valid keys (all M when L = 0).
       const int64_t valid = lens_.row(b, i);
@@ -343,8 +360,8 @@ class ForwardPass {
                      {queries_ * score_stride_, score_stride_, 1});
     ATTNSCORE_RETURN_IF_ERROR(
         ops::SoftmaxRows(scores, probabilities, lens_, b, 0, threads, /*stream=*/false));
-    return Mix(b, probabilities,
-               row_products_ ? nullptr : mix_plans_[static_cast<size_t>(b)].get());
+    return Mix(b, probabilities, row_products_ ? nullptr : mix_plans_[static_cast<size_t>(b)].get(),
+               threads);
   }
 
   // Scores of keys [first, first + width) for every query row of entry b,

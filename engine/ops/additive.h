@@ -12,6 +12,7 @@
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
+#include "base/checks.h"
 
 namespace attnscore::ops {
 
@@ -30,6 +31,12 @@ Status MakeAdditiveParams(ConstTensor w_q, ConstTensor w_k, ConstTensor w_v,
 
 // The same from a .safetensors state_dict holding exactly those tensors.
 Status LoadAdditiveParams(const std::string& path, AdditiveParams* params);
+
+// The checks of a forward pass's Q, K and V (shapes, strides), and the shape
+// of its outputs. The valid lengths are checked with the outputs.
+Status CheckAdditiveInputs(const AdditiveParams& params, const ConstTensor& queries,
+                           const ConstTensor& keys, const ConstTensor& values,
+                           internal::AttentionShape* shape);
 
 // AdditiveAttention::Forward without the call scope (threads, denormals).
 Status AdditiveForward(const EngineOptions& options, const AdditiveParams& params,

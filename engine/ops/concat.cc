@@ -7,8 +7,10 @@
 //   out     = Q · Cqᵀ + attn_combine.bias,  then += applied · Caᵀ
 // with each block packed once, at creation, as oneDNN's plain (in, out)
 // matrix and shared by every batch entry. Between the two: the masked
-// softmax (shared code) and applied = W V over valid positions only: by
-// oneDNN, or row by row (kernels/attention_row) when entries have few queries.
+// softmax (shared code) and applied = W V, each query over its own valid
+// positions: row by row (kernels/attention_row) when entries have few
+// queries, else by oneDNN over each entry's widest, with the rows that NaN
+// or Inf past a query's own width reached redone (ops/remix_rows.h).
 #include "ops/concat.h"
 
 #include <algorithm>
@@ -27,6 +29,7 @@
 #include "matmul/matmul.h"
 #include "ops/masked_softmax.h"
 #include "ops/model_params.h"
+#include "ops/remix_rows.h"
 
 namespace attnscore::ops {
 
@@ -121,11 +124,8 @@ Status LoadConcatParams(const std::string& path, int64_t query_size, ConcatParam
   return s;
 }
 
-namespace {
-
-Status CheckArguments(const ConcatParams& m, const ConstTensor& q, const ConstTensor& k,
-                      const ConstTensor& v, const ValidLens& lens, const ConstTensor& out,
-                      const Tensor& attention) {
+Status CheckConcatInputs(const ConcatParams& m, const ConstTensor& q, const ConstTensor& k,
+                         const ConstTensor& v, internal::AttentionShape* shape) {
   ATTNSCORE_RETURN_IF_ERROR(
       CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, m.query_size}, "(B, N, Dq)"));
   const int64_t batch = q.dims[0], queries = q.dims[1];
@@ -133,8 +133,18 @@ Status CheckArguments(const ConcatParams& m, const ConstTensor& q, const ConstTe
       CheckTensor(kOp, "keys", k, {batch, queries, m.key_size}, "(B, N, Dk)"));
   ATTNSCORE_RETURN_IF_ERROR(
       CheckTensor(kOp, "values", v, {batch, m.value_rows, m.value_size}, "(B, M, Dv)"));
-  return internal::CheckAttentionOutputs(kOp, {{"queries", q}, {"keys", k}, {"values", v}},
-                                         {batch, queries, m.value_rows, m.output_size, "(B, N, O)"},
+  *shape = {batch, queries, m.value_rows, m.output_size, "(B, N, O)"};
+  return Status::Ok();
+}
+
+namespace {
+
+Status CheckArguments(const ConcatParams& m, const ConstTensor& q, const ConstTensor& k,
+                      const ConstTensor& v, const ValidLens& lens, const ConstTensor& out,
+                      const Tensor& attention) {
+  internal::AttentionShape shape;
+  ATTNSCORE_RETURN_IF_ERROR(CheckConcatInputs(m, q, k, v, &shape));
+  return internal::CheckAttentionOutputs(kOp, {{"queries", q}, {"keys", k}, {"values", v}}, shape,
                                          lens, out, attention);
 }
 
@@ -180,9 +190,10 @@ class ForwardPass {
         Shared(applied, LayoutOf(out_), Epilogue::kAccumulate, &combine_applied_));
 
     // W V reads only the positions some query of the entry attends to (all
-    // M when a query has L = 0), so NaN in values past them stays out. Row
-    // by row for few queries; else one batched oneDNN call when every entry
-    // has the same width, or one per entry.
+    // M when a query has L = 0), so NaN in values past them stays out (and
+    // out of a shorter query's row: see Run). Row by row for few queries;
+    // else one batched oneDNN call when every entry has the same width, or
+    // one per entry.
     const int64_t attention_column_stride = attention_.empty() ? 1 : attention_.strides[2];
     row_mix_ = queries_ <= kRowMixMaxQueries && v_.strides[2] == 1 && attention_column_stride == 1;
     if (row_mix_) return Status::Ok();
@@ -221,14 +232,21 @@ class ForwardPass {
                                                options_.threads, /*stream=*/false));
     if (row_mix_) {
       ATTNSCORE_RETURN_IF_ERROR(MixRows(probabilities, applied));
-    } else if (mix_.size() == 1) {
-      ATTNSCORE_RETURN_IF_ERROR(mix_[0]->Run(scores, v_.data, applied));
     } else {
-      for (int64_t b = 0; b < batch_; ++b) {
-        ATTNSCORE_RETURN_IF_ERROR(mix_[static_cast<size_t>(b)]->Run(
-            scores + b * probabilities.strides[0], v_.data + b * v_.strides[0],
-            applied + b * queries_ * m_.value_size));
+      if (mix_.size() == 1) {
+        ATTNSCORE_RETURN_IF_ERROR(mix_[0]->Run(scores, v_.data, applied));
+      } else {
+        for (int64_t b = 0; b < batch_; ++b) {
+          ATTNSCORE_RETURN_IF_ERROR(mix_[static_cast<size_t>(b)]->Run(
+              scores + b * probabilities.strides[0], v_.data + b * v_.strides[0],
+              applied + b * queries_ * m_.value_size));
+        }
       }
+      // Each entry's W V ran over its mix width: a shorter query's row that
+      // a NaN or Inf past its own width made non-finite is redone over its own.
+      ATTNSCORE_RETURN_IF_ERROR(RemixNonFiniteRows(
+          probabilities, v_, Tensor(applied, {batch_, queries_, m_.value_size}), lens_, 0, 0,
+          /*bf16=*/false, options_.threads));
     }
     ATTNSCORE_RETURN_IF_ERROR(
         combine_q_->Run(q_.data, m_.combine_q.data(), out_.data, m_.combine_bias.data()));

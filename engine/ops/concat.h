@@ -13,6 +13,7 @@
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
+#include "base/checks.h"
 
 namespace attnscore::ops {
 
@@ -34,6 +35,12 @@ Status MakeConcatParams(int64_t query_size, ConstTensor attn_weight, ConstTensor
 
 // The same from a .safetensors state_dict holding exactly those tensors.
 Status LoadConcatParams(const std::string& path, int64_t query_size, ConcatParams* params);
+
+// The checks of a forward pass's Q, K and V (shapes, strides), and the shape
+// of its outputs. The valid lengths are checked with the outputs.
+Status CheckConcatInputs(const ConcatParams& params, const ConstTensor& queries,
+                         const ConstTensor& keys, const ConstTensor& values,
+                         internal::AttentionShape* shape);
 
 // ConcatAttention::Forward without the call scope (threads, denormals).
 Status ConcatForward(const EngineOptions& options, const ConcatParams& params, ConstTensor queries,

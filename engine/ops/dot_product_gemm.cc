@@ -15,6 +15,7 @@
 #include "matmul/matmul.h"
 #include "ops/dot_product_paths.h"
 #include "ops/masked_softmax.h"
+#include "ops/remix_rows.h"
 
 namespace attnscore::ops::dot_product {
 namespace {
@@ -255,11 +256,20 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
     ATTNSCORE_RETURN_IF_ERROR(SoftmaxRows(scores, probabilities, lens, c.first_batch, c.first_query,
                                           threads, /*stream=*/false));
     float* out_chunk = out.data + c.first_batch * out.strides[0] + c.first_query * out.strides[1];
-    if (!bf16) return plans->mix->Run(probabilities.data, v_chunk, out_chunk);
-    ConstTensor mixed = probabilities;
-    mixed.dims[2] = g.mix_width;
-    ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(threads, mixed, rounded.words, rounded.p));
-    return plans->mix->Run(rounded.p, rounded.v, out_chunk);
+    if (bf16) {
+      ConstTensor mixed = probabilities;
+      mixed.dims[2] = g.mix_width;
+      ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(threads, mixed, rounded.words, rounded.p));
+      ATTNSCORE_RETURN_IF_ERROR(plans->mix->Run(rounded.p, rounded.v, out_chunk));
+    } else {
+      ATTNSCORE_RETURN_IF_ERROR(plans->mix->Run(probabilities.data, v_chunk, out_chunk));
+    }
+    // W V ran over the group's mix width: a shorter query's row that a NaN
+    // or Inf past its own width made non-finite is redone over its own keys.
+    const Tensor out_part(out_chunk, {c.entries, c.rows, value_dim},
+                          {out.strides[0], out.strides[1], out.strides[2]});
+    return RemixNonFiniteRows(probabilities, part(v, v_chunk, g.mix_width, value_dim), out_part,
+                              lens, c.first_batch, c.first_query, bf16, threads);
   };
 
   std::vector<std::pair<const Group*, Chunk>> chunks;

@@ -7,7 +7,12 @@
 // are too few to share among threads, merged in a fixed order.
 // The gemm path (dot_product_gemm.cc): batch entries grouped by their
 // widths, oneDNN matmuls for Q Kᵀ and W V, the masked softmax in between,
-// chunk by chunk so the scores stay in cache; fp32 or bf16 products.
+// chunk by chunk so the scores stay in cache; fp32 or bf16 products. W V
+// runs over the group's widest query; a row that values past its own
+// query's width made NaN or Inf is redone over its own (ops/remix_rows.h).
+//
+// On both paths a query's output depends on its own valid keys and values
+// alone, whatever the other queries of its entry see.
 #ifndef ATTNSCORE_OPS_DOT_PRODUCT_PATHS_H_
 #define ATTNSCORE_OPS_DOT_PRODUCT_PATHS_H_
 
