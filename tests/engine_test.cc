@@ -1,9 +1,12 @@
 // Engine creation: options, the process-wide ISA cap, the runtime report.
 #include <fenv.h>
+#include <sys/resource.h>
 #include <omp.h>
 #include <xmmintrin.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -25,6 +28,103 @@ TEST(Engine, RejectsBadThreadCount) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("threads is 0"), std::string::npos) << s.message();
   EXPECT_EQ(engine, nullptr);
+}
+
+TEST(Engine, RejectsThreadsAboveTheMaximum) {
+  for (const int threads : {kMaxThreads + 1, 5000, std::numeric_limits<int>::max()}) {
+    EngineOptions options;
+    options.threads = threads;
+    std::unique_ptr<Engine> engine;
+    const Status s = Engine::Create(options, &engine);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << threads;
+    EXPECT_NE(s.message().find("threads is " + std::to_string(threads)), std::string::npos)
+        << s.message();
+    EXPECT_EQ(engine, nullptr);
+  }
+}
+
+// Creates a 64-thread engine with ~64 MiB of address space left above what
+// is mapped now, too little for 64 threads with 8 MiB stacks; prints the
+// Status and returns 0 when Create refused with Unsupported.
+int CreateWithoutRoomForThreads() {
+  long pages = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  const rlim_t limit = static_cast<rlim_t>(pages) * 4096 + (rlim_t{64} << 20);
+  const rlimit address_space{limit, limit};
+  setrlimit(RLIMIT_AS, &address_space);
+  EngineOptions options;
+  options.threads = 64;
+  std::unique_ptr<Engine> engine;
+  const Status s = Engine::Create(options, &engine);
+  std::fprintf(stderr, "%s\n", s.message().c_str());
+  return s.code() == StatusCode::kUnsupported && engine == nullptr ? 0 : 3;
+}
+
+// Where the system cannot start the threads, Create says so; OpenMP itself
+// would end the process at the first call instead. Run in a child process.
+TEST(Engine, ThreadsThatCannotStartGiveAStatusNotAnExit) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's runtime needs more address space than the limit leaves";
+#endif
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(CreateWithoutRoomForThreads()), ::testing::ExitedWithCode(0),
+              "cannot start 64 threads");
+}
+
+TEST(Engine, RejectsEnumValuesOutsideTheirEnums) {
+  EngineOptions options;
+  options.isa = static_cast<Isa>(99);
+  std::unique_ptr<Engine> engine;
+  Status s = Engine::Create(options, &engine);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("isa is 99"), std::string::npos) << s.message();
+  options.isa = static_cast<Isa>(-1);
+  EXPECT_EQ(Engine::Create(options, &engine).code(), StatusCode::kInvalidArgument);
+  options = EngineOptions();
+  options.precision = static_cast<Precision>(2);
+  EXPECT_EQ(Engine::Create(options, &engine).code(), StatusCode::kInvalidArgument);
+  // The refused values fixed nothing: the default engine still comes up.
+  EXPECT_TRUE(Engine::Create(EngineOptions(), &engine).ok());
+  EXPECT_NE(std::string(IsaName(engine->options().isa)), "unknown");
+}
+
+// The Check methods make the op's own input checks: the same shapes the op
+// wants, and the same message for bad input, with nothing allocated.
+TEST(Engine, CheckReportsOutputShapesAndTheOpsOwnErrors) {
+  const std::vector<float> q = RandomFloats(2 * 3 * 4, 1), k = RandomFloats(2 * 5 * 4, 2),
+                           v = RandomFloats(2 * 5 * 6, 3);
+  const ConstTensor qv(q.data(), {2, 3, 4}), kv(k.data(), {2, 5, 4}), vv(v.data(), {2, 5, 6});
+  const int64_t lens[] = {2, 9};
+  const Engine& engine = DefaultEngine();
+  OutputShapes shapes;
+  ASSERT_TRUE(
+      engine.CheckDotProductAttention(qv, kv, vv, ValidLens::PerBatch(lens, 2), &shapes).ok());
+  EXPECT_EQ(shapes.out, (std::array<int64_t, 3>{2, 3, 6}));
+  EXPECT_EQ(shapes.attention_weights, (std::array<int64_t, 3>{2, 3, 5}));
+  ASSERT_TRUE(engine.CheckMaskedSoftmax(kv, ValidLens::None(), &shapes).ok());
+  EXPECT_EQ(shapes.out, (std::array<int64_t, 3>{2, 5, 4}));
+  EXPECT_EQ(shapes.attention_weights, shapes.out);
+
+  std::vector<float> out(2 * 3 * 6);
+  const int64_t negative[] = {2, -1};
+  const ConstTensor short_v(v.data(), {2, 4, 6});
+  const struct {
+    ConstTensor values;
+    ValidLens lens;
+  } bad[] = {{short_v, ValidLens::None()}, {vv, ValidLens::PerBatch(negative, 2)},
+             {vv, ValidLens::PerBatch(lens, 1)}, {ConstTensor(nullptr, {2, 5, 6}), ValidLens::None()}};
+  for (const auto& c : bad) {
+    const Status checked = engine.CheckDotProductAttention(qv, kv, c.values, c.lens, &shapes);
+    const Status ran =
+        engine.DotProductAttention(qv, kv, c.values, c.lens, Tensor(out.data(), {2, 3, 6}));
+    EXPECT_EQ(checked.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(checked.message(), ran.message());
+  }
+  EXPECT_EQ(engine.CheckDotProductAttention(qv, kv, vv, ValidLens::None(), nullptr).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(Engine, CreateRejectsANullOutput) {

@@ -6,6 +6,7 @@
 #include <new>
 #include <utility>
 
+#include "api/output_shapes.h"
 #include "base/call_scope.h"
 #include "ops/additive.h"
 
@@ -39,6 +40,14 @@ Status AdditiveAttention::Load(const std::string& path, std::unique_ptr<Additive
     model->reset(new AdditiveAttention(std::move(params)));
     return Status::Ok();
   });
+}
+
+Status AdditiveAttention::Check(ConstTensor queries, ConstTensor keys, ConstTensor values,
+                                const ValidLens& valid_lens, OutputShapes* shapes) const {
+  return internal::ReportOutputShapes(
+      valid_lens, "AdditiveAttention", shapes, [&](internal::AttentionShape* shape) {
+        return ops::CheckAdditiveInputs(*params_, queries, keys, values, shape);
+      });
 }
 
 Status AdditiveAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,

@@ -5,6 +5,7 @@
 #include <memory>
 #include <utility>
 
+#include "api/output_shapes.h"
 #include "base/call_scope.h"
 #include "ops/concat.h"
 
@@ -43,6 +44,14 @@ Status ConcatAttention::Load(const std::string& path, int64_t query_size,
     model->reset(new ConcatAttention(std::move(params)));
     return Status::Ok();
   });
+}
+
+Status ConcatAttention::Check(ConstTensor queries, ConstTensor keys, ConstTensor values,
+                              const ValidLens& valid_lens, OutputShapes* shapes) const {
+  return internal::ReportOutputShapes(
+      valid_lens, "ConcatAttention", shapes, [&](internal::AttentionShape* shape) {
+        return ops::CheckConcatInputs(*params_, queries, keys, values, shape);
+      });
 }
 
 Status ConcatAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,

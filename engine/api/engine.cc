@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "api/isa.h"
+#include "api/output_shapes.h"
 #include "base/call_scope.h"
+#include "base/parallel.h"
 #include "kernels/masked_softmax.h"
 #include "matmul/matmul.h"
 #include "ops/dot_product.h"
@@ -23,9 +25,13 @@ Engine::~Engine() = default;
 
 Status Engine::Create(const EngineOptions& options, std::unique_ptr<Engine>* engine) {
   if (engine == nullptr) return Status::InvalidArgument("Engine::Create: engine is null");
-  if (options.threads < 1) {
+  if (options.threads < 1 || options.threads > kMaxThreads) {
     return Status::InvalidArgument("Engine::Create: threads is " + std::to_string(options.threads) +
-                                   "; it must be >= 1");
+                                   "; it must be in [1, " + std::to_string(kMaxThreads) + "]");
+  }
+  if (static_cast<unsigned>(options.isa) > static_cast<unsigned>(Isa::kBest)) {
+    return Status::InvalidArgument("Engine::Create: isa is " +
+                                   std::to_string(static_cast<int>(options.isa)) + ", not an Isa");
   }
   if (options.precision != Precision::kFp32 && options.precision != Precision::kBf16) {
     return Status::InvalidArgument("Engine::Create: precision is " +
@@ -34,6 +40,7 @@ Status Engine::Create(const EngineOptions& options, std::unique_ptr<Engine>* eng
   }
   EngineOptions resolved = options;
   ATTNSCORE_RETURN_IF_ERROR(internal::Guarded("Engine::Create", [&] {
+    ATTNSCORE_RETURN_IF_ERROR(internal::StartThreads(options.threads));
     ATTNSCORE_RETURN_IF_ERROR(internal::ResolveIsa(options.isa, &resolved.isa));
     ATTNSCORE_RETURN_IF_ERROR(internal::ApplyIsaCap(resolved.isa));
     return Status::Ok();
@@ -43,6 +50,24 @@ Status Engine::Create(const EngineOptions& options, std::unique_ptr<Engine>* eng
   engine->reset(new (std::nothrow) Engine(std::move(impl)));
   if (!*engine) return Status::Internal("Engine::Create: out of memory");
   return Status::Ok();
+}
+
+Status Engine::CheckMaskedSoftmax(ConstTensor x, const ValidLens& valid_lens,
+                                  OutputShapes* shapes) const {
+  return internal::ReportOutputShapes(
+      valid_lens, "MaskedSoftmax", shapes, [&](internal::AttentionShape* shape) {
+        ATTNSCORE_RETURN_IF_ERROR(ops::CheckMaskedSoftmaxInput(x));
+        *shape = {x.dims[0], x.dims[1], x.dims[2], x.dims[2], "(B, N, M)"};
+        return Status::Ok();
+      });
+}
+
+Status Engine::CheckDotProductAttention(ConstTensor queries, ConstTensor keys, ConstTensor values,
+                                        const ValidLens& valid_lens, OutputShapes* shapes) const {
+  return internal::ReportOutputShapes(
+      valid_lens, "DotProductAttention", shapes, [&](internal::AttentionShape* shape) {
+        return ops::CheckDotProductInputs(queries, keys, values, shape);
+      });
 }
 
 const EngineOptions& Engine::options() const { return impl_->options; }

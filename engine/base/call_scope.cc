@@ -3,6 +3,8 @@
 #include <omp.h>
 #include <xmmintrin.h>
 
+#include "base/scratch.h"
+
 namespace attnscore::internal {
 namespace {
 constexpr unsigned kFlushToZero = 1u << 15;
@@ -25,6 +27,9 @@ CallScope::CallScope(int threads) : saved_threads_(omp_get_max_threads()) {
   omp_set_num_threads(threads);
 }
 
-CallScope::~CallScope() { omp_set_num_threads(saved_threads_); }
+CallScope::~CallScope() {
+  TrimThreadScratch();
+  omp_set_num_threads(saved_threads_);
+}
 
 }  // namespace attnscore::internal

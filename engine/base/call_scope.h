@@ -28,7 +28,8 @@ class FlushDenormals {
 };
 
 // One engine call: OpenMP (ours and oneDNN's) gets `threads`, denormals are
-// flushed; both are restored for the caller afterwards.
+// flushed; both are restored for the caller afterwards, and the calling
+// thread's large scratch is returned (base/scratch.h). Calls do not nest.
 class CallScope {
  public:
   explicit CallScope(int threads);

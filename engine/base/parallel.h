@@ -2,6 +2,8 @@
 #ifndef ATTNSCORE_BASE_PARALLEL_H_
 #define ATTNSCORE_BASE_PARALLEL_H_
 
+#include <omp.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -19,12 +21,21 @@ namespace attnscore::internal {
 constexpr double kMinSharedFlops = 1e5;
 inline int ThreadsFor(int threads, double flops) { return flops < kMinSharedFlops ? 1 : threads; }
 
+// Starts `threads` - 1 threads and joins them, then runs one OpenMP region
+// of `threads`, whose team OpenMP keeps for this thread's later calls. A
+// system that cannot start them gets an Unsupported Status naming the
+// reason here, where OpenMP would end the process ("Thread creation
+// failed") in the middle of a call.
+Status StartThreads(int threads);
+
 // Runs body(row, scratch) for every row in [0, rows) on up to `threads`
 // OpenMP threads, each with denormals flushed and its own scratch of
 // `scratch_floats` in `slot` (a null pointer when 0); then after() once per
 // thread. An exception may not leave an OpenMP region, so a thread that
 // cannot allocate its scratch skips its rows and the call reports it (rows
-// done by other threads stay written). Rows go to threads in equal runs;
+// done by other threads stay written). Each worker other than the caller
+// returns its large scratch at the end (the caller's goes when the call
+// ends, see CallScope). Rows go to threads in equal runs;
 // `Balance::kDynamic` hands them out one at a time instead, for rows of very
 // unequal cost (each row's result never depends on which thread ran it).
 enum class Balance { kStatic, kDynamic };
@@ -69,6 +80,7 @@ Status ForEachRowInParallel(int threads, int64_t rows, ScratchSlot slot, size_t 
       }
     }
     after();
+    if (omp_get_thread_num() != 0) TrimThreadScratch();
   }
   return out_of_memory ? Status::Internal("out of memory for per-thread scratch") : Status::Ok();
 }

@@ -16,10 +16,22 @@ enum class ScratchSlot {
   kCount,
 };
 
+// A slot keeps its buffer between calls up to this size, so the steady state
+// of ordinary calls does not allocate. A larger buffer is mapped for the call
+// and unmapped by TrimThreadScratch at its end: one huge request does not pin
+// memory for the thread's life. Kept at most: 5 slots x 4 MiB per thread.
+constexpr size_t kKeptScratchBytes = size_t{4} << 20;
+
 // A buffer of at least `count` floats for `slot` on this thread, starting on
-// a 64-byte cache line, that lives until the thread ends. It grows, never
-// shrinks, so the steady state does not allocate. Throws std::bad_alloc.
+// a 64-byte cache line. It stays valid until the next ThreadScratch for the
+// same slot or the next TrimThreadScratch on this thread; its contents are
+// unspecified. Throws std::bad_alloc.
 float* ThreadScratch(ScratchSlot slot, size_t count);
+
+// Returns this thread's buffers larger than kKeptScratchBytes to the system.
+// Called where no scratch pointer is held: at the end of each engine call
+// (CallScope) and by each OpenMP worker at the end of a parallel region.
+void TrimThreadScratch();
 
 }  // namespace attnscore::internal
 

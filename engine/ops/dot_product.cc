@@ -16,18 +16,25 @@ using internal::kAnyDim;
 
 Status CheckArguments(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
                       const ValidLens& lens, const ConstTensor& out, const Tensor& attention) {
+  internal::AttentionShape shape;
+  ATTNSCORE_RETURN_IF_ERROR(CheckDotProductInputs(q, k, v, &shape));
+  return internal::CheckAttentionOutputs(kOp, {{"queries", q}, {"keys", k}, {"values", v}}, shape,
+                                         lens, out, attention);
+}
+
+}  // namespace
+
+Status CheckDotProductInputs(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                             internal::AttentionShape* shape) {
   ATTNSCORE_RETURN_IF_ERROR(
       CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, kAnyDim}, "(B, N, D)"));
   const int64_t batch = q.dims[0], depth = q.dims[2];
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "keys", k, {batch, kAnyDim, depth}, "(B, M, D)"));
   const int64_t keys = k.dims[1];
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "values", v, {batch, keys, kAnyDim}, "(B, M, Dv)"));
-  return internal::CheckAttentionOutputs(kOp, {{"queries", q}, {"keys", k}, {"values", v}},
-                                         {q.dims[0], q.dims[1], k.dims[1], v.dims[2], "(B, N, Dv)"},
-                                         lens, out, attention);
+  *shape = {batch, q.dims[1], keys, v.dims[2], "(B, N, Dv)"};
+  return Status::Ok();
 }
-
-}  // namespace
 
 Status DotProductAttention(const EngineOptions& options, ConstTensor q, ConstTensor k,
                            ConstTensor v, const ValidLens& valid_lens, Tensor out,

@@ -6,8 +6,14 @@
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
+#include "base/checks.h"
 
 namespace attnscore::ops {
+
+// The checks of DotProductAttention's Q, K and V (shapes, strides), and the
+// shape of its outputs. The valid lengths are checked with the outputs.
+Status CheckDotProductInputs(const ConstTensor& queries, const ConstTensor& keys,
+                             const ConstTensor& values, internal::AttentionShape* shape);
 
 // Engine::DotProductAttention without the call scope (threads, denormals).
 Status DotProductAttention(const EngineOptions& options, ConstTensor queries, ConstTensor keys,

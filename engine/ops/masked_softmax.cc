@@ -10,6 +10,9 @@
 
 namespace attnscore::ops {
 namespace {
+
+constexpr const char* kOp = "MaskedSoftmax";
+
 // Outputs from this size on are streamed: about what one core's share of L3 holds.
 constexpr int64_t kStreamBytes = int64_t{8} << 20;
 
@@ -71,11 +74,14 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const internal::RowLengths& lens, in
       [] {});
 }
 
+Status CheckMaskedSoftmaxInput(const ConstTensor& x) {
+  return internal::CheckTensor(kOp, "x", x,
+                               {internal::kAnyDim, internal::kAnyDim, internal::kAnyDim}, "(B, N, M)");
+}
+
 Status MaskedSoftmax(const EngineOptions& options, ConstTensor x, const ValidLens& valid_lens,
                      Tensor y) {
-  constexpr const char* kOp = "MaskedSoftmax";
-  ATTNSCORE_RETURN_IF_ERROR(internal::CheckTensor(
-      kOp, "x", x, {internal::kAnyDim, internal::kAnyDim, internal::kAnyDim}, "(B, N, M)"));
+  ATTNSCORE_RETURN_IF_ERROR(CheckMaskedSoftmaxInput(x));
   const int64_t batch = x.dims[0], queries = x.dims[1], keys = x.dims[2];
   ATTNSCORE_RETURN_IF_ERROR(
       internal::CheckTensor(kOp, "y", y, {batch, queries, keys}, "(B, N, M) like x"));

@@ -12,6 +12,9 @@
 
 namespace attnscore::ops {
 
+// The checks of MaskedSoftmax's x (shape, strides); y has x's shape.
+Status CheckMaskedSoftmaxInput(const ConstTensor& x);
+
 // Engine::MaskedSoftmax without the call scope (threads, denormals).
 Status MaskedSoftmax(const EngineOptions& options, ConstTensor x,
                      const ValidLens& valid_lens, Tensor y);

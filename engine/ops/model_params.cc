@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "base/file_io.h"
+
 namespace attnscore::ops {
 namespace {
 
@@ -58,7 +60,9 @@ Status CheckOnlyTensors(const std::string& path, const std::vector<io::Safetenso
       list += (n == 0 ? "" : n + 1 == names.size() ? " and " : ", ") + std::string(name);
       ++n;
     }
-    return Status::InvalidArgument(path + ": unexpected tensor \"" + t.name + "\"; " + model +
+    // The name comes from the file: escaped, so the message stays one line.
+    return Status::InvalidArgument(path + ": unexpected tensor \"" +
+                                   internal::Printable(t.name, 60) + "\"; " + model +
                                    " state_dict has only " + list);
   }
   return Status::Ok();

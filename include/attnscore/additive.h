@@ -45,6 +45,11 @@ class ATTNSCORE_API AdditiveAttention {
   int64_t key_size() const;     // Dk
   int64_t hidden_size() const;  // H
 
+  // Every check Forward makes of its inputs, without running it, and the
+  // shapes of its outputs (see Engine::CheckDotProductAttention).
+  Status Check(ConstTensor queries, ConstTensor keys, ConstTensor values,
+               const ValidLens& valid_lens, OutputShapes* shapes) const;
+
   // Q: (B, N, Dq), K: (B, M, Dk), V: (B, M, Dv), out: (B, N, Dv).
   // `attention_weights`, when not empty, receives the softmax (B, N, M).
   Status Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,

@@ -52,6 +52,11 @@ class ATTNSCORE_API ConcatAttention {
   int64_t value_size() const;   // Dv, the tutorial's value_size2
   int64_t output_size() const;  // O
 
+  // Every check Forward makes of its inputs, without running it, and the
+  // shapes of its outputs (see Engine::CheckDotProductAttention).
+  Status Check(ConstTensor queries, ConstTensor keys, ConstTensor values,
+               const ValidLens& valid_lens, OutputShapes* shapes) const;
+
   // Q: (B, N, Dq), K: (B, N, Dk) (one key per query), V: (B, M, Dv),
   // out: (B, N, O). valid_lens mask the M positions. `attention_weights`,
   // when not empty, receives the softmax (B, N, M).

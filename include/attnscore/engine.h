@@ -11,6 +11,8 @@
 #ifndef ATTNSCORE_ENGINE_H_
 #define ATTNSCORE_ENGINE_H_
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -22,6 +24,12 @@
 #include "attnscore/valid_lens.h"
 
 namespace attnscore {
+
+// The shapes a call's outputs must have, as each op's Check method reports.
+struct OutputShapes {
+  std::array<int64_t, 3> out{};                // (B, N, F)
+  std::array<int64_t, 3> attention_weights{};  // (B, N, M)
+};
 
 class ATTNSCORE_API Engine {
  public:
@@ -41,6 +49,17 @@ class ATTNSCORE_API Engine {
   Status DotProductAttention(ConstTensor queries, ConstTensor keys,
                              ConstTensor values, const ValidLens& valid_lens,
                              Tensor out, Tensor attention_weights = Tensor()) const;
+
+  // Check*: every check the op makes of its inputs (shapes, strides, valid
+  // lengths), without running it, and the shapes of its outputs. A caller
+  // that allocates the outputs refuses bad input before allocating any.
+  // For MaskedSoftmax both shapes are X's.
+  Status CheckMaskedSoftmax(ConstTensor x, const ValidLens& valid_lens,
+                            OutputShapes* shapes) const;
+  Status CheckDotProductAttention(ConstTensor queries, ConstTensor keys,
+                                  ConstTensor values,
+                                  const ValidLens& valid_lens,
+                                  OutputShapes* shapes) const;
 
   // The options in force: isa is the cap applied (after $ATTNSCORE_ISA).
   const EngineOptions& options() const;

@@ -11,6 +11,7 @@ namespace attnscore {
 
 // The highest instruction set the process may use, for both the Highway
 // kernels and oneDNN. kBest lets each pick the best the CPU has.
+// Engine::Create refuses a value outside the enum (so does Precision).
 enum class Isa { kScalar, kSse4, kAvx2, kAvx512, kBest };
 
 // "scalar", "sse4", "avx2", "avx512", "best".
@@ -35,8 +36,13 @@ ATTNSCORE_API const char* PrecisionName(Precision precision);
 // Parses one of the names above; false if `name` is neither.
 ATTNSCORE_API bool ParsePrecision(const std::string& name, Precision* precision);
 
+// The most threads an engine may use per call. Engine::Create refuses more,
+// and starts the threads it is given once, returning a Status when the
+// system cannot start them (where OpenMP would end the process mid-call).
+inline constexpr int kMaxThreads = 1024;
+
 struct EngineOptions {
-  int threads = 1;  // threads per call, >= 1
+  int threads = 1;  // threads per call, in [1, kMaxThreads]
   // Process-wide cap, fixed by the first engine created. kBest takes
   // $ATTNSCORE_ISA when it is set (any of the names above).
   Isa isa = Isa::kBest;
