@@ -737,7 +737,7 @@ TEST_F(CliTest, UsageErrors) {
                  "--valid-lens is 'sometimes'");
   ExpectBadInput(Run("bench dot --batch 0 --queries 3 --keys 4"), "--batch is 0");
   ExpectBadInput(Run("bench dot --batch +2 --queries 3 --keys 4"), "--batch wants an integer");
-  ExpectBadInput(Run("bench dot --batch 1048576 --queries 1048576 --keys 4"), "bench scores would need");
+  ExpectBadInput(Run("bench dot --batch 1048576 --queries 1048576 --keys 4"), "bench queries would need");
   ExpectBadInput(Run("info extra"), "unexpected argument 'extra'");
   ExpectBadInput(Run("bench softmax --batch 1 --queries 2 --keys 3 --weights"),
                  "unknown flag --weights for 'bench softmax'");

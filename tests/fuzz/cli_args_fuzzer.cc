@@ -1,7 +1,7 @@
 // libFuzzer target: the CLI's argument parser (tools/cli/args) on arbitrary
 // argument vectors, the input split at NUL bytes. Every outcome is a Status;
 // what it accepts must agree with the vector: every element a command word,
-// a flag or a flag's value; CheckFlags passing only for known flags with the
+// a flag (--flag or --flag=value) or a flag's value; CheckFlags passing only for known flags with the
 // required one present; every integer accepted equal to its text's value.
 #include <cstddef>
 #include <cstdint>
@@ -24,12 +24,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // The tool's switches and its bench command's flags.
   const std::set<std::string> switches = {"--json", "--help", "--weights", "--info"};
+  const std::set<std::string> valued = {"--batch", "--queries", "--keys", "--repeat",
+                                        "--threads", "--isa"};
   Args args;
-  if (!attnscore::cli::ParseArgs(argv, switches, &args).ok()) return 0;
-  // Every element is a command word, a flag or a flag's value, exactly once.
-  size_t flag_words = 0;
-  for (const auto& [flag, value] : args.flags) flag_words += switches.count(flag) ? 1 : 2;
-  if (args.words.size() + flag_words != argv.size()) std::abort();
+  if (!attnscore::cli::ParseArgs(argv, switches, valued, &args).ok()) return 0;
+  // Every element is a command word, a flag ("--flag" or "--flag=value") or
+  // the value of the flag before it, exactly once.
+  size_t flag_elements = 0, separate_values = 0;
+  for (const std::string& element : argv) {
+    if (element.rfind("--", 0) != 0) continue;
+    ++flag_elements;
+    const size_t equals = element.find('=');
+    if (equals == std::string::npos && valued.count(element)) ++separate_values;
+  }
+  if (flag_elements != args.flags.size()) std::abort();
+  if (args.words.size() + flag_elements + separate_values != argv.size()) std::abort();
   const std::set<std::string> bench_flags = {"--batch", "--queries", "--keys", "--repeat",
                                              "--threads", "--isa", "--json", "--info"};
   if (attnscore::cli::CheckFlags(args, bench_flags, {"--batch"}, "bench dot").ok()) {

@@ -1,5 +1,7 @@
 #include "cli/bench.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -7,14 +9,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "attnscore/attnscore.h"
 #include "cli/common.h"
@@ -77,14 +79,13 @@ Status MakeBenchLens(const std::string& mode, const BenchShape& s, std::mt19937*
     *per_query = true;
     for (int64_t r = 0; r < s.batch * s.queries; ++r) lens->push_back(length(*rng));
   } else {
-    char* end = nullptr;
-    const long long fixed = std::strtoll(mode.c_str(), &end, 10);
-    if (mode.empty() || *end != '\0' || fixed < 0) {
+    int64_t fixed = 0;
+    if (!ParseInteger("--valid-lens", mode, 0, std::numeric_limits<int64_t>::max(), &fixed).ok()) {
       return Status::InvalidArgument(
           "--valid-lens is '" + mode +
           "'; want none, full, random, random-batch, an INT >= 0 or a FILE.npy");
     }
-    lens->assign(static_cast<size_t>(s.batch), static_cast<int64_t>(fixed));
+    lens->assign(static_cast<size_t>(s.batch), fixed);
   }
   return Status::Ok();
 }
@@ -146,19 +147,49 @@ Status ParseBenchShape(const Args& args, BenchShape* shape) {
   return ParseInt(args, "--out-dim", shape->value_dim, 1, kMaxDim, &shape->out_dim);
 }
 
-// Checks that no buffer the bench allocates for `s` exceeds kMaxOutputFloats.
-Status CheckBenchSizes(const BenchShape& s) {
-  for (const auto& [name, dims] :
-       std::vector<std::pair<std::string, std::vector<int64_t>>>{
-           {"scores", {s.batch, s.queries, s.keys}},
-           {"queries", {s.batch, s.queries, s.depth}},
-           {"keys", {s.batch, s.keys, std::max(s.depth, s.key_dim)}},
-           {"additive parameters", {s.hidden, std::max(s.depth, s.key_dim)}},
-           {"concat keys", {s.batch, s.queries, s.key_dim}},
-           {"concat parameters", {std::max(s.keys, s.out_dim), s.depth + std::max(s.key_dim, s.value_dim)}},
-           {"values", {s.batch, s.keys, s.value_dim}},
-           {"out", {s.batch, s.queries, std::max(s.value_dim, s.out_dim)}}}) {
+// The bytes of memory this machine has; 0 if it cannot tell.
+double PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size)
+                                    : 0;
+}
+
+// Checks the tensors the bench allocates for `op` on `s`: none may exceed
+// kMaxOutputFloats, and together they must fit in the machine's memory.
+Status CheckBenchSizes(const std::string& op, const BenchShape& s, bool weights) {
+  const bool concat = op == "concat";
+  const int64_t key_dim = op == "dot" ? s.depth : s.key_dim;
+  const int64_t out_dim = concat ? s.out_dim : s.value_dim;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> buffers;
+  if (op == "softmax") {
+    buffers = {{"scores", {s.batch, s.queries, s.keys}}, {"out", {s.batch, s.queries, s.keys}}};
+  } else {
+    buffers = {{"queries", {s.batch, s.queries, s.depth}},
+               {"keys", {s.batch, concat ? s.queries : s.keys, key_dim}},
+               {"values", {s.batch, s.keys, s.value_dim}},
+               {"out", {s.batch, s.queries, out_dim}}};
+    if (weights) buffers.push_back({"attention weights", {s.batch, s.queries, s.keys}});
+    if (op == "additive") buffers.push_back({"parameters", {s.hidden, s.depth + key_dim + 1}});
+    if (concat) {
+      buffers.push_back(
+          {"parameters", {s.keys + out_dim, s.depth + std::max(key_dim, s.value_dim) + 1}});
+    }
+  }
+  double total_bytes = 0;
+  for (const auto& [name, dims] : buffers) {
     ATTNSCORE_RETURN_IF_ERROR(CheckOutputSize("bench " + name, dims));
+    double floats = 1;
+    for (int64_t n : dims) floats *= static_cast<double>(n);
+    total_bytes += 4 * floats;
+  }
+  const double memory = PhysicalMemoryBytes();
+  if (memory > 0 && total_bytes > memory) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "bench %s would allocate %.1f GiB of tensors, more than this machine's %.1f GiB "
+                  "of memory",
+                  op.c_str(), total_bytes / (1 << 30), memory / (1 << 30));
+    return Status::InvalidArgument(text);
   }
   return Status::Ok();
 }
@@ -171,8 +202,8 @@ int BenchCommand(const Args& args) {
     return Fail(Status::InvalidArgument(
         "bench wants an op: softmax, dot, additive or concat, got '" + op + "'"));
   }
-  std::set<std::string> allowed = {"--batch", "--queries", "--keys", "--valid-lens",
-                                   "--repeat", "--json", "--threads", "--isa", "--precision", "--info"};
+  std::set<std::string> allowed = {"--batch", "--queries", "--keys", "--valid-lens", "--repeat",
+                                   "--json",  "--threads", "--isa",  "--precision",  "--info"};
   if (op != "softmax") allowed.insert({"--query-dim", "--value-dim", "--weights"});
   if (op == "additive") allowed.insert({"--key-dim", "--hidden"});
   if (op == "concat") allowed.insert({"--key-dim", "--out-dim"});
@@ -186,7 +217,7 @@ int BenchCommand(const Args& args) {
   int64_t repeat = 0;
   if (!s.ok() || !(s = ParseBenchShape(args, &shape)).ok() ||
       !(s = ParseInt(args, "--repeat", 20, 1, 1000000, &repeat)).ok() ||
-      !(s = CheckBenchSizes(shape)).ok()) {
+      !(s = CheckBenchSizes(op, shape, args.has("--weights"))).ok()) {
     return Fail(s);
   }
   std::unique_ptr<Engine> engine;
@@ -198,8 +229,9 @@ int BenchCommand(const Args& args) {
   const std::string mode = args.get("--valid-lens", "none");
   if (!(s = MakeBenchLens(mode, shape, &rng, &lens_data, &per_query)).ok()) return Fail(s);
   const ValidLens lens = lens_data.empty() ? ValidLens::None()
-                         : per_query ? ValidLens::PerQuery(lens_data.data(), shape.batch, shape.queries)
-                                     : ValidLens::PerBatch(lens_data.data(), shape.batch);
+                         : per_query
+                             ? ValidLens::PerQuery(lens_data.data(), shape.batch, shape.queries)
+                             : ValidLens::PerBatch(lens_data.data(), shape.batch);
 
   // Work over valid keys only: the keys a row reads and the FLOPs it needs;
   // projected keys: each entry's longest length.
@@ -253,16 +285,20 @@ int BenchCommand(const Args& args) {
       attention_weights_view = Tensor(attention_weights.data(), {B, N, M});
     }
     if (op == "concat") {
-      const std::vector<float> attn_w = LinearInit(&rng, M, D + Dk), attn_b = LinearInit(&rng, 1, M),
-                               combine_w = LinearInit(&rng, O, D + Dv), combine_b = LinearInit(&rng, 1, O);
-      s = ConcatAttention::Create(D, ConstTensor(attn_w.data(), {M, D + Dk}), ConstTensor(attn_b.data(), {M}),
+      const std::vector<float> attn_w = LinearInit(&rng, M, D + Dk),
+                               attn_b = LinearInit(&rng, 1, M),
+                               combine_w = LinearInit(&rng, O, D + Dv),
+                               combine_b = LinearInit(&rng, 1, O);
+      s = ConcatAttention::Create(D, ConstTensor(attn_w.data(), {M, D + Dk}),
+                                  ConstTensor(attn_b.data(), {M}),
                                   ConstTensor(combine_w.data(), {O, D + Dv}),
                                   ConstTensor(combine_b.data(), {O}), &concat_model);
       if (!s.ok()) return Fail(s);
       call = [&, D, Dk, Dv, O] {
         return concat_model->Forward(*engine, ConstTensor(a.data(), {B, N, D}),
-                                     ConstTensor(k.data(), {B, N, Dk}), ConstTensor(v.data(), {B, M, Dv}),
-                                     lens, Tensor(out.data(), {B, N, O}), attention_weights_view);
+                                     ConstTensor(k.data(), {B, N, Dk}),
+                                     ConstTensor(v.data(), {B, M, Dv}), lens,
+                                     Tensor(out.data(), {B, N, O}), attention_weights_view);
       };
       const double rows = static_cast<double>(B * N);
       flops = 2.0 * rows * static_cast<double>(M * (D + Dk) + O * (D + Dv)) +
@@ -270,7 +306,8 @@ int BenchCommand(const Args& args) {
     } else if (op == "additive") {
       const std::vector<float> w_q = LinearInit(&rng, H, D), w_k = LinearInit(&rng, H, Dk),
                                w_v = LinearInit(&rng, 1, H);
-      s = AdditiveAttention::Create(ConstTensor(w_q.data(), {H, D}), ConstTensor(w_k.data(), {H, Dk}),
+      s = AdditiveAttention::Create(ConstTensor(w_q.data(), {H, D}),
+                                    ConstTensor(w_k.data(), {H, Dk}),
                                     ConstTensor(w_v.data(), {1, H}), &model);
       if (!s.ok()) return Fail(s);
       call = [&, D, Dk, Dv] {
@@ -279,7 +316,8 @@ int BenchCommand(const Args& args) {
                               lens, Tensor(out.data(), {B, N, Dv}), attention_weights_view);
       };
       triples = valid_keys * static_cast<double>(H);
-      flops = 2.0 * static_cast<double>(H) * (static_cast<double>(B * N * D) + projected_keys * static_cast<double>(Dk)) +
+      flops = 2.0 * static_cast<double>(H) *
+                  (static_cast<double>(B * N * D) + projected_keys * static_cast<double>(Dk)) +
               3.0 * triples + 2.0 * valid_keys * static_cast<double>(Dv);
     } else {
       call = [&, D, Dv] {  // D and Dv end with this block; the call outlives it

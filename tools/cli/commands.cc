@@ -13,38 +13,53 @@
 #include "cli/run.h"
 
 namespace attnscore::cli {
+namespace {
 
-const char kUsage[] = R"(attnscore: attention scoring functions on the CPU
+// Each command's synopsis: --help prints all of them, `COMMAND --help` its own.
+struct CommandHelp {
+  const char* command;
+  const char* synopsis;
+};
+const CommandHelp kCommands[] = {
+    {"info", "  attnscore info\n"},
+    {"run softmax",
+     "  attnscore run softmax --x X.npy [--valid-lens L.npy] --out Y.npy\n"
+     "                        [--weights-out W.npy]\n"},
+    {"run dot",
+     "  attnscore run dot     --queries Q.npy --keys K.npy --values V.npy\n"
+     "                        [--valid-lens L.npy] --out O.npy [--weights-out W.npy]\n"},
+    {"run additive",
+     "  attnscore run additive --model M.safetensors --queries Q.npy --keys K.npy\n"
+     "                        --values V.npy [--valid-lens L.npy] --out O.npy\n"
+     "                        [--weights-out W.npy]\n"},
+    {"run concat",
+     "  attnscore run concat  --model M.safetensors --queries Q.npy --keys K.npy\n"
+     "                        --values V.npy [--valid-lens L.npy] --out O.npy\n"
+     "                        [--weights-out W.npy]\n"},
+    {"bench",
+     "  attnscore bench softmax|dot|additive|concat --batch B --queries N --keys M\n"
+     "                        [--query-dim D] [--key-dim Dk] [--hidden H] [--value-dim Dv]\n"
+     "                        [--out-dim O]\n"
+     "                        [--valid-lens none|full|random|random-batch|INT|FILE.npy]\n"
+     "                        [--weights] [--repeat R] [--json]\n"},
+};
 
-usage:
-  attnscore info
-  attnscore --version
-  attnscore run softmax --x X.npy [--valid-lens L.npy] --out Y.npy
-                        [--weights-out W.npy]
-  attnscore run dot     --queries Q.npy --keys K.npy --values V.npy
-                        [--valid-lens L.npy] --out O.npy [--weights-out W.npy]
-  attnscore run additive --model M.safetensors --queries Q.npy --keys K.npy
-                        --values V.npy [--valid-lens L.npy] --out O.npy
-                        [--weights-out W.npy]
-  attnscore run concat  --model M.safetensors --queries Q.npy --keys K.npy
-                        --values V.npy [--valid-lens L.npy] --out O.npy
-                        [--weights-out W.npy]
-  attnscore bench softmax|dot|additive|concat --batch B --queries N --keys M
-                        [--query-dim D] [--key-dim Dk] [--hidden H] [--value-dim Dv]
-                        [--out-dim O]
-                        [--valid-lens none|full|random|random-batch|INT|FILE.npy]
-                        [--weights] [--repeat R] [--json]
-common flags: --threads T (default 1), --isa scalar|sse4|avx2|avx512|best
+const char kCommonFlags[] =
+    R"(common flags: --threads T (1 to 1024, default 1), --isa scalar|sse4|avx2|avx512|best
               (default best, which yields to $ATTNSCORE_ISA when it is set),
               --precision fp32|bf16 (default fp32; bf16 rounds the dot
               product's matmul inputs to bfloat16, see below),
               --info (run and bench: after the run, print what info prints,
               with each oneDNN matmul made and the implementation it chose),
-              --help
+              --help (with a command: that command's usage)
+A flag's value follows it (--out o.npy) or is joined by '=' (--out=o.npy).
+)";
 
+const char kDetails[] = R"(
 Tensors are float32 .npy files (C order): X (B, N, M); Q (B, N, D),
 K (B, M, D), V (B, M, Dv). Valid lengths are int32 or int64, shape (B,) or
-(B, N). Outputs are written atomically; on error none is left behind.
+(B, N). Outputs land as a unit: on success all of them, each replaced
+atomically; on error none is changed or left behind (docs/cli.md).
 An additive model is a .safetensors state_dict of d2l's AdditiveAttention:
 float32 W_q.weight (H, Dq), W_k.weight (H, Dk) and w_v.weight (1, H), as
 tools/export_torch.py writes it; then Q is (B, N, Dq) and K (B, M, Dk).
@@ -89,10 +104,34 @@ precision and whether the bf16 matmuls are native.
 exit status: 0 success, 2 bad input or usage, 1 internal failure.
 )";
 
-namespace {
-
-// The flags that take no value.
+// The flags that take no value, and those that take one.
 const std::set<std::string> kSwitches = {"--json", "--help", "--version", "--weights", "--info"};
+const std::set<std::string> kValued = {
+    "--x",         "--queries",     "--keys",    "--values",    "--valid-lens", "--out",
+    "--model",     "--weights-out", "--threads", "--isa",       "--precision",  "--batch",
+    "--query-dim", "--key-dim",     "--hidden",  "--value-dim", "--out-dim",    "--repeat"};
+
+// The whole usage: every synopsis, the common flags and the details.
+std::string Usage() {
+  std::string usage = "attnscore: attention scoring functions on the CPU\n\nusage:\n";
+  usage += "  attnscore --version\n";
+  for (const CommandHelp& c : kCommands) usage += c.synopsis;
+  return usage + kCommonFlags + kDetails;
+}
+
+// One command's usage ("run dot", "bench"): its synopsis and the common
+// flags; "" for a command that has none.
+std::string CommandUsage(const std::vector<std::string>& words) {
+  if (words.empty()) return "";
+  const std::string command = words[0] == "run" && words.size() > 1 ? "run " + words[1] : words[0];
+  for (const CommandHelp& c : kCommands) {
+    if (command == c.command) {
+      return std::string("usage:\n") + c.synopsis + kCommonFlags +
+             "\n(attnscore --help tells everything; so does docs/cli.md)\n";
+    }
+  }
+  return "";
+}
 
 int Info(const Args& args) {
   Status s = CheckFlags(args, {"--threads", "--isa", "--precision"}, {}, "info");
@@ -106,14 +145,22 @@ int Info(const Args& args) {
 
 int RunCli(const std::vector<std::string>& argv) {
   Args args;
-  Status s = ParseArgs(argv, kSwitches, &args);
+  Status s = ParseArgs(argv, kSwitches, kValued, &args);
   if (!s.ok()) return Fail(s);
-  // --help or `help` prints the usage to stdout (exit 0); no command at all
-  // prints it to stderr (exit 2).
-  if (args.has("--help") || (args.words.empty() && !args.has("--version")) ||
-      (!args.words.empty() && args.words[0] == "help")) {
-    std::fputs(kUsage, args.words.empty() && !args.has("--help") ? stderr : stdout);
-    return args.words.empty() && !args.has("--help") ? kExitBadInput : kExitOk;
+  // --help or `help` prints the usage to stdout (exit 0): a command's own
+  // (`run dot --help`, `help run dot`), else the whole. No command at all
+  // prints the whole usage to stderr (exit 2).
+  const bool help_word = !args.words.empty() && args.words[0] == "help";
+  if (args.has("--help") || help_word) {
+    const std::vector<std::string> command(args.words.begin() + (help_word ? 1 : 0),
+                                           args.words.end());
+    const std::string usage = CommandUsage(command);
+    std::fputs(usage.empty() ? Usage().c_str() : usage.c_str(), stdout);
+    return kExitOk;
+  }
+  if (args.words.empty() && !args.has("--version")) {
+    std::fputs(Usage().c_str(), stderr);
+    return kExitBadInput;
   }
   // --version prints the library's version alone (exit 0).
   if (args.has("--version")) {

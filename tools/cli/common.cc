@@ -4,8 +4,22 @@
 
 namespace attnscore::cli {
 
+std::string EscapeControlBytes(const std::string& text) {
+  std::string line;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      line += c;
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      line += {'\\', 'x', kHex[byte >> 4], kHex[byte & 0xf]};
+    }
+  }
+  return line;
+}
+
 int Fail(const Status& status) {
-  std::fprintf(stderr, "attnscore: error: %s\n", status.message().c_str());
+  std::fprintf(stderr, "attnscore: error: %s\n", EscapeControlBytes(status.message()).c_str());
   return status.code() == StatusCode::kInternal ? kExitInternal : kExitBadInput;
 }
 

@@ -20,8 +20,13 @@ constexpr int kExitOk = 0;
 constexpr int kExitInternal = 1;
 constexpr int kExitBadInput = 2;
 
-// Prints "attnscore: error: MESSAGE" (one line) to stderr and returns the
-// exit code for `status`, which must not be OK.
+// `text` with every control byte (below 0x20, and 0x7f) written as "\xNN":
+// a name from a file or a path cannot break the line or reach the terminal
+// as an escape sequence. Bytes from 0x80 (UTF-8) pass unchanged.
+std::string EscapeControlBytes(const std::string& text);
+
+// Prints "attnscore: error: MESSAGE" to stderr, always one line (EscapeControlBytes),
+// and returns the exit code for `status`, which must not be OK.
 int Fail(const Status& status);
 
 // Creates the engine from the common flags --threads, --isa and --precision.

@@ -14,6 +14,7 @@
 
 #include "attnscore/attnscore.h"
 #include "cli/common.h"
+#include "cli/outputs.h"
 #include "npy/npy.h"
 
 namespace attnscore::cli {
@@ -28,6 +29,17 @@ std::string ShapeOf(const npy::NpyArray& a) {
   return s + (a.shape.size() == 1 ? ",)" : ")");
 }
 
+// Every op needs each dim >= 1; an empty one is named with its file.
+Status CheckNoEmptyDim(const std::string& flag, const std::string& path, const npy::NpyArray& a) {
+  for (size_t d = 0; d < a.shape.size(); ++d) {
+    if (a.shape[d] == 0) {
+      return Status::InvalidArgument(flag + " " + path + ": shape " + ShapeOf(a) + " has dim " +
+                                     std::to_string(d) + " of size 0; every dim must be >= 1");
+    }
+  }
+  return Status::Ok();
+}
+
 // Reads the file named by `flag` into `*array`; it must be a float32 tensor
 // of rank 3. Errors name the flag and the file.
 Status ReadTensor(const Args& args, const std::string& flag, npy::NpyArray* array) {
@@ -38,11 +50,10 @@ Status ReadTensor(const Args& args, const std::string& flag, npy::NpyArray* arra
                                    npy::DTypeName(array->dtype) + "; want float32");
   }
   if (array->shape.size() != 3) {
-    return Status::InvalidArgument(flag + " " + path + ": shape " + ShapeOf(*array) +
-                                   " has rank " + std::to_string(array->shape.size()) +
-                                   "; want rank 3");
+    return Status::InvalidArgument(flag + " " + path + ": shape " + ShapeOf(*array) + " has rank " +
+                                   std::to_string(array->shape.size()) + "; want rank 3");
   }
-  return Status::Ok();
+  return CheckNoEmptyDim(flag, path, *array);
 }
 
 // A view of an array ReadTensor accepted; it borrows the array's bytes.
@@ -62,6 +73,9 @@ Status ReadValidLens(const Args& args, npy::NpyArray* array, ValidLens* lens) {
     return Status::InvalidArgument("--valid-lens " + path + ": dtype is " +
                                    npy::DTypeName(array->dtype) + "; want int32 or int64");
   }
+  if (array->shape.size() == 1 || array->shape.size() == 2) {
+    ATTNSCORE_RETURN_IF_ERROR(CheckNoEmptyDim("--valid-lens", path, *array));
+  }
   if (array->shape.size() == 1) {
     *lens = is64 ? ValidLens::PerBatch(array->data<int64_t>(), array->shape[0])
                  : ValidLens::PerBatch(array->data<int32_t>(), array->shape[0]);
@@ -76,71 +90,28 @@ Status ReadValidLens(const Args& args, npy::NpyArray* array, ValidLens* lens) {
   return Status::Ok();
 }
 
-// One float32 output: the flag naming its file, its shape and its data.
-struct Output {
-  std::string flag;
-  std::vector<int64_t> shape;
-  const float* data;
-};
-
-// Writes every output, or none: each is written under a staging name
-// (PATH.attnscore-partial) first and renamed to PATH only when all of them
-// were written, so a failed run leaves no output behind and does not touch
-// files already there.
-Status WriteOutputs(const Args& args, const std::vector<Output>& outputs) {
-  // Checked before anything is written: the renames at the end then have no
-  // foreseeable reason to fail halfway.
-  std::vector<std::filesystem::path> targets;
-  for (const Output& o : outputs) {
-    std::error_code error;
-    const std::filesystem::path path = std::filesystem::weakly_canonical(args.get(o.flag), error);
-    if (error || std::filesystem::is_directory(path)) {
-      return Status::InvalidArgument(o.flag + " " + args.get(o.flag) +
-                                     (error ? ": not a usable path" : ": is a directory"));
-    }
-    for (size_t n = 0; n < targets.size(); ++n) {
-      if (targets[n] == path) {
-        return Status::InvalidArgument(outputs[n].flag + " and " + o.flag +
-                                       " name the same file " + args.get(o.flag));
-      }
-    }
-    targets.push_back(path);
+// Checks the output paths the run names (before anything is computed).
+Status CheckOutputs(const Args& args, const std::vector<std::string>& flags) {
+  std::vector<Output> outputs;
+  for (const std::string& flag : flags) {
+    if (args.has(flag)) outputs.push_back({flag, args.get(flag), {}, nullptr});
   }
-  std::vector<std::string> staged;
-  auto discard = [&] {
-    for (const std::string& path : staged) unlink(path.c_str());
-  };
-  for (const Output& o : outputs) {
-    const std::string path = args.get(o.flag) + ".attnscore-partial";
-    Status s = npy::WriteNpy(path, npy::DType::kFloat32, o.shape, o.data);
-    if (!s.ok()) {
-      discard();
-      return Status(s.code(), o.flag + ": " + s.message());
-    }
-    staged.push_back(path);
-  }
-  for (size_t n = 0; n < outputs.size(); ++n) {
-    const std::string final_path = args.get(outputs[n].flag);
-    if (std::rename(staged[n].c_str(), final_path.c_str()) != 0) {
-      staged.erase(staged.begin(), staged.begin() + static_cast<ptrdiff_t>(n));
-      discard();
-      return Status::IoError(outputs[n].flag + ": cannot rename into " + final_path);
-    }
-  }
-  return Status::Ok();
+  return CheckOutputPaths(outputs);
 }
 
 int RunSoftmax(const Args& args) {
   Status s = CheckFlags(args,
-                        {"--x", "--valid-lens", "--out", "--weights-out", "--threads", "--isa", "--precision",
-                         "--info"},
+                        {"--x", "--valid-lens", "--out", "--weights-out", "--threads", "--isa",
+                         "--precision", "--info"},
                         {"--x", "--out"}, "run softmax");
-  if (!s.ok()) return Fail(s);
   std::unique_ptr<Engine> engine;
   npy::NpyArray x, lens_array;
   ValidLens lens;
-  if (!(s = MakeEngine(args, "softmax", &engine)).ok() || !(s = ReadTensor(args, "--x", &x)).ok() ||
-      !(s = ReadValidLens(args, &lens_array, &lens)).ok()) {
+  OutputShapes shapes;
+  if (!s.ok() || !(s = CheckOutputs(args, {"--out", "--weights-out"})).ok() ||
+      !(s = MakeEngine(args, "softmax", &engine)).ok() || !(s = ReadTensor(args, "--x", &x)).ok() ||
+      !(s = ReadValidLens(args, &lens_array, &lens)).ok() ||
+      !(s = engine->CheckMaskedSoftmax(ViewOf(x), lens, &shapes)).ok()) {
     return Fail(s);
   }
   std::vector<float> y(static_cast<size_t>(x.size()));
@@ -149,9 +120,11 @@ int RunSoftmax(const Args& args) {
   if (s.ok()) {
     // Y is the attention weights; --weights-out writes it again, so that a
     // script can treat every op alike.
-    std::vector<Output> outputs = {{"--out", x.shape, y.data()}};
-    if (args.has("--weights-out")) outputs.push_back({"--weights-out", x.shape, y.data()});
-    s = WriteOutputs(args, outputs);
+    std::vector<Output> outputs = {{"--out", args.get("--out"), x.shape, y.data()}};
+    if (args.has("--weights-out")) {
+      outputs.push_back({"--weights-out", args.get("--weights-out"), x.shape, y.data()});
+    }
+    s = LandOutputs(outputs);
   }
   if (!s.ok()) return Fail(s);
   if (args.has("--info")) PrintInfo(*engine);
@@ -160,20 +133,22 @@ int RunSoftmax(const Args& args) {
 
 // Loads --model as a concat model whose query size is the last dim of Q;
 // when the model cannot take that size, the error says so.
-Status LoadConcat(const Args& args, const npy::NpyArray& q, std::unique_ptr<ConcatAttention>* model) {
+Status LoadConcat(const Args& args, const npy::NpyArray& q,
+                  std::unique_ptr<ConcatAttention>* model) {
   const Status s = ConcatAttention::Load(args.get("--model"), q.shape[2], model);
   if (s.ok() || s.message().find("query_size") == std::string::npos) return s;
-  return Status(s.code(), "--queries " + args.get("--queries") + " has Dq = " +
-                              std::to_string(q.shape[2]) + " features, which the model cannot take: " +
-                              s.message());
+  return Status(s.code(), "--queries " + args.get("--queries") +
+                              " has Dq = " + std::to_string(q.shape[2]) +
+                              " features, which the model cannot take: " + s.message());
 }
 
 // run dot | additive | concat: the same inputs and outputs; additive and
 // concat add --model.
 int RunAttention(const Args& args, const std::string& op) {
   const bool additive = op == "additive", concat = op == "concat";
-  std::set<std::string> allowed = {"--queries", "--keys", "--values", "--valid-lens", "--out",
-                                   "--weights-out", "--threads", "--isa", "--precision", "--info"};
+  std::set<std::string> allowed = {"--queries",   "--keys",        "--values",  "--valid-lens",
+                                   "--out",       "--weights-out", "--threads", "--isa",
+                                   "--precision", "--info"};
   std::set<std::string> required = {"--queries", "--keys", "--values", "--out"};
   if (additive || concat) allowed.insert("--model"), required.insert("--model");
   Status s = CheckFlags(args, allowed, required, "run " + op);
@@ -183,30 +158,38 @@ int RunAttention(const Args& args, const std::string& op) {
   std::unique_ptr<ConcatAttention> concat_model;
   npy::NpyArray q, k, v, lens_array;
   ValidLens lens;
-  if (!(s = MakeEngine(args, op, &engine)).ok() || !(s = ReadTensor(args, "--queries", &q)).ok() ||
+  if (!(s = CheckOutputs(args, {"--out", "--weights-out"})).ok() ||
+      !(s = MakeEngine(args, op, &engine)).ok() || !(s = ReadTensor(args, "--queries", &q)).ok() ||
       (additive && !(s = AdditiveAttention::Load(args.get("--model"), &additive_model)).ok()) ||
       (concat && !(s = LoadConcat(args, q, &concat_model)).ok()) ||
       !(s = ReadTensor(args, "--keys", &k)).ok() || !(s = ReadTensor(args, "--values", &v)).ok() ||
       !(s = ReadValidLens(args, &lens_array, &lens)).ok()) {
     return Fail(s);
   }
-  // Concat attends over V's rows; the others over the keys.
-  const int64_t batch = q.shape[0], queries = q.shape[1], keys = concat ? v.shape[1] : k.shape[1];
-  const int64_t out_dim = concat ? concat_model->output_size() : v.shape[2];
+  // Every input is checked, by the engine's own checks, before any output
+  // is allocated: bad input costs nothing, however large its outputs.
+  OutputShapes shapes;
+  s = additive ? additive_model->Check(ViewOf(q), ViewOf(k), ViewOf(v), lens, &shapes)
+      : concat ? concat_model->Check(ViewOf(q), ViewOf(k), ViewOf(v), lens, &shapes)
+               : engine->CheckDotProductAttention(ViewOf(q), ViewOf(k), ViewOf(v), lens, &shapes);
+  const std::vector<int64_t> out_shape(shapes.out.begin(), shapes.out.end());
+  const std::vector<int64_t> weights_shape(shapes.attention_weights.begin(),
+                                           shapes.attention_weights.end());
   const bool want_attention_weights = args.has("--weights-out");
-  if (!(s = CheckOutputSize("--out", {batch, queries, out_dim})).ok() ||
-      (want_attention_weights &&
-       !(s = CheckOutputSize("--weights-out", {batch, queries, keys})).ok())) {
+  if (!s.ok() || !(s = CheckOutputSize("--out", out_shape)).ok() ||
+      (want_attention_weights && !(s = CheckOutputSize("--weights-out", weights_shape)).ok())) {
     return Fail(s);
   }
-  std::vector<float> out(static_cast<size_t>(batch * queries * out_dim));
+  std::vector<float> out(static_cast<size_t>(shapes.out[0] * shapes.out[1] * shapes.out[2]));
   std::vector<float> attention_weights;
   Tensor attention_weights_view;  // empty: the op does not write them
   if (want_attention_weights) {
-    attention_weights.resize(static_cast<size_t>(batch * queries * keys));
-    attention_weights_view = Tensor(attention_weights.data(), {batch, queries, keys});
+    attention_weights.resize(static_cast<size_t>(
+        shapes.attention_weights[0] * shapes.attention_weights[1] * shapes.attention_weights[2]));
+    attention_weights_view =
+        Tensor(attention_weights.data(), {weights_shape[0], weights_shape[1], weights_shape[2]});
   }
-  const Tensor out_view(out.data(), {batch, queries, out_dim});
+  const Tensor out_view(out.data(), {out_shape[0], out_shape[1], out_shape[2]});
   s = additive ? additive_model->Forward(*engine, ViewOf(q), ViewOf(k), ViewOf(v), lens, out_view,
                                          attention_weights_view)
       : concat ? concat_model->Forward(*engine, ViewOf(q), ViewOf(k), ViewOf(v), lens, out_view,
@@ -214,11 +197,12 @@ int RunAttention(const Args& args, const std::string& op) {
                : engine->DotProductAttention(ViewOf(q), ViewOf(k), ViewOf(v), lens, out_view,
                                              attention_weights_view);
   if (s.ok()) {
-    std::vector<Output> outputs = {{"--out", {batch, queries, out_dim}, out.data()}};
+    std::vector<Output> outputs = {{"--out", args.get("--out"), out_shape, out.data()}};
     if (want_attention_weights) {
-      outputs.push_back({"--weights-out", {batch, queries, keys}, attention_weights.data()});
+      outputs.push_back(
+          {"--weights-out", args.get("--weights-out"), weights_shape, attention_weights.data()});
     }
-    s = WriteOutputs(args, outputs);
+    s = LandOutputs(outputs);
   }
   if (!s.ok()) return Fail(s);
   if (args.has("--info")) PrintInfo(*engine);
