@@ -102,7 +102,7 @@ typedef enum attnscore_isa {
 typedef enum attnscore_precision { ATTNSCORE_FP32 = 0, ATTNSCORE_BF16 = 1 } attnscore_precision;
 
 typedef struct attnscore_engine_options {
-  int32_t threads;   /* per call, >= 1 */
+  int32_t threads;   /* per call, 1 to 1024 (attnscore::kMaxThreads) */
   int32_t isa;       /* attnscore_isa */
   int32_t precision; /* attnscore_precision */
 } attnscore_engine_options;
