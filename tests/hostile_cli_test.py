@@ -129,14 +129,21 @@ class HostileCli(unittest.TestCase):
             self.assertEqual(slurp(self.path("o.npy")), before)
 
     def test_outputs_that_are_not_regular_files(self):
+        # A character device of our own (the null device's numbers), so that
+        # a CLI that replaced it would not take the machine's /dev/null.
+        targets = [(self.path("fifo"), "a FIFO", stat.S_ISFIFO),
+                   (self.path("adir"), "a directory", stat.S_ISDIR)]
         os.mkfifo(self.path("fifo"))
         os.mkdir(self.path("adir"))
-        for target, kind in [("/dev/null", "a character device"), (self.path("fifo"), "a FIFO"),
-                             (self.path("adir"), "a directory")]:
+        try:
+            os.mknod(self.path("null"), 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            targets.append((self.path("null"), "a character device", stat.S_ISCHR))
+        except PermissionError:
+            pass  # not root: the FIFO and the directory still run
+        for target, kind, is_kind in targets:
             result = run(self.dot(target))
             self.expect_bad_input(result, "is " + kind)
-        self.assertTrue(stat.S_ISCHR(os.stat("/dev/null").st_mode))
-        self.assertTrue(stat.S_ISFIFO(os.stat(self.path("fifo")).st_mode))
+            self.assertTrue(is_kind(os.stat(target).st_mode), target + " was replaced")
 
     def test_output_in_a_missing_directory_or_empty(self):
         self.expect_bad_input(run(self.dot(self.path("nowhere", "o.npy"))), "does not exist")
