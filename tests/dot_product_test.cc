@@ -528,6 +528,70 @@ TEST_P(DotProductTest, AQueryReadsOnlyItsOwnKeysAndValuesOnEveryPath) {
   }
 }
 
+// ---- layouts oneDNN cannot take as given ------------------------------------
+
+// A dense copy of a strided (B, R, C) view, for the reference.
+std::vector<float> DenseCopy(const ConstTensor& t) {
+  std::vector<float> dense;
+  for (int64_t b = 0; b < t.dims[0]; ++b)
+    for (int64_t r = 0; r < t.dims[1]; ++r)
+      for (int64_t c = 0; c < t.dims[2]; ++c)
+        dense.push_back(t.data[b * t.strides[0] + r * t.strides[1] + c * t.strides[2]]);
+  return dense;
+}
+
+// Any strides are valid: size-1 dims whose strides oneDNN would read as a
+// transposed layout (its primitive then failed to run, and its cache served
+// the broken primitive to the dense call of the same shape after it), and
+// inputs whose rows overlap or repeat (a sliding window, a zero stride),
+// which oneDNN cannot describe at all and the engine packs. Each call must
+// match the reference on a dense copy of its views.
+TEST(DotProductLayouts, SizeOneDimsAndOverlappingInputsMatchTheReference) {
+  const std::vector<float> buffer = RandomFloats(4096, 61);
+  struct Case {
+    const char* what;
+    ConstTensor q, k, v;
+    std::vector<int64_t> out_strides;  // empty: dense
+  };
+  const float* at = buffer.data();
+  const Case cases[] = {
+      {"N = 1, out strides (14, 1, 1), K column stride 2", ConstTensor(at, {1, 1, 10}),
+       ConstTensor(at + 100, {1, 14, 10}, {280, 20, 2}), ConstTensor(at + 500, {1, 14, 14}),
+       {14, 1, 1}},
+      {"the same call with dense out, after it", ConstTensor(at, {1, 1, 10}),
+       ConstTensor(at + 100, {1, 14, 10}, {280, 20, 2}), ConstTensor(at + 500, {1, 14, 14}), {}},
+      {"queries (4, 8, 1) with column stride 8", ConstTensor(at, {4, 8, 1}, {8, 1, 8}),
+       ConstTensor(at + 100, {4, 12, 1}), ConstTensor(at + 200, {4, 12, 2}), {}},
+      {"queries whose rows overlap: strides (15, 2, 1)", ConstTensor(at, {2, 5, 3}, {15, 2, 1}),
+       ConstTensor(at + 100, {2, 12, 3}), ConstTensor(at + 200, {2, 12, 3}), {}},
+      {"values whose rows overlap: strides (36, 2, 1)", ConstTensor(at, {2, 5, 3}),
+       ConstTensor(at + 100, {2, 12, 3}), ConstTensor(at + 200, {2, 12, 3}, {36, 2, 1}), {}},
+      {"keys shared by the batch: stride 0", ConstTensor(at, {3, 6, 4}),
+       ConstTensor(at + 100, {3, 9, 4}, {0, 4, 1}), ConstTensor(at + 200, {3, 9, 5}), {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const int64_t batch = c.q.dims[0], n = c.q.dims[1], m = c.k.dims[1], d = c.q.dims[2];
+    const int64_t dv = c.v.dims[2];
+    std::vector<float> out(static_cast<size_t>(batch * n * dv * 16), kSentinel);
+    const Tensor out_view =
+        c.out_strides.empty()
+            ? Tensor(out.data(), {batch, n, dv})
+            : Tensor(out.data(), {batch, n, dv},
+                     {c.out_strides[0], c.out_strides[1], c.out_strides[2]});
+    const Status s = DefaultEngine().DotProductAttention(c.q, c.k, c.v, ValidLens::None(), out_view);
+    ASSERT_TRUE(s.ok()) << s.message();
+    std::vector<double> weights;
+    const std::vector<double> expected =
+        ReferenceDotProduct(DenseCopy(c.q), DenseCopy(c.k), DenseCopy(c.v), batch, n, m, d, dv, {},
+                            &weights);
+    const std::vector<float> got = DenseCopy(ConstTensor(out_view.data, {batch, n, dv},
+                                                         {out_view.strides[0], out_view.strides[1],
+                                                          out_view.strides[2]}));
+    EXPECT_LE(MaxAbsDiff(got.data(), expected), OutTolerance(DenseCopy(c.v)));
+  }
+}
+
 // ---- memory ----------------------------------------------------------------
 
 // A field of /proc/self/status in bytes ("VmRSS", "VmHWM"), or -1.

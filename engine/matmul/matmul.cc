@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <new>
+#include <string>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -13,6 +15,8 @@
 #include <omp.h>
 
 #include "base/parallel.h"
+#include "base/scratch.h"
+#include "matmul/layout.h"
 
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -31,11 +35,12 @@ dnnl::engine& CpuEngine() {
 // starts over rather than grow without end in a long-running server.
 constexpr size_t kMaxCachedPlans = 512;
 
+// Every primitive's operands, whole problems and tasks alike, are described
+// canonically (layout.h): each size-1 dim with the stride its order implies.
 dnnl::memory::desc Describe(int64_t batch, const Layout& l, dt type = dt::f32) {
-  // oneDNN wants a batch stride even for a batch of one.
-  const int64_t batch_stride = batch > 1 ? l.batch_stride : l.rows * l.cols;
-  return dnnl::memory::desc(dims{batch, l.rows, l.cols}, type,
-                            dims{batch_stride, l.row_stride, l.col_stride});
+  const Layout c = Canonical(l, batch);
+  return dnnl::memory::desc(dims{batch, c.rows, c.cols}, type,
+                            dims{c.batch_stride, c.row_stride, c.col_stride});
 }
 
 // Bytes of one element of A and B.
@@ -273,6 +278,49 @@ class TiledPlan final : public Plan {
   mutable std::atomic<int64_t> runs_{0};
 };
 
+// A problem whose A or B oneDNN cannot describe (rows that overlap, a zero
+// stride; inputs may have any strides): each Run packs them densely into
+// this thread's scratch and runs a TiledPlan of the dense layouts.
+class PackedPlan final : public Plan {
+ public:
+  PackedPlan(const Problem& p, bool pack_a, bool pack_b)
+      : problem_(p), pack_a_(pack_a), pack_b_(pack_b), inner_(DenseProblem(p, pack_a, pack_b)) {
+    implementation_ = std::string(inner_.implementation()) + " (inputs packed)";
+  }
+
+  Status Run(const void* a, const void* b, float* c, const float* bias) const override {
+    const Problem& p = problem_;
+    const int64_t size = InputBytes(p), b_batch = p.shared_b ? 1 : p.batch;
+    const int64_t a_bytes = pack_a_ ? p.batch * p.a.rows * p.a.cols * size : 0;
+    const int64_t b_bytes = pack_b_ ? b_batch * p.b.rows * p.b.cols * size : 0;
+    unsigned char* packed;
+    try {
+      packed = reinterpret_cast<unsigned char*>(internal::ThreadScratch(
+          internal::ScratchSlot::kMatmulInputs, static_cast<size_t>(CeilDiv(a_bytes + b_bytes, 4))));
+    } catch (const std::bad_alloc&) {
+      return Status::Internal("matmul: out of memory for packed inputs");
+    }
+    if (pack_a_) Pack(a, p.a, p.batch, size, packed);
+    if (pack_b_) Pack(b, p.b, b_batch, size, packed + a_bytes);
+    return inner_.Run(pack_a_ ? packed : a, pack_b_ ? packed + a_bytes : b, c, bias);
+  }
+
+  const char* implementation() const override { return implementation_.c_str(); }
+  int64_t runs() const override { return inner_.runs(); }
+
+ private:
+  static Problem DenseProblem(Problem p, bool pack_a, bool pack_b) {
+    if (pack_a) p.a = Dense(p.a);
+    if (pack_b) p.b = Dense(p.b);
+    return p;
+  }
+
+  const Problem problem_;
+  const bool pack_a_, pack_b_;
+  const TiledPlan inner_;
+  std::string implementation_;
+};
+
 using Key = std::array<int64_t, 21>;
 
 Key KeyOf(const Problem& p) {
@@ -340,7 +388,14 @@ Status GetPlan(const Problem& problem, std::shared_ptr<const Plan>* plan) {
   // not wait for it. Two threads may both create one; the first stored wins.
   std::shared_ptr<const Plan> created;
   try {
-    created = std::make_shared<TiledPlan>(problem);
+    const bool pack_a = !Describable(Canonical(problem.a, problem.batch), problem.batch);
+    const int64_t b_batch = problem.shared_b ? 1 : problem.batch;
+    const bool pack_b = !Describable(Canonical(problem.b, b_batch), b_batch);
+    if (pack_a || pack_b) {
+      created = std::make_shared<PackedPlan>(problem, pack_a, pack_b);
+    } else {
+      created = std::make_shared<TiledPlan>(problem);
+    }
   } catch (const dnnl::error& e) {
     return Status::Internal(std::string("oneDNN could not create a matmul: ") + e.what());
   }
@@ -359,52 +414,6 @@ std::vector<PlanSummary> CachedPlans() {
     plans.push_back({entry.problem, entry.plan->implementation(), entry.plan->runs()});
   }
   return plans;
-}
-
-bool NativeBf16() {
-  // oneDNN's ISA values are masks, each holding the features of those below it.
-  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & bf16) == bf16;
-}
-
-Status SetMaxIsa(Isa isa) {
-  dnnl::cpu_isa cap = dnnl::cpu_isa::all;
-  switch (isa) {
-    // oneDNN has no scalar code path; SSE4.1 is its floor.
-    case Isa::kScalar:
-    case Isa::kSse4: cap = dnnl::cpu_isa::sse41; break;
-    case Isa::kAvx2: cap = dnnl::cpu_isa::avx2; break;
-    // AVX-512 with its VNNI and bf16 extensions, but not AMX.
-    case Isa::kAvx512: cap = dnnl::cpu_isa::avx512_core_bf16; break;
-    case Isa::kBest: cap = dnnl::cpu_isa::all; break;
-  }
-  try {
-    dnnl::set_max_cpu_isa(cap);
-  } catch (const dnnl::error& e) {
-    return Status::Unsupported(
-        std::string("oneDNN's ISA can only be capped before its first primitive: ") + e.what());
-  }
-  return Status::Ok();
-}
-
-std::string OnednnVersion() {
-  const dnnl_version_t* v = dnnl::version();
-  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-         std::to_string(v->patch);
-}
-
-std::string OnednnIsa() {
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::sse41: return "sse41";
-    case dnnl::cpu_isa::avx: return "avx";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    default: return "other";
-  }
 }
 
 }  // namespace attnscore::matmul

@@ -1,5 +1,6 @@
-// The oneDNN adapter: every oneDNN call in the engine lives in matmul.cc, so
-// the 2.x-only API (matmul::desc, set_output_scales) is in one place.
+// The oneDNN adapter: every oneDNN call in the engine lives in engine/matmul
+// (matmul.cc: plans; onednn_isa.cc: the ISA cap), so the 2.x-only API
+// (matmul::desc, set_output_scales) is in one place.
 #ifndef ATTNSCORE_MATMUL_MATMUL_H_
 #define ATTNSCORE_MATMUL_MATMUL_H_
 
