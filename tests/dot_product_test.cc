@@ -566,6 +566,9 @@ TEST(DotProductLayouts, SizeOneDimsAndOverlappingInputsMatchTheReference) {
        ConstTensor(at + 100, {2, 12, 3}), ConstTensor(at + 200, {2, 12, 3}), {}},
       {"values whose rows overlap: strides (36, 2, 1)", ConstTensor(at, {2, 5, 3}),
        ConstTensor(at + 100, {2, 12, 3}), ConstTensor(at + 200, {2, 12, 3}, {36, 2, 1}), {}},
+      {"queries whose columns interleave rows: strides (18, 5, 3)",
+       ConstTensor(at, {2, 6, 2}, {18, 5, 3}), ConstTensor(at + 100, {2, 7, 2}),
+       ConstTensor(at + 200, {2, 7, 3}), {}},
       {"keys shared by the batch: stride 0", ConstTensor(at, {3, 6, 4}),
        ConstTensor(at + 100, {3, 9, 4}, {0, 4, 1}), ConstTensor(at + 200, {3, 9, 5}), {}},
   };

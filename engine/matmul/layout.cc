@@ -23,10 +23,9 @@ bool Describable(const Layout& l, int64_t batch) {
   if (l.rows > 1) dims[n++] = {l.row_stride, l.rows};
   if (l.cols > 1) dims[n++] = {l.col_stride, l.cols};
   std::sort(dims, dims + n);
-  int64_t span = 1;  // elements the smaller dims cover
-  for (int d = 0; d < n; ++d) {
-    if (dims[d].first < span) return false;
-    span = dims[d].first * (dims[d].second - 1) + span;
+  if (n > 0 && dims[0].first < 1) return false;
+  for (int d = 1; d < n; ++d) {
+    if (dims[d].first < dims[d - 1].first * dims[d - 1].second) return false;
   }
   return true;
 }

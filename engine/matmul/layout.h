@@ -19,10 +19,11 @@ namespace attnscore::matmul {
 // stride never changes an address, so this changes nothing else.
 Layout Canonical(const Layout& l, int64_t batch);
 
-// Whether oneDNN can describe `l` (canonical) for `batch` matrices: its dims
-// of size > 1, ordered by stride, each step past all the smaller ones span.
-// An input whose rows overlap (a sliding window) or with a zero stride
-// cannot be described; it is copied densely first (Pack).
+// Whether oneDNN can describe `l` (canonical) for `batch` matrices, by its
+// rule for strided descriptors: its dims of size > 1, ordered by stride,
+// each stride at least the next smaller one times that dim's size, and none
+// zero. An input whose rows overlap (a sliding window), repeat (a zero
+// stride) or interleave fails it; it is copied densely first (Pack).
 bool Describable(const Layout& l, int64_t batch);
 
 // The dense row-major layout of `l`'s shape.
