@@ -12,10 +12,13 @@ OUT.png is written atomically (a temporary file beside it, then renamed) and
 carries the PNG text chunk Description = "attnscore heatmaps: P panels of
 N x M". On any error nothing is written and the exit status is 2.
 
-Needs Debian's python3-numpy and python3-matplotlib.
+Draws with attnscore.plot.show_heatmaps (python/attnscore/plot.py, loaded by
+path, so the compiled package is not needed). Needs Debian's python3-numpy
+and python3-matplotlib.
 """
 
 import argparse
+import importlib.util
 import os
 import sys
 
@@ -23,8 +26,20 @@ import numpy as np
 import matplotlib
 
 matplotlib.use("Agg")  # no display needed; must precede the pyplot import
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+
+def _load_plot():
+    # attnscore.plot by path: the package's __init__ needs the compiled
+    # module, which the CLI's users need not have built.
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                        "python", "attnscore", "plot.py")
+    spec = importlib.util.spec_from_file_location("attnscore_plot", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+plot = _load_plot()
 
 PROG = "show_heatmaps.py"
 MAX_DEFAULT_PANELS = 64  # beyond this, --batches must say which to draw
@@ -84,38 +99,22 @@ def load_weights(path):
 
 def draw(panels, batches, columns, args):
     count, n, m = panels.shape
-    rows = -(-count // columns)
     # Square cells while they fit; otherwise stretch (aspect="auto") so that
     # a single query over many keys is a visible strip, not a hairline.
     height = min(max(n * PANEL_WIDTH / m, PANEL_MIN_HEIGHT), PANEL_MAX_HEIGHT)
-    fig, axes = plt.subplots(
-        rows, columns, squeeze=False, layout="constrained",
-        figsize=(columns * (PANEL_WIDTH + 0.9) + 1.2,
-                 rows * (height + 0.9) + (0.4 if args.title else 0.1)))
+    rows = [list(panels[i:i + columns]) for i in range(0, count, columns)]
+    titles = [[f"batch {b}" for b in batches[i:i + columns]]
+              for i in range(0, count, columns)]
     finite = panels[np.isfinite(panels)]
     vmax = float(finite.max()) if finite.size else 1.0
     if vmax <= 0:  # a zero-width scale would break the colour bar
         vmax = 1.0
-    used = []
-    for i, ax in enumerate(axes.flat):
-        if i >= count:
-            fig.delaxes(ax)
-            continue
-        image = ax.imshow(panels[i], cmap=args.cmap, vmin=0.0, vmax=vmax,
-                          aspect="auto")
-        ax.set_title(f"batch {batches[i]}")
-        # Fractional ticks between rows/columns would name no query or key.
-        for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
-        if i + columns >= count:  # nothing below it: bottom of its column
-            ax.set_xlabel(args.xlabel)
-        if i % columns == 0:
-            ax.set_ylabel(args.ylabel)
-        used.append(ax)
-    if args.title:
-        fig.suptitle(args.title)
-    fig.colorbar(image, ax=used, shrink=0.6)
-    return fig
+    return plot.show_heatmaps(
+        rows, args.xlabel, args.ylabel, titles=titles, cmap=args.cmap,
+        figsize=(columns * (PANEL_WIDTH + 0.9) + 1.2,
+                 len(rows) * (height + 0.9) + (0.4 if args.title else 0.1)),
+        vmin=0.0, vmax=vmax, aspect="auto", layout="constrained",
+        suptitle=args.title or None)
 
 
 def main():
@@ -168,21 +167,12 @@ def main():
 
     fig = draw(panels, batches, columns, args)
     description = f"attnscore heatmaps: {count} panels of {n} x {m}"
-    # Same directory so the rename is atomic; .png suffix so matplotlib and
-    # anyone listing the directory know what it is.
-    tmp = f"{args.out}.tmp.{os.getpid()}.png"
+    # Written beside OUT.png under a temporary .png name, then renamed.
     try:
-        fig.savefig(tmp, dpi=DPI, format="png",
-                    metadata={"Description": description})
-        os.replace(tmp, args.out)
-    except BaseException as e:
-        try:
-            os.remove(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(e, OSError):
-            fail(f"{args.out}: cannot write: {e.strerror or e}")
-        raise
+        plot.save_figure(fig, args.out, dpi=DPI,
+                         metadata={"Description": description})
+    except OSError as e:
+        fail(f"{args.out}: cannot write: {e.strerror or e}")
     print(f"wrote {args.out}: {count} panel(s) of {n} x {m}")
 
 

@@ -1,0 +1,49 @@
+// NumPy arrays as attnscore views, and attnscore Status as Python exceptions.
+// Only the public headers: the extension links the shared library alone.
+#ifndef ATTNSCORE_PYTHON_ARRAYS_H_
+#define ATTNSCORE_PYTHON_ARRAYS_H_
+
+#include <array>
+#include <cstdint>
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include "attnscore/status.h"
+#include "attnscore/tensor.h"
+#include "attnscore/valid_lens.h"
+
+namespace attnscore::python {
+
+namespace py = pybind11;
+
+// Raises the Python exception for a non-OK status: InvalidArgument and
+// Unsupported as ValueError, IoError as OSError, Internal as RuntimeError,
+// each with the engine's message. Does nothing for OK.
+void ThrowIfError(const Status& status);
+
+// An input tensor. `obj` must be a float32 NumPy array (native byte order),
+// else TypeError naming `name`. The array is read in place when its data is
+// 4-byte aligned and its strides are non-negative multiples of 4 bytes;
+// otherwise (negative or odd strides, unaligned data) a C-order copy is made.
+// `*keep` holds what the view points into: keep it until the call returns.
+// Rank and shape are left to the engine's checks.
+ConstTensor InputView(py::handle obj, const char* name, py::array* keep);
+
+// An output tensor: a writable float32 array, written in place. TypeError
+// when it is not a float32 array, ValueError when it is read-only or its
+// memory cannot be described as a float view (odd strides, unaligned data).
+// Negative strides are passed on for the engine to refuse.
+Tensor OutputView(py::handle obj, const char* name, py::array* keep);
+
+// A fresh C-order float32 array of `dims` and its view.
+Tensor NewOutput(const std::array<int64_t, 3>& dims, py::array* array);
+
+// None, or an int32 / int64 array of shape (B,) or (B, N) (copied to C
+// order when it is not). Another type is a TypeError, another rank a
+// ValueError; both name valid_lens.
+ValidLens LensView(py::handle obj, py::array* keep);
+
+}  // namespace attnscore::python
+
+#endif  // ATTNSCORE_PYTHON_ARRAYS_H_

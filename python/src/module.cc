@@ -1,0 +1,326 @@
+// attnscore._attnscore: the engine and the models for NumPy arrays. The
+// pure-Python package (python/attnscore/__init__.py) re-exports it and adds
+// the models' from_state_dict.
+//
+// Every call converts its arguments first (TypeError for a wrong type),
+// then runs the op's Check (ValueError with the engine's message) before it
+// allocates any output, then runs the op with the GIL released, holding
+// references to every array it reads or writes until the op returns.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "arrays.h"
+#include "attnscore/attnscore.h"
+
+namespace attnscore::python {
+namespace {
+
+// One attention op on NumPy arrays: q, k, v, the valid lengths and any
+// outputs given are converted (type errors first), `check` refuses bad
+// input before the missing outputs are allocated, and `run` computes with
+// the GIL released. Returns out, or (out, weights) when the weights were
+// asked for (return_weights, or a weights_out given).
+template <typename CheckFn, typename RunFn>
+py::object RunAttention(const py::object& q, const py::object& k, const py::object& v,
+                        const py::object& valid_lens, bool return_weights,
+                        const py::object& out, const py::object& weights_out, CheckFn check,
+                        RunFn run) {
+  py::array q_keep, k_keep, v_keep, lens_keep, out_array, weights_array;
+  const ConstTensor q_view = InputView(q, "q", &q_keep);
+  const ConstTensor k_view = InputView(k, "k", &k_keep);
+  const ConstTensor v_view = InputView(v, "v", &v_keep);
+  const ValidLens lens = LensView(valid_lens, &lens_keep);
+  Tensor out_view, weights_view;
+  if (!out.is_none()) out_view = OutputView(out, "out", &out_array);
+  if (!weights_out.is_none()) weights_view = OutputView(weights_out, "weights_out", &weights_array);
+  const bool want_weights = return_weights || !weights_out.is_none();
+
+  OutputShapes shapes;
+  ThrowIfError(check(q_view, k_view, v_view, lens, &shapes));
+  if (out.is_none()) out_view = NewOutput(shapes.out, &out_array);
+  if (want_weights && weights_out.is_none()) {
+    weights_view = NewOutput(shapes.attention_weights, &weights_array);
+  }
+  Status status;
+  {
+    py::gil_scoped_release release;
+    status = run(q_view, k_view, v_view, lens, out_view, weights_view);
+  }
+  ThrowIfError(status);
+  if (want_weights) return py::make_tuple(out_array, weights_array);
+  return out_array;
+}
+
+// A path argument (str, bytes or os.PathLike) as the bytes the OS takes.
+std::string PathArgument(const py::object& path) {
+  std::string bytes = py::module_::import("os").attr("fsencode")(path).cast<std::string>();
+  if (bytes.find('\0') != std::string::npos) throw py::value_error("path has an embedded null byte");
+  return bytes;
+}
+
+std::unique_ptr<Engine> MakeEngine(int threads, const std::string& isa,
+                                   const std::string& precision) {
+  EngineOptions options;
+  options.threads = threads;
+  if (!ParseIsa(isa, &options.isa)) {
+    throw py::value_error("Engine: isa is '" + isa + "'; want scalar, sse4, avx2, avx512 or best");
+  }
+  if (!ParsePrecision(precision, &options.precision)) {
+    throw py::value_error("Engine: precision is '" + precision + "'; want fp32 or bf16");
+  }
+  std::unique_ptr<Engine> engine;
+  Status status;
+  {
+    py::gil_scoped_release release;  // starts the engine's threads
+    status = Engine::Create(options, &engine);
+  }
+  ThrowIfError(status);
+  return engine;
+}
+
+constexpr const char* kModuleDoc = R"(attnscore's engine and models for NumPy arrays.
+
+Use the package, ``import attnscore``: it re-exports these classes and adds
+``AdditiveAttention.from_state_dict`` and ``ConcatAttention.from_state_dict``.)";
+
+constexpr const char* kEngineDoc = R"(Engine(threads=1, isa="best", precision="fp32")
+
+Runs attnscore's ops on float32 NumPy arrays. ``threads`` is the number of
+threads per call; ``isa`` caps the instruction set for the whole process
+("scalar", "sse4", "avx2", "avx512", "best"; the first engine fixes it);
+``precision`` is "fp32" or "bf16" (the dot product's matrix products).
+
+Inputs are float32 arrays of any strides, read in place when their strides
+are non-negative multiples of 4 bytes and their data is aligned; otherwise
+(negative strides, unaligned data) a C-order copy is read. Anything else is
+a TypeError. Valid lengths are None or an int32 / int64 array of shape (B,)
+or (B, N). Outputs are allocated unless given (``out=``, ``weights_out=``:
+writable float32 arrays of the right shape, written in place). A refused
+call raises ValueError with the engine's message and writes nothing. The
+GIL is released while an op runs; an Engine may serve many threads.)";
+
+constexpr const char* kMaskedSoftmaxDoc = R"(masked_softmax(x, valid_lens=None, out=None) -> y
+
+Softmax over the last axis of x (B, N, M); each row uses only its first L
+scores, the rest get weight 0 (docs/semantics.md section 1). out=x computes
+in place.)";
+
+constexpr const char* kDotDoc = R"(dot_product_attention(q, k, v, valid_lens=None, return_weights=False, out=None, weights_out=None)
+
+softmax(q kᵀ / √D, masked) v, with q (B, N, D), k (B, M, D), v (B, M, Dv).
+Returns out (B, N, Dv), or (out, weights) with weights (B, N, M) when
+return_weights is true or weights_out is given.)";
+
+constexpr const char* kCallDoc = R"(__call__(engine, q, k, v, valid_lens=None, return_weights=False, out=None, weights_out=None)
+
+Runs the model on ``engine``. Returns out, or (out, weights) when
+return_weights is true or weights_out is given.)";
+
+}  // namespace
+}  // namespace attnscore::python
+
+PYBIND11_MODULE(_attnscore, m) {
+  using namespace attnscore;          // NOLINT(google-build-using-namespace)
+  using namespace attnscore::python;  // NOLINT(google-build-using-namespace)
+  m.doc() = kModuleDoc;
+  m.attr("__version__") = Version();
+
+  py::class_<Engine, std::unique_ptr<Engine>>(m, "Engine", kEngineDoc)
+      .def(py::init(&MakeEngine), py::arg("threads") = 1, py::arg("isa") = "best",
+           py::arg("precision") = "fp32")
+      .def_property_readonly(
+          "threads", [](const Engine& e) { return e.options().threads; },
+          "Threads per call.")
+      .def_property_readonly(
+          "isa", [](const Engine& e) { return std::string(IsaName(e.options().isa)); },
+          "The ISA cap in force (after $ATTNSCORE_ISA).")
+      .def_property_readonly(
+          "precision",
+          [](const Engine& e) { return std::string(PrecisionName(e.options().precision)); },
+          "\"fp32\" or \"bf16\".")
+      .def("describe", &Engine::Describe,
+           "Runtime facts, one per line: Highway targets, oneDNN version and ISA, matmuls made.")
+      .def(
+          "masked_softmax",
+          [](const Engine& engine, const py::object& x, const py::object& valid_lens,
+             const py::object& out) -> py::object {
+            py::array x_keep, lens_keep, y_array;
+            const ConstTensor x_view = InputView(x, "x", &x_keep);
+            const ValidLens lens = LensView(valid_lens, &lens_keep);
+            Tensor y_view;
+            if (!out.is_none()) y_view = OutputView(out, "out", &y_array);
+            OutputShapes shapes;
+            ThrowIfError(engine.CheckMaskedSoftmax(x_view, lens, &shapes));
+            if (out.is_none()) y_view = NewOutput(shapes.out, &y_array);
+            Status status;
+            {
+              py::gil_scoped_release release;
+              status = engine.MaskedSoftmax(x_view, lens, y_view);
+            }
+            ThrowIfError(status);
+            return y_array;
+          },
+          py::arg("x"), py::arg("valid_lens") = py::none(), py::arg("out") = py::none(),
+          kMaskedSoftmaxDoc)
+      .def(
+          "dot_product_attention",
+          [](const Engine& engine, const py::object& q, const py::object& k, const py::object& v,
+             const py::object& valid_lens, bool return_weights, const py::object& out,
+             const py::object& weights_out) {
+            return RunAttention(
+                q, k, v, valid_lens, return_weights, out, weights_out,
+                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
+                    OutputShapes* shapes) {
+                  return engine.CheckDotProductAttention(qv, kv, vv, lens, shapes);
+                },
+                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
+                    Tensor o, Tensor w) {
+                  return engine.DotProductAttention(qv, kv, vv, lens, o, w);
+                });
+          },
+          py::arg("q"), py::arg("k"), py::arg("v"), py::arg("valid_lens") = py::none(),
+          py::arg("return_weights") = false, py::arg("out") = py::none(),
+          py::arg("weights_out") = py::none(), kDotDoc)
+      .def("__repr__", [](const Engine& e) {
+        return "attnscore.Engine(threads=" + std::to_string(e.options().threads) + ", isa='" +
+               IsaName(e.options().isa) + "', precision='" +
+               PrecisionName(e.options().precision) + "')";
+      });
+
+  py::class_<AdditiveAttention, std::unique_ptr<AdditiveAttention>>(
+      m, "AdditiveAttention",
+      "d2l's AdditiveAttention (docs/semantics.md section 3). Make one with "
+      "AdditiveAttention.from_state_dict(sd) or AdditiveAttention.load(path).")
+      .def_static(
+          "_from_arrays",
+          [](const py::object& w_q, const py::object& w_k, const py::object& w_v) {
+            py::array q_keep, k_keep, v_keep;
+            const ConstTensor q = InputView(w_q, "W_q.weight", &q_keep);
+            const ConstTensor k = InputView(w_k, "W_k.weight", &k_keep);
+            const ConstTensor v = InputView(w_v, "w_v.weight", &v_keep);
+            std::unique_ptr<AdditiveAttention> model;
+            Status status;
+            {
+              py::gil_scoped_release release;
+              status = AdditiveAttention::Create(q, k, v, &model);
+            }
+            ThrowIfError(status);
+            return model;
+          },
+          py::arg("W_q"), py::arg("W_k"), py::arg("w_v"))
+      .def_static(
+          "load",
+          [](const py::object& path) {
+            const std::string file = PathArgument(path);
+            std::unique_ptr<AdditiveAttention> model;
+            Status status;
+            {
+              py::gil_scoped_release release;
+              status = AdditiveAttention::Load(file, &model);
+            }
+            ThrowIfError(status);
+            return model;
+          },
+          py::arg("path"),
+          "A model from a .safetensors state_dict (W_q.weight, W_k.weight, w_v.weight).")
+      .def_property_readonly("query_size", &AdditiveAttention::query_size, "Dq")
+      .def_property_readonly("key_size", &AdditiveAttention::key_size, "Dk")
+      .def_property_readonly("hidden_size", &AdditiveAttention::hidden_size, "H")
+      .def(
+          "__call__",
+          [](const AdditiveAttention& model, const Engine& engine, const py::object& q,
+             const py::object& k, const py::object& v, const py::object& valid_lens,
+             bool return_weights, const py::object& out, const py::object& weights_out) {
+            return RunAttention(
+                q, k, v, valid_lens, return_weights, out, weights_out,
+                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
+                    OutputShapes* shapes) { return model.Check(qv, kv, vv, lens, shapes); },
+                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
+                    Tensor o, Tensor w) {
+                  return model.Forward(engine, qv, kv, vv, lens, o, w);
+                });
+          },
+          py::arg("engine"), py::arg("q"), py::arg("k"), py::arg("v"),
+          py::arg("valid_lens") = py::none(), py::arg("return_weights") = false,
+          py::arg("out") = py::none(), py::arg("weights_out") = py::none(), kCallDoc)
+      .def("__repr__", [](const AdditiveAttention& a) {
+        return "attnscore.AdditiveAttention(query_size=" + std::to_string(a.query_size()) +
+               ", key_size=" + std::to_string(a.key_size()) +
+               ", hidden_size=" + std::to_string(a.hidden_size()) + ")";
+      });
+
+  py::class_<ConcatAttention, std::unique_ptr<ConcatAttention>>(
+      m, "ConcatAttention",
+      "The seq2seq tutorial's Attn (docs/semantics.md section 4). Make one with "
+      "ConcatAttention.from_state_dict(sd, query_size) or ConcatAttention.load(path, query_size).")
+      .def_static(
+          "_from_arrays",
+          [](int64_t query_size, const py::object& attn_weight, const py::object& attn_bias,
+             const py::object& combine_weight, const py::object& combine_bias) {
+            py::array keep[4];
+            const ConstTensor aw = InputView(attn_weight, "attn.weight", &keep[0]);
+            const ConstTensor ab = InputView(attn_bias, "attn.bias", &keep[1]);
+            const ConstTensor cw = InputView(combine_weight, "attn_combine.weight", &keep[2]);
+            const ConstTensor cb = InputView(combine_bias, "attn_combine.bias", &keep[3]);
+            std::unique_ptr<ConcatAttention> model;
+            Status status;
+            {
+              py::gil_scoped_release release;
+              status = ConcatAttention::Create(query_size, aw, ab, cw, cb, &model);
+            }
+            ThrowIfError(status);
+            return model;
+          },
+          py::arg("query_size"), py::arg("attn_weight"), py::arg("attn_bias"),
+          py::arg("combine_weight"), py::arg("combine_bias"))
+      .def_static(
+          "load",
+          [](const py::object& path, int64_t query_size) {
+            const std::string file = PathArgument(path);
+            std::unique_ptr<ConcatAttention> model;
+            Status status;
+            {
+              py::gil_scoped_release release;
+              status = ConcatAttention::Load(file, query_size, &model);
+            }
+            ThrowIfError(status);
+            return model;
+          },
+          py::arg("path"), py::arg("query_size"),
+          "A model from a .safetensors state_dict (attn.weight, attn.bias, "
+          "attn_combine.weight, attn_combine.bias); query_size is Dq.")
+      .def_property_readonly("query_size", &ConcatAttention::query_size, "Dq")
+      .def_property_readonly("key_size", &ConcatAttention::key_size, "Dk")
+      .def_property_readonly("value_rows", &ConcatAttention::value_rows, "M, the rows of V")
+      .def_property_readonly("value_size", &ConcatAttention::value_size, "Dv")
+      .def_property_readonly("output_size", &ConcatAttention::output_size, "O")
+      .def(
+          "__call__",
+          [](const ConcatAttention& model, const Engine& engine, const py::object& q,
+             const py::object& k, const py::object& v, const py::object& valid_lens,
+             bool return_weights, const py::object& out, const py::object& weights_out) {
+            return RunAttention(
+                q, k, v, valid_lens, return_weights, out, weights_out,
+                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
+                    OutputShapes* shapes) { return model.Check(qv, kv, vv, lens, shapes); },
+                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
+                    Tensor o, Tensor w) {
+                  return model.Forward(engine, qv, kv, vv, lens, o, w);
+                });
+          },
+          py::arg("engine"), py::arg("q"), py::arg("k"), py::arg("v"),
+          py::arg("valid_lens") = py::none(), py::arg("return_weights") = false,
+          py::arg("out") = py::none(), py::arg("weights_out") = py::none(), kCallDoc)
+      .def("__repr__", [](const ConcatAttention& c) {
+        return "attnscore.ConcatAttention(query_size=" + std::to_string(c.query_size()) +
+               ", key_size=" + std::to_string(c.key_size()) +
+               ", value_rows=" + std::to_string(c.value_rows()) +
+               ", value_size=" + std::to_string(c.value_size()) +
+               ", output_size=" + std::to_string(c.output_size()) + ")";
+      });
+}
+

@@ -1,0 +1,770 @@
+"""The attnscore Python package's NumPy API (python/): the engine's ops and the
+models on NumPy arrays, against an independent float64 NumPy reference
+within docs/semantics.md section 7's tolerances, the golden data PyTorch
+recorded (tests/golden), and the CLI; strided inputs read in place; out= and
+weights_out= written in place; bad input refused with the engine's message
+and nothing written; the GIL released during calls; the installed package.
+
+Run from the repository root, with the build's python folder on the path:
+
+    PYTHONPATH=BUILD/python ATTNSCORE_BUILD_DIR=BUILD \\
+        /usr/bin/python3 -m pytest -q tests/python/test_numpy_api.py
+
+(ctest runs it so: the test python_numpy_api). Without ATTNSCORE_BUILD_DIR
+the CLI and install tests are skipped.
+"""
+
+import json
+import os
+import pathlib
+import re
+import struct
+import subprocess
+import sys
+import threading
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import attnscore
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden"
+BUILD = os.environ.get("ATTNSCORE_BUILD_DIR")
+ADDITIVE_KEYS = ("W_q.weight", "W_k.weight", "w_v.weight")
+CONCAT_KEYS = ("attn.weight", "attn.bias", "attn_combine.weight", "attn_combine.bias")
+SENTINEL = np.float32(-7.25)
+
+
+# ---------------------------------------------------------------- references
+# float64, written from docs/semantics.md; the engine's code is not consulted.
+
+def row_lengths(lens, batch, queries, keys):
+    """Each query row's valid length, clamped to M (section 1.2)."""
+    if lens is None:
+        return np.full((batch, queries), keys, np.int64)
+    lens = np.asarray(lens, np.int64)
+    if lens.ndim == 1:
+        lens = np.repeat(lens[:, None], queries, axis=1)
+    return np.minimum(lens, keys)
+
+
+def ref_masked_softmax(x, lens):
+    x = np.asarray(x, np.float64)
+    batch, queries, keys = x.shape
+    rows = row_lengths(lens, batch, queries, keys)
+    y = np.zeros_like(x)
+    for b in range(batch):
+        for i in range(queries):
+            n = rows[b, i]
+            if n == 0:
+                y[b, i] = 1.0 / keys  # no valid score: uniform
+                continue
+            e = np.exp(x[b, i, :n] - x[b, i, :n].max())
+            y[b, i, :n] = e / e.sum()
+    return y
+
+
+def ref_dot(q, k, v, lens):
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    w = ref_masked_softmax(q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1]), lens)
+    return w @ v, w
+
+
+def ref_additive(sd, q, k, v, lens):
+    wq, wk, wv = (np.asarray(sd[n], np.float64) for n in ADDITIVE_KEYS)
+    qh = np.asarray(q, np.float64) @ wq.T
+    kh = np.asarray(k, np.float64) @ wk.T
+    scores = np.tanh(qh[:, :, None, :] + kh[:, None, :, :]) @ wv[0]
+    w = ref_masked_softmax(scores, lens)
+    return w @ np.asarray(v, np.float64), w
+
+
+def ref_concat(sd, q, k, v, lens):
+    """Output, weights and the output's bound (section 7.1)."""
+    aw, ab, cw, cb = (np.asarray(sd[n], np.float64) for n in CONCAT_KEYS)
+    q64, v64 = np.asarray(q, np.float64), np.asarray(v, np.float64)
+    scores = np.concatenate([q64, np.asarray(k, np.float64)], -1) @ aw.T + ab
+    w = ref_masked_softmax(scores, lens)
+    joined = np.concatenate([q64, w @ v64], -1)
+    out = joined @ cw.T + cb
+    attention_bound = 1e-5 * (1 + np.abs(v64).max())
+    bound = (1e-4 * (np.abs(joined) @ np.abs(cw).T + np.abs(cb))
+             + attention_bound * np.abs(cw[:, q64.shape[-1]:]).sum(axis=1))
+    return out, w, bound
+
+
+def assert_weights(got, want):
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def assert_output(got, want, v):
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * (1 + np.abs(v).max()))
+
+
+# ------------------------------------------------------------------- helpers
+
+def read_safetensors(path):
+    """{name: float32 array} from a .safetensors file, read by hand."""
+    data = pathlib.Path(path).read_bytes()
+    (size,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + size])
+    body = data[8 + size:]
+    arrays = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        assert entry["dtype"] == "F32"
+        first, last = entry["data_offsets"]
+        arrays[name] = np.frombuffer(body[first:last], "<f4").reshape(entry["shape"]).copy()
+    return arrays
+
+
+def write_safetensors(arrays, path):
+    """Writes {name: array} as F32 .safetensors, by hand."""
+    header, chunks, offset = {}, [], 0
+    for name in sorted(arrays):
+        blob = np.ascontiguousarray(arrays[name], "<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(np.shape(arrays[name])),
+                        "data_offsets": [offset, offset + len(blob)]}
+        chunks.append(blob)
+        offset += len(blob)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    pathlib.Path(path).write_bytes(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+
+
+def golden(case):
+    folder = GOLDEN / case
+    return {p.stem: np.load(p) for p in folder.glob("*.npy")}
+
+
+def toy_inputs(rng):
+    """d2l's dot-product toy: keys all ones, values arange(40) per entry."""
+    q = rng.standard_normal((2, 1, 2), dtype=np.float32)
+    k = np.ones((2, 10, 2), np.float32)
+    v = np.tile(np.arange(40, dtype=np.float32).reshape(1, 10, 4), (2, 1, 1))
+    return q, k, v
+
+
+def numpy_bytes_allocated_during(fn):
+    """The peak of NumPy memory (as tracemalloc sees it) allocated while fn runs."""
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        fn()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak - before
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return attnscore.Engine()
+
+
+@pytest.fixture()
+def rng():
+    return np.random.default_rng(22)
+
+
+# ------------------------------------------------------------------- engine
+
+def test_version_and_engine_properties(engine):
+    assert re.fullmatch(r"\d+\.\d+\.\d+", attnscore.__version__)
+    assert (engine.threads, engine.precision) == (1, "fp32")
+    assert engine.isa in ("scalar", "sse4", "avx2", "avx512", "best")
+    e = attnscore.Engine(threads=2, isa=engine.isa, precision="bf16")
+    assert (e.threads, e.isa, e.precision) == (2, engine.isa, "bf16")
+    assert "Engine(threads=2" in repr(e)
+    for name in ("threads", "isa", "precision"):
+        with pytest.raises(AttributeError):
+            setattr(e, name, getattr(e, name))
+    text = engine.describe()
+    assert isinstance(text, str) and text.count("\n") >= 2
+
+
+def test_masked_softmax_d2l_seed(engine, rng):
+    # d2l's masked_softmax(torch.rand(2, 2, 4), ...) examples (section 1.7).
+    x = rng.random((2, 2, 4), dtype=np.float32)
+    y = engine.masked_softmax(x, np.array([2, 3]))
+    assert y.shape == (2, 2, 4) and y.dtype == np.float32
+    assert np.all(y[0, :, 2:] == 0) and np.all(y[1, :, 3:] == 0)
+    np.testing.assert_allclose(y.sum(-1), 1, atol=1e-6)
+    assert_weights(y, ref_masked_softmax(x, [2, 3]))
+    y = engine.masked_softmax(x, np.array([[1, 3], [2, 4]], np.int32))
+    np.testing.assert_array_equal(y[0, 0], [1, 0, 0, 0])
+    assert_weights(y, ref_masked_softmax(x, [[1, 3], [2, 4]]))
+
+
+def test_dot_product_d2l_toy(engine, rng):
+    q, k, v = toy_inputs(rng)
+    out, weights = engine.dot_product_attention(q, k, v, np.array([2, 6]), return_weights=True)
+    assert_output(out, [[[2, 3, 4, 5]], [[10, 11, 12, 13]]], v)
+    want = np.zeros((2, 1, 10))
+    want[0, 0, :2], want[1, 0, :6] = 1 / 2, 1 / 6
+    assert_weights(weights, want)
+    only_out = engine.dot_product_attention(q, k, v, np.array([2, 6]))
+    assert isinstance(only_out, np.ndarray)
+    np.testing.assert_array_equal(only_out, out)
+
+
+LENGTHS = {
+    "none": None,
+    "per_batch": [3, 9],
+    "per_batch_zero_and_past_m": [0, 15],  # L = 0: uniform; L > M: every key
+    "per_query": [[1, 0, 9], [11, 4, 2]],
+}
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("form", sorted(LENGTHS))
+def test_lengths_against_reference(engine, rng, form, dtype):
+    lens = None if LENGTHS[form] is None else np.array(LENGTHS[form], dtype)
+    x = rng.standard_normal((2, 3, 9), dtype=np.float32) * 4
+    assert_weights(engine.masked_softmax(x, lens), ref_masked_softmax(x, LENGTHS[form]))
+    q = rng.standard_normal((2, 3, 5), dtype=np.float32)
+    k = rng.standard_normal((2, 9, 5), dtype=np.float32)
+    v = rng.standard_normal((2, 9, 6), dtype=np.float32)
+    out, w = engine.dot_product_attention(q, k, v, lens, return_weights=True)
+    want_out, want_w = ref_dot(q, k, v, LENGTHS[form])
+    assert_weights(w, want_w)
+    assert_output(out, want_out, v)
+    if form == "per_batch_zero_and_past_m":
+        np.testing.assert_allclose(w[0], 1 / 9, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["softmax_seed_per_batch", "softmax_per_query_mixed",
+                                  "softmax_odd_int32", "softmax_no_lens"])
+def test_masked_softmax_golden(engine, case):
+    g = golden(case)
+    assert_weights(engine.masked_softmax(g["x"], g.get("valid_lens")), g["y"])
+
+
+@pytest.mark.parametrize("case", ["dot_toy", "dot_no_lens", "dot_odd_per_query",
+                                  "dot_per_batch_int32"])
+def test_dot_product_golden(engine, case):
+    g = golden(case)
+    out, w = engine.dot_product_attention(g["queries"], g["keys"], g["values"],
+                                          g.get("valid_lens"), return_weights=True)
+    assert_weights(w, g["weights"])
+    assert_output(out, g["out"], g["values"])
+
+
+def test_transposed_keys_read_in_place(engine, rng):
+    # K stored as (B, D, M) and passed as its (B, M, D) transpose: strides
+    # (D*M, 1, M) floats, read where it lies. tracemalloc sees every NumPy
+    # allocation, so a copy of K (8 MiB) would show; the engine's own scratch
+    # is not NumPy's.
+    kt = rng.standard_normal((2, 512, 2048), dtype=np.float32)
+    k = kt.transpose(0, 2, 1)
+    assert not k.flags.c_contiguous
+    q = rng.standard_normal((2, 4, 512), dtype=np.float32)
+    v = rng.standard_normal((2, 2048, 3), dtype=np.float32)
+    lens = np.array([2048, 700])
+    out = np.empty((2, 4, 3), np.float32)
+    weights = np.empty((2, 4, 2048), np.float32)
+
+    def call(keys):
+        return lambda: engine.dot_product_attention(q, keys, v, lens, out=out, weights_out=weights)
+
+    grown = numpy_bytes_allocated_during(call(k))
+    assert grown < k.nbytes // 8, "K was copied: %d bytes allocated" % grown
+    want_out, want_w = ref_dot(q, k, v, lens)
+    assert_weights(weights, want_w)
+    assert_output(out, want_out, v)
+    # The measure does see a copy: negative strides force one.
+    reversed_k = kt[:, ::-1].transpose(0, 2, 1)
+    assert numpy_bytes_allocated_during(call(reversed_k)) >= k.nbytes
+    assert_weights(weights, ref_dot(q, reversed_k, v, lens)[1])
+
+
+def test_strided_and_unaligned_inputs(engine, rng):
+    q = rng.standard_normal((3, 4, 6), dtype=np.float32)
+    k = rng.standard_normal((3, 7, 6), dtype=np.float32)
+    v = rng.standard_normal((3, 7, 5), dtype=np.float32)
+    want_out, want_w = ref_dot(q, k, v, [3, 7, 0])
+    # Every-other-column views, a Fortran-order copy, a broadcast (zero strides).
+    padded = np.zeros((3, 7, 12), np.float32)
+    padded[:, :, ::2] = k
+    fortran = np.asfortranarray(v)
+    out, w = engine.dot_product_attention(q, padded[:, :, ::2], fortran, np.array([3, 7, 0]),
+                                          return_weights=True)
+    assert_weights(w, want_w)
+    assert_output(out, want_out, v)
+    # Negative strides and unaligned data: copied to C order, so the same
+    # bits as C-order inputs.
+    out, w = engine.dot_product_attention(q, k, v, np.array([3, 7, 0]), return_weights=True)
+    unaligned = np.frombuffer(b"\0\0" + q.tobytes(), np.float32, count=q.size, offset=2)
+    unaligned = unaligned.reshape(q.shape)
+    assert unaligned.ctypes.data % 4 != 0
+    backwards = k[:, ::-1].copy()[:, ::-1]
+    assert backwards.strides[1] < 0
+    out2, w2 = engine.dot_product_attention(unaligned, backwards, v, np.array([3, 7, 0]),
+                                            return_weights=True)
+    np.testing.assert_array_equal(w2, w)
+    np.testing.assert_array_equal(out2, out)
+    # Valid lengths that are not contiguous, per batch and per query.
+    every_other = np.array([3, -1, 7, -1, 0, -1], np.int32)[::2]
+    np.testing.assert_array_equal(
+        engine.dot_product_attention(q, k, v, every_other), out)
+    per_query = np.asfortranarray(np.array([[1, 2, 3, 4]] * 3, np.int64))
+    assert_weights(engine.masked_softmax(w, per_query), ref_masked_softmax(w, per_query))
+    # A broadcast input is read through its zero strides.
+    x = np.broadcast_to(rng.standard_normal((1, 1, 9), dtype=np.float32), (2, 3, 9))
+    assert_weights(engine.masked_softmax(x), ref_masked_softmax(x, None))
+
+
+def test_out_and_weights_out_written_in_place(engine, rng):
+    q, k, v = toy_inputs(rng)
+    lens = np.array([2, 6])
+    out = np.full((2, 1, 4), SENTINEL, np.float32)
+    weights = np.full((2, 1, 10), SENTINEL, np.float32)
+    result = engine.dot_product_attention(q, k, v, lens, out=out, weights_out=weights)
+    assert isinstance(result, tuple) and result[0] is out and result[1] is weights
+    assert_output(out, [[[2, 3, 4, 5]], [[10, 11, 12, 13]]], v)
+    assert np.all(weights[0, 0, 2:] == 0) and np.all(weights[1, 0, 6:] == 0)
+    # Only out given: out alone comes back, written in place.
+    out[...] = SENTINEL
+    assert engine.dot_product_attention(q, k, v, lens, out=out) is out
+    assert_output(out, [[[2, 3, 4, 5]], [[10, 11, 12, 13]]], v)
+    # Strided outputs: every other element of a bigger buffer, a transpose.
+    big = np.full((2, 3, 20), SENTINEL, np.float32)
+    strided_w = big[:, 1, ::2][:, None, :]
+    tout = np.full((4, 1, 2), SENTINEL, np.float32).transpose(2, 1, 0)
+    engine.dot_product_attention(q, k, v, lens, out=tout, weights_out=strided_w)
+    assert_weights(strided_w, weights)  # another path: the same within the bounds
+    assert_output(tout, out, v)
+    assert np.all(big[:, 1, 1::2] == SENTINEL) and np.all(big[:, [0, 2]] == SENTINEL)
+    # masked_softmax in place: out=x.
+    x = rng.standard_normal((2, 2, 4), dtype=np.float32)
+    want = ref_masked_softmax(x, [1, 3])
+    assert engine.masked_softmax(x, np.array([1, 3]), out=x) is x
+    assert_weights(x, want)
+
+
+# -------------------------------------------------------------------- models
+
+def test_additive_from_numpy_torch_and_files(engine, tmp_path):
+    g = golden("additive_toy")
+    path = GOLDEN / "additive_toy" / "model.safetensors"
+    sd = read_safetensors(path)
+    args = (g["queries"], g["keys"], g["values"], g["valid_lens"])
+    model = attnscore.AdditiveAttention.from_state_dict(sd)
+    assert (model.query_size, model.key_size, model.hidden_size) == (20, 2, 8)
+    assert "hidden_size=8" in repr(model)
+    out, w = model(engine, *args, return_weights=True)
+    assert_weights(w, g["weights"])
+    assert_output(out, g["out"], g["values"])
+    want_out, want_w = ref_additive(sd, *args)
+    assert_weights(w, want_w)
+    assert_output(out, want_out, g["values"])
+    # The same model from a file (the golden one, and one written here, by
+    # str and by pathlib.Path) gives the same bits.
+    write_safetensors(sd, tmp_path / "mine.safetensors")
+    for source in (str(path), tmp_path / "mine.safetensors"):
+        loaded = attnscore.AdditiveAttention.load(source)
+        again, w_again = loaded(engine, *args, return_weights=True)
+        np.testing.assert_array_equal(again, out)
+        np.testing.assert_array_equal(w_again, w)
+    # Strided weights (a transposed copy viewed back) are read as well.
+    strided = {name: np.ascontiguousarray(a.T).T for name, a in sd.items()}
+    np.testing.assert_array_equal(
+        attnscore.AdditiveAttention.from_state_dict(strided)(engine, *args), out)
+
+    torch = pytest.importorskip("torch")
+    torch_sd = {name: torch.nn.Parameter(torch.from_numpy(a)) for name, a in sd.items()}
+    from_torch = attnscore.AdditiveAttention.from_state_dict(torch_sd)
+    np.testing.assert_array_equal(from_torch(engine, *args), out)
+
+
+def test_models_from_the_torch_modules(engine, rng):
+    """state_dict() of the reference modules (tools/seed_modules.py), as given."""
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import seed_modules
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    torch.manual_seed(3)
+    module = seed_modules.AdditiveAttention(key_size=3, query_size=5, num_hiddens=16).eval()
+    model = attnscore.AdditiveAttention.from_state_dict(module.state_dict())
+    q = rng.standard_normal((2, 4, 5), dtype=np.float32)
+    k = rng.standard_normal((2, 6, 3), dtype=np.float32)
+    v = rng.standard_normal((2, 6, 7), dtype=np.float32)
+    lens = np.array([[1, 2, 6, 0], [3, 9, 4, 5]])
+    out, w = model(engine, q, k, v, lens, return_weights=True)
+    with torch.no_grad():
+        want = module(*(torch.from_numpy(a) for a in (q, k, v, lens)))
+    assert_output(out, want.numpy(), v)
+    assert_weights(w, module.attention_weights.numpy())
+
+    attn = seed_modules.Attn(6, 4, 5, 3, 8).eval()
+    concat = attnscore.ConcatAttention.from_state_dict(attn.state_dict(), query_size=6)
+    assert (concat.query_size, concat.key_size, concat.value_rows, concat.value_size,
+            concat.output_size) == (6, 4, 5, 3, 8)
+    q = rng.standard_normal((2, 3, 6), dtype=np.float32)
+    k = rng.standard_normal((2, 3, 4), dtype=np.float32)
+    v = rng.standard_normal((2, 5, 3), dtype=np.float32)
+    lens = np.array([2, 5], np.int32)
+    out, w = concat(engine, q, k, v, lens, return_weights=True)
+    with torch.no_grad():
+        want_out, want_w = attn(*(torch.from_numpy(a) for a in (q, k, v, lens)))
+    assert_weights(w, want_w.numpy())
+    sd = {name: t.detach().numpy() for name, t in attn.state_dict().items()}
+    ref_out, _, bound = ref_concat(sd, q, k, v, [2, 5])
+    assert np.all(np.abs(out - ref_out) <= bound)
+    # PyTorch's float32 result has an error of its own, of the same order.
+    assert np.all(np.abs(out - want_out.numpy()) <= 2 * bound)
+
+
+def test_concat_golden_from_numpy_and_file(engine, tmp_path):
+    g = golden("concat_tutorial")
+    path = GOLDEN / "concat_tutorial" / "model.safetensors"
+    sd = read_safetensors(path)
+    args = (g["queries"], g["keys"], g["values"])
+    model = attnscore.ConcatAttention.from_state_dict(sd, query_size=32)
+    out, w = model(engine, *args, return_weights=True)
+    assert_weights(w, g["weights"])
+    want_out, want_w, bound = ref_concat(sd, *args, None)
+    assert_weights(w, want_w)
+    assert np.all(np.abs(out - want_out) <= bound)
+    assert np.all(np.abs(out - g["out"]) <= 2 * bound)
+    write_safetensors(sd, tmp_path / "attn.safetensors")
+    for source in (path, str(tmp_path / "attn.safetensors")):
+        loaded = attnscore.ConcatAttention.load(source, 32)
+        np.testing.assert_array_equal(loaded(engine, *args), out)
+    # weights_out alone asks for the weights too.
+    weights = np.full((1, 1, 32), SENTINEL, np.float32)
+    result = model(engine, *args, weights_out=weights)
+    assert result[1] is weights
+    np.testing.assert_array_equal(weights, w)
+
+
+# --------------------------------------------------------------- bad inputs
+
+def _toy(rng):
+    q, k, v = toy_inputs(rng)
+    return {"q": q, "k": k, "v": v, "lens": np.array([2, 6])}
+
+
+def _view_of(buffer, shape, strides, offset=0):
+    return np.lib.stride_tricks.as_strided(buffer[offset:], shape, strides)
+
+
+# (id, call(engine, args, out, weights), exception, message). `out` (2, 1, 4)
+# and `weights` (2, 1, 10) start as SENTINEL and must stay so.
+BAD_CALLS = [
+    ("q_float64", lambda e, a, o, w: e.dot_product_attention(
+        a["q"].astype(np.float64), a["k"], a["v"], out=o),
+     TypeError, "q must be a float32 array, got float64"),
+    ("k_list", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"].tolist(), a["v"], out=o),
+     TypeError, "k must be a float32 array, got list"),
+    ("v_int32", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"].astype(np.int32), out=o),
+     TypeError, "v must be a float32 array, got int32"),
+    ("q_big_endian", lambda e, a, o, w: e.dot_product_attention(
+        a["q"].astype(">f4"), a["k"], a["v"], out=o),
+     TypeError, "q must be a float32 array, got >f4"),
+    ("q_scalar", lambda e, a, o, w: e.dot_product_attention(1.0, a["k"], a["v"], out=o),
+     TypeError, "q must be a float32 array, got float"),
+    ("q_rank_2", lambda e, a, o, w: e.dot_product_attention(a["q"][0], a["k"], a["v"], out=o),
+     ValueError, "DotProductAttention: queries must have rank 3 (B, N, D) but has rank 2"),
+    ("k_rank_5", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"].reshape(1, 2, 10, 2, 1), a["v"], out=o),
+     ValueError, "keys must have rank 3"),
+    ("k_wrong_d", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], np.ones((2, 10, 3), np.float32), a["v"], out=o),
+     ValueError, "keys has shape (2, 10, 3) but must be (B, M, D) = (2, *, 2)"),
+    ("v_wrong_m", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"][:, :9], out=o),
+     ValueError, "values has shape (2, 9, 4)"),
+    ("empty_dim", lambda e, a, o, w: e.dot_product_attention(
+        a["q"][:, :0], a["k"], a["v"], out=o),
+     ValueError, "every dim must be >= 1"),
+    ("lens_negative", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"], np.array([2, -6]), out=o, weights_out=w),
+     ValueError, "DotProductAttention: valid_lens[1] is -6; lengths must be >= 0"),
+    ("lens_per_query_negative", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"], np.array([[2], [-1]], np.int32), out=o),
+     ValueError, "valid_lens[1, 0] is -1"),
+    ("lens_float", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"], np.array([2.0, 6.0], np.float32), out=o),
+     TypeError, "valid_lens must be None or an int32 or int64 array, got float32"),
+    ("lens_list", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"], [2, 6], out=o),
+     TypeError, "valid_lens must be None or an int32 or int64 array, got list"),
+    ("lens_uint32", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"], np.array([2, 6], np.uint32), out=o),
+     TypeError, "got uint32"),
+    ("lens_wrong_batch", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"], np.array([2, 6, 1]), out=o),
+     ValueError, "valid_lens has shape (3,) but the batch size is 2"),
+    ("lens_rank_3", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"], np.ones((2, 1, 1), np.int64), out=o),
+     ValueError, "valid_lens has shape (2, 1, 1) but must be (B,)"),
+    ("out_wrong_shape", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"], out=o[:, :, :3]),
+     ValueError, "DotProductAttention: out has shape (2, 1, 3) but must be (B, N, Dv) = (2, 1, 4)"),
+    ("out_float64", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"], out=np.zeros((2, 1, 4)), weights_out=w),
+     TypeError, "out must be a float32 array, got float64"),
+    ("out_read_only", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"], out=np.broadcast_to(o, o.shape)),
+     ValueError, "out is read-only"),
+    ("weights_out_wrong_shape", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"], out=o, weights_out=w[:, :, :9]),
+     ValueError, "attention_weights has shape (2, 1, 9)"),
+    ("weights_out_int", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"], out=o, weights_out=w.astype(np.int32)),
+     TypeError, "weights_out must be a float32 array, got int32"),
+    ("out_overlaps_q", lambda e, a, o, w: e.dot_product_attention(
+        o[:, :, :2], a["k"], a["v"], out=o),
+     ValueError, "out overlaps queries"),
+    ("out_overlaps_weights", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"], out=w[:, :, :4], weights_out=w),
+     ValueError, "overlaps"),
+    ("out_shared_elements", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"], out=_view_of(o.reshape(-1), (2, 1, 4), (0, 0, 4))),
+     ValueError, "out has strides that make elements share memory"),
+    ("out_negative_stride", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"], out=o[:, :, ::-1]),
+     ValueError, "out has a negative stride"),
+    ("out_unaligned", lambda e, a, o, w: e.dot_product_attention(
+        a["q"], a["k"], a["v"],
+        out=np.frombuffer(bytearray(40), np.float32, 8, 2).reshape(2, 1, 4)),
+     ValueError, "out cannot be written in place"),
+    ("softmax_rank_4", lambda e, a, o, w: e.masked_softmax(np.ones((1, 2, 1, 4), np.float32),
+                                                           out=o),
+     ValueError, "MaskedSoftmax: x must have rank 3"),
+    ("softmax_out_overlaps_x", lambda e, a, o, w: e.masked_softmax(
+        w[:, :, :5], out=w[:, :, 5:]),
+     ValueError, "MaskedSoftmax: y overlaps x"),
+    ("additive_wrong_query_size", lambda e, a, o, w: attnscore.AdditiveAttention.load(
+        GOLDEN / "additive_toy" / "model.safetensors")(e, a["q"], a["k"], a["v"], out=o),
+     ValueError, "AdditiveAttention: queries has shape (2, 1, 2)"),
+    ("concat_keys_per_query", lambda e, a, o, w: attnscore.ConcatAttention.load(
+        GOLDEN / "concat_tutorial" / "model.safetensors", 32)(
+            e, np.ones((2, 1, 32), np.float32), np.ones((2, 2, 32), np.float32),
+            np.ones((2, 32, 64), np.float32), out=o),
+     ValueError, "ConcatAttention: keys has shape (2, 2, 32)"),
+    ("model_engine_missing", lambda e, a, o, w: attnscore.AdditiveAttention.load(
+        GOLDEN / "additive_toy" / "model.safetensors")(None, a["q"], a["k"], a["v"], out=o),
+     TypeError, "incompatible function arguments"),
+]
+
+
+@pytest.mark.parametrize("call,error,message", [c[1:] for c in BAD_CALLS],
+                         ids=[c[0] for c in BAD_CALLS])
+def test_bad_call_raises_and_writes_nothing(engine, rng, call, error, message):
+    args = _toy(rng)
+    inputs = {name: a.copy() for name, a in args.items()}
+    out = np.full((2, 1, 4), SENTINEL, np.float32)
+    weights = np.full((2, 1, 10), SENTINEL, np.float32)
+    with pytest.raises(error) as raised:
+        call(engine, args, out, weights)
+    assert message in str(raised.value)
+    assert np.all(out == SENTINEL) and np.all(weights == SENTINEL)
+    for name, a in args.items():
+        np.testing.assert_array_equal(a, inputs[name])
+
+
+def test_bad_engines_and_models(engine, tmp_path):
+    with pytest.raises(ValueError, match="threads is 0"):
+        attnscore.Engine(threads=0)
+    with pytest.raises(ValueError, match="isa is 'avx9'"):
+        attnscore.Engine(isa="avx9")
+    with pytest.raises(ValueError, match="precision is 'fp16'"):
+        attnscore.Engine(precision="fp16")
+    # Unsupported (the process-wide ISA cap cannot change) is a ValueError too.
+    other = "scalar" if engine.isa != "scalar" else "sse4"
+    with pytest.raises(ValueError, match="ISA cap is process-wide"):
+        attnscore.Engine(isa=other)
+
+    sd = read_safetensors(GOLDEN / "additive_toy" / "model.safetensors")
+    nan = dict(sd, **{"W_k.weight": sd["W_k.weight"].copy()})
+    nan["W_k.weight"][3, 1] = np.nan
+    with pytest.raises(ValueError, match=r"W_k.weight has NaN at \(3, 1\)"):
+        attnscore.AdditiveAttention.from_state_dict(nan)
+    with pytest.raises(TypeError, match="W_q.weight must be a float32 array, got float64"):
+        attnscore.AdditiveAttention.from_state_dict(
+            dict(sd, **{"W_q.weight": sd["W_q.weight"].astype(np.float64)}))
+    with pytest.raises(ValueError, match="missing w_v.weight; unexpected extra"):
+        attnscore.AdditiveAttention.from_state_dict(
+            {"W_q.weight": sd["W_q.weight"], "W_k.weight": sd["W_k.weight"], "extra": 1})
+    with pytest.raises(TypeError, match="must be a mapping"):
+        attnscore.AdditiveAttention.from_state_dict([1, 2, 3])
+    with pytest.raises(ValueError, match="w_v.weight"):
+        attnscore.AdditiveAttention.from_state_dict(
+            dict(sd, **{"w_v.weight": np.ones((2, 8), np.float32)}))
+    with pytest.raises(ValueError, match="attn.weight"):
+        attnscore.ConcatAttention.from_state_dict(
+            read_safetensors(GOLDEN / "concat_tutorial" / "model.safetensors"), query_size=80)
+    # Files: IoError is an OSError naming the file; another model's file, a
+    # ValueError naming the tensor.
+    missing = tmp_path / "absent.safetensors"
+    with pytest.raises(OSError, match="absent.safetensors"):
+        attnscore.AdditiveAttention.load(missing)
+    with pytest.raises(ValueError, match='unexpected tensor "attn'):
+        attnscore.AdditiveAttention.load(GOLDEN / "concat_tutorial" / "model.safetensors")
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_bytes(b"\xff" * 64)
+    with pytest.raises(ValueError, match="garbage.safetensors"):
+        attnscore.ConcatAttention.load(garbage, 32)
+    with pytest.raises(ValueError, match="null byte"):
+        attnscore.AdditiveAttention.load("a\0b")
+
+
+# -------------------------------------------------------------- GIL release
+
+def _large_dot_call():
+    """A 1-thread engine and a dot-product call of some 25 ms, writing into `slot`."""
+    e = attnscore.Engine(threads=1)
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((8, 256, 128), dtype=np.float32)
+    k = rng.standard_normal((8, 1024, 128), dtype=np.float32)
+    v = rng.standard_normal((8, 1024, 128), dtype=np.float32)
+    outs = [np.empty((8, 256, 128), np.float32) for _ in range(2)]
+    return lambda slot: e.dot_product_attention(q, k, v, out=outs[slot]), outs
+
+
+def _serial_and_parallel(work):
+    """Best of three (interleaved) of work(0); work(1) in one thread, and of
+    work(0) and work(1) in two threads. Noise only slows, so the minimum is
+    the measure."""
+    def serial():
+        begin = time.perf_counter()
+        work(0)
+        work(1)
+        return time.perf_counter() - begin
+
+    def parallel():
+        threads = [threading.Thread(target=work, args=(slot,)) for slot in (0, 1)]
+        begin = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return time.perf_counter() - begin
+
+    runs = [(serial(), parallel()) for _ in range(3)]
+    return min(r[0] for r in runs), min(r[1] for r in runs)
+
+
+def test_gil_released_during_a_call():
+    """While one thread is inside an engine call, another keeps running
+    Python: the GIL was released. (Holding it, the loop below would stop for
+    the whole call.)"""
+    call, _ = _large_dot_call()
+    call(0)
+    times = {}
+
+    def worker():
+        times["start"] = time.perf_counter()
+        for _ in range(4):
+            call(0)
+        times["end"] = time.perf_counter()
+
+    thread = threading.Thread(target=worker)
+    stamps = []
+    thread.start()
+    while thread.is_alive():
+        stamps.append(time.perf_counter())
+    thread.join()
+    inside = [t for t in stamps if times["start"] < t < times["end"]]
+    duration = times["end"] - times["start"]
+    longest_gap = np.diff([times["start"]] + inside + [times["end"]]).max()
+    assert len(inside) > 100 and longest_gap < duration / 2, (
+        "the main thread stalled %.3f s of a %.3f s call" % (longest_gap, duration))
+
+
+def test_two_threads_run_calls_in_parallel(capsys):
+    """Two Python threads, each running large calls on a 1-thread engine,
+    finish in clearly less time than the same calls one after the other.
+    The machine is shared: the ratio is printed, and checked only loosely,
+    against what a known GIL-free workload (hashlib's sha256 of 32 MiB)
+    achieves on the machine at the same time."""
+    call, outs = _large_dot_call()
+    call(0)  # warm up
+    start = time.perf_counter()
+    call(0)
+    repeat = max(1, int(0.25 / max(time.perf_counter() - start, 1e-4)))
+    serial_s, parallel_s = _serial_and_parallel(
+        lambda slot: [call(slot) for _ in range(repeat)])
+    ratio = parallel_s / serial_s
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+    import hashlib
+    data = bytes(32 << 20)
+    control_serial, control_parallel = _serial_and_parallel(
+        lambda slot: hashlib.sha256(data).digest())
+    control = control_parallel / control_serial
+    with capsys.disabled():
+        print("\n[gil] dot product, %d calls per thread: serial %.3f s, two threads %.3f s, "
+              "ratio %.2f (sha256 control on this machine now: %.2f)"
+              % (repeat, serial_s, parallel_s, ratio, control))
+    bound = max(0.85, control + 0.15)
+    assert ratio < bound, "two threads took %.2f of the serial time (bound %.2f)" % (ratio, bound)
+
+
+# ---------------------------------------------------- the CLI, the install
+
+def _build_file(*parts):
+    if not BUILD:
+        pytest.skip("ATTNSCORE_BUILD_DIR is not set")
+    path = pathlib.Path(BUILD, *parts)
+    if not path.exists():
+        pytest.skip("%s is not built" % path)
+    return path
+
+
+def test_same_bits_as_the_cli(engine, rng, tmp_path):
+    cli = _build_file("bin", "attnscore")
+    q = rng.standard_normal((3, 5, 16), dtype=np.float32)
+    k = rng.standard_normal((3, 11, 16), dtype=np.float32)
+    v = rng.standard_normal((3, 11, 6), dtype=np.float32)
+    lens = np.array([[1, 4, 11, 0, 30]] * 3, np.int32)
+    for name, a in dict(q=q, k=k, v=v, lens=lens).items():
+        np.save(tmp_path / (name + ".npy"), a)
+    subprocess.run([str(cli), "run", "dot", "--queries", str(tmp_path / "q.npy"),
+                    "--keys", str(tmp_path / "k.npy"), "--values", str(tmp_path / "v.npy"),
+                    "--valid-lens", str(tmp_path / "lens.npy"), "--out", str(tmp_path / "o.npy"),
+                    "--weights-out", str(tmp_path / "w.npy")], check=True)
+    out, w = engine.dot_product_attention(q, k, v, lens, return_weights=True)
+    np.testing.assert_array_equal(out, np.load(tmp_path / "o.npy"))
+    np.testing.assert_array_equal(w, np.load(tmp_path / "w.npy"))
+
+
+def test_installed_package_imports_from_its_prefix(tmp_path):
+    _build_file("python", "attnscore", "__init__.py")
+    prefix = tmp_path / "prefix"
+    subprocess.run(["cmake", "--install", BUILD, "--prefix", str(prefix)], check=True,
+                   stdout=subprocess.DEVNULL)
+    packages = prefix / "lib" / "python3" / "dist-packages"
+    installed = sorted(p.name for p in (packages / "attnscore").iterdir())
+    assert "__init__.py" in installed
+    assert any(name.startswith("_attnscore") and name.endswith(".so") for name in installed)
+    script = (
+        "import numpy as np, attnscore\n"
+        "e = attnscore.Engine()\n"
+        "q = np.zeros((2, 1, 2), np.float32); k = np.ones((2, 10, 2), np.float32)\n"
+        "v = np.tile(np.arange(40, dtype=np.float32).reshape(1, 10, 4), (2, 1, 1))\n"
+        "print(attnscore.__file__)\n"
+        "print(e.dot_product_attention(q, k, v, np.array([2, 6])).ravel().round(3).tolist())\n"
+        "print([l.split()[-1] for l in open('/proc/self/maps') if 'libattnscore.so' in l][0])\n")
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
+    env["PYTHONPATH"] = str(packages)
+    result = subprocess.run([sys.executable, "-c", script], env=env, cwd=str(tmp_path),
+                            check=True, capture_output=True, text=True)
+    module_file, values, library = result.stdout.splitlines()
+    assert module_file.startswith(str(packages))
+    assert values == str([2.0, 3.0, 4.0, 5.0, 10.0, 11.0, 12.0, 13.0])
+    assert library.startswith(str(prefix / "lib"))
