@@ -533,6 +533,130 @@ TEST_P(MaskedSoftmaxTest, NonFiniteScoresInLongRows) {
   }
 }
 
+// What docs/semantics.md sections 1.1, 1.4 and 1.5 give row x[0, width) with
+// `len` (clamped to width): a NaN in every position, masked ones included,
+// when its valid scores are all -Inf (a sum of 0, 0/0); otherwise the softmax
+// of its valid scores against their max, exactly 0 at every valid -Inf and
+// every masked position. Scores here are finite or -Inf.
+void ExpectRowSemantics(const float* x, size_t len, size_t width, const float* y,
+                        const std::string& what) {
+  const size_t valid = std::min(len, width);
+  double max = -std::numeric_limits<double>::infinity();
+  for (size_t j = 0; j < valid; ++j) max = std::max<double>(max, x[j]);
+  if (valid > 0 && max == -std::numeric_limits<double>::infinity()) {
+    for (size_t j = 0; j < width; ++j) {
+      ASSERT_TRUE(std::isnan(y[j])) << what << ": all valid scores -Inf, key " << j << " (of "
+                                    << width << ", L = " << len << ") is " << y[j];
+    }
+    return;
+  }
+  double sum = 0;
+  for (size_t j = 0; j < valid; ++j) sum += std::exp(static_cast<double>(x[j]) - max);
+  for (size_t j = 0; j < width; ++j) {
+    if (j >= valid || x[j] == -std::numeric_limits<float>::infinity()) {
+      ASSERT_EQ(y[j], 0.0f) << what << ": key " << j << " (of " << width << ", L = " << len << ")";
+    } else {
+      ASSERT_NEAR(y[j], std::exp(static_cast<double>(x[j]) - max) / sum, kWeightTolerance)
+          << what << ": key " << j << " (of " << width << ", L = " << len << ")";
+    }
+  }
+}
+
+// A row whose valid scores are all -Inf is NaN throughout, masked positions
+// included (docs/semantics.md 1.4, 1.5), on every target: for L = 1, for
+// L < M and L = M (or past it), for rows narrower than a vector, a few
+// vectors long (held in registers) and longer (the passes), through the op
+// with per-batch and per-query lengths, the row kernel out of place and in
+// place, and the streaming kernel (the op streams only from 8 MiB on).
+// Beside them, rows that must stay ordinary: a -Inf among finite scores
+// weighs 0, and -Inf scores with one at the lowest finite float (a max that
+// is finite, however low) give that one all the weight.
+TEST_P(MaskedSoftmaxTest, AllMinusInfValidScoresMakeTheWholeRowNaN) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float lowest = std::numeric_limits<float>::lowest();
+  {  // The smallest case: x = [-Inf, 0.5, 0.5, 0.5] with L = 1, per batch and per query.
+    const std::vector<float> x = {-inf, 0.5f, 0.5f, 0.5f};
+    const int64_t one[] = {1};
+    const int32_t one32[] = {1};
+    for (const ValidLens& lens : {ValidLens::PerBatch(one, 1), ValidLens::PerQuery(one32, 1, 1)}) {
+      std::vector<float> y(4, kSentinel);
+      ASSERT_TRUE(DefaultEngine()
+                      .MaskedSoftmax(ConstTensor(x.data(), {1, 1, 4}), lens, Tensor(y.data(), {1, 1, 4}))
+                      .ok());
+      for (int j = 0; j < 4; ++j) EXPECT_TRUE(std::isnan(y[j])) << "key " << j << " is " << y[j];
+    }
+  }
+  for (size_t width : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 129, 300}) {
+    std::vector<size_t> lens_to_try = {1, 3, width - 1, width, width + 5};
+    for (size_t len : lens_to_try) {
+      if (len == 0) continue;
+      SCOPED_TRACE("M = " + std::to_string(width) + ", L = " + std::to_string(len));
+      const size_t valid = std::min(len, width);
+      const auto m = static_cast<int64_t>(width);
+      // Per query, (2, 3, M): rows 0, 2 and 4 all -Inf where valid (row 2 for
+      // L past M; row 4 with NaN and +Inf where masked, which is never read);
+      // row 1 ordinary with a -Inf, row 3 -Inf but its last valid score, the
+      // lowest float; row 5 ordinary.
+      std::vector<float> x = RandomFloats(6 * width, static_cast<uint32_t>(width * 7 + len), 3.0f);
+      const std::vector<int64_t> lens = {static_cast<int64_t>(len), static_cast<int64_t>(len),
+                                         m + 5, static_cast<int64_t>(len),
+                                         static_cast<int64_t>(len), static_cast<int64_t>(len)};
+      float* row[6];
+      for (size_t r = 0; r < 6; ++r) row[r] = &x[r * width];
+      std::fill(row[0], row[0] + valid, -inf);
+      if (valid > 1) row[1][valid / 2] = -inf;
+      std::fill(row[2], row[2] + width, -inf);
+      std::fill(row[3], row[3] + valid, -inf);
+      row[3][valid - 1] = lowest;
+      std::fill(row[4], row[4] + valid, -inf);
+      for (size_t j = valid; j < width; ++j) row[4][j] = j % 2 == 0 ? nan : inf;
+      const auto check_all = [&](const std::vector<float>& y, const std::string& path) {
+        for (size_t r = 0; r < 6; ++r) {
+          ASSERT_NO_FATAL_FAILURE(ExpectRowSemantics(row[r], static_cast<size_t>(lens[r]), width,
+                                                     &y[r * width], path + ", row " + std::to_string(r)));
+        }
+      };
+      std::vector<float> y(x.size(), kSentinel);
+      ASSERT_TRUE(DefaultEngine()
+                      .MaskedSoftmax(ConstTensor(x.data(), {2, 3, m}), ValidLens::PerQuery(lens.data(), 2, 3),
+                                     Tensor(y.data(), {2, 3, m}))
+                      .ok());
+      ASSERT_NO_FATAL_FAILURE(check_all(y, "per query"));
+
+      std::vector<float> by_row(x.size(), kSentinel), in_place = x, streamed(x.size(), kSentinel);
+      std::vector<float> scratch(2 * width);
+      std::vector<kernels::StreamedRow> streamed_rows;
+      for (size_t r = 0; r < 6; ++r) {
+        const size_t row_valid = std::min(static_cast<size_t>(lens[r]), width);
+        kernels::MaskedSoftmaxRow(row[r], row_valid, width, &by_row[r * width]);
+        kernels::MaskedSoftmaxRow(&in_place[r * width], row_valid, width, &in_place[r * width]);
+        streamed_rows.push_back({row[r], row_valid, &streamed[r * width]});
+      }
+      kernels::MaskedSoftmaxRowsStream(streamed_rows.data(), streamed_rows.size(), width,
+                                       scratch.data());
+      kernels::FlushStreams();
+      ASSERT_NO_FATAL_FAILURE(check_all(by_row, "row kernel"));
+      ASSERT_NO_FATAL_FAILURE(check_all(in_place, "row kernel in place"));
+      ASSERT_NO_FATAL_FAILURE(check_all(streamed, "streamed"));
+
+      // Per batch, (2, 2, M): entry 0 is rows 0 and 4 above, entry 1 rows 1 and 5.
+      std::vector<float> xb;
+      for (size_t r : {0, 4, 1, 5}) xb.insert(xb.end(), row[r], row[r] + width);
+      const int64_t batch_lens[] = {static_cast<int64_t>(len), static_cast<int64_t>(len)};
+      std::vector<float> yb(xb.size(), kSentinel);
+      ASSERT_TRUE(DefaultEngine()
+                      .MaskedSoftmax(ConstTensor(xb.data(), {2, 2, m}), ValidLens::PerBatch(batch_lens, 2),
+                                     Tensor(yb.data(), {2, 2, m}))
+                      .ok());
+      for (size_t r = 0; r < 4; ++r) {
+        ASSERT_NO_FATAL_FAILURE(ExpectRowSemantics(&xb[r * width], len, width, &yb[r * width],
+                                                   "per batch, row " + std::to_string(r)));
+      }
+    }
+  }
+}
+
 // The block kernel the dot product's row path merges: a normal block equals
 // the row kernel bit for bit; -Inf, +Inf and NaN blocks report what the merge
 // needs to reproduce the one-row semantics.

@@ -36,6 +36,23 @@ HWY_INLINE size_t UnalignedHead(D d, const float* p, size_t n) {
   return std::min(n, offset == 0 ? 0 : lanes - offset);
 }
 
+// The largest lane of v, -Inf if every lane is -Inf. Highway's MaxOfLanes
+// (1.0.x) reduces from LowestValue<float>() on EMU128, the finite -FLT_MAX,
+// not from -Inf, so there a row of only -Inf had a finite max: IsNanRow let
+// it through, its exps summed to 0, and 1/0 scaled them to NaN at valid
+// positions but 0 at masked ones, where docs/semantics.md 1.4 and 1.5 want
+// the whole row NaN (the x86 targets reduce with Max between lanes and give
+// -Inf). A true -FLT_MAX stays: some lane then equals it.
+template <class D>
+HWY_INLINE float MaxLane(D d, hn::Vec<D> v) {
+  const float max = hn::GetLane(hn::MaxOfLanes(d, v));
+  const float lowest = std::numeric_limits<float>::lowest();
+  if (HWY_UNLIKELY(max == lowest) && hn::AllTrue(d, hn::Lt(v, hn::Set(d, lowest)))) {
+    return -std::numeric_limits<float>::infinity();
+  }
+  return max;
+}
+
 // Max of x[0, n), n >= 1. With kProbe, also reports whether any element is
 // Inf or NaN: x * 0 is 0 for every finite x and NaN otherwise, so one
 // multiply-add per element tells, where Max alone would hide a NaN (x86 max
@@ -70,8 +87,7 @@ HWY_INLINE float RowMax(D d, const float* HWY_RESTRICT x, size_t n, bool* all_fi
     const auto probe = hn::Add(hn::Add(probe0, probe1), hn::Add(probe2, probe3));
     *all_finite = hn::AllFalse(d, hn::IsNaN(probe));
   }
-  const auto max = hn::Max(hn::Max(max0, max1), hn::Max(max2, max3));
-  return hn::GetLane(hn::MaxOfLanes(d, max));
+  return MaxLane(d, hn::Max(hn::Max(max0, max1), hn::Max(max2, max3)));
 }
 
 // Masked stores are kept off the ends of rows. A load that overlaps a
