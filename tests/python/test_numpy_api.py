@@ -624,53 +624,31 @@ def test_bad_engines_and_models(engine, tmp_path):
 
 # -------------------------------------------------------------- GIL release
 
-def _large_dot_call():
-    """A 1-thread engine and a dot-product call of some 25 ms, writing into `slot`."""
+def _large_dot_call(batch=8):
+    """A 1-thread engine and a dot-product call of some 3 ms per batch entry,
+    writing into `slot`."""
     e = attnscore.Engine(threads=1)
     rng = np.random.default_rng(5)
-    q = rng.standard_normal((8, 256, 128), dtype=np.float32)
-    k = rng.standard_normal((8, 1024, 128), dtype=np.float32)
-    v = rng.standard_normal((8, 1024, 128), dtype=np.float32)
-    outs = [np.empty((8, 256, 128), np.float32) for _ in range(2)]
+    q = rng.standard_normal((batch, 256, 128), dtype=np.float32)
+    k = rng.standard_normal((batch, 1024, 128), dtype=np.float32)
+    v = rng.standard_normal((batch, 1024, 128), dtype=np.float32)
+    outs = [np.empty((batch, 256, 128), np.float32) for _ in range(2)]
     return lambda slot: e.dot_product_attention(q, k, v, out=outs[slot]), outs
 
 
-def _serial_and_parallel(work):
-    """Best of three (interleaved) of work(0); work(1) in one thread, and of
-    work(0) and work(1) in two threads. Noise only slows, so the minimum is
-    the measure."""
-    def serial():
-        begin = time.perf_counter()
-        work(0)
-        work(1)
-        return time.perf_counter() - begin
-
-    def parallel():
-        threads = [threading.Thread(target=work, args=(slot,)) for slot in (0, 1)]
-        begin = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return time.perf_counter() - begin
-
-    runs = [(serial(), parallel()) for _ in range(3)]
-    return min(r[0] for r in runs), min(r[1] for r in runs)
-
-
 def test_gil_released_during_a_call():
-    """While one thread is inside an engine call, another keeps running
-    Python: the GIL was released. (Holding it, the loop below would stop for
-    the whole call.)"""
-    call, _ = _large_dot_call()
+    """While one thread is inside a single engine call, another runs Python:
+    the call released the GIL (holding it, not one iteration of the loop
+    below could run until the call returned). No timing is asserted: the
+    speed of two threads is measured by bench/python_threads.py."""
+    call, _ = _large_dot_call(batch=32)
     call(0)
-    times = {}
+    inside = {}
 
     def worker():
-        times["start"] = time.perf_counter()
-        for _ in range(4):
-            call(0)
-        times["end"] = time.perf_counter()
+        inside["start"] = time.perf_counter()
+        call(0)
+        inside["end"] = time.perf_counter()
 
     thread = threading.Thread(target=worker)
     stamps = []
@@ -678,40 +656,8 @@ def test_gil_released_during_a_call():
     while thread.is_alive():
         stamps.append(time.perf_counter())
     thread.join()
-    inside = [t for t in stamps if times["start"] < t < times["end"]]
-    duration = times["end"] - times["start"]
-    longest_gap = np.diff([times["start"]] + inside + [times["end"]]).max()
-    assert len(inside) > 100 and longest_gap < duration / 2, (
-        "the main thread stalled %.3f s of a %.3f s call" % (longest_gap, duration))
-
-
-def test_two_threads_run_calls_in_parallel(capsys):
-    """Two Python threads, each running large calls on a 1-thread engine,
-    finish in clearly less time than the same calls one after the other.
-    The machine is shared: the ratio is printed, and checked only loosely,
-    against what a known GIL-free workload (hashlib's sha256 of 32 MiB)
-    achieves on the machine at the same time."""
-    call, outs = _large_dot_call()
-    call(0)  # warm up
-    start = time.perf_counter()
-    call(0)
-    repeat = max(1, int(0.25 / max(time.perf_counter() - start, 1e-4)))
-    serial_s, parallel_s = _serial_and_parallel(
-        lambda slot: [call(slot) for _ in range(repeat)])
-    ratio = parallel_s / serial_s
-    np.testing.assert_array_equal(outs[0], outs[1])
-
-    import hashlib
-    data = bytes(32 << 20)
-    control_serial, control_parallel = _serial_and_parallel(
-        lambda slot: hashlib.sha256(data).digest())
-    control = control_parallel / control_serial
-    with capsys.disabled():
-        print("\n[gil] dot product, %d calls per thread: serial %.3f s, two threads %.3f s, "
-              "ratio %.2f (sha256 control on this machine now: %.2f)"
-              % (repeat, serial_s, parallel_s, ratio, control))
-    bound = max(0.85, control + 0.15)
-    assert ratio < bound, "two threads took %.2f of the serial time (bound %.2f)" % (ratio, bound)
+    during = [t for t in stamps if inside["start"] < t < inside["end"]]
+    assert len(during) > 10, "the main thread ran %d times during the call" % len(during)
 
 
 # ---------------------------------------------------- the CLI, the install
