@@ -55,6 +55,20 @@ py::object RunAttention(const py::object& q, const py::object& k, const py::obje
   return out_array;
 }
 
+// model(engine, q, k, v, ...): RunAttention with the model's Check and
+// Forward on `engine`; the same for every model.
+template <typename Model>
+py::object CallModel(const Model& model, const Engine& engine, const py::object& q,
+                     const py::object& k, const py::object& v, const py::object& valid_lens,
+                     bool return_weights, const py::object& out, const py::object& weights_out) {
+  return RunAttention(
+      q, k, v, valid_lens, return_weights, out, weights_out,
+      [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
+          OutputShapes* shapes) { return model.Check(qv, kv, vv, lens, shapes); },
+      [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens, Tensor o,
+          Tensor w) { return model.Forward(engine, qv, kv, vv, lens, o, w); });
+}
+
 // A path argument (str, bytes or os.PathLike) as the bytes the OS takes.
 std::string PathArgument(const py::object& path) {
   std::string bytes = py::module_::import("os").attr("fsencode")(path).cast<std::string>();
@@ -232,18 +246,7 @@ PYBIND11_MODULE(_attnscore, m) {
       .def_property_readonly("hidden_size", &AdditiveAttention::hidden_size, "H")
       .def(
           "__call__",
-          [](const AdditiveAttention& model, const Engine& engine, const py::object& q,
-             const py::object& k, const py::object& v, const py::object& valid_lens,
-             bool return_weights, const py::object& out, const py::object& weights_out) {
-            return RunAttention(
-                q, k, v, valid_lens, return_weights, out, weights_out,
-                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
-                    OutputShapes* shapes) { return model.Check(qv, kv, vv, lens, shapes); },
-                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
-                    Tensor o, Tensor w) {
-                  return model.Forward(engine, qv, kv, vv, lens, o, w);
-                });
-          },
+          &CallModel<AdditiveAttention>,
           py::arg("engine"), py::arg("q"), py::arg("k"), py::arg("v"),
           py::arg("valid_lens") = py::none(), py::arg("return_weights") = false,
           py::arg("out") = py::none(), py::arg("weights_out") = py::none(), kCallDoc)
@@ -300,18 +303,7 @@ PYBIND11_MODULE(_attnscore, m) {
       .def_property_readonly("output_size", &ConcatAttention::output_size, "O")
       .def(
           "__call__",
-          [](const ConcatAttention& model, const Engine& engine, const py::object& q,
-             const py::object& k, const py::object& v, const py::object& valid_lens,
-             bool return_weights, const py::object& out, const py::object& weights_out) {
-            return RunAttention(
-                q, k, v, valid_lens, return_weights, out, weights_out,
-                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
-                    OutputShapes* shapes) { return model.Check(qv, kv, vv, lens, shapes); },
-                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
-                    Tensor o, Tensor w) {
-                  return model.Forward(engine, qv, kv, vv, lens, o, w);
-                });
-          },
+          &CallModel<ConcatAttention>,
           py::arg("engine"), py::arg("q"), py::arg("k"), py::arg("v"),
           py::arg("valid_lens") = py::none(), py::arg("return_weights") = false,
           py::arg("out") = py::none(), py::arg("weights_out") = py::none(), kCallDoc)
