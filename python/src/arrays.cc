@@ -63,6 +63,21 @@ bool ToView(const py::array& a, T* data, bool allow_negative, TensorView<T>* vie
   return true;
 }
 
+// Whether `obj` is a NumPy array of `kind` ('f' float, 'i' signed integer)
+// and `bytes` per item in this machine's byte order. Reads the descriptor's
+// fields rather than asking NumPy whether two dtypes are equivalent, which
+// costs more than a small op.
+bool IsNativeArray(py::handle obj, char kind, int64_t bytes) {
+  if (!py::isinstance<py::array>(obj)) return false;
+  const py::dtype dtype = py::reinterpret_borrow<py::array>(obj).dtype();
+  constexpr char kNative = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? '<' : '>';
+  const char order = dtype.byteorder();  // '=' native, '|' one byte, '<' or '>'
+  return dtype.kind() == kind && dtype.itemsize() == bytes &&
+         (order == '=' || order == '|' || order == kNative);
+}
+
+bool IsFloat32Array(py::handle obj) { return IsNativeArray(obj, 'f', sizeof(float)); }
+
 // A C-order copy of `a` (ndarray.copy always copies; its result is aligned).
 py::array CopyOf(const py::array& a) {
   return py::reinterpret_borrow<py::array>(a.attr("copy")("C"));
@@ -87,8 +102,8 @@ void ThrowIfError(const Status& status) {
   }
 }
 
-ConstTensor InputView(py::handle obj, const char* name, py::array* keep) {
-  if (!py::isinstance<py::array_t<float>>(obj)) {
+ConstTensor InputView(py::handle obj, const char* name, py::object* keep) {
+  if (!IsFloat32Array(obj)) {
     throw py::type_error(std::string(name) + " must be a float32 array, got " + WhatIs(obj));
   }
   py::array a = py::reinterpret_borrow<py::array>(obj);
@@ -101,8 +116,8 @@ ConstTensor InputView(py::handle obj, const char* name, py::array* keep) {
   return view;
 }
 
-Tensor OutputView(py::handle obj, const char* name, py::array* keep) {
-  if (!py::isinstance<py::array_t<float>>(obj)) {
+Tensor OutputView(py::handle obj, const char* name, py::object* keep) {
+  if (!IsFloat32Array(obj)) {
     throw py::type_error(std::string(name) + " must be a float32 array, got " + WhatIs(obj));
   }
   py::array a = py::reinterpret_borrow<py::array>(obj);
@@ -119,18 +134,18 @@ Tensor OutputView(py::handle obj, const char* name, py::array* keep) {
   return view;
 }
 
-Tensor NewOutput(const std::array<int64_t, 3>& dims, py::array* array) {
-  py::array_t<float> a(std::vector<py::ssize_t>{dims[0], dims[1], dims[2]});
+Tensor NewOutput(const std::array<int64_t, 3>& dims, py::object* array) {
+  py::array_t<float> a({dims[0], dims[1], dims[2]});
   Tensor view;
   ToView(a, a.mutable_data(), false, &view);  // C order: always fits
   *array = a;
   return view;
 }
 
-ValidLens LensView(py::handle obj, py::array* keep) {
+ValidLens LensView(py::handle obj, py::object* keep) {
   if (obj.is_none()) return ValidLens::None();
-  const bool is_int64 = py::isinstance<py::array_t<int64_t>>(obj);
-  if (!is_int64 && !py::isinstance<py::array_t<int32_t>>(obj)) {
+  const bool is_int64 = IsNativeArray(obj, 'i', sizeof(int64_t));
+  if (!is_int64 && !IsNativeArray(obj, 'i', sizeof(int32_t))) {
     throw py::type_error("valid_lens must be None or an int32 or int64 array, got " +
                          WhatIs(obj));
   }

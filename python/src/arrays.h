@@ -17,6 +17,9 @@ namespace attnscore::python {
 
 namespace py = pybind11;
 
+// Holders are py::object rather than py::array: a default-constructed
+// py::array allocates an empty NumPy array, which costs more than a toy call.
+
 // Raises the Python exception for a non-OK status: InvalidArgument and
 // Unsupported as ValueError, IoError as OSError, Internal as RuntimeError,
 // each with the engine's message. Does nothing for OK.
@@ -28,21 +31,21 @@ void ThrowIfError(const Status& status);
 // otherwise (negative or odd strides, unaligned data) a C-order copy is made.
 // `*keep` holds what the view points into: keep it until the call returns.
 // Rank and shape are left to the engine's checks.
-ConstTensor InputView(py::handle obj, const char* name, py::array* keep);
+ConstTensor InputView(py::handle obj, const char* name, py::object* keep);
 
 // An output tensor: a writable float32 array, written in place. TypeError
 // when it is not a float32 array, ValueError when it is read-only or its
 // memory cannot be described as a float view (odd strides, unaligned data).
 // Negative strides are passed on for the engine to refuse.
-Tensor OutputView(py::handle obj, const char* name, py::array* keep);
+Tensor OutputView(py::handle obj, const char* name, py::object* keep);
 
 // A fresh C-order float32 array of `dims` and its view.
-Tensor NewOutput(const std::array<int64_t, 3>& dims, py::array* array);
+Tensor NewOutput(const std::array<int64_t, 3>& dims, py::object* array);
 
 // None, or an int32 / int64 array of shape (B,) or (B, N) (copied to C
 // order when it is not). Another type is a TypeError, another rank a
 // ValueError; both name valid_lens.
-ValidLens LensView(py::handle obj, py::array* keep);
+ValidLens LensView(py::handle obj, py::object* keep);
 
 }  // namespace attnscore::python
 

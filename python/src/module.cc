@@ -29,7 +29,7 @@ py::object RunAttention(const py::object& q, const py::object& k, const py::obje
                         const py::object& valid_lens, bool return_weights,
                         const py::object& out, const py::object& weights_out, CheckFn check,
                         RunFn run) {
-  py::array q_keep, k_keep, v_keep, lens_keep, out_array, weights_array;
+  py::object q_keep, k_keep, v_keep, lens_keep, out_array, weights_array;
   const ConstTensor q_view = InputView(q, "q", &q_keep);
   const ConstTensor k_view = InputView(k, "k", &k_keep);
   const ConstTensor v_view = InputView(v, "v", &v_keep);
@@ -162,7 +162,7 @@ PYBIND11_MODULE(_attnscore, m) {
           "masked_softmax",
           [](const Engine& engine, const py::object& x, const py::object& valid_lens,
              const py::object& out) -> py::object {
-            py::array x_keep, lens_keep, y_array;
+            py::object x_keep, lens_keep, y_array;
             const ConstTensor x_view = InputView(x, "x", &x_keep);
             const ValidLens lens = LensView(valid_lens, &lens_keep);
             Tensor y_view;
@@ -212,7 +212,7 @@ PYBIND11_MODULE(_attnscore, m) {
       .def_static(
           "_from_arrays",
           [](const py::object& w_q, const py::object& w_k, const py::object& w_v) {
-            py::array q_keep, k_keep, v_keep;
+            py::object q_keep, k_keep, v_keep;
             const ConstTensor q = InputView(w_q, "W_q.weight", &q_keep);
             const ConstTensor k = InputView(w_k, "W_k.weight", &k_keep);
             const ConstTensor v = InputView(w_v, "w_v.weight", &v_keep);
@@ -264,7 +264,7 @@ PYBIND11_MODULE(_attnscore, m) {
           "_from_arrays",
           [](int64_t query_size, const py::object& attn_weight, const py::object& attn_bias,
              const py::object& combine_weight, const py::object& combine_bias) {
-            py::array keep[4];
+            py::object keep[4];
             const ConstTensor aw = InputView(attn_weight, "attn.weight", &keep[0]);
             const ConstTensor ab = InputView(attn_bias, "attn.bias", &keep[1]);
             const ConstTensor cw = InputView(combine_weight, "attn_combine.weight", &keep[2]);
