@@ -1,0 +1,160 @@
+// attnscore-server: the engine behind the Open Inference Protocol's REST
+// endpoints (docs/serving.md). Uses the library only through its public API.
+#include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attnscore/attnscore.h"
+#include "cli/args.h"
+#include "models.h"
+#include "service.h"
+
+namespace attnscore::server {
+namespace {
+
+constexpr const char* kUsage = R"(usage: attnscore-server [flags]
+
+Serves attnscore's ops and models over the Open Inference Protocol (KServe v2,
+REST/JSON). Endpoints: GET /v2/health/live, /v2/health/ready, /v2/models/NAME,
+/v2/models/NAME/ready, /metrics; POST /v2/models/NAME/infer. SIGTERM or SIGINT
+stops accepting, finishes the requests in flight and exits 0.
+
+  --host HOST               address to listen on (default 127.0.0.1)
+  --port PORT               port (default 8000; 0 picks a free one). The chosen
+                            address is printed on stdout once listening.
+  --models DIR              serve each DIR/NAME.safetensors as model NAME
+                            (additive or concat attention; concat needs
+                            DIR/NAME.json: {"query_size": Dq})
+  --threads N               engine threads per request (default 1)
+  --workers N               requests computed at once (default: cores / threads)
+  --max-queue N             requests waiting for a worker; more get 503 with
+                            Retry-After (default 64)
+  --max-request-bytes N     larger bodies get 413 (default 67108864); outputs
+                            are limited to N/4 floats
+  --connections N           connections served at once (default 256)
+  --isa NAME                cap the instruction set: scalar, sse4, avx2, avx512, best
+  --help, --version
+)";
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "attnscore-server: error: %s\n", message.c_str());
+  return 2;
+}
+
+int Serve(const std::vector<std::string>& argv) {
+  cli::Args args;
+  Status s = cli::ParseArgs(argv, {"--help", "--version"},
+                            {"--host", "--port", "--models", "--threads", "--workers",
+                             "--max-queue", "--max-request-bytes", "--connections", "--isa"},
+                            &args);
+  if (!s.ok()) return Fail(s.message() + " (see --help)");
+  if (args.has("--help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (args.has("--version")) {
+    std::printf("attnscore-server %s\n", Version());
+    return 0;
+  }
+  if (!args.words.empty()) return Fail("unexpected argument '" + args.words[0] + "' (see --help)");
+
+  const int64_t cores = std::max<int64_t>(1, sysconf(_SC_NPROCESSORS_ONLN));
+  int64_t port, threads, workers, max_queue, max_bytes, connections;
+  if (!(s = cli::ParseInt(args, "--port", 8000, 0, 65535, &port)).ok() ||
+      !(s = cli::ParseInt(args, "--threads", 1, 1, kMaxThreads, &threads)).ok() ||
+      !(s = cli::ParseInt(args, "--workers", std::max<int64_t>(1, cores / threads), 1, 4096,
+                          &workers))
+           .ok() ||
+      !(s = cli::ParseInt(args, "--max-queue", 64, 0, 1 << 20, &max_queue)).ok() ||
+      !(s = cli::ParseInt(args, "--max-request-bytes", int64_t{64} << 20, 1024, int64_t{1} << 40,
+                          &max_bytes))
+           .ok() ||
+      !(s = cli::ParseInt(args, "--connections", 256, 1, 65536, &connections)).ok()) {
+    return Fail(s.message());
+  }
+  EngineOptions engine_options;
+  engine_options.threads = static_cast<int>(threads);
+  if (args.has("--isa") && !ParseIsa(args.get("--isa"), &engine_options.isa)) {
+    return Fail("--isa is '" + args.get("--isa") + "'; want scalar, sse4, avx2, avx512 or best");
+  }
+
+  // SIGTERM and SIGINT go to one waiting thread only: block them before any
+  // other thread starts (threads inherit the mask).
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that hangs up is an error on its socket, not our exit
+
+  std::unique_ptr<Engine> engine;
+  if (!(s = Engine::Create(engine_options, &engine)).ok()) return Fail(s.message());
+  ModelMap models;
+  if (!(s = LoadModels(args.get("--models"), &models)).ok()) return Fail(s.message());
+
+  ServiceOptions options;
+  options.workers = static_cast<int>(workers);
+  options.max_queue = static_cast<int>(max_queue);
+  options.max_request_bytes = max_bytes;
+  Service service(*engine, models, options);
+  httplib::Server http;
+  http.new_task_queue = [connections] {
+    return new httplib::ThreadPool(static_cast<size_t>(connections));
+  };
+  service.Install(&http);
+
+  const std::string host = args.get("--host", "127.0.0.1");
+  int bound = static_cast<int>(port);
+  if (port == 0) {
+    bound = http.bind_to_any_port(host);
+  } else if (!http.bind_to_port(host, bound)) {
+    bound = -1;
+  }
+  if (bound < 0) {
+    return Fail("cannot listen on " + host + ":" + std::to_string(port) +
+                " (address in use, or not this machine's)");
+  }
+
+  std::thread stopper([&] {
+    int signal_number = 0;
+    sigwait(&stop_signals, &signal_number);
+    service.Stop();
+    http.stop();  // ends listen_after_bind once the requests in flight are answered
+  });
+  std::printf(
+      "attnscore-server: listening on http://%s:%d (%zu models; engine %d thread(s), "
+      "%d worker(s))\n",
+      host.c_str(), bound, models.size(), engine_options.threads, options.workers);
+  std::fflush(stdout);
+  const bool served = http.listen_after_bind();
+  if (!served) {
+    // listen failed by itself: wake the stopper so it can be joined.
+    pthread_kill(stopper.native_handle(), SIGTERM);
+  }
+  stopper.join();
+  std::fprintf(stderr, "attnscore-server: stopped\n");
+  return served ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace attnscore::server
+
+int main(int argc, char** argv) {
+  try {
+    return attnscore::server::Serve(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const std::bad_alloc&) {
+    std::fputs("attnscore-server: error: out of memory\n", stderr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attnscore-server: error: %s\n", e.what());
+  }
+  return 1;
+}

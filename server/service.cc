@@ -1,0 +1,351 @@
+#include "service.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <regex>
+
+#include "tensors.h"
+
+namespace attnscore::server {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// Latency buckets of the histogram, in seconds.
+constexpr double kBuckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                               0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
+constexpr size_t kBucketCount = sizeof(kBuckets) / sizeof(kBuckets[0]);
+
+// When this thread's current request arrived (httplib serves a connection's
+// requests one at a time on one thread); unset for requests refused before
+// routing, such as 413.
+thread_local Clock::time_point request_start;
+thread_local bool request_started = false;
+
+void Reply(httplib::Response& response, int status, const json& body) {
+  response.status = status;
+  response.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace),
+                       "application/json");
+}
+
+void ReplyError(httplib::Response& response, int status, const std::string& message) {
+  Reply(response, status, json{{"error", message}});
+}
+
+// The {name} of a /v2/models/{name}[/versions/1]/infer path, else "".
+std::string InferTarget(const std::string& path) {
+  static const std::regex infer(R"(/v2/models/([^/]+)(?:/versions/1)?/infer)");
+  std::smatch match;
+  return std::regex_match(path, match, infer) ? match[1].str() : "";
+}
+
+// Prometheus label values escape backslash, double quote and newline.
+std::string LabelValue(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+class GateSlot {
+ public:
+  explicit GateSlot(Gate* gate) : gate_(gate) {}
+  ~GateSlot() { gate_->Leave(); }
+  GateSlot(const GateSlot&) = delete;
+  GateSlot& operator=(const GateSlot&) = delete;
+
+ private:
+  Gate* gate_;
+};
+
+}  // namespace
+
+bool Gate::Enter() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (running_ < slots_) {
+    ++running_;
+    return true;
+  }
+  if (waiting_ >= max_waiting_) return false;
+  ++waiting_;
+  freed_.wait(lock, [&] { return running_ < slots_; });
+  --waiting_;
+  ++running_;
+  return true;
+}
+
+void Gate::Leave() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --running_;
+  }
+  freed_.notify_one();
+}
+
+int Gate::running() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return running_;
+}
+
+int Gate::waiting() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return waiting_;
+}
+
+void Metrics::Record(const std::string& model, int status, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++requests_[{model, status}];
+  if (seconds < 0) return;
+  Histogram& h = latency_[model];
+  h.counts.resize(kBucketCount + 1);
+  size_t bucket = 0;
+  while (bucket < kBucketCount && seconds > kBuckets[bucket]) ++bucket;
+  ++h.counts[bucket];
+  ++h.count;
+  h.sum += seconds;
+}
+
+std::string Metrics::Text(const Gate& gate) const {
+  std::string text;
+  text += "# HELP attnscore_requests_total Inference requests by model and HTTP status.\n";
+  text += "# TYPE attnscore_requests_total counter\n";
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [key, count] : requests_) {
+    text += "attnscore_requests_total{model=\"" + LabelValue(key.first) + "\",code=\"" +
+            std::to_string(key.second) + "\"} " + std::to_string(count) + "\n";
+  }
+  text += "# HELP attnscore_request_duration_seconds Inference latency, arrival to response.\n";
+  text += "# TYPE attnscore_request_duration_seconds histogram\n";
+  char number[32];
+  for (const auto& [model, h] : latency_) {
+    const std::string label = "model=\"" + LabelValue(model) + "\"";
+    uint64_t cumulative = 0;
+    for (size_t b = 0; b <= kBucketCount; ++b) {
+      cumulative += h.counts[b];
+      std::string le = "+Inf";
+      if (b < kBucketCount) {
+        std::snprintf(number, sizeof(number), "%g", kBuckets[b]);
+        le = number;
+      }
+      text += "attnscore_request_duration_seconds_bucket{" + label + ",le=\"" + le + "\"} " +
+              std::to_string(cumulative) + "\n";
+    }
+    std::snprintf(number, sizeof(number), "%.9g", h.sum);
+    text += "attnscore_request_duration_seconds_sum{" + label + "} " + number + "\n";
+    text +=
+        "attnscore_request_duration_seconds_count{" + label + "} " + std::to_string(h.count) + "\n";
+  }
+  text += "# HELP attnscore_queue_depth Inference requests waiting for a worker.\n";
+  text += "# TYPE attnscore_queue_depth gauge\n";
+  text += "attnscore_queue_depth " + std::to_string(gate.waiting()) + "\n";
+  text += "# HELP attnscore_in_flight Inference requests being computed.\n";
+  text += "# TYPE attnscore_in_flight gauge\n";
+  text += "attnscore_in_flight " + std::to_string(gate.running()) + "\n";
+  return text;
+}
+
+void Service::Install(httplib::Server* http) {
+  http->set_payload_max_length(static_cast<size_t>(options_.max_request_bytes));
+  // A client may send many requests on one connection (httplib's default
+  // closes it after 5).
+  http->set_keep_alive_max_count(100000);
+  // Headers and body go out in separate writes: without TCP_NODELAY the body
+  // waits for the client's delayed ACK (40 ms on Linux).
+  http->set_tcp_nodelay(true);
+  http->set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    request_start = Clock::now();
+    request_started = true;
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // Responses httplib makes itself (no route, 413, a malformed request line)
+  // get the protocol's JSON error body; ours already have one.
+  http->set_error_handler(httplib::Server::HandlerWithResponse(
+      [this](const httplib::Request& request, httplib::Response& response) {
+        if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string message = "HTTP " + std::to_string(response.status);
+        if (response.status == 413) {
+          message = "the request body is over " + std::to_string(options_.max_request_bytes) +
+                    " bytes (--max-request-bytes)";
+        } else if (response.status == 404) {
+          message = "no endpoint " + request.method + " " + request.path;
+        }
+        ReplyError(response, response.status, message);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  http->set_exception_handler(
+      [](const httplib::Request&, httplib::Response& response, std::exception_ptr error) {
+        std::string message = "internal error";
+        try {
+          std::rethrow_exception(error);
+        } catch (const std::bad_alloc&) {
+          message = "out of memory";
+        } catch (const std::exception& e) {
+          message = std::string("internal error: ") + e.what();
+        } catch (...) {
+        }
+        ReplyError(response, 500, message);
+      });
+  http->set_logger([this](const httplib::Request& request, const httplib::Response& response) {
+    Log(request, response);
+  });
+
+  http->Get("/v2/health/live", [](const httplib::Request&, httplib::Response& response) {
+    Reply(response, 200, json{{"live", true}});
+  });
+  http->Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& response) {
+    Reply(response, stopping_ ? 503 : 200, json{{"ready", !stopping_}});
+  });
+  http->Get("/v2", [](const httplib::Request&, httplib::Response& response) {
+    Reply(response, 200,
+          json{{"name", "attnscore"}, {"version", Version()}, {"extensions", json::array()}});
+  });
+  http->Get(R"(/v2/models/([^/]+)(?:/versions/1)?)",
+            [this](const httplib::Request& request, httplib::Response& response) {
+              const auto model = models_.find(request.matches[1].str());
+              if (model == models_.end()) {
+                ReplyError(response, 404, "unknown model '" + request.matches[1].str() + "'");
+                return;
+              }
+              Reply(response, 200, model->second->Metadata());
+            });
+  http->Get(R"(/v2/models/([^/]+)(?:/versions/1)?/ready)",
+            [this](const httplib::Request& request, httplib::Response& response) {
+              const bool known = models_.count(request.matches[1].str()) != 0;
+              if (!known) {
+                ReplyError(response, 404, "unknown model '" + request.matches[1].str() + "'");
+                return;
+              }
+              Reply(response, stopping_ ? 503 : 200,
+                    json{{"name", request.matches[1].str()}, {"ready", !stopping_}});
+            });
+  // The body is read here rather than by httplib, which would parse a body
+  // sent as a form (curl -d, urllib's default Content-Type) and refuse one
+  // over 8 KiB with 413.
+  http->Post(R"(/v2/models/([^/]+)(?:/versions/1)?/infer)",
+             [this](const httplib::Request& request, httplib::Response& response,
+                    const httplib::ContentReader& read) {
+               std::string body;
+               if (request.is_multipart_form_data()) {
+                 read([](const httplib::MultipartFormData&) { return true; },
+                      [](const char*, size_t) { return true; });
+                 ReplyError(response, 400,
+                            "multipart bodies are not taken; send the JSON "
+                            "request as the body (application/json)");
+                 return;
+               }
+               const size_t limit = static_cast<size_t>(options_.max_request_bytes);
+               bool too_large = false;
+               const bool complete = read([&](const char* data, size_t size) {
+                 if (body.size() + size > limit) {
+                   too_large = true;  // stop reading: the connection is closed after the reply
+                   return false;
+                 }
+                 body.append(data, size);
+                 return true;
+               });
+               if (too_large || response.status == 413) {
+                 ReplyError(response, 413,
+                            "the request body is over " + std::to_string(limit) +
+                                " bytes (--max-request-bytes)");
+                 return;
+               }
+               if (!complete) {
+                 ReplyError(response, 400, "the request body could not be read whole");
+                 return;
+               }
+               Infer(request, body, response);
+             });
+  http->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
+    response.set_content(metrics_.Text(gate_), "text/plain; version=0.0.4");
+  });
+}
+
+void Service::Infer(const httplib::Request& request, const std::string& request_body,
+                    httplib::Response& response) {
+  const std::string name = request.matches[1].str();
+  const auto found = models_.find(name);
+  if (found == models_.end()) {
+    ReplyError(response, 404, "unknown model '" + name + "'");
+    return;
+  }
+  if (!gate_.Enter()) {
+    response.set_header("Retry-After", "1");
+    ReplyError(response, 503,
+               "the server is at capacity: " + std::to_string(options_.max_queue) +
+                   " requests are waiting already (--max-queue); retry later");
+    return;
+  }
+  GateSlot slot(&gate_);
+
+  json body;
+  try {
+    body = json::parse(request_body);
+  } catch (const json::parse_error& e) {
+    ReplyError(response, 400, std::string("malformed JSON: ") + e.what());
+    return;
+  }
+  std::vector<InputTensor> inputs;
+  std::vector<std::string> requested;
+  Status status = ParseInputs(body, &inputs);
+  if (status.ok()) status = ParseRequestedOutputs(body, &requested);
+  json outputs;
+  if (status.ok()) {
+    status =
+        found->second->Infer(engine_, inputs, requested, options_.max_request_bytes / 4, &outputs);
+  }
+  if (!status.ok()) {
+    const bool client =
+        status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kUnsupported;
+    ReplyError(response, client ? 400 : 500, status.message());
+    return;
+  }
+  json answer = {{"model_name", name}, {"model_version", "1"}, {"outputs", std::move(outputs)}};
+  const auto id = body.find("id");
+  if (id != body.end() && id->is_string()) answer["id"] = *id;
+  Reply(response, 200, answer);
+}
+
+void Service::Log(const httplib::Request& request, const httplib::Response& response) {
+  double seconds = -1;
+  if (request_started) {
+    seconds = std::chrono::duration<double>(Clock::now() - request_start).count();
+    request_started = false;
+  }
+  const std::string target = InferTarget(request.path);
+  if (!target.empty()) {
+    metrics_.Record(models_.count(target) ? target : "unknown", response.status, seconds);
+  }
+  char time[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm utc;
+  gmtime_r(&now, &utc);
+  std::strftime(time, sizeof(time), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  json line = {{"time", time},
+               {"method", request.method},
+               {"path", request.path},
+               {"status", response.status},
+               {"request_bytes",
+                std::strtoull(request.get_header_value("Content-Length").c_str(), nullptr, 10)},
+               {"response_bytes", response.body.size()}};
+  if (seconds >= 0) line["latency_us"] = static_cast<int64_t>(seconds * 1e6);
+  if (!target.empty()) line["model"] = target;
+  if (response.status >= 400) {
+    const json error = json::parse(response.body, nullptr, false);
+    if (error.is_object() && error.contains("error")) line["error"] = error["error"];
+  }
+  const std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  std::lock_guard<std::mutex> lock(log_mutex_);
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace attnscore::server

@@ -1,0 +1,227 @@
+#include "tensors.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace attnscore::server {
+namespace {
+
+using nlohmann::json;
+
+Status Bad(const std::string& message) { return Status::InvalidArgument(message); }
+
+// Appends the numbers of `data`, row-major, to `*flat`. `data` is the flat
+// array, or arrays nested as `shape` from dim `depth` on.
+Status Flatten(const json& data, const std::vector<int64_t>& shape, size_t depth,
+               const std::string& name, std::vector<const json*>* flat) {
+  for (const json& item : data) {
+    if (item.is_array()) {
+      if (depth + 1 >= shape.size() || static_cast<int64_t>(item.size()) != shape[depth + 1]) {
+        return Bad("input '" + name + "': nested data does not follow its shape " +
+                   ShapeText(shape));
+      }
+      Status s = Flatten(item, shape, depth + 1, name, flat);
+      if (!s.ok()) return s;
+    } else {
+      flat->push_back(&item);
+    }
+  }
+  return Status::Ok();
+}
+
+Status ToFloat(const json& number, const std::string& name, size_t index, float* value) {
+  if (!number.is_number()) {
+    return Bad("input '" + name + "': data[" + std::to_string(index) + "] is " +
+               number.type_name() + ", not a number");
+  }
+  const double d = number.get<double>();
+  const float f = static_cast<float>(d);
+  if (!std::isfinite(f)) {
+    return Bad("input '" + name + "': data[" + std::to_string(index) + "] = " + number.dump() +
+               " is outside float32's range");
+  }
+  *value = f;
+  return Status::Ok();
+}
+
+Status ToInt(const json& number, const std::string& name, size_t index, bool is_int32,
+             int64_t* value) {
+  const std::string where = "input '" + name + "': data[" + std::to_string(index) + "]";
+  if (!number.is_number_integer()) {
+    return Bad(where + " is " + (number.is_number() ? number.dump() : number.type_name()) +
+               ", not an integer");
+  }
+  const int64_t low =
+      is_int32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
+  const int64_t high =
+      is_int32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max();
+  if (number.is_number_unsigned() && number.get<uint64_t>() > static_cast<uint64_t>(high)) {
+    return Bad(where + " = " + number.dump() + " does not fit " + (is_int32 ? "INT32" : "INT64"));
+  }
+  const int64_t v = number.get<int64_t>();
+  if (v < low || v > high) {
+    return Bad(where + " = " + number.dump() + " does not fit " + (is_int32 ? "INT32" : "INT64"));
+  }
+  *value = v;
+  return Status::Ok();
+}
+
+Status ParseInput(const json& entry, size_t position, InputTensor* tensor) {
+  const std::string where = "inputs[" + std::to_string(position) + "]";
+  if (!entry.is_object()) return Bad(where + " is not an object");
+  const auto name = entry.find("name");
+  if (name == entry.end() || !name->is_string()) return Bad(where + " has no string 'name'");
+  tensor->name = name->get<std::string>();
+  const std::string label = "input '" + tensor->name + "'";
+
+  const auto datatype = entry.find("datatype");
+  if (datatype == entry.end() || !datatype->is_string()) {
+    return Bad(label + " has no string 'datatype'");
+  }
+  tensor->datatype = datatype->get<std::string>();
+  if (tensor->datatype != "FP32" && tensor->datatype != "INT32" && tensor->datatype != "INT64") {
+    return Bad(label + " has datatype '" + tensor->datatype + "'; want FP32, INT32 or INT64");
+  }
+
+  const auto shape = entry.find("shape");
+  if (shape == entry.end() || !shape->is_array()) return Bad(label + " has no 'shape' array");
+  if (shape->size() > static_cast<size_t>(kMaxRank)) {
+    return Bad(label + " has " + std::to_string(shape->size()) + " dims; at most " +
+               std::to_string(kMaxRank) + " are taken");
+  }
+  for (const json& dim : *shape) {
+    if (!dim.is_number_integer() || dim.get<int64_t>() < 0 ||
+        (dim.is_number_unsigned() && dim.get<uint64_t>() > (uint64_t{1} << 62))) {
+      return Bad(label + " has shape " + shape->dump() + "; dims must be integers >= 0");
+    }
+    tensor->shape.push_back(dim.get<int64_t>());
+  }
+
+  const auto data = entry.find("data");
+  if (data == entry.end() || !data->is_array()) return Bad(label + " has no 'data' array");
+  std::vector<const json*> flat;
+  flat.reserve(data->size());
+  if (tensor->shape.empty() && !data->empty() && data->front().is_array()) {
+    return Bad(label + ": nested data does not follow its shape []");
+  }
+  if (!data->empty() && data->front().is_array() &&
+      static_cast<int64_t>(data->size()) != tensor->shape[0]) {
+    return Bad(label + ": nested data does not follow its shape " + ShapeText(tensor->shape));
+  }
+  Status s = Flatten(*data, tensor->shape, 0, tensor->name, &flat);
+  if (!s.ok()) return s;
+  // The element count, compared without overflow: the product stops growing
+  // past the data's length.
+  uint64_t count = 1;
+  for (int64_t dim : tensor->shape) {
+    count = dim == 0 ? 0 : (count > flat.size() ? count : count * static_cast<uint64_t>(dim));
+  }
+  if (count != flat.size()) {
+    return Bad(label + " has shape " + ShapeText(tensor->shape) + " but " +
+               std::to_string(flat.size()) + " data elements");
+  }
+  if (tensor->datatype == "FP32") {
+    tensor->floats.resize(flat.size());
+    for (size_t i = 0; i < flat.size(); ++i) {
+      s = ToFloat(*flat[i], tensor->name, i, &tensor->floats[i]);
+      if (!s.ok()) return s;
+    }
+  } else {
+    const bool is_int32 = tensor->datatype == "INT32";
+    tensor->ints.resize(flat.size());
+    for (size_t i = 0; i < flat.size(); ++i) {
+      s = ToInt(*flat[i], tensor->name, i, is_int32, &tensor->ints[i]);
+      if (!s.ok()) return s;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+ConstTensor InputTensor::View() const {
+  ConstTensor view;
+  view.data = floats.data();
+  view.rank = static_cast<int>(shape.size());
+  int64_t stride = 1;
+  for (int d = view.rank - 1; d >= 0; --d) {
+    view.dims[d] = shape[d];
+    view.strides[d] = stride;
+    stride *= shape[d] == 0 ? 1 : shape[d];
+  }
+  return view;
+}
+
+Status InputTensor::Lens(ValidLens* lens) const {
+  if (datatype != "INT32" && datatype != "INT64") {
+    return Bad("input '" + name + "' has datatype " + datatype + "; want INT32 or INT64");
+  }
+  if (shape.size() == 1) {
+    *lens = ValidLens::PerBatch(ints.data(), shape[0]);
+  } else if (shape.size() == 2) {
+    *lens = ValidLens::PerQuery(ints.data(), shape[0], shape[1]);
+  } else {
+    return Bad("input '" + name + "' has shape " + ShapeText(shape) +
+               " but must be [B], one length per batch entry, or [B, N], one per query");
+  }
+  return Status::Ok();
+}
+
+Status ParseInputs(const json& request, std::vector<InputTensor>* inputs) {
+  if (!request.is_object()) return Bad("the request body is not a JSON object");
+  const auto entries = request.find("inputs");
+  if (entries == request.end() || !entries->is_array()) {
+    return Bad("the request has no 'inputs' array");
+  }
+  std::set<std::string> seen;
+  inputs->assign(entries->size(), InputTensor());
+  for (size_t i = 0; i < entries->size(); ++i) {
+    Status s = ParseInput((*entries)[i], i, &(*inputs)[i]);
+    if (!s.ok()) return s;
+    if (!seen.insert((*inputs)[i].name).second) {
+      return Bad("input '" + (*inputs)[i].name + "' is given twice");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParseRequestedOutputs(const json& request, std::vector<std::string>* names) {
+  names->clear();
+  const auto outputs = request.find("outputs");
+  if (outputs == request.end()) return Status::Ok();
+  if (!outputs->is_array()) return Bad("'outputs' is not an array");
+  for (const json& entry : *outputs) {
+    const auto name = entry.is_object() ? entry.find("name") : entry.end();
+    if (!entry.is_object() || name == entry.end() || !name->is_string()) {
+      return Bad("'outputs' entries must be objects with a string 'name'");
+    }
+    names->push_back(name->get<std::string>());
+  }
+  return Status::Ok();
+}
+
+json OutputTensor(const std::string& name, const std::vector<int64_t>& dims,
+                  const std::vector<float>& data) {
+  json values = json::array();
+  values.get_ref<json::array_t&>().reserve(data.size());
+  for (float f : data) {
+    if (std::isfinite(f)) {
+      values.push_back(static_cast<double>(f));
+    } else {
+      values.push_back(nullptr);
+    }
+  }
+  return json{{"name", name}, {"datatype", "FP32"}, {"shape", dims}, {"data", std::move(values)}};
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (d) text += ", ";
+    text += std::to_string(shape[d]);
+  }
+  return text + "]";
+}
+
+}  // namespace attnscore::server

@@ -1,0 +1,341 @@
+"""attnscore-server against the library: the d2l toy through urllib and curl
+bit for bit as the CLI computes it, loaded models, every kind of bad request
+as a 4xx with the protocol's JSON error, the queue's 503, metrics, and
+SIGTERM finishing the request in flight.
+
+    ATTNSCORE_BUILD_DIR=build /usr/bin/python3 -m pytest tests/server
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from server_util import Server, build_dir, infer_body, output_array  # noqa: E402
+
+GOLDEN = os.path.join(ROOT, "tests", "golden")
+SERVER = os.path.join(build_dir(), "bin", "attnscore-server")
+CLI = os.path.join(build_dir(), "bin", "attnscore")
+
+
+def golden(case, *names):
+    return {name: np.load(os.path.join(GOLDEN, case, name + ".npy")) for name in names}
+
+
+def library(tmp_path, command, inputs, weights=True, extra=()):
+    """The CLI's output (and weights) for `inputs`: the library's numbers."""
+    flags = []
+    for name, array in inputs.items():
+        path = tmp_path / (name + ".npy")
+        np.save(path, array)
+        flags += ["--" + name.replace("_", "-"), str(path)]
+    out = tmp_path / "out.npy"
+    flags += ["--out", str(out)]
+    if weights:
+        flags += ["--weights-out", str(tmp_path / "w.npy")]
+    subprocess.run([CLI, "run", *command, *flags, *extra], check=True)
+    return np.load(out), (np.load(tmp_path / "w.npy") if weights else None)
+
+
+def bits(array):
+    return np.ascontiguousarray(array, np.float32).view(np.uint32)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    shutil.copy(os.path.join(GOLDEN, "additive_toy", "model.safetensors"),
+                folder / "additive_toy.safetensors")
+    shutil.copy(os.path.join(GOLDEN, "concat_tutorial", "model.safetensors"),
+                folder / "concat_tutorial.safetensors")
+    query_size = np.load(os.path.join(GOLDEN, "concat_tutorial", "queries.npy")).shape[-1]
+    (folder / "concat_tutorial.json").write_text(json.dumps({"query_size": int(query_size)}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(models):
+    with Server(SERVER, "--models", str(models), log=None) as running:
+        yield running
+
+
+DOT_TOY = ("dot_toy", "queries", "keys", "values", "valid_lens")
+
+
+def test_toy_through_urllib_is_the_library_bit_for_bit(server, tmp_path):
+    inputs = golden(*DOT_TOY)
+    status, _, answer = server.call(
+        "POST", "/v2/models/dot_product_attention/infer",
+        infer_body(inputs, ["output", "attention_weights"]))
+    assert status == 200, answer
+    out, weights = library(tmp_path, ["dot"], inputs)
+    np.testing.assert_array_equal(bits(output_array(answer, "output")), bits(out))
+    np.testing.assert_array_equal(bits(output_array(answer, "attention_weights")), bits(weights))
+    assert answer["model_name"] == "dot_product_attention"
+
+
+def test_toy_through_curl_is_the_library_bit_for_bit(server, tmp_path):
+    inputs = golden(*DOT_TOY)
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps(infer_body(inputs)))
+    result = subprocess.run(
+        ["curl", "-sS", "-X", "POST", "-H", "Content-Type: application/json",
+         "--data-binary", "@" + str(body), server.url + "/v2/models/dot_product_attention/infer"],
+        check=True, capture_output=True, text=True)
+    answer = json.loads(result.stdout)
+    out, _ = library(tmp_path, ["dot"], inputs, weights=False)
+    np.testing.assert_array_equal(bits(output_array(answer, "output")), bits(out))
+    assert [o["name"] for o in answer["outputs"]] == ["output"]  # weights only on request
+
+
+@pytest.mark.parametrize("case,lens_type", [("softmax_seed_per_batch", np.int64),
+                                            ("softmax_seed_per_query", np.int32)])
+def test_masked_softmax_is_the_library(server, tmp_path, case, lens_type):
+    inputs = golden(case, "x", "valid_lens")
+    inputs["valid_lens"] = inputs["valid_lens"].astype(lens_type)
+    status, _, answer = server.call("POST", "/v2/models/masked_softmax/infer", infer_body(inputs))
+    assert status == 200, answer
+    y, _ = library(tmp_path, ["softmax"], inputs, weights=False)
+    np.testing.assert_array_equal(bits(output_array(answer, "output")), bits(y))
+
+
+def test_loaded_models_are_the_library(server, models, tmp_path):
+    for name, command, case, extra in [
+            ("additive_toy", "additive", "additive_toy", ()),
+            ("concat_tutorial", "concat", "concat_tutorial", ())]:
+        names = ["queries", "keys", "values"]
+        if os.path.exists(os.path.join(GOLDEN, case, "valid_lens.npy")):
+            names.append("valid_lens")
+        inputs = golden(case, *names)
+        status, _, answer = server.call("POST", f"/v2/models/{name}/infer",
+                                        infer_body(inputs, ["output", "attention_weights"]))
+        assert status == 200, answer
+        out, weights = library(tmp_path, [command, "--model",
+                                          str(models / (name + ".safetensors"))], inputs)
+        np.testing.assert_array_equal(bits(output_array(answer, "output")), bits(out))
+        np.testing.assert_array_equal(bits(output_array(answer, "attention_weights")),
+                                      bits(weights))
+        status, _, meta = server.call("GET", f"/v2/models/{name}")
+        assert status == 200 and meta["parameters"]["kind"] == command
+        assert meta["inputs"][0]["shape"][-1] == inputs["queries"].shape[-1]
+
+
+def test_health_metadata_and_ready(server):
+    assert server.call("GET", "/v2/health/live")[0] == 200
+    assert server.call("GET", "/v2/health/ready")[0] == 200
+    status, _, meta = server.call("GET", "/v2/models/dot_product_attention")
+    assert status == 200
+    assert [i["name"] for i in meta["inputs"]] == ["queries", "keys", "values", "valid_lens"]
+    assert meta["inputs"][0]["shape"] == [-1, -1, -1]
+    assert [o["name"] for o in meta["outputs"]] == ["output", "attention_weights"]
+    assert server.call("GET", "/v2/models/masked_softmax/ready")[0] == 200
+    status, _, error = server.call("GET", "/v2/models/nope/ready")
+    assert status == 404 and "nope" in error["error"]
+
+
+def good_toy():
+    return infer_body(golden(*DOT_TOY))
+
+
+def mutate(change):
+    body = good_toy()
+    change(body)
+    return body
+
+
+BAD_REQUESTS = [
+    # (label, model, body, status, words the error must hold)
+    ("malformed JSON", "dot_product_attention", b"{\"inputs\": [", 400, ["malformed JSON"]),
+    ("not an object", "dot_product_attention", b"[1, 2]", 400, ["not a JSON object"]),
+    ("no inputs", "dot_product_attention", {"outputs": []}, 400, ["'inputs'"]),
+    ("unknown model", "nope", good_toy(), 404, ["unknown model 'nope'"]),
+    ("data length", "dot_product_attention",
+     mutate(lambda b: b["inputs"][0]["data"].pop()), 400, ["'queries'", "[2, 1, 2]", "3 data"]),
+    ("datatype", "dot_product_attention",
+     mutate(lambda b: b["inputs"][0].update(datatype="FP64")), 400, ["'queries'", "FP64"]),
+    ("FP32 queries as INT64", "dot_product_attention",
+     mutate(lambda b: b["inputs"][0].update(datatype="INT64", data=[1, 2, 3, 4])), 400,
+     ["'queries'", "INT64", "want FP32"]),
+    ("string data", "dot_product_attention",
+     mutate(lambda b: b["inputs"][0]["data"].__setitem__(1, "x")), 400, ["data[1]", "string"]),
+    ("float over float32", "dot_product_attention",
+     mutate(lambda b: b["inputs"][0]["data"].__setitem__(0, 1e39)), 400, ["float32"]),
+    ("fractional length", "dot_product_attention",
+     mutate(lambda b: b["inputs"][3]["data"].__setitem__(0, 2.5)), 400, ["not an integer"]),
+    ("INT32 overflow", "dot_product_attention",
+     mutate(lambda b: b["inputs"][3].update(datatype="INT32", data=[2, 2**31])), 400,
+     ["INT32"]),
+    ("a length per batch entry too many", "dot_product_attention",
+     mutate(lambda b: b["inputs"][3].update(shape=[3], data=[2, 6, 1])), 400, ["valid"]),
+    ("negative length", "dot_product_attention",
+     mutate(lambda b: b["inputs"][3]["data"].__setitem__(1, -1)), 400, ["valid"]),
+    ("lengths of rank 3", "dot_product_attention",
+     mutate(lambda b: b["inputs"][3].update(shape=[2, 1, 1])), 400, ["[B]"]),
+    ("missing keys", "dot_product_attention",
+     mutate(lambda b: b["inputs"].pop(1)), 400, ["needs input 'keys'"]),
+    ("unknown input", "dot_product_attention",
+     mutate(lambda b: b["inputs"][0].update(name="query")), 400, ["no input 'query'"]),
+    ("input twice", "dot_product_attention",
+     mutate(lambda b: b["inputs"].append(dict(b["inputs"][0]))), 400, ["twice"]),
+    ("shape mismatch", "dot_product_attention",
+     mutate(lambda b: b["inputs"][1].update(shape=[2, 20, 1])), 400, ["keys"]),
+    ("negative dim", "dot_product_attention",
+     mutate(lambda b: b["inputs"][0].update(shape=[-2, -1, -2])), 400, ["dims must be"]),
+    ("rank 5", "dot_product_attention",
+     mutate(lambda b: b["inputs"][0].update(shape=[1, 1, 2, 1, 2])), 400, ["5 dims"]),
+    ("unknown output", "dot_product_attention",
+     mutate(lambda b: b.update(outputs=[{"name": "weights"}])), 400, ["no output 'weights'"]),
+    ("bad outputs", "dot_product_attention",
+     mutate(lambda b: b.update(outputs="output")), 400, ["'outputs'"]),
+    ("nested data off its shape", "dot_product_attention",
+     mutate(lambda b: b["inputs"][0].update(data=[[[1, 2]], [[3, 4], [5, 6]]])), 400,
+     ["nested"]),
+    ("softmax rank 2", "masked_softmax",
+     {"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "data": [1, 2, 3, 4]}]}, 400,
+     ["x"]),
+]
+
+
+@pytest.mark.parametrize("label,model,body,status,words", BAD_REQUESTS,
+                         ids=[case[0] for case in BAD_REQUESTS])
+def test_bad_requests_are_4xx_with_a_json_error(server, label, model, body, status, words):
+    got, headers, answer = server.call("POST", f"/v2/models/{model}/infer", body)
+    assert got == status, answer
+    assert headers["Content-Type"].startswith("application/json")
+    for word in words:
+        assert word in answer["error"], (word, answer["error"])
+    assert server.call("GET", "/v2/health/live")[0] == 200
+
+
+def test_nested_data_following_the_shape_is_taken(server):
+    body = good_toy()
+    q = body["inputs"][0]
+    q["data"] = np.array(q["data"], np.float32).reshape(q["shape"]).tolist()
+    status, _, nested = server.call("POST", "/v2/models/dot_product_attention/infer", body)
+    assert status == 200, nested
+    _, _, flat = server.call("POST", "/v2/models/dot_product_attention/infer", good_toy())
+    assert nested["outputs"] == flat["outputs"]
+
+
+def test_oversized_body_is_413_and_unknown_route_404():
+    with Server(SERVER, "--max-request-bytes", "2048") as small:
+        status, _, error = small.call("POST", "/v2/models/dot_product_attention/infer",
+                                      b" " * 4096)
+        assert status == 413 and "--max-request-bytes" in error["error"]
+        status, _, error = small.call("GET", "/v2/nothing")
+        assert status == 404 and "no endpoint" in error["error"]
+        # Outputs are bounded too: a quarter of the byte limit in floats.
+        q = np.zeros((1, 600, 1), np.float32)
+        status, _, error = small.call(
+            "POST", "/v2/models/dot_product_attention/infer",
+            {"inputs": [{"name": n, "shape": [1, 600, 1], "datatype": "FP32",
+                         "data": [0] * 600} for n in ("queries", "keys", "values")],
+             "outputs": [{"name": "attention_weights"}]})
+        assert status in (400, 413), error
+        assert small.stop() == 0
+
+
+def long_request():
+    rng = np.random.default_rng(0)
+    return infer_body({"queries": rng.standard_normal((2, 1500, 64), dtype=np.float32),
+                       "keys": rng.standard_normal((2, 1500, 64), dtype=np.float32),
+                       "values": rng.standard_normal((2, 1500, 64), dtype=np.float32)})
+
+
+def wait_in_flight(server, count):
+    for _ in range(2000):
+        _, _, text = server.call("GET", "/metrics")
+        if f"attnscore_in_flight {count}\n" in text.decode():
+            return
+        time.sleep(0.005)
+    raise AssertionError("no request in flight")
+
+
+def test_full_queue_is_503_with_retry_after():
+    with Server(SERVER, "--workers", "1", "--max-queue", "0") as busy:
+        body = json.dumps(long_request()).encode()
+        results = []
+        worker = threading.Thread(target=lambda: results.append(
+            busy.call("POST", "/v2/models/dot_product_attention/infer", body)))
+        worker.start()
+        wait_in_flight(busy, 1)
+        status, headers, error = busy.call("POST", "/v2/models/dot_product_attention/infer",
+                                           good_toy())
+        worker.join()
+        assert status == 503 and headers["Retry-After"] == "1", error
+        assert "--max-queue" in error["error"]
+        assert results[0][0] == 200
+        _, _, metrics = busy.call("GET", "/metrics")
+        assert 'attnscore_requests_total{model="dot_product_attention",code="503"} 1' in \
+            metrics.decode()
+        assert busy.stop() == 0
+
+
+def test_sigterm_finishes_the_request_in_flight_and_exits_0(tmp_path):
+    log = open(tmp_path / "log", "w")
+    busy = Server(SERVER, "--workers", "1", log=log)
+    body = json.dumps(long_request()).encode()
+    results = []
+    worker = threading.Thread(target=lambda: results.append(
+        busy.call("POST", "/v2/models/dot_product_attention/infer", body)))
+    worker.start()
+    wait_in_flight(busy, 1)
+    busy.process.send_signal(signal.SIGTERM)
+    worker.join()
+    assert results[0][0] == 200
+    assert busy.process.wait(30) == 0
+    log.close()
+    lines = (tmp_path / "log").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    assert any(r["status"] == 200 and r.get("model") == "dot_product_attention" and
+               r["request_bytes"] == len(body) for r in records)
+    assert lines[-1] == "attnscore-server: stopped"
+
+
+def test_metrics_count_requests_by_model_and_status(server):
+    before = server.call("GET", "/metrics")[2].decode()
+    server.call("POST", "/v2/models/masked_softmax/infer", b"{")
+    text = server.call("GET", "/metrics")[2].decode()
+
+    def count(metrics):
+        for line in metrics.splitlines():
+            if line.startswith('attnscore_requests_total{model="masked_softmax",code="400"}'):
+                return int(line.split()[-1])
+        return 0
+    assert count(text) == count(before) + 1
+    assert 'attnscore_request_duration_seconds_bucket{model="masked_softmax",le="+Inf"}' in text
+    assert "attnscore_queue_depth 0" in text
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--port", "70000"], "--port"),
+    (["--workers", "0"], "--workers"),
+    (["--bogus"], "unknown"),
+    (["--models", "/nonexistent-dir"], "/nonexistent-dir"),
+])
+def test_bad_flags_exit_2_naming_them(flags, words):
+    result = subprocess.run([SERVER, *flags], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2, result
+    assert words in result.stderr and result.stderr.startswith("attnscore-server: error:")
+
+
+def test_model_folder_errors_name_the_file(tmp_path):
+    shutil.copy(os.path.join(GOLDEN, "concat_tutorial", "model.safetensors"),
+                tmp_path / "attn.safetensors")
+    result = subprocess.run([SERVER, "--models", str(tmp_path)], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 2 and "attn.json" in result.stderr and "query_size" in \
+        result.stderr
+    (tmp_path / "attn.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{\"a\":1}")
+    result = subprocess.run([SERVER, "--models", str(tmp_path)], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 2 and "attn.safetensors" in result.stderr

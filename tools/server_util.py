@@ -1,0 +1,84 @@
+"""Starting attnscore-server for a test or a load run, and calling it with
+the standard library alone."""
+
+import json
+import os
+import subprocess
+import urllib.error
+import urllib.request
+
+import numpy as np
+
+
+class Server:
+    """attnscore-server on a free loopback port, stopped by SIGTERM on exit."""
+
+    def __init__(self, binary, *flags, log=subprocess.DEVNULL):
+        self.process = subprocess.Popen([binary, "--port", "0", *flags], stdout=subprocess.PIPE,
+                                        stderr=log, text=True)
+        line = self.process.stdout.readline()
+        if "listening on http://" not in line:
+            self.process.kill()
+            raise RuntimeError("attnscore-server did not start: " + repr(line))
+        self.url = line.split("listening on ")[1].split()[0]
+
+    def stop(self, timeout=30):
+        """SIGTERM, then the exit status."""
+        if self.process.poll() is None:
+            self.process.terminate()
+        return self.process.wait(timeout)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        self.process.stdout.close()
+
+    def rss_kib(self):
+        with open(f"/proc/{self.process.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no VmRSS")
+
+    def call(self, method, path, body=None, timeout=60):
+        """(status, headers, parsed JSON or text) of one request."""
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                status, headers, text = response.status, response.headers, response.read()
+        except urllib.error.HTTPError as error:
+            status, headers, text = error.code, error.headers, error.read()
+        kind = headers.get("Content-Type", "")
+        return status, headers, json.loads(text) if kind.startswith("application/json") else text
+
+
+def tensor(name, array):
+    """A protocol input tensor of a NumPy array (FP32, INT32 or INT64)."""
+    datatype = {np.dtype(np.float32): "FP32", np.dtype(np.int32): "INT32",
+                np.dtype(np.int64): "INT64"}[array.dtype]
+    return {"name": name, "shape": list(array.shape), "datatype": datatype,
+            "data": array.reshape(-1).tolist()}
+
+
+def infer_body(inputs, outputs=None):
+    """An infer request of {name: array}; `outputs` names the outputs wanted."""
+    body = {"inputs": [tensor(name, array) for name, array in inputs.items()]}
+    if outputs:
+        body["outputs"] = [{"name": name} for name in outputs]
+    return body
+
+
+def output_array(answer, name):
+    """An output of an infer answer as float32 (null, a non-finite value, as NaN)."""
+    for entry in answer["outputs"]:
+        if entry["name"] == name:
+            values = [np.nan if v is None else v for v in entry["data"]]
+            return np.array(values, np.float64).astype(np.float32).reshape(entry["shape"])
+    raise KeyError(name)
+
+
+def build_dir():
+    return os.environ.get("ATTNSCORE_BUILD_DIR", "build")
