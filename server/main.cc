@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -111,6 +112,15 @@ int Serve(const std::vector<std::string>& argv) {
     return new httplib::ThreadPool(static_cast<size_t>(connections));
   };
   service.Install(&http);
+  // httplib listens with a backlog of 5, so a burst of new connections (80
+  // clients at once) overflows it and waits for SYN retries (1 s and more).
+  // Keep the socket to listen again with the system's maximum once bound.
+  int listener = -1;
+  http.set_socket_options([&listener](int socket) {
+    const int on = 1;
+    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    listener = socket;
+  });
 
   const std::string host = args.get("--host", "127.0.0.1");
   int bound = static_cast<int>(port);
@@ -123,6 +133,7 @@ int Serve(const std::vector<std::string>& argv) {
     return Fail("cannot listen on " + host + ":" + std::to_string(port) +
                 " (address in use, or not this machine's)");
   }
+  if (listener >= 0) listen(listener, SOMAXCONN);
 
   std::thread stopper([&] {
     int signal_number = 0;

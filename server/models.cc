@@ -60,12 +60,12 @@ class AttentionModel : public Model {
         run_(std::move(run)) {}
 
   Status Infer(const Engine& engine, const std::vector<InputTensor>& inputs,
-               const std::vector<std::string>& requested, int64_t max_output_elements,
-               json* outputs) const override {
+               const std::vector<RequestedOutput>& requested, int64_t max_output_elements,
+               std::vector<OutputData>* outputs) const override {
     std::vector<const InputTensor*> in;
     Status s = Match(inputs, &in);
     if (!s.ok()) return s;
-    std::vector<bool> wanted;
+    std::vector<Want> wanted;
     s = Select(requested, &wanted);
     if (!s.ok()) return s;
     ValidLens lens;
@@ -73,7 +73,8 @@ class AttentionModel : public Model {
     const ConstTensor q = in[0]->View(), k = in[1]->View(), v = in[2]->View();
     OutputShapes shapes;
     if (!(s = check_(engine, q, k, v, lens, &shapes)).ok()) return s;
-    const int64_t weights = wanted[1] ? Elements(shapes.attention_weights) : 0;
+    const bool want_weights = wanted[1] != Want::kNo;
+    const int64_t weights = want_weights ? Elements(shapes.attention_weights) : 0;
     s = CheckOutputSize(Elements(shapes.out) + weights, max_output_elements);
     if (!s.ok()) return s;
 
@@ -82,12 +83,17 @@ class AttentionModel : public Model {
     const auto& o = shapes.out;
     const auto& w = shapes.attention_weights;
     Tensor weights_view;
-    if (wanted[1]) weights_view = Tensor(attention.data(), {w[0], w[1], w[2]});
+    if (want_weights) weights_view = Tensor(attention.data(), {w[0], w[1], w[2]});
     s = run_(engine, q, k, v, lens, Tensor(out.data(), {o[0], o[1], o[2]}), weights_view);
     if (!s.ok()) return s;
-    *outputs = json::array();
-    if (wanted[0]) outputs->push_back(OutputTensor("output", Dims(o), out));
-    if (wanted[1]) outputs->push_back(OutputTensor("attention_weights", Dims(w), attention));
+    outputs->clear();
+    if (wanted[0] != Want::kNo) {
+      outputs->push_back({"output", Dims(o), std::move(out), wanted[0] == Want::kBinary});
+    }
+    if (want_weights) {
+      outputs->push_back(
+          {"attention_weights", Dims(w), std::move(attention), wanted[1] == Want::kBinary});
+    }
     return Status::Ok();
   }
 
@@ -103,12 +109,12 @@ class MaskedSoftmaxModel : public Model {
               {{"output", kFloat, kFree3}}) {}
 
   Status Infer(const Engine& engine, const std::vector<InputTensor>& inputs,
-               const std::vector<std::string>& requested, int64_t max_output_elements,
-               json* outputs) const override {
+               const std::vector<RequestedOutput>& requested, int64_t max_output_elements,
+               std::vector<OutputData>* outputs) const override {
     std::vector<const InputTensor*> in;
     Status s = Match(inputs, &in);
     if (!s.ok()) return s;
-    std::vector<bool> wanted;
+    std::vector<Want> wanted;
     if (!(s = Select(requested, &wanted)).ok()) return s;
     ValidLens lens;
     if (in[1] != nullptr && !(s = in[1]->Lens(&lens)).ok()) return s;
@@ -120,7 +126,8 @@ class MaskedSoftmaxModel : public Model {
     const auto& d = shapes.out;
     s = engine.MaskedSoftmax(x, lens, Tensor(y.data(), {d[0], d[1], d[2]}));
     if (!s.ok()) return s;
-    *outputs = json::array({OutputTensor("output", Dims(d), y)});
+    outputs->clear();
+    outputs->push_back({"output", Dims(d), std::move(y), wanted[0] == Want::kBinary});
     return Status::Ok();
   }
 };
@@ -290,13 +297,15 @@ Status Model::Match(const std::vector<InputTensor>& inputs,
   return Status::Ok();
 }
 
-Status Model::Select(const std::vector<std::string>& requested, std::vector<bool>* wanted) const {
-  wanted->assign(outputs_.size(), false);
+Status Model::Select(const std::vector<RequestedOutput>& requested,
+                     std::vector<Want>* wanted) const {
+  wanted->assign(outputs_.size(), Want::kNo);
   if (requested.empty()) {
-    (*wanted)[0] = true;
+    (*wanted)[0] = Want::kJson;
     return Status::Ok();
   }
-  for (const std::string& name : requested) {
+  for (const RequestedOutput& output : requested) {
+    const std::string& name = output.name.empty() ? outputs_[0].name : output.name;
     const auto spec = std::find_if(outputs_.begin(), outputs_.end(),
                                    [&](const TensorSpec& s) { return s.name == name; });
     if (spec == outputs_.end()) {
@@ -304,7 +313,7 @@ Status Model::Select(const std::vector<std::string>& requested, std::vector<bool
       for (const TensorSpec& s : outputs_) known += (known.empty() ? "" : ", ") + s.name;
       return Bad("model '" + name_ + "' has no output '" + name + "'; its outputs are " + known);
     }
-    (*wanted)[spec - outputs_.begin()] = true;
+    (*wanted)[spec - outputs_.begin()] = output.binary ? Want::kBinary : Want::kJson;
   }
   return Status::Ok();
 }

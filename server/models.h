@@ -37,12 +37,12 @@ class Model {
   nlohmann::json Metadata() const;
 
   // Runs `inputs` (by name; unknown, missing, mistyped ones refused) and
-  // returns the `requested` outputs (the first output when none is named) as
-  // protocol tensors. InvalidArgument for anything the request got wrong,
+  // returns the `requested` outputs in the model's order (the first output
+  // when none is named). InvalidArgument for anything the request got wrong,
   // including outputs of more than `max_output_elements` floats in all.
   virtual Status Infer(const Engine& engine, const std::vector<InputTensor>& inputs,
-                       const std::vector<std::string>& requested, int64_t max_output_elements,
-                       nlohmann::json* outputs) const = 0;
+                       const std::vector<RequestedOutput>& requested, int64_t max_output_elements,
+                       std::vector<OutputData>* outputs) const = 0;
 
  protected:
   Model(std::string name, std::string kind, std::vector<TensorSpec> inputs,
@@ -56,8 +56,10 @@ class Model {
   // after the name and datatype checks.
   Status Match(const std::vector<InputTensor>& inputs,
                std::vector<const InputTensor*>* matched) const;
-  // Which outputs to return, by position in outputs_.
-  Status Select(const std::vector<std::string>& requested, std::vector<bool>* wanted) const;
+  // Which outputs to return, by position in outputs_: absent, or as JSON or
+  // binary.
+  enum class Want { kNo, kJson, kBinary };
+  Status Select(const std::vector<RequestedOutput>& requested, std::vector<Want>* wanted) const;
 
  private:
   std::string name_;

@@ -1,10 +1,12 @@
 #include "service.h"
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <regex>
+#include <string_view>
 
 #include "tensors.h"
 
@@ -205,8 +207,10 @@ void Service::Install(httplib::Server* http) {
     Reply(response, stopping_ ? 503 : 200, json{{"ready", !stopping_}});
   });
   http->Get("/v2", [](const httplib::Request&, httplib::Response& response) {
-    Reply(response, 200,
-          json{{"name", "attnscore"}, {"version", Version()}, {"extensions", json::array()}});
+    Reply(
+        response, 200,
+        json{
+            {"name", "attnscore"}, {"version", Version()}, {"extensions", {"binary_tensor_data"}}});
   });
   http->Get(R"(/v2/models/([^/]+)(?:/versions/1)?)",
             [this](const httplib::Request& request, httplib::Response& response) {
@@ -286,18 +290,37 @@ void Service::Infer(const httplib::Request& request, const std::string& request_
   }
   GateSlot slot(&gate_);
 
+  // With the binary tensor data extension, the JSON is the body's first
+  // Inference-Header-Content-Length bytes and tensor data follows it.
+  size_t json_bytes = request_body.size();
+  if (request.has_header("Inference-Header-Content-Length")) {
+    const std::string text = request.get_header_value("Inference-Header-Content-Length");
+    char* end = nullptr;
+    const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || !std::isdigit(static_cast<unsigned char>(text[0])) ||
+        value > request_body.size()) {
+      ReplyError(response, 400,
+                 "Inference-Header-Content-Length is '" + text +
+                     "'; want the JSON's length, "
+                     "at most the body's " +
+                     std::to_string(request_body.size()) + " bytes");
+      return;
+    }
+    json_bytes = static_cast<size_t>(value);
+  }
+  const std::string_view whole(request_body);
   json body;
   try {
-    body = json::parse(request_body);
+    body = json::parse(whole.substr(0, json_bytes));
   } catch (const json::parse_error& e) {
     ReplyError(response, 400, std::string("malformed JSON: ") + e.what());
     return;
   }
   std::vector<InputTensor> inputs;
-  std::vector<std::string> requested;
-  Status status = ParseInputs(body, &inputs);
+  std::vector<RequestedOutput> requested;
+  Status status = ParseInputs(body, whole.substr(json_bytes), &inputs);
   if (status.ok()) status = ParseRequestedOutputs(body, &requested);
-  json outputs;
+  std::vector<OutputData> outputs;
   if (status.ok()) {
     status =
         found->second->Infer(engine_, inputs, requested, options_.max_request_bytes / 4, &outputs);
@@ -308,10 +331,18 @@ void Service::Infer(const httplib::Request& request, const std::string& request_
     ReplyError(response, client ? 400 : 500, status.message());
     return;
   }
-  json answer = {{"model_name", name}, {"model_version", "1"}, {"outputs", std::move(outputs)}};
+  json answer = {{"model_name", name}, {"model_version", "1"}};
   const auto id = body.find("id");
   if (id != body.end() && id->is_string()) answer["id"] = *id;
-  Reply(response, 200, answer);
+  size_t answer_json_bytes = 0;
+  std::string answer_body = AnswerBody(std::move(answer), outputs, &answer_json_bytes);
+  response.status = 200;
+  if (answer_json_bytes == answer_body.size()) {
+    response.set_content(std::move(answer_body), "application/json");
+  } else {
+    response.set_header("Inference-Header-Content-Length", std::to_string(answer_json_bytes));
+    response.set_content(std::move(answer_body), "application/octet-stream");
+  }
 }
 
 void Service::Log(const httplib::Request& request, const httplib::Response& response) {

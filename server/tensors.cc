@@ -1,6 +1,7 @@
 #include "tensors.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <set>
 
@@ -10,6 +11,19 @@ namespace {
 using nlohmann::json;
 
 Status Bad(const std::string& message) { return Status::InvalidArgument(message); }
+
+// The element count of `shape`, saturated at 2^50 (more than any request
+// holds), so that it never overflows.
+uint64_t ElementCount(const std::vector<int64_t>& shape) {
+  constexpr uint64_t kCap = uint64_t{1} << 50;
+  uint64_t count = 1;
+  for (int64_t dim : shape) {
+    const uint64_t d = static_cast<uint64_t>(dim);
+    if (d == 0) return 0;
+    count = count > kCap / d ? kCap : count * d;
+  }
+  return count;
+}
 
 // Appends the numbers of `data`, row-major, to `*flat`. `data` is the flat
 // array, or arrays nested as `shape` from dim `depth` on.
@@ -67,7 +81,39 @@ Status ToInt(const json& number, const std::string& name, size_t index, bool is_
   return Status::Ok();
 }
 
-Status ParseInput(const json& entry, size_t position, InputTensor* tensor) {
+// Reads `tensor`'s data from the next `bytes` of `*binary` (little-endian,
+// row-major, the datatype's own width), advancing it.
+Status ReadBinary(int64_t bytes, std::string_view* binary, InputTensor* tensor) {
+  const std::string label = "input '" + tensor->name + "'";
+  const uint64_t count = ElementCount(tensor->shape);
+  const uint64_t width = tensor->datatype == "INT64" ? 8 : 4;
+  if (count * width != static_cast<uint64_t>(bytes)) {
+    return Bad(label + " has shape " + ShapeText(tensor->shape) + " and datatype " +
+               tensor->datatype + " (" + std::to_string(count * width) +
+               " bytes) but binary_data_size " + std::to_string(bytes));
+  }
+  if (static_cast<uint64_t>(bytes) > binary->size()) {
+    return Bad(label + " has binary_data_size " + std::to_string(bytes) + " but only " +
+               std::to_string(binary->size()) + " bytes of binary data are left");
+  }
+  const char* data = binary->data();
+  if (tensor->datatype == "FP32") {
+    tensor->floats.resize(count);
+    std::memcpy(tensor->floats.data(), data, bytes);
+  } else if (tensor->datatype == "INT32") {
+    std::vector<int32_t> values(count);
+    std::memcpy(values.data(), data, bytes);
+    tensor->ints.assign(values.begin(), values.end());
+  } else {
+    tensor->ints.resize(count);
+    std::memcpy(tensor->ints.data(), data, bytes);
+  }
+  binary->remove_prefix(bytes);
+  return Status::Ok();
+}
+
+Status ParseInput(const json& entry, size_t position, std::string_view* binary,
+                  InputTensor* tensor) {
   const std::string where = "inputs[" + std::to_string(position) + "]";
   if (!entry.is_object()) return Bad(where + " is not an object");
   const auto name = entry.find("name");
@@ -98,6 +144,18 @@ Status ParseInput(const json& entry, size_t position, InputTensor* tensor) {
     tensor->shape.push_back(dim.get<int64_t>());
   }
 
+  const auto parameters = entry.find("parameters");
+  if (parameters != entry.end()) {
+    if (!parameters->is_object()) return Bad(label + ": 'parameters' is not an object");
+    const auto size = parameters->find("binary_data_size");
+    if (size != parameters->end()) {
+      if (!size->is_number_integer() || size->get<int64_t>() < 0) {
+        return Bad(label + ": binary_data_size must be an integer >= 0");
+      }
+      if (entry.contains("data")) return Bad(label + " has both 'data' and binary_data_size");
+      return ReadBinary(size->get<int64_t>(), binary, tensor);
+    }
+  }
   const auto data = entry.find("data");
   if (data == entry.end() || !data->is_array()) return Bad(label + " has no 'data' array");
   std::vector<const json*> flat;
@@ -111,13 +169,7 @@ Status ParseInput(const json& entry, size_t position, InputTensor* tensor) {
   }
   Status s = Flatten(*data, tensor->shape, 0, tensor->name, &flat);
   if (!s.ok()) return s;
-  // The element count, compared without overflow: the product stops growing
-  // past the data's length.
-  uint64_t count = 1;
-  for (int64_t dim : tensor->shape) {
-    count = dim == 0 ? 0 : (count > flat.size() ? count : count * static_cast<uint64_t>(dim));
-  }
-  if (count != flat.size()) {
+  if (ElementCount(tensor->shape) != flat.size()) {
     return Bad(label + " has shape " + ShapeText(tensor->shape) + " but " +
                std::to_string(flat.size()) + " data elements");
   }
@@ -168,7 +220,7 @@ Status InputTensor::Lens(ValidLens* lens) const {
   return Status::Ok();
 }
 
-Status ParseInputs(const json& request, std::vector<InputTensor>* inputs) {
+Status ParseInputs(const json& request, std::string_view binary, std::vector<InputTensor>* inputs) {
   if (!request.is_object()) return Bad("the request body is not a JSON object");
   const auto entries = request.find("inputs");
   if (entries == request.end() || !entries->is_array()) {
@@ -177,42 +229,90 @@ Status ParseInputs(const json& request, std::vector<InputTensor>* inputs) {
   std::set<std::string> seen;
   inputs->assign(entries->size(), InputTensor());
   for (size_t i = 0; i < entries->size(); ++i) {
-    Status s = ParseInput((*entries)[i], i, &(*inputs)[i]);
+    Status s = ParseInput((*entries)[i], i, &binary, &(*inputs)[i]);
     if (!s.ok()) return s;
     if (!seen.insert((*inputs)[i].name).second) {
       return Bad("input '" + (*inputs)[i].name + "' is given twice");
     }
   }
+  if (!binary.empty()) {
+    return Bad(std::to_string(binary.size()) +
+               " bytes of binary data follow the JSON that no input's binary_data_size claims");
+  }
   return Status::Ok();
 }
 
-Status ParseRequestedOutputs(const json& request, std::vector<std::string>* names) {
-  names->clear();
-  const auto outputs = request.find("outputs");
-  if (outputs == request.end()) return Status::Ok();
-  if (!outputs->is_array()) return Bad("'outputs' is not an array");
-  for (const json& entry : *outputs) {
+Status ParseRequestedOutputs(const json& request, std::vector<RequestedOutput>* outputs) {
+  outputs->clear();
+  bool all_binary = false;
+  const auto parameters = request.find("parameters");
+  if (parameters != request.end()) {
+    if (!parameters->is_object()) return Bad("the request's 'parameters' is not an object");
+    const auto flag = parameters->find("binary_data_output");
+    if (flag != parameters->end()) {
+      if (!flag->is_boolean()) return Bad("binary_data_output must be true or false");
+      all_binary = flag->get<bool>();
+    }
+  }
+  const auto entries = request.find("outputs");
+  if (entries == request.end()) {
+    if (all_binary) outputs->push_back({"", true});  // the default output, as binary
+    return Status::Ok();
+  }
+  if (!entries->is_array()) return Bad("'outputs' is not an array");
+  for (const json& entry : *entries) {
     const auto name = entry.is_object() ? entry.find("name") : entry.end();
     if (!entry.is_object() || name == entry.end() || !name->is_string()) {
       return Bad("'outputs' entries must be objects with a string 'name'");
     }
-    names->push_back(name->get<std::string>());
+    RequestedOutput output{name->get<std::string>(), all_binary};
+    const auto options = entry.find("parameters");
+    if (options != entry.end()) {
+      const auto flag = options->is_object() ? options->find("binary_data") : options->end();
+      if (!options->is_object() || (flag != options->end() && !flag->is_boolean())) {
+        return Bad("output '" + output.name + "': parameters.binary_data must be true or false");
+      }
+      if (flag != options->end()) output.binary = flag->get<bool>();
+    }
+    outputs->push_back(std::move(output));
   }
   return Status::Ok();
 }
 
-json OutputTensor(const std::string& name, const std::vector<int64_t>& dims,
-                  const std::vector<float>& data) {
-  json values = json::array();
-  values.get_ref<json::array_t&>().reserve(data.size());
-  for (float f : data) {
-    if (std::isfinite(f)) {
-      values.push_back(static_cast<double>(f));
+std::string AnswerBody(json answer, const std::vector<OutputData>& outputs, size_t* json_bytes) {
+  json entries = json::array();
+  size_t binary_bytes = 0;
+  for (const OutputData& output : outputs) {
+    json entry = {{"name", output.name}, {"datatype", "FP32"}, {"shape", output.dims}};
+    if (output.binary) {
+      const size_t bytes = output.data.size() * sizeof(float);
+      entry["parameters"] = {{"binary_data_size", bytes}};
+      binary_bytes += bytes;
     } else {
-      values.push_back(nullptr);
+      json values = json::array();
+      values.get_ref<json::array_t&>().reserve(output.data.size());
+      for (float f : output.data) {
+        if (std::isfinite(f)) {
+          values.push_back(static_cast<double>(f));
+        } else {
+          values.push_back(nullptr);
+        }
+      }
+      entry["data"] = std::move(values);
+    }
+    entries.push_back(std::move(entry));
+  }
+  answer["outputs"] = std::move(entries);
+  std::string body = answer.dump(-1, ' ', false, json::error_handler_t::replace);
+  *json_bytes = body.size();
+  body.reserve(body.size() + binary_bytes);
+  for (const OutputData& output : outputs) {
+    if (output.binary) {
+      body.append(reinterpret_cast<const char*>(output.data.data()),
+                  output.data.size() * sizeof(float));
     }
   }
-  return json{{"name", name}, {"datatype", "FP32"}, {"shape", dims}, {"data", std::move(values)}};
+  return body;
 }
 
 std::string ShapeText(const std::vector<int64_t>& shape) {

@@ -1,6 +1,8 @@
 // Tensors of the Open Inference Protocol's REST/JSON form (KServe v2):
 // {"name", "shape", "datatype", "data"}, and the three datatypes the ops
-// take. docs/serving.md lists them per model.
+// take; with the binary tensor data extension, a tensor's data may instead
+// follow the JSON as raw little-endian bytes ("parameters":
+// {"binary_data_size": bytes}). docs/serving.md lists them per model.
 #ifndef ATTNSCORE_SERVER_TENSORS_H_
 #define ATTNSCORE_SERVER_TENSORS_H_
 
@@ -32,21 +34,43 @@ struct InputTensor {
 
 // The request's "inputs" array, each entry checked: a name given once, a
 // shape of at most kMaxRank non-negative dims whose product the data's
-// length equals (flat, or nested as the shape), a datatype of the three,
-// numbers that fit it (finite float32; integers within INT32 or INT64).
-// InvalidArgument naming the input and what is wrong.
-Status ParseInputs(const nlohmann::json& request, std::vector<InputTensor>* inputs);
+// length equals, a datatype of the three, and data that fits it. Data is a
+// JSON array (flat, or nested as the shape) of finite float32 numbers or of
+// integers within INT32 / INT64; or, for an input whose parameters give
+// binary_data_size, the next that many bytes of `binary` (the body after the
+// JSON), which must be used up exactly. InvalidArgument naming the input and
+// what is wrong.
+Status ParseInputs(const nlohmann::json& request, std::string_view binary,
+                   std::vector<InputTensor>* inputs);
 
-// The names in the request's "outputs" array ([{"name": ...}]), or empty when
-// it has none. InvalidArgument when it is malformed.
-Status ParseRequestedOutputs(const nlohmann::json& request, std::vector<std::string>* names);
+// An output the request asks for, and whether it wants its data as binary
+// (its parameters' binary_data, or the request's binary_data_output).
+struct RequestedOutput {
+  std::string name;
+  bool binary = false;
+};
 
-// An FP32 output tensor of `dims`: floats written as the shortest decimal that
-// reads back as the same double, so a client that parses the JSON number and
-// rounds it to float32 gets the engine's bits; NaN and infinities as null
-// (JSON has no such numbers).
-nlohmann::json OutputTensor(const std::string& name, const std::vector<int64_t>& dims,
-                            const std::vector<float>& data);
+// The request's "outputs" array ([{"name": ..., "parameters": {...}}]), or
+// empty when it has none. InvalidArgument when it is malformed.
+Status ParseRequestedOutputs(const nlohmann::json& request, std::vector<RequestedOutput>* outputs);
+
+// An output a model computed: float32, C order.
+struct OutputData {
+  std::string name;
+  std::vector<int64_t> dims;
+  std::vector<float> data;
+  bool binary = false;
+};
+
+// The answer's body for `outputs`: JSON alone, or JSON followed by the binary
+// outputs' bytes, in order, with `*json_bytes` the JSON's length (to send as
+// Inference-Header-Content-Length); `*json_bytes` is the whole body's length
+// when no output is binary. JSON floats are written as the shortest decimal
+// that reads back as the same double, so a client that rounds the number to
+// float32 gets the engine's bits; NaN and infinities as null (JSON has no
+// such numbers; binary data carries them).
+std::string AnswerBody(nlohmann::json answer, const std::vector<OutputData>& outputs,
+                       size_t* json_bytes);
 
 // "[2, 10, 4]", for messages.
 std::string ShapeText(const std::vector<int64_t>& shape);

@@ -42,10 +42,12 @@ class Server:
                     return int(line.split()[1])
         raise RuntimeError("no VmRSS")
 
-    def call(self, method, path, body=None, timeout=60):
-        """(status, headers, parsed JSON or text) of one request."""
+    def call(self, method, path, body=None, timeout=60, headers=None):
+        """(status, headers, parsed JSON or text) of one request; a binary
+        answer (binary tensor data extension) comes back as raw bytes."""
         data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method)
+        request = urllib.request.Request(self.url + path, data=data, method=method,
+                                         headers=headers or {"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 status, headers, text = response.status, response.headers, response.read()
@@ -69,6 +71,41 @@ def infer_body(inputs, outputs=None):
     if outputs:
         body["outputs"] = [{"name": name} for name in outputs]
     return body
+
+
+def binary_infer_body(inputs, outputs=None):
+    """(body bytes, headers) of an infer request whose tensor data follows the
+    JSON as raw bytes (the binary tensor data extension); `outputs` are asked
+    for as binary too."""
+    entries, data = [], b""
+    for name, array in inputs.items():
+        entry = tensor(name, array)
+        del entry["data"]
+        raw = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
+        entry["parameters"] = {"binary_data_size": len(raw)}
+        entries.append(entry)
+        data += raw
+    header = {"inputs": entries}
+    if outputs:
+        header["outputs"] = [{"name": n, "parameters": {"binary_data": True}} for n in outputs]
+    else:
+        header["parameters"] = {"binary_data_output": True}
+    text = json.dumps(header).encode()
+    return text + data, {"Content-Type": "application/octet-stream",
+                         "Inference-Header-Content-Length": str(len(text))}
+
+
+def binary_outputs(headers, body):
+    """{name: float32 array} of a binary answer."""
+    size = int(headers["Inference-Header-Content-Length"])
+    answer, offset, arrays = json.loads(body[:size]), size, {}
+    for entry in answer["outputs"]:
+        count = entry["parameters"]["binary_data_size"]
+        arrays[entry["name"]] = np.frombuffer(body[offset:offset + count], "<f4").reshape(
+            entry["shape"])
+        offset += count
+    assert offset == len(body)
+    return arrays
 
 
 def output_array(answer, name):

@@ -20,7 +20,8 @@ import pytest
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from server_util import Server, build_dir, infer_body, output_array  # noqa: E402
+from server_util import (Server, binary_infer_body, binary_outputs, build_dir,  # noqa: E402
+                         infer_body, output_array)
 
 GOLDEN = os.path.join(ROOT, "tests", "golden")
 SERVER = os.path.join(build_dir(), "bin", "attnscore-server")
@@ -95,6 +96,63 @@ def test_toy_through_curl_is_the_library_bit_for_bit(server, tmp_path):
     out, _ = library(tmp_path, ["dot"], inputs, weights=False)
     np.testing.assert_array_equal(bits(output_array(answer, "output")), bits(out))
     assert [o["name"] for o in answer["outputs"]] == ["output"]  # weights only on request
+
+
+def test_binary_tensor_data_is_the_library_bit_for_bit(server, tmp_path):
+    inputs = golden(*DOT_TOY)
+    inputs["valid_lens"] = inputs["valid_lens"].astype(np.int32)
+    body, headers = binary_infer_body(inputs, ["output", "attention_weights"])
+    status, answer_headers, raw = server.call("POST", "/v2/models/dot_product_attention/infer",
+                                              body, headers=headers)
+    assert status == 200, raw
+    assert answer_headers["Content-Type"] == "application/octet-stream"
+    got = binary_outputs(answer_headers, raw)
+    out, weights = library(tmp_path, ["dot"], inputs)
+    np.testing.assert_array_equal(bits(got["output"]), bits(out))
+    np.testing.assert_array_equal(bits(got["attention_weights"]), bits(weights))
+    # binary_data_output without "outputs": the default output, as binary.
+    body, headers = binary_infer_body(inputs)
+    status, answer_headers, raw = server.call("POST", "/v2/models/dot_product_attention/infer",
+                                              body, headers=headers)
+    assert status == 200 and list(binary_outputs(answer_headers, raw)) == ["output"]
+
+
+def test_binary_carries_non_finite_values_json_cannot(server, tmp_path):
+    x = np.array([[[1.0, np.inf, 2.0], [np.nan, 0.0, 1.0]]], np.float32)
+    body, headers = binary_infer_body({"x": x})
+    status, answer_headers, raw = server.call("POST", "/v2/models/masked_softmax/infer", body,
+                                              headers=headers)
+    assert status == 200, raw
+    y, _ = library(tmp_path, ["softmax"], {"x": x}, weights=False)
+    np.testing.assert_array_equal(bits(binary_outputs(answer_headers, raw)["output"]), bits(y))
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda header, data: (header, data[:-4]), "bytes of binary data are left"),
+    (lambda header, data: (header, data + b"\0" * 4), "no input's binary_data_size claims"),
+    (lambda header, data: (header.replace(b'"binary_data_size": 16', b'"binary_data_size": 12'),
+                           data), "binary_data_size 12"),
+    (lambda header, data: (header.replace(b'"binary_data_size": 16', b'"binary_data_size": -1'),
+                           data), "binary_data_size must be"),
+])
+def test_bad_binary_requests_are_400(server, change, words):
+    inputs = golden(*DOT_TOY)
+    body, headers = binary_infer_body(inputs)
+    size = int(headers["Inference-Header-Content-Length"])
+    header, data = change(body[:size], body[size:])
+    headers["Inference-Header-Content-Length"] = str(len(header))
+    status, _, error = server.call("POST", "/v2/models/dot_product_attention/infer",
+                                   header + data, headers=headers)
+    assert status == 400 and words in error["error"], error
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "999999999", "+5"])
+def test_bad_inference_header_length_is_400(server, value):
+    body, headers = binary_infer_body(golden(*DOT_TOY))
+    headers["Inference-Header-Content-Length"] = value
+    status, _, error = server.call("POST", "/v2/models/dot_product_attention/infer", body,
+                                   headers=headers)
+    assert status == 400 and "Inference-Header-Content-Length" in error["error"], error
 
 
 @pytest.mark.parametrize("case,lens_type", [("softmax_seed_per_batch", np.int64),
