@@ -8,7 +8,7 @@
 #include <regex>
 #include <string_view>
 
-#include "tensors.h"
+#include "infer.h"
 
 namespace attnscore::server {
 namespace {
@@ -34,7 +34,8 @@ void Reply(httplib::Response& response, int status, const json& body) {
 }
 
 void ReplyError(httplib::Response& response, int status, const std::string& message) {
-  Reply(response, status, json{{"error", message}});
+  response.status = status;
+  response.set_content(ErrorBody(message), "application/json");
 }
 
 // The {name} of a /v2/models/{name}[/versions/1]/infer path, else "".
@@ -249,8 +250,10 @@ void Service::Install(httplib::Server* http) {
                const size_t limit = static_cast<size_t>(options_.max_request_bytes);
                bool too_large = false;
                const bool complete = read([&](const char* data, size_t size) {
+                 // httplib refuses a Content-Length over the limit itself (413,
+                 // the body skipped); a chunked body is stopped here.
                  if (body.size() + size > limit) {
-                   too_large = true;  // stop reading: the connection is closed after the reply
+                   too_large = true;
                    return false;
                  }
                  body.append(data, size);
@@ -308,40 +311,14 @@ void Service::Infer(const httplib::Request& request, const std::string& request_
     }
     json_bytes = static_cast<size_t>(value);
   }
-  const std::string_view whole(request_body);
-  json body;
-  try {
-    body = json::parse(whole.substr(0, json_bytes));
-  } catch (const json::parse_error& e) {
-    ReplyError(response, 400, std::string("malformed JSON: ") + e.what());
-    return;
-  }
-  std::vector<InputTensor> inputs;
-  std::vector<RequestedOutput> requested;
-  Status status = ParseInputs(body, whole.substr(json_bytes), &inputs);
-  if (status.ok()) status = ParseRequestedOutputs(body, &requested);
-  std::vector<OutputData> outputs;
-  if (status.ok()) {
-    status =
-        found->second->Infer(engine_, inputs, requested, options_.max_request_bytes / 4, &outputs);
-  }
-  if (!status.ok()) {
-    const bool client =
-        status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kUnsupported;
-    ReplyError(response, client ? 400 : 500, status.message());
-    return;
-  }
-  json answer = {{"model_name", name}, {"model_version", "1"}};
-  const auto id = body.find("id");
-  if (id != body.end() && id->is_string()) answer["id"] = *id;
-  size_t answer_json_bytes = 0;
-  std::string answer_body = AnswerBody(std::move(answer), outputs, &answer_json_bytes);
-  response.status = 200;
-  if (answer_json_bytes == answer_body.size()) {
-    response.set_content(std::move(answer_body), "application/json");
+  const InferAnswer answer = server::Infer(*found->second, engine_, request_body, json_bytes,
+                                           options_.max_request_bytes / 4);
+  response.status = answer.status;
+  if (answer.json_bytes == answer.body.size()) {
+    response.set_content(answer.body, "application/json");
   } else {
-    response.set_header("Inference-Header-Content-Length", std::to_string(answer_json_bytes));
-    response.set_content(std::move(answer_body), "application/octet-stream");
+    response.set_header("Inference-Header-Content-Length", std::to_string(answer.json_bytes));
+    response.set_content(answer.body, "application/octet-stream");
   }
 }
 

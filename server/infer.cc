@@ -1,0 +1,54 @@
+#include "infer.h"
+
+#include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
+
+#include "tensors.h"
+
+namespace attnscore::server {
+
+using nlohmann::json;
+
+std::string ErrorBody(const std::string& message) {
+  return json{{"error", message}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+InferAnswer Infer(const Model& model, const Engine& engine, std::string_view body,
+                  size_t json_bytes, int64_t max_output_elements) {
+  InferAnswer answer;
+  auto fail = [&answer](int status, const std::string& message) {
+    answer.status = status;
+    answer.body = ErrorBody(message);
+    answer.json_bytes = answer.body.size();
+    return answer;
+  };
+  if (json_bytes > body.size()) {
+    return fail(400, "the JSON's length " + std::to_string(json_bytes) + " is over the body's " +
+                         std::to_string(body.size()) + " bytes");
+  }
+  json request;
+  try {
+    request = json::parse(body.substr(0, json_bytes));
+  } catch (const json::parse_error& e) {
+    return fail(400, std::string("malformed JSON: ") + e.what());
+  }
+  std::vector<InputTensor> inputs;
+  std::vector<RequestedOutput> requested;
+  std::vector<OutputData> outputs;
+  Status status = ParseInputs(request, body.substr(json_bytes), &inputs);
+  if (status.ok()) status = ParseRequestedOutputs(request, &requested);
+  if (status.ok()) status = model.Infer(engine, inputs, requested, max_output_elements, &outputs);
+  if (!status.ok()) {
+    const bool client =
+        status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kUnsupported;
+    return fail(client ? 400 : 500, status.message());
+  }
+  json head = {{"model_name", model.name()}, {"model_version", "1"}};
+  const auto id = request.find("id");
+  if (id != request.end() && id->is_string()) head["id"] = *id;
+  answer.body = AnswerBody(std::move(head), outputs, &answer.json_bytes);
+  return answer;
+}
+
+}  // namespace attnscore::server
