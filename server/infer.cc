@@ -30,7 +30,7 @@ InferAnswer Infer(const Model& model, const Engine& engine, std::string_view bod
   json request;
   try {
     request = json::parse(body.substr(0, json_bytes));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number past double's range
     return fail(400, std::string("malformed JSON: ") + e.what());
   }
   std::vector<InputTensor> inputs;
