@@ -275,7 +275,8 @@ void CheckStridedViews(const Shape& s, int64_t gap, int64_t weight_step) {
 
 TEST_P(ConcatTest, StridedViews) {
   // 6 queries: W V by oneDNN; 2 queries: row by row; 1 query: each entry
-  // one row whose row stride means nothing.
+  // one row whose row stride means nothing, 3 rows in all: the whole pass
+  // row by row.
   for (int64_t queries : {6, 2, 1}) {
     const Shape s{3, queries, 5, 4, 9, 3, 7};
     CheckStridedViews(s, /*gap=*/0, /*weight_step=*/2);
@@ -444,6 +445,8 @@ TEST_P(ConcatTest, AQueryReadsOnlyItsOwnValues) {
     int64_t row;
   };
   const Case cases[] = {
+      // The whole pass row by row (3 rows in all).
+      {"1 entry of 3 queries", {1, 3, 5, 4, 12, 6, 7}, {2, 12, 0}, 6},
       // W V row by row.
       {"3 queries", {2, 3, 5, 4, 12, 6, 7}, {2, 12, 0, 4, 9, 1}, 6},
       // W V by oneDNN: one call for entries of the same widths, or one per entry.

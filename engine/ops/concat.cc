@@ -47,17 +47,18 @@ constexpr const char* kOp = "ConcatAttention";
 // lengths): 272 us for the op with oneDNN per entry, 227 us row by row.
 constexpr int64_t kRowMixMaxQueries = 3;
 
+// Up to this many rows (B · N) in all, as in a single decoder step or the
+// tutorial's toy, the whole pass runs row by row without oneDNN: each layer
+// is a matrix-vector product, and oneDNN's four calls cost more than the
+// arithmetic (the tutorial's toy, Dq = Dk = M = 32, Dv = 64: 4.0 us with
+// them).
+constexpr int64_t kFewRows = 3;
+
 // The state_dict names, as PyTorch's Attn module calls its parameters.
 constexpr const char* kScoreWeight = "attn.weight";
 constexpr const char* kScoreBias = "attn.bias";
 constexpr const char* kCombineWeight = "attn_combine.weight";
 constexpr const char* kCombineBias = "attn_combine.bias";
-
-// Columns [first, first + count) of a checked rank-2 view.
-ConstTensor Columns(const ConstTensor& t, int64_t first, int64_t count) {
-  return ConstTensor(t.data + first * t.strides[1], {t.dims[0], count},
-                     {t.strides[0], t.strides[1]});
-}
 
 }  // namespace
 
@@ -93,13 +94,9 @@ Status MakeConcatParams(int64_t query_size, ConstTensor attn_weight, ConstTensor
   params->value_rows = rows;
   params->value_size = combine_inputs - query_size;
   params->output_size = outputs;
-  params->score_q = CopyMatrix(Columns(attn_weight, 0, query_size), /*transpose=*/true);
-  params->score_k =
-      CopyMatrix(Columns(attn_weight, query_size, params->key_size), /*transpose=*/true);
+  params->score = CopyMatrix(attn_weight, /*transpose=*/true);
   params->score_bias = CopyMatrix(attn_bias, /*transpose=*/false);
-  params->combine_q = CopyMatrix(Columns(combine_weight, 0, query_size), /*transpose=*/true);
-  params->combine_applied =
-      CopyMatrix(Columns(combine_weight, query_size, params->value_size), /*transpose=*/true);
+  params->combine = CopyMatrix(combine_weight, /*transpose=*/true);
   params->combine_bias = CopyMatrix(combine_bias, /*transpose=*/false);
   return Status::Ok();
 }
@@ -182,12 +179,6 @@ class ForwardPass {
                                       : LayoutOf(attention_);
     const matmul::Layout applied{queries_, m_.value_size, queries_ * m_.value_size, m_.value_size,
                                  1};
-    ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(q_), scores, Epilogue::kAddBias, &score_q_));
-    ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(k_), scores, Epilogue::kAccumulate, &score_k_));
-    ATTNSCORE_RETURN_IF_ERROR(
-        Shared(LayoutOf(q_), LayoutOf(out_), Epilogue::kAddBias, &combine_q_));
-    ATTNSCORE_RETURN_IF_ERROR(
-        Shared(applied, LayoutOf(out_), Epilogue::kAccumulate, &combine_applied_));
 
     // W V reads only the positions some query of the entry attends to (all
     // M when a query has L = 0), so NaN in values past them stays out (and
@@ -196,6 +187,14 @@ class ForwardPass {
     // one per entry.
     const int64_t attention_column_stride = attention_.empty() ? 1 : attention_.strides[2];
     row_mix_ = queries_ <= kRowMixMaxQueries && v_.strides[2] == 1 && attention_column_stride == 1;
+    few_rows_ = row_mix_ && batch_ * queries_ <= kFewRows;
+    if (few_rows_) return Status::Ok();
+    ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(q_), scores, Epilogue::kAddBias, &score_q_));
+    ATTNSCORE_RETURN_IF_ERROR(Shared(LayoutOf(k_), scores, Epilogue::kAccumulate, &score_k_));
+    ATTNSCORE_RETURN_IF_ERROR(
+        Shared(LayoutOf(q_), LayoutOf(out_), Epilogue::kAddBias, &combine_q_));
+    ATTNSCORE_RETURN_IF_ERROR(
+        Shared(applied, LayoutOf(out_), Epilogue::kAccumulate, &combine_applied_));
     if (row_mix_) return Status::Ok();
     widths_.resize(static_cast<size_t>(batch_));
     for (int64_t b = 0; b < batch_; ++b) {
@@ -223,9 +222,9 @@ class ForwardPass {
         static_cast<size_t>(scratch_scores_ + batch_ * queries_ * m_.value_size));
     float* scores = attention_.empty() ? scratch : attention_.data;
     float* applied = scratch + scratch_scores_;
-    ATTNSCORE_RETURN_IF_ERROR(
-        score_q_->Run(q_.data, m_.score_q.data(), scores, m_.score_bias.data()));
-    ATTNSCORE_RETURN_IF_ERROR(score_k_->Run(k_.data, m_.score_k.data(), scores));
+    if (few_rows_) return RunFewRows(scores);
+    ATTNSCORE_RETURN_IF_ERROR(score_q_->Run(q_.data, m_.score_q(), scores, m_.score_bias.data()));
+    ATTNSCORE_RETURN_IF_ERROR(score_k_->Run(k_.data, m_.score_k(), scores));
     const Tensor probabilities =
         attention_.empty() ? Tensor(scores, {batch_, queries_, rows}) : attention_;
     ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(probabilities, probabilities, lens_, 0, 0,
@@ -249,8 +248,8 @@ class ForwardPass {
           /*bf16=*/false, options_.threads));
     }
     ATTNSCORE_RETURN_IF_ERROR(
-        combine_q_->Run(q_.data, m_.combine_q.data(), out_.data, m_.combine_bias.data()));
-    return combine_applied_->Run(applied, m_.combine_applied.data(), out_.data);
+        combine_q_->Run(q_.data, m_.combine_q(), out_.data, m_.combine_bias.data()));
+    return combine_applied_->Run(applied, m_.combine_applied(), out_.data);
   }
 
  private:
@@ -271,6 +270,60 @@ class ForwardPass {
               v_.strides[1], static_cast<size_t>(dv), applied + r * dv);
         },
         [] {});
+  }
+
+  // The whole pass row by row, each layer x · W + bias as a matrix-vector
+  // product over the transposed weights (kernels::MixRow), x = [q; k] or
+  // [q; applied] gathered into a row buffer. Scores are contiguous rows here
+  // (Prepare takes this path only then); q, k and out may have any strides.
+  Status RunFewRows(float* scores) const {
+    const int64_t rows = m_.value_rows, dq = m_.query_size, dk = m_.key_size;
+    const int64_t dv = m_.value_size, outputs = m_.output_size;
+    const int64_t score_row_stride = attention_.empty() ? rows : attention_.strides[1];
+    const int64_t score_batch_stride = attention_.empty() ? queries_ * rows : attention_.strides[0];
+    // x, then y = the layer's output row. Taken again after the softmax,
+    // which may grow this slot for its own rows.
+    const auto row_buffer = [&] {
+      return internal::ThreadScratch(internal::ScratchSlot::kRowBuffer,
+                                     static_cast<size_t>(dq + std::max(dk, dv) + outputs));
+    };
+    float* x = row_buffer();
+    const auto gather = [](const ConstTensor& t, int64_t b, int64_t i, float* to) {
+      const float* from = t.data + b * t.strides[0] + i * t.strides[1];
+      for (int64_t c = 0; c < t.dims[2]; ++c) to[c] = from[c * t.strides[2]];
+    };
+    for (int64_t b = 0; b < batch_; ++b) {
+      for (int64_t i = 0; i < queries_; ++i) {
+        float* score = scores + b * score_batch_stride + i * score_row_stride;
+        gather(q_, b, i, x);
+        gather(k_, b, i, x + dq);
+        kernels::MixRow(x, static_cast<size_t>(dq + dk), m_.score.data(), rows,
+                        static_cast<size_t>(rows), score);
+        for (int64_t j = 0; j < rows; ++j) score[j] += m_.score_bias[static_cast<size_t>(j)];
+      }
+    }
+    const Tensor probabilities =
+        attention_.empty() ? Tensor(scores, {batch_, queries_, rows}) : attention_;
+    ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(probabilities, probabilities, lens_, 0, 0,
+                                               /*threads=*/1, /*stream=*/false));
+    x = row_buffer();
+    float* y = x + dq + std::max(dk, dv);
+    for (int64_t b = 0; b < batch_; ++b) {
+      for (int64_t i = 0; i < queries_; ++i) {
+        const int64_t valid = lens_.row(b, i);
+        gather(q_, b, i, x);
+        kernels::MixRow(scores + b * score_batch_stride + i * score_row_stride,
+                        static_cast<size_t>(valid == 0 ? rows : valid), v_.data + b * v_.strides[0],
+                        v_.strides[1], static_cast<size_t>(dv), x + dq);
+        kernels::MixRow(x, static_cast<size_t>(dq + dv), m_.combine.data(), outputs,
+                        static_cast<size_t>(outputs), y);
+        float* out = out_.data + b * out_.strides[0] + i * out_.strides[1];
+        for (int64_t c = 0; c < outputs; ++c) {
+          out[c * out_.strides[2]] = y[c] + m_.combine_bias[static_cast<size_t>(c)];
+        }
+      }
+    }
+    return Status::Ok();
   }
 
   // What a column block's product adds: the layer's bias (the first block)
@@ -311,6 +364,7 @@ class ForwardPass {
   const int64_t batch_, queries_;
   int64_t scratch_scores_ = 0;
   bool row_mix_ = false;
+  bool few_rows_ = false;  // the whole pass row by row (RunFewRows)
   std::vector<int64_t> widths_;
   std::shared_ptr<const matmul::Plan> score_q_, score_k_, combine_q_, combine_applied_;
   std::vector<std::shared_ptr<const matmul::Plan>> mix_;

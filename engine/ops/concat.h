@@ -21,11 +21,18 @@ namespace attnscore::ops {
 // and packed once for the forward pass.
 struct ConcatParams {
   int64_t query_size = 0, key_size = 0, value_rows = 0, value_size = 0, output_size = 0;
-  std::vector<float> score_q, score_k;  // (Dq, M), (Dk, M): attn.weight's column blocks, transposed
-  std::vector<float> score_bias;        // (M)
-  std::vector<float> combine_q;         // (Dq, O): attn_combine.weight's blocks, transposed
-  std::vector<float> combine_applied;   // (Dv, O)
-  std::vector<float> combine_bias;      // (O)
+  // attn.weight and attn_combine.weight transposed, (Dq + Dk, M) and
+  // (Dq + Dv, O): x · score is the score layer of x = [q; k] without its bias.
+  // Their first Dq rows are the blocks that multiply q, the rest those that
+  // multiply k (applied).
+  std::vector<float> score, combine;
+  std::vector<float> score_bias;    // (M)
+  std::vector<float> combine_bias;  // (O)
+
+  const float* score_q() const { return score.data(); }
+  const float* score_k() const { return score.data() + query_size * value_rows; }
+  const float* combine_q() const { return combine.data(); }
+  const float* combine_applied() const { return combine.data() + query_size * output_size; }
 };
 
 // Checks and packs attn.weight (M, Dq + Dk), attn.bias (M),
