@@ -38,6 +38,11 @@ Status CheckOutputSize(int64_t elements, int64_t max_output_elements) {
   return Status::Ok();
 }
 
+// The most scores (B · N · M) one request may ask for: about 10 s of one
+// core at D = 64. A request's bytes bound N and M, not their product, and a
+// worker cannot be taken back once it computes.
+constexpr int64_t kMaxScores = int64_t{1} << 32;
+
 // An attention op or model: inputs queries, keys, values, valid_lens;
 // outputs output and, on request, attention_weights.
 class AttentionModel : public Model {
@@ -73,6 +78,12 @@ class AttentionModel : public Model {
     const ConstTensor q = in[0]->View(), k = in[1]->View(), v = in[2]->View();
     OutputShapes shapes;
     if (!(s = check_(engine, q, k, v, lens, &shapes)).ok()) return s;
+    const int64_t scores = Elements(shapes.attention_weights);
+    if (scores > kMaxScores) {
+      return Bad("the request asks for " + std::to_string(scores) +
+                 " scores (B * N * M); this server computes at most " +
+                 std::to_string(kMaxScores) + " in one request");
+    }
     const bool want_weights = wanted[1] != Want::kNo;
     const int64_t weights = want_weights ? Elements(shapes.attention_weights) : 0;
     s = CheckOutputSize(Elements(shapes.out) + weights, max_output_elements);

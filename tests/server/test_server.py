@@ -304,6 +304,15 @@ def test_oversized_body_is_413_and_unknown_route_404():
         assert small.stop() == 0
 
 
+def test_too_many_scores_is_400(server):
+    # 70,000 queries and keys of one float: small bodies, 4.9e9 scores.
+    ones = np.ones((1, 70000, 1), np.float32)
+    body, headers = binary_infer_body({"queries": ones, "keys": ones, "values": ones})
+    status, _, error = server.call("POST", "/v2/models/dot_product_attention/infer", body,
+                                   headers=headers)
+    assert status == 400 and "scores (B * N * M)" in error["error"], error
+
+
 def long_request():
     rng = np.random.default_rng(0)
     return infer_body({"queries": rng.standard_normal((2, 1500, 64), dtype=np.float32),
