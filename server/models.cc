@@ -68,21 +68,18 @@ class AttentionModel : public Model {
                const std::vector<RequestedOutput>& requested, int64_t max_output_elements,
                std::vector<OutputData>* outputs) const override {
     std::vector<const InputTensor*> in;
-    Status s = Match(inputs, &in);
-    if (!s.ok()) return s;
     std::vector<Want> wanted;
-    s = Select(requested, &wanted);
-    if (!s.ok()) return s;
     ValidLens lens;
-    if (in[3] != nullptr && !(s = in[3]->Lens(&lens)).ok()) return s;
+    Status s = Bind(inputs, requested, /*lens_input=*/3, &in, &wanted, &lens);
+    if (!s.ok()) return s;
     const ConstTensor q = in[0]->View(), k = in[1]->View(), v = in[2]->View();
     OutputShapes shapes;
     if (!(s = check_(engine, q, k, v, lens, &shapes)).ok()) return s;
     const int64_t scores = Elements(shapes.attention_weights);
     if (scores > kMaxScores) {
       return Bad("the request asks for " + std::to_string(scores) +
-                 " scores (B * N * M); this server computes at most " +
-                 std::to_string(kMaxScores) + " in one request");
+                 " scores (B * N * M); this server computes at most " + std::to_string(kMaxScores) +
+                 " in one request");
     }
     const bool want_weights = wanted[1] != Want::kNo;
     const int64_t weights = want_weights ? Elements(shapes.attention_weights) : 0;
@@ -123,12 +120,10 @@ class MaskedSoftmaxModel : public Model {
                const std::vector<RequestedOutput>& requested, int64_t max_output_elements,
                std::vector<OutputData>* outputs) const override {
     std::vector<const InputTensor*> in;
-    Status s = Match(inputs, &in);
-    if (!s.ok()) return s;
     std::vector<Want> wanted;
-    if (!(s = Select(requested, &wanted)).ok()) return s;
     ValidLens lens;
-    if (in[1] != nullptr && !(s = in[1]->Lens(&lens)).ok()) return s;
+    Status s = Bind(inputs, requested, /*lens_input=*/1, &in, &wanted, &lens);
+    if (!s.ok()) return s;
     const ConstTensor x = in[0]->View();
     OutputShapes shapes;
     if (!(s = engine.CheckMaskedSoftmax(x, lens, &shapes)).ok()) return s;
@@ -278,6 +273,16 @@ json Model::Metadata() const {
           {"parameters", {{"kind", kind_}}},
           {"inputs", specs(inputs_)},
           {"outputs", specs(outputs_)}};
+}
+
+Status Model::Bind(const std::vector<InputTensor>& inputs,
+                   const std::vector<RequestedOutput>& requested, size_t lens_input,
+                   std::vector<const InputTensor*>* matched, std::vector<Want>* wanted,
+                   ValidLens* lens) const {
+  Status s = Match(inputs, matched);
+  if (s.ok()) s = Select(requested, wanted);
+  if (s.ok() && (*matched)[lens_input] != nullptr) s = (*matched)[lens_input]->Lens(lens);
+  return s;
 }
 
 Status Model::Match(const std::vector<InputTensor>& inputs,

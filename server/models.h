@@ -52,16 +52,21 @@ class Model {
         inputs_(std::move(inputs)),
         outputs_(std::move(outputs)) {}
 
-  // Each input by its spec's position (null when an optional one is absent),
-  // after the name and datatype checks.
-  Status Match(const std::vector<InputTensor>& inputs,
-               std::vector<const InputTensor*>* matched) const;
   // Which outputs to return, by position in outputs_: absent, or as JSON or
   // binary.
   enum class Want { kNo, kJson, kBinary };
-  Status Select(const std::vector<RequestedOutput>& requested, std::vector<Want>* wanted) const;
+  // A request's inputs by their spec's position (null when an optional one
+  // is absent), after the name and datatype checks; which outputs it wants;
+  // and its valid lengths, from the input at `lens_input` when given.
+  Status Bind(const std::vector<InputTensor>& inputs, const std::vector<RequestedOutput>& requested,
+              size_t lens_input, std::vector<const InputTensor*>* matched,
+              std::vector<Want>* wanted, ValidLens* lens) const;
 
  private:
+  Status Match(const std::vector<InputTensor>& inputs,
+               std::vector<const InputTensor*>* matched) const;
+  Status Select(const std::vector<RequestedOutput>& requested, std::vector<Want>* wanted) const;
+
   std::string name_;
   std::string kind_;
   std::vector<TensorSpec> inputs_;

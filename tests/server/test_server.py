@@ -329,14 +329,21 @@ def wait_in_flight(server, count):
     raise AssertionError("no request in flight")
 
 
+def start_long_request(server):
+    """A long request sent from a thread, once the server computes it:
+    (the thread, the list its answer goes to, the body sent)."""
+    body = json.dumps(long_request()).encode()
+    results = []
+    worker = threading.Thread(target=lambda: results.append(
+        server.call("POST", "/v2/models/dot_product_attention/infer", body)))
+    worker.start()
+    wait_in_flight(server, 1)
+    return worker, results, body
+
+
 def test_full_queue_is_503_with_retry_after():
     with Server(SERVER, "--workers", "1", "--max-queue", "0") as busy:
-        body = json.dumps(long_request()).encode()
-        results = []
-        worker = threading.Thread(target=lambda: results.append(
-            busy.call("POST", "/v2/models/dot_product_attention/infer", body)))
-        worker.start()
-        wait_in_flight(busy, 1)
+        worker, results, _ = start_long_request(busy)
         status, headers, error = busy.call("POST", "/v2/models/dot_product_attention/infer",
                                            good_toy())
         worker.join()
@@ -352,12 +359,7 @@ def test_full_queue_is_503_with_retry_after():
 def test_sigterm_finishes_the_request_in_flight_and_exits_0(tmp_path):
     log = open(tmp_path / "log", "w")
     busy = Server(SERVER, "--workers", "1", log=log)
-    body = json.dumps(long_request()).encode()
-    results = []
-    worker = threading.Thread(target=lambda: results.append(
-        busy.call("POST", "/v2/models/dot_product_attention/infer", body)))
-    worker.start()
-    wait_in_flight(busy, 1)
+    worker, results, body = start_long_request(busy)
     busy.process.send_signal(signal.SIGTERM)
     worker.join()
     assert results[0][0] == 200
