@@ -28,6 +28,12 @@ std::string Message(attnscore_status* s) {
   return text;
 }
 
+void ExpectShapes(const attnscore_output_shapes& shapes, const std::vector<int64_t>& out,
+                  const std::vector<int64_t>& weights) {
+  EXPECT_EQ(std::vector<int64_t>(shapes.out, shapes.out + 3), out);
+  EXPECT_EQ(std::vector<int64_t>(shapes.attention_weights, shapes.attention_weights + 3), weights);
+}
+
 class CApi : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -93,6 +99,9 @@ TEST_F(CApi, ModelsLoadAndMatchTheirGoldenCases) {
       attnscore_additive* model = nullptr;
       ASSERT_EQ(Message(attnscore_additive_load(path.c_str(), &model)), "");
       EXPECT_EQ(attnscore_additive_query_size(model), qs[2]);
+      attnscore_output_shapes shapes = {};
+      EXPECT_EQ(Message(attnscore_additive_check(model, &qv, &kv, &vv, &cl, &shapes)), "");
+      ExpectShapes(shapes, {qs[0], qs[1], out_dim}, {qs[0], qs[1], vs[1]});
       EXPECT_EQ(Message(attnscore_additive_forward(model, engine_, &qv, &kv, &vv, &cl, &ov, &wv)), "");
       attnscore_additive_destroy(model);
     } else {
@@ -100,6 +109,9 @@ TEST_F(CApi, ModelsLoadAndMatchTheirGoldenCases) {
       ASSERT_EQ(Message(attnscore_concat_load(path.c_str(), qs[2], &model)), "");
       EXPECT_EQ(attnscore_concat_value_rows(model), vs[1]);
       EXPECT_EQ(attnscore_concat_output_size(model), out_dim);
+      attnscore_output_shapes shapes = {};
+      EXPECT_EQ(Message(attnscore_concat_check(model, &qv, &kv, &vv, &cl, &shapes)), "");
+      ExpectShapes(shapes, {qs[0], qs[1], out_dim}, {qs[0], qs[1], vs[1]});
       EXPECT_EQ(Message(attnscore_concat_forward(model, engine_, &qv, &kv, &vv, &cl, &ov, &wv)), "");
       attnscore_concat_destroy(model);
     }
@@ -152,6 +164,48 @@ TEST_F(CApi, RefusalsCarryTheCppMessageAndWriteNothing) {
   attnscore_status_free(nullptr);
   EXPECT_EQ(attnscore_status_get_code(nullptr), ATTNSCORE_OK);
   EXPECT_STREQ(attnscore_status_message(nullptr), "");
+}
+
+// The *_check twins: the output shapes of a good call, and for a bad one the
+// op's own refusal (the message its forward call gives), shapes untouched.
+TEST_F(CApi, ChecksReportShapesAndRefuseAsTheOps) {
+  const std::vector<float> q(4), k(40), v(80), bad_v(36);
+  const attnscore_tensor_view qv = CView(q, 2, 1, 2), kv = CView(k, 2, 10, 2),
+                              vv = CView(v, 2, 10, 4), bad_vv = CView(bad_v, 2, 9, 2);
+  const int64_t lens[] = {2, 6};
+  const attnscore_valid_lens cl = {ATTNSCORE_LENS_PER_BATCH, ATTNSCORE_LENS_INT64, lens, {2, 0}};
+  attnscore_output_shapes shapes = {};
+  ASSERT_EQ(Message(attnscore_check_dot_product_attention(engine_, &qv, &kv, &vv, &cl, &shapes)), "");
+  ExpectShapes(shapes, {2, 1, 4}, {2, 1, 10});
+  ASSERT_EQ(Message(attnscore_check_masked_softmax(engine_, &kv, &cl, &shapes)), "");
+  ExpectShapes(shapes, {2, 10, 2}, {2, 10, 2});
+
+  attnscore_output_shapes untouched = {{-1, -1, -1}, {-1, -1, -1}};
+  std::vector<float> out(8, -1.0f);
+  const attnscore_tensor ov = COut(out, 2, 1, 4);
+  const std::string refused =
+      Message(attnscore_check_dot_product_attention(engine_, &qv, &kv, &bad_vv, &cl, &untouched));
+  EXPECT_FALSE(refused.empty());
+  EXPECT_EQ(refused, Message(attnscore_dot_product_attention(engine_, &qv, &kv, &bad_vv, &cl, &ov, nullptr)));
+  ExpectShapes(untouched, {-1, -1, -1}, {-1, -1, -1});
+  const int64_t too_long[] = {2, 6, 1};
+  const attnscore_valid_lens three = {ATTNSCORE_LENS_PER_BATCH, ATTNSCORE_LENS_INT64, too_long, {3, 0}};
+  EXPECT_NE(Message(attnscore_check_masked_softmax(engine_, &kv, &three, &untouched)).find("valid_lens"),
+            std::string::npos);
+
+  EXPECT_NE(Message(attnscore_check_dot_product_attention(engine_, &qv, &kv, &vv, &cl, nullptr))
+                .find("must not be null"),
+            std::string::npos);
+  EXPECT_NE(Message(attnscore_check_masked_softmax(nullptr, &kv, &cl, &shapes)).find("is null"),
+            std::string::npos);
+  EXPECT_NE(Message(attnscore_additive_check(nullptr, &qv, &kv, &vv, &cl, &shapes)).find("is null"),
+            std::string::npos);
+  const attnscore_valid_lens bad_kind = {7, ATTNSCORE_LENS_INT32, lens, {2, 0}};
+  EXPECT_NE(Message(attnscore_concat_check(nullptr, &qv, &kv, &vv, &bad_kind, &shapes)).find("is null"),
+            std::string::npos);
+  EXPECT_NE(Message(attnscore_check_dot_product_attention(engine_, &qv, &kv, &vv, &bad_kind, &shapes))
+                .find("outside its enum"),
+            std::string::npos);
 }
 
 // Each thread's failed calls carry their own messages, readable there.

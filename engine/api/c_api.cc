@@ -102,6 +102,40 @@ bool LensOf(const attnscore_valid_lens* lens, attnscore::ValidLens* out) {
   return false;
 }
 
+// A *_check call: `check(q, k, v, lens, &shapes)` after the null and enum
+// checks, its shapes copied out on success. `owner` is the engine or model.
+template <typename Check>
+attnscore_status* CheckCall(const char* call, const void* owner, const attnscore_tensor_view* queries,
+                            const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
+                            const attnscore_valid_lens* valid_lens, attnscore_output_shapes* shapes,
+                            Check check) {
+  if (owner == nullptr) return Invalid(call, "the engine or model is null");
+  if (queries == nullptr || keys == nullptr || values == nullptr || shapes == nullptr) {
+    return Invalid(call, "queries, keys, values and shapes must not be null");
+  }
+  attnscore::ValidLens lens;
+  if (!LensOf(valid_lens, &lens)) return Invalid(call, "valid_lens has a kind or type outside its enum");
+  return Guarded(call, [&] {
+    attnscore::OutputShapes found;
+    ATTNSCORE_RETURN_IF_ERROR(check(In(queries), In(keys), In(values), lens, &found));
+    for (int d = 0; d < 3; ++d) {
+      shapes->out[d] = found.out[d];
+      shapes->attention_weights[d] = found.attention_weights[d];
+    }
+    return Status::Ok();
+  });
+}
+
+// A model's *_check call (attnscore_additive, attnscore_concat).
+template <typename Handle>
+attnscore_status* ModelCheck(const char* call, const Handle* model, const attnscore_tensor_view* queries,
+                             const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
+                             const attnscore_valid_lens* valid_lens, attnscore_output_shapes* shapes) {
+  return CheckCall(call, model, queries, keys, values, valid_lens, shapes,
+                   [&](ConstTensor q, ConstTensor k, ConstTensor v, const attnscore::ValidLens& lens,
+                       attnscore::OutputShapes* found) { return model->model->Check(q, k, v, lens, found); });
+}
+
 bool OptionsOf(const attnscore_engine_options& in, attnscore::EngineOptions* out) {
   if (in.isa < ATTNSCORE_ISA_SCALAR || in.isa > ATTNSCORE_ISA_BEST) return false;
   if (in.precision != ATTNSCORE_FP32 && in.precision != ATTNSCORE_BF16) return false;
@@ -232,6 +266,48 @@ attnscore_status* attnscore_dot_product_attention(
     return engine->engine->DotProductAttention(In(queries), In(keys), In(values), lens, Out(out),
                                                Out(attention_weights));
   });
+}
+
+attnscore_status* attnscore_check_masked_softmax(const attnscore_engine* engine,
+                                                 const attnscore_tensor_view* x,
+                                                 const attnscore_valid_lens* valid_lens,
+                                                 attnscore_output_shapes* shapes) {
+  // X stands in for all three inputs: the masked softmax has one.
+  return CheckCall("attnscore_check_masked_softmax", engine, x, x, x, valid_lens, shapes,
+                   [&](ConstTensor view, ConstTensor, ConstTensor, const attnscore::ValidLens& lens,
+                       attnscore::OutputShapes* found) {
+                     return engine->engine->CheckMaskedSoftmax(view, lens, found);
+                   });
+}
+
+attnscore_status* attnscore_check_dot_product_attention(
+    const attnscore_engine* engine, const attnscore_tensor_view* queries,
+    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
+    const attnscore_valid_lens* valid_lens, attnscore_output_shapes* shapes) {
+  return CheckCall("attnscore_check_dot_product_attention", engine, queries, keys, values,
+                   valid_lens, shapes,
+                   [&](ConstTensor q, ConstTensor k, ConstTensor v, const attnscore::ValidLens& lens,
+                       attnscore::OutputShapes* found) {
+                     return engine->engine->CheckDotProductAttention(q, k, v, lens, found);
+                   });
+}
+
+attnscore_status* attnscore_additive_check(const attnscore_additive* model,
+                                           const attnscore_tensor_view* queries,
+                                           const attnscore_tensor_view* keys,
+                                           const attnscore_tensor_view* values,
+                                           const attnscore_valid_lens* valid_lens,
+                                           attnscore_output_shapes* shapes) {
+  return ModelCheck("attnscore_additive_check", model, queries, keys, values, valid_lens, shapes);
+}
+
+attnscore_status* attnscore_concat_check(const attnscore_concat* model,
+                                         const attnscore_tensor_view* queries,
+                                         const attnscore_tensor_view* keys,
+                                         const attnscore_tensor_view* values,
+                                         const attnscore_valid_lens* valid_lens,
+                                         attnscore_output_shapes* shapes) {
+  return ModelCheck("attnscore_concat_check", model, queries, keys, values, valid_lens, shapes);
 }
 
 attnscore_status* attnscore_additive_create(const attnscore_tensor_view* w_q,

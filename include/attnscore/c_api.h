@@ -142,6 +142,26 @@ ATTNSCORE_API attnscore_status* attnscore_dot_product_attention(
     const attnscore_valid_lens* valid_lens, const attnscore_tensor* out,
     const attnscore_tensor* attention_weights);
 
+/* The shapes a call's outputs must have: out (B, N, F) and
+ * attention_weights (B, N, M); for the masked softmax both are X's. */
+typedef struct attnscore_output_shapes {
+  int64_t out[3];
+  int64_t attention_weights[3];
+} attnscore_output_shapes;
+
+/* The *_check calls: every check the op makes of its inputs (shapes,
+ * strides, valid lengths), without running it, and its output shapes; a
+ * caller that allocates the outputs refuses bad input before allocating any.
+ * The message of a refusal is the op's own. */
+ATTNSCORE_API attnscore_status* attnscore_check_masked_softmax(const attnscore_engine* engine,
+                                                               const attnscore_tensor_view* x,
+                                                               const attnscore_valid_lens* valid_lens,
+                                                               attnscore_output_shapes* shapes);
+ATTNSCORE_API attnscore_status* attnscore_check_dot_product_attention(
+    const attnscore_engine* engine, const attnscore_tensor_view* queries,
+    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
+    const attnscore_valid_lens* valid_lens, attnscore_output_shapes* shapes);
+
 /* ---- Additive attention (d2l's AdditiveAttention) ---- */
 
 typedef struct attnscore_additive attnscore_additive;
@@ -158,6 +178,10 @@ ATTNSCORE_API void attnscore_additive_destroy(attnscore_additive* model);
 ATTNSCORE_API int64_t attnscore_additive_query_size(const attnscore_additive* model);
 ATTNSCORE_API int64_t attnscore_additive_key_size(const attnscore_additive* model);
 ATTNSCORE_API int64_t attnscore_additive_hidden_size(const attnscore_additive* model);
+ATTNSCORE_API attnscore_status* attnscore_additive_check(
+    const attnscore_additive* model, const attnscore_tensor_view* queries,
+    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
+    const attnscore_valid_lens* valid_lens, attnscore_output_shapes* shapes);
 ATTNSCORE_API attnscore_status* attnscore_additive_forward(
     const attnscore_additive* model, const attnscore_engine* engine,
     const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
@@ -183,6 +207,10 @@ ATTNSCORE_API int64_t attnscore_concat_key_size(const attnscore_concat* model);
 ATTNSCORE_API int64_t attnscore_concat_value_rows(const attnscore_concat* model);
 ATTNSCORE_API int64_t attnscore_concat_value_size(const attnscore_concat* model);
 ATTNSCORE_API int64_t attnscore_concat_output_size(const attnscore_concat* model);
+ATTNSCORE_API attnscore_status* attnscore_concat_check(
+    const attnscore_concat* model, const attnscore_tensor_view* queries,
+    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
+    const attnscore_valid_lens* valid_lens, attnscore_output_shapes* shapes);
 ATTNSCORE_API attnscore_status* attnscore_concat_forward(
     const attnscore_concat* model, const attnscore_engine* engine,
     const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
