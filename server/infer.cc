@@ -10,6 +10,10 @@ namespace attnscore::server {
 
 using nlohmann::json;
 
+namespace {
+constexpr int kMaxDepth = 4 + kMaxRank;
+}  // namespace
+
 std::string ErrorBody(const std::string& message) {
   return json{{"error", message}}.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -27,11 +31,22 @@ InferAnswer Infer(const Model& model, const Engine& engine, std::string_view bod
     return fail(400, "the JSON's length " + std::to_string(json_bytes) + " is over the body's " +
                          std::to_string(body.size()) + " bytes");
   }
+  // A request nests at most kMaxDepth deep (the body, inputs, an input,
+  // its data, and data nested as a shape of kMaxRank dims); deeper nesting
+  // is refused as it is read, before it costs memory (each level a value).
+  struct TooDeep {};
+  const json::parser_callback_t limit_depth = [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxDepth) throw TooDeep{};
+    return true;
+  };
   json request;
   try {
-    request = json::parse(body.substr(0, json_bytes));
+    request = json::parse(body.substr(0, json_bytes), limit_depth);
   } catch (const json::exception& e) {  // a syntax error, or a number past double's range
     return fail(400, std::string("malformed JSON: ") + e.what());
+  } catch (const TooDeep&) {
+    return fail(400, "the JSON nests deeper than " + std::to_string(kMaxDepth) +
+                         " levels; a request needs at most that");
   }
   std::vector<InputTensor> inputs;
   std::vector<RequestedOutput> requested;

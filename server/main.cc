@@ -39,8 +39,9 @@ stops accepting, finishes the requests in flight and exits 0.
   --workers N               requests computed at once (default: cores / threads)
   --max-queue N             requests waiting for a worker; more get 503 with
                             Retry-After (default 64)
-  --max-request-bytes N     larger bodies get 413 (default 67108864); outputs
-                            are limited to N/4 floats
+  --max-request-bytes N     larger bodies get 413 (default 16777216); outputs
+                            are limited to N/4 floats. A JSON body takes up to
+                            about 50 times its size in memory while parsed
   --connections N           connections served at once (default 256)
   --isa NAME                cap the instruction set: scalar, sse4, avx2, avx512, best
   --help, --version
@@ -76,7 +77,7 @@ int Serve(const std::vector<std::string>& argv) {
                           &workers))
            .ok() ||
       !(s = cli::ParseInt(args, "--max-queue", 64, 0, 1 << 20, &max_queue)).ok() ||
-      !(s = cli::ParseInt(args, "--max-request-bytes", int64_t{64} << 20, 1024, int64_t{1} << 40,
+      !(s = cli::ParseInt(args, "--max-request-bytes", int64_t{16} << 20, 1024, int64_t{1} << 40,
                           &max_bytes))
            .ok() ||
       !(s = cli::ParseInt(args, "--connections", 256, 1, 65536, &connections)).ok()) {

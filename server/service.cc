@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <regex>
 #include <string_view>
 
 #include "infer.h"
@@ -39,10 +38,17 @@ void ReplyError(httplib::Response& response, int status, const std::string& mess
 }
 
 // The {name} of a /v2/models/{name}[/versions/1]/infer path, else "".
-std::string InferTarget(const std::string& path) {
-  static const std::regex infer(R"(/v2/models/([^/]+)(?:/versions/1)?/infer)");
-  std::smatch match;
-  return std::regex_match(path, match, infer) ? match[1].str() : "";
+std::string InferTarget(std::string_view path) {
+  const std::string_view prefix = "/v2/models/", suffix = "/infer", version = "/versions/1";
+  if (path.size() <= prefix.size() + suffix.size() || path.substr(0, prefix.size()) != prefix ||
+      path.substr(path.size() - suffix.size()) != suffix) {
+    return "";
+  }
+  std::string_view name = path.substr(prefix.size(), path.size() - prefix.size() - suffix.size());
+  if (name.size() > version.size() && name.substr(name.size() - version.size()) == version) {
+    name.remove_suffix(version.size());
+  }
+  return name.empty() || name.find('/') != std::string_view::npos ? "" : std::string(name);
 }
 
 // Prometheus label values escape backslash, double quote and newline.

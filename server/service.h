@@ -62,7 +62,7 @@ class Metrics {
 struct ServiceOptions {
   int workers = 1;     // requests computed at once
   int max_queue = 64;  // requests waiting for a worker before 503
-  int64_t max_request_bytes = int64_t{64} << 20;
+  int64_t max_request_bytes = int64_t{16} << 20;
 };
 
 class Service {

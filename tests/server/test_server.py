@@ -214,6 +214,8 @@ BAD_REQUESTS = [
     # (label, model, body, status, words the error must hold)
     ("malformed JSON", "dot_product_attention", b"{\"inputs\": [", 400, ["malformed JSON"]),
     ("not an object", "dot_product_attention", b"[1, 2]", 400, ["not a JSON object"]),
+    ("nested too deep", "dot_product_attention",
+     b'{"inputs": [' + b"[" * 100000 + b"]" * 100000 + b"]}", 400, ["nests deeper than 8"]),
     ("number past double's range", "dot_product_attention", b'{"inputs": [1e999]}', 400,
      ["malformed JSON", "number overflow"]),
     ("no inputs", "dot_product_attention", {"outputs": []}, 400, ["'inputs'"]),
