@@ -13,6 +13,7 @@
 #include "matmul/matmul.h"
 #include "ops/dot_product.h"
 #include "ops/masked_softmax.h"
+#include "ops/multihead.h"
 
 namespace attnscore {
 
@@ -85,6 +86,16 @@ Status Engine::DotProductAttention(ConstTensor queries, ConstTensor keys, ConstT
   return internal::Guarded("DotProductAttention", [&] {
     return ops::DotProductAttention(impl_->options, queries, keys, values, valid_lens, out,
                                     attention_weights);
+  });
+}
+
+Status Engine::MultiHeadAttention(ConstTensor queries, ConstTensor keys, ConstTensor values,
+                                  const ValidLens& valid_lens, const MultiHeadOptions& options,
+                                  Tensor out, Tensor attention_weights) const {
+  internal::CallScope scope(impl_->options.threads);
+  return internal::Guarded("MultiHeadAttention", [&] {
+    return ops::MultiHeadAttention(impl_->options, queries, keys, values, valid_lens, options, out,
+                                   attention_weights);
   });
 }
 

@@ -3,6 +3,8 @@
 // path (dot_product_paths.h).
 #include "ops/dot_product.h"
 
+#include <cmath>
+
 #include "base/checks.h"
 #include "base/valid_lens.h"
 #include "ops/dot_product_paths.h"
@@ -43,10 +45,17 @@ Status DotProductAttention(const EngineOptions& options, ConstTensor q, ConstTen
   internal::RowLengths lens;
   ATTNSCORE_RETURN_IF_ERROR(
       internal::RowLengths::Resolve(valid_lens, q.dims[0], q.dims[1], k.dims[1], &lens));
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[2])));
+  return RunDotProduct(options, q, k, v, lens, scale, out, attention_weights);
+}
+
+Status RunDotProduct(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+                     const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                     const Tensor& out, const Tensor& attention_weights) {
   if (dot_product::UseRowPath(q, k, v, out)) {
-    return dot_product::RowPath(options, q, k, v, lens, out, attention_weights);
+    return dot_product::RowPath(options, q, k, v, lens, scale, out, attention_weights);
   }
-  return dot_product::GemmPath(options, q, k, v, lens, out, attention_weights);
+  return dot_product::GemmPath(options, q, k, v, lens, scale, out, attention_weights);
 }
 
 }  // namespace attnscore::ops

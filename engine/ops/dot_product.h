@@ -7,6 +7,7 @@
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
 #include "base/checks.h"
+#include "base/valid_lens.h"
 
 namespace attnscore::ops {
 
@@ -19,6 +20,14 @@ Status CheckDotProductInputs(const ConstTensor& queries, const ConstTensor& keys
 Status DotProductAttention(const EngineOptions& options, ConstTensor queries, ConstTensor keys,
                            ConstTensor values, const ValidLens& valid_lens, Tensor out,
                            Tensor attention_weights);
+
+// The checked op's computation, for the ops built on it (multi-head runs one
+// per head): views checked as the op checks them, lengths resolved, scores
+// multiplied by `scale`.
+Status RunDotProduct(const EngineOptions& options, const ConstTensor& queries,
+                     const ConstTensor& keys, const ConstTensor& values,
+                     const internal::RowLengths& lens, float scale, const Tensor& out,
+                     const Tensor& attention_weights);
 
 }  // namespace attnscore::ops
 

@@ -153,15 +153,14 @@ Status RoundToBf16(int threads, const ConstTensor& t, bool words, void* out) {
 }  // namespace
 
 Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
-                const ConstTensor& v, const internal::RowLengths& lens, const Tensor& out,
-                const Tensor& attention) {
+                const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                const Tensor& out, const Tensor& attention) {
   const int64_t queries = q.dims[1], depth = q.dims[2], keys = k.dims[1];
   const bool want_attention = !attention.empty();
   std::vector<Group> groups = GroupBatches(lens, q.dims[0]);
 
   // Every primitive exists before anything is written, so a failure here
   // leaves the outputs untouched.
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(depth)));
   const int64_t value_dim = v.dims[2];
   const bool bf16 = options.precision == Precision::kBf16;
   Bf16Inputs rounded;

@@ -42,14 +42,15 @@ inline bool UseRowPath(const ConstTensor& q, const ConstTensor& k, const ConstTe
          v.strides[2] == 1 && out.strides[2] == 1;
 }
 
-// Both take checked arguments and the call's resolved lengths; an empty
+// Both take checked arguments, the call's resolved lengths and the factor
+// the scores are multiplied by (1/sqrt(D) for the op); an empty
 // `attention_weights` is not written.
 Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
-               const ConstTensor& v, const internal::RowLengths& lens, const Tensor& out,
-               const Tensor& attention_weights);
+               const ConstTensor& v, const internal::RowLengths& lens, float scale,
+               const Tensor& out, const Tensor& attention_weights);
 Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
-                const ConstTensor& v, const internal::RowLengths& lens, const Tensor& out,
-                const Tensor& attention_weights);
+                const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                const Tensor& out, const Tensor& attention_weights);
 
 }  // namespace attnscore::ops::dot_product
 

@@ -41,10 +41,10 @@ struct BlockPartial {
 
 // The row path with each row whole, one task per row.
 Status WholeRows(int threads, const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
-                 const internal::RowLengths& lens, const Tensor& out, const Tensor& attention) {
+                 const internal::RowLengths& lens, float scale, const Tensor& out,
+                 const Tensor& attention) {
   const int64_t queries = q.dims[1], depth = q.dims[2], keys = k.dims[1];
   const int64_t value_dim = v.dims[2], rows = q.dims[0] * queries;
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(depth)));
   const bool want_attention = !attention.empty();
   // Each thread's scratch holds one row of scores, then its probabilities.
   return internal::ForEachRowInParallel(
@@ -76,11 +76,10 @@ Status WholeRows(int threads, const ConstTensor& q, const ConstTensor& k, const 
 // The row path with each row's keys in blocks of `key_block`, a task each,
 // then merged row by row.
 Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, const ConstTensor& k,
-                       const ConstTensor& v, const internal::RowLengths& lens, const Tensor& out,
-                       const Tensor& attention) {
+                       const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                       const Tensor& out, const Tensor& attention) {
   const int64_t queries = q.dims[1], depth = q.dims[2], keys = k.dims[1];
   const int64_t value_dim = v.dims[2], rows = q.dims[0] * queries;
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(depth)));
   const bool want_attention = !attention.empty();
   const int64_t blocks = CeilDiv(keys, key_block);  // per row, at most
   const int64_t partial_floats = BlockPartial::kHeader + value_dim;
@@ -196,14 +195,14 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
 }  // namespace
 
 Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
-               const ConstTensor& v, const internal::RowLengths& lens, const Tensor& out,
-               const Tensor& attention) {
+               const ConstTensor& v, const internal::RowLengths& lens, float scale,
+               const Tensor& out, const Tensor& attention) {
   const int64_t keys = k.dims[1], rows = q.dims[0] * q.dims[1];
   const int threads = internal::ThreadsFor(
       options.threads, 2.0 * static_cast<double>(rows * keys * (q.dims[2] + v.dims[2])));
   const int64_t key_block = RowKeyBlock(rows, keys);
-  if (key_block >= keys) return WholeRows(threads, q, k, v, lens, out, attention);
-  return RowsInKeyBlocks(threads, key_block, q, k, v, lens, out, attention);
+  if (key_block >= keys) return WholeRows(threads, q, k, v, lens, scale, out, attention);
+  return RowsInKeyBlocks(threads, key_block, q, k, v, lens, scale, out, attention);
 }
 
 }  // namespace attnscore::ops::dot_product

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "attnscore/export.h"
+#include "attnscore/multihead_options.h"
 #include "attnscore/options.h"
 #include "attnscore/runtime_info.h"
 #include "attnscore/status.h"
@@ -49,6 +50,20 @@ class ATTNSCORE_API Engine {
   Status DotProductAttention(ConstTensor queries, ConstTensor keys,
                              ConstTensor values, const ValidLens& valid_lens,
                              Tensor out, Tensor attention_weights = Tensor()) const;
+
+  // Multi-head attention (docs/semantics.md section 5): for each query head
+  // h, the dot-product attention above of Q[:, :, h] against the keys and
+  // values of head h / (Hq / Hkv), scores scaled by options.scale (default
+  // 1/sqrt(D)) and cut by options.causal.
+  // Q: (B, N, Hq, D), K: (B, M, Hkv, D), V: (B, M, Hkv, Dv), out: (B, N, Hq, Dv),
+  // Hq a multiple of Hkv (Hkv = Hq: multi-head; fewer: grouped-query; 1:
+  // multi-query). Any strides: heads-first memory (B, H, N, D) is the view
+  // with dims (B, N, H, D) and strides (H·N·D, D, N·D, 1). The valid lengths,
+  // (B,) or (B, N), apply to every head. `attention_weights`, when not
+  // empty, receives the softmax (B, Hq, N, M).
+  Status MultiHeadAttention(ConstTensor queries, ConstTensor keys, ConstTensor values,
+                            const ValidLens& valid_lens, const MultiHeadOptions& options,
+                            Tensor out, Tensor attention_weights = Tensor()) const;
 
   // Check*: every check the op makes of its inputs (shapes, strides, valid
   // lengths), without running it, and the shapes of its outputs. A caller

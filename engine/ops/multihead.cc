@@ -1,0 +1,143 @@
+// Multi-head attention (docs/semantics.md section 5): checks a call, folds
+// the causal bound into per-query lengths and runs the dot-product
+// attention once per query head over strided views of that head.
+#include "ops/multihead.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/checks.h"
+#include "base/valid_lens.h"
+#include "ops/dot_product.h"
+
+namespace attnscore::ops {
+namespace {
+
+constexpr const char* kOp = "MultiHeadAttention";
+using internal::CheckDisjoint;
+using internal::CheckTensor;
+using internal::CheckWritable;
+using internal::kAnyDim;
+
+Status CheckArguments(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                      const ValidLens& lens, const MultiHeadOptions& multihead,
+                      const ConstTensor& out, const ConstTensor& attention) {
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, kAnyDim, kAnyDim}, "(B, N, Hq, D)"));
+  const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], depth = q.dims[3];
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "keys", k, {batch, kAnyDim, kAnyDim, depth}, "(B, M, Hkv, D)"));
+  const int64_t keys = k.dims[1], kv_heads = k.dims[2];
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "values", v, {batch, keys, kv_heads, kAnyDim}, "(B, M, Hkv, Dv)"));
+  if (heads % kv_heads != 0) {
+    return Status::InvalidArgument(
+        std::string(kOp) + ": queries " + ShapeString(q) + " have " + std::to_string(heads) +
+        " heads and keys " + ShapeString(k) + " have " + std::to_string(kv_heads) +
+        "; the query heads Hq must be a multiple of the key-value heads Hkv");
+  }
+  if (!std::isfinite(multihead.scale)) {
+    return Status::InvalidArgument(std::string(kOp) + ": scale is " +
+                                   std::to_string(multihead.scale) + "; it must be finite");
+  }
+  switch (multihead.causal) {
+    case Causal::kNone:
+    case Causal::kTopLeft:
+      break;
+    case Causal::kBottomRight:
+      if (keys < queries) {
+        return Status::InvalidArgument(
+            std::string(kOp) + ": causal bottom-right aligns the last query with the last key, "
+            "so it needs at least as many keys as queries; keys " + ShapeString(k) + " have M = " +
+            std::to_string(keys) + " and queries " + ShapeString(q) + " N = " +
+            std::to_string(queries));
+      }
+      break;
+    default:
+      return Status::InvalidArgument(std::string(kOp) + ": causal is " +
+                                     std::to_string(static_cast<int>(multihead.causal)) +
+                                     ", not a Causal");
+  }
+  const int64_t value_dim = v.dims[3];
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "out", out, {batch, queries, heads, value_dim}, "(B, N, Hq, Dv)"));
+  ATTNSCORE_RETURN_IF_ERROR(CheckWritable(kOp, "out", out));
+  const internal::NamedView inputs[] = {{"queries", q}, {"keys", k}, {"values", v}};
+  for (const internal::NamedView& input : inputs) {
+    ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, input.name, input.view));
+  }
+  if (!attention.empty()) {
+    ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "attention_weights", attention,
+                                          {batch, heads, queries, keys}, "(B, Hq, N, M)"));
+    ATTNSCORE_RETURN_IF_ERROR(CheckWritable(kOp, "attention_weights", attention));
+    for (const internal::NamedView& input : inputs) {
+      ATTNSCORE_RETURN_IF_ERROR(
+          CheckDisjoint(kOp, "attention_weights", attention, input.name, input.view));
+    }
+    ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "attention_weights", attention, "out", out));
+  }
+  return internal::CheckValidLens(lens, batch, queries, kOp,
+                                  {{"out", out}, {"attention_weights", attention}});
+}
+
+// The lengths the heads run with: the caller's, each cut to its query's
+// causal bound (query i of N sees keys 0..i, or 0..M - N + i).
+Status ResolveLengths(const ValidLens& valid_lens, Causal causal, int64_t batch, int64_t queries,
+                      int64_t keys, std::vector<int64_t>* storage, internal::RowLengths* lens) {
+  ATTNSCORE_RETURN_IF_ERROR(
+      internal::RowLengths::Resolve(valid_lens, batch, queries, keys, lens));
+  if (causal == Causal::kNone) return Status::Ok();
+  const int64_t shift = causal == Causal::kBottomRight ? keys - queries : 0;
+  storage->resize(static_cast<size_t>(batch * queries));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < queries; ++i) {
+      (*storage)[static_cast<size_t>(b * queries + i)] = std::min(lens->row(b, i), shift + i + 1);
+    }
+  }
+  return internal::RowLengths::Resolve(ValidLens::PerQuery(storage->data(), batch, queries), batch,
+                                       queries, keys, lens);
+}
+
+// Head h of a (B, N, H, F) view as a (B, N, F) view: no copy, strides kept.
+template <typename T>
+TensorView<T> TokenMajorHead(const TensorView<T>& t, int64_t h) {
+  return TensorView<T>(t.data + h * t.strides[2], {t.dims[0], t.dims[1], t.dims[3]},
+                       {t.strides[0], t.strides[1], t.strides[3]});
+}
+
+}  // namespace
+
+Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTensor k,
+                          ConstTensor v, const ValidLens& valid_lens,
+                          const MultiHeadOptions& multihead, Tensor out, Tensor attention) {
+  ATTNSCORE_RETURN_IF_ERROR(CheckArguments(q, k, v, valid_lens, multihead, out, attention));
+  const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
+  const int64_t group = heads / k.dims[2];  // query heads per key-value head
+  std::vector<int64_t> storage;
+  internal::RowLengths lens;
+  ATTNSCORE_RETURN_IF_ERROR(
+      ResolveLengths(valid_lens, multihead.causal, batch, queries, keys, &storage, &lens));
+  const float scale =
+      multihead.scale != 0.0f
+          ? multihead.scale
+          : static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3])));
+  // Every head has the same shapes and lengths, so the first head makes
+  // every plan the others use: a failure comes before anything is written.
+  for (int64_t h = 0; h < heads; ++h) {
+    Tensor head_attention;
+    if (!attention.empty()) {
+      head_attention = Tensor(attention.data + h * attention.strides[1], {batch, queries, keys},
+                              {attention.strides[0], attention.strides[2], attention.strides[3]});
+    }
+    ATTNSCORE_RETURN_IF_ERROR(RunDotProduct(options, TokenMajorHead(q, h),
+                                            TokenMajorHead(k, h / group),
+                                            TokenMajorHead(v, h / group), lens, scale,
+                                            TokenMajorHead(out, h), head_attention));
+  }
+  return Status::Ok();
+}
+
+}  // namespace attnscore::ops

@@ -1,0 +1,24 @@
+// Multi-head attention (docs/semantics.md section 5): the options of
+// Engine::MultiHeadAttention.
+#ifndef ATTNSCORE_MULTIHEAD_OPTIONS_H_
+#define ATTNSCORE_MULTIHEAD_OPTIONS_H_
+
+namespace attnscore {
+
+// Which keys a query may see beyond its valid length, for self-attention
+// and for decoding against a cache. Query i (from 0) of N, keys 0..M-1:
+//   kTopLeft      keys 0..i            (the mask aligned to the first key)
+//   kBottomRight  keys 0..M - N + i    (aligned to the last; needs M >= N)
+// A query's length is then the smaller of its valid length and this bound,
+// exactly as if the caller had passed those per-query lengths.
+enum class Causal { kNone, kTopLeft, kBottomRight };
+
+struct MultiHeadOptions {
+  Causal causal = Causal::kNone;
+  // What the scores Q Kᵀ are multiplied by; 0 means 1/sqrt(D). Finite.
+  float scale = 0.0f;
+};
+
+}  // namespace attnscore
+
+#endif  // ATTNSCORE_MULTIHEAD_OPTIONS_H_

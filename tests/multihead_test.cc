@@ -1,0 +1,347 @@
+// Multi-head attention (docs/semantics.md section 5): Engine::MultiHeadAttention
+// on every Highway target against a double-precision reference written from
+// the section's definition, and the identities the contract promises: grouped
+// heads equal repeated ones, both head layouts give the same bits, the causal
+// option equals its per-query lengths, the thread count changes no bit.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace attnscore::test {
+namespace {
+
+class MultiHeadTest : public PerTarget {};
+ATTNSCORE_INSTANTIATE_PER_TARGET(MultiHeadTest);
+
+struct Shape {
+  int64_t batch, queries, keys, heads, kv_heads, depth, value_dim;
+  size_t q() const { return static_cast<size_t>(batch * queries * heads * depth); }
+  size_t k() const { return static_cast<size_t>(batch * keys * kv_heads * depth); }
+  size_t v() const { return static_cast<size_t>(batch * keys * kv_heads * value_dim); }
+  size_t out() const { return static_cast<size_t>(batch * queries * heads * value_dim); }
+  size_t weights() const { return static_cast<size_t>(batch * heads * queries * keys); }
+  std::string Name() const {
+    return "B=" + std::to_string(batch) + " N=" + std::to_string(queries) +
+           " M=" + std::to_string(keys) + " Hq=" + std::to_string(heads) +
+           " Hkv=" + std::to_string(kv_heads) + " D=" + std::to_string(depth) +
+           " Dv=" + std::to_string(value_dim);
+  }
+};
+
+// Dense token-major inputs: Q (B, N, Hq, D), K (B, M, Hkv, D), V (B, M, Hkv, Dv).
+struct Inputs {
+  std::vector<float> q, k, v;
+  Inputs(const Shape& s, uint32_t seed)
+      : q(RandomFloats(s.q(), seed)),
+        k(RandomFloats(s.k(), seed + 1)),
+        v(RandomFloats(s.v(), seed + 2, 3.0f)) {}
+};
+
+ConstTensor QueriesOf(const Shape& s, const std::vector<float>& q) {
+  return ConstTensor(q.data(), {s.batch, s.queries, s.heads, s.depth});
+}
+ConstTensor KeysOf(const Shape& s, const std::vector<float>& k) {
+  return ConstTensor(k.data(), {s.batch, s.keys, s.kv_heads, s.depth});
+}
+ConstTensor ValuesOf(const Shape& s, const std::vector<float>& v) {
+  return ConstTensor(v.data(), {s.batch, s.keys, s.kv_heads, s.value_dim});
+}
+
+// The definition, literally, in double: for head h and its key-value head
+// h / (Hq / Hkv), scores = scale · q·k, positions j >= L (L the query's
+// length cut by the causal bound) set to -1e6, a softmax over all M, then W V.
+// Returns out (B, N, Hq, Dv) and sets *weights (B, Hq, N, M).
+std::vector<double> Reference(const Shape& s, const Inputs& in, const std::vector<int64_t>& lens,
+                              bool per_query, Causal causal, double scale,
+                              std::vector<double>* weights) {
+  std::vector<double> out(s.out());
+  weights->assign(s.weights(), 0.0);
+  const int64_t group = s.heads / s.kv_heads;
+  std::vector<double> row(static_cast<size_t>(s.keys));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < s.heads; ++h) {
+      const int64_t g = h / group;
+      for (int64_t i = 0; i < s.queries; ++i) {
+        int64_t valid = lens.empty() ? s.keys : lens[static_cast<size_t>(per_query ? b * s.queries + i : b)];
+        if (causal == Causal::kTopLeft) valid = std::min(valid, i + 1);
+        if (causal == Causal::kBottomRight) valid = std::min(valid, s.keys - s.queries + i + 1);
+        double top = -1e300;
+        for (int64_t j = 0; j < s.keys; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < s.depth; ++d) {
+            dot += static_cast<double>(in.q[static_cast<size_t>(((b * s.queries + i) * s.heads + h) * s.depth + d)]) *
+                   in.k[static_cast<size_t>(((b * s.keys + j) * s.kv_heads + g) * s.depth + d)];
+          }
+          row[static_cast<size_t>(j)] = j < valid ? dot * scale : -1e6;
+          top = std::max(top, row[static_cast<size_t>(j)]);
+        }
+        double sum = 0;
+        for (double& x : row) sum += (x = std::exp(x - top));
+        double* w = weights->data() + ((b * s.heads + h) * s.queries + i) * s.keys;
+        for (int64_t j = 0; j < s.keys; ++j) w[j] = row[static_cast<size_t>(j)] / sum;
+        for (int64_t c = 0; c < s.value_dim; ++c) {
+          double acc = 0;
+          for (int64_t j = 0; j < s.keys; ++j) {
+            acc += w[j] * in.v[static_cast<size_t>(((b * s.keys + j) * s.kv_heads + g) * s.value_dim + c)];
+          }
+          out[static_cast<size_t>(((b * s.queries + i) * s.heads + h) * s.value_dim + c)] = acc;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+struct Result {
+  std::vector<float> out, weights;
+};
+
+Result RunMultiHead(const Engine& engine, const Shape& s, const Inputs& in, const ValidLens& lens,
+           const MultiHeadOptions& options) {
+  Result r{std::vector<float>(s.out(), kSentinel), std::vector<float>(s.weights(), kSentinel)};
+  const Status status = engine.MultiHeadAttention(
+      QueriesOf(s, in.q), KeysOf(s, in.k), ValuesOf(s, in.v), lens, options,
+      Tensor(r.out.data(), {s.batch, s.queries, s.heads, s.value_dim}),
+      Tensor(r.weights.data(), {s.batch, s.heads, s.queries, s.keys}));
+  EXPECT_TRUE(status.ok()) << status.message();
+  return r;
+}
+
+const char* CausalName(Causal c) {
+  return c == Causal::kNone ? "none" : c == Causal::kTopLeft ? "top-left" : "bottom-right";
+}
+
+TEST_P(MultiHeadTest, MatchesTheReferenceForEveryHeadGroupingLengthKindAndMask) {
+  // N = 2 runs the row path, N = 9 the matmul path; M >= N for bottom-right.
+  const Shape shapes[] = {{2, 2, 11, 4, 4, 8, 5},   {2, 9, 13, 4, 2, 16, 8},
+                          {3, 9, 9, 6, 1, 4, 3},    {1, 1, 1, 2, 1, 3, 2},
+                          {2, 3, 40, 8, 2, 32, 16}};
+  uint32_t seed = 100;
+  for (const Shape& s : shapes) {
+    const Inputs in(s, seed);
+    for (int kind = 0; kind < 3; ++kind) {
+      const bool per_query = kind == 2;
+      const std::vector<int64_t> lens =
+          kind == 0 ? std::vector<int64_t>() : TestLengths(s.batch, s.queries, s.keys, per_query, seed);
+      for (Causal causal : {Causal::kNone, Causal::kTopLeft, Causal::kBottomRight}) {
+        SCOPED_TRACE(s.Name() + " lens kind " + std::to_string(kind) + " causal " +
+                     CausalName(causal));
+        MultiHeadOptions options;
+        options.causal = causal;
+        const Result r = RunMultiHead(DefaultEngine(), s, in, LensOf(lens, per_query, s.batch, s.queries),
+                             options);
+        std::vector<double> weights;
+        const std::vector<double> out = Reference(s, in, lens, per_query, causal,
+                                                  1.0 / std::sqrt(static_cast<double>(s.depth)),
+                                                  &weights);
+        EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
+        EXPECT_LE(MaxAbsDiff(r.out.data(), out), OutTolerance(in.v));
+      }
+    }
+    seed += 10;
+  }
+}
+
+TEST_P(MultiHeadTest, AGivenScaleReplacesOneOverRootD) {
+  const Shape s{2, 4, 10, 2, 1, 8, 4};
+  const Inputs in(s, 7);
+  MultiHeadOptions options;
+  options.scale = -0.75f;
+  const Result r = RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), options);
+  std::vector<double> weights;
+  const std::vector<double> out =
+      Reference(s, in, {}, false, Causal::kNone, -0.75, &weights);
+  EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
+  EXPECT_LE(MaxAbsDiff(r.out.data(), out), OutTolerance(in.v));
+}
+
+// K and V with Hkv heads against the same call with each repeated Hq / Hkv
+// times (head h reads head h / group): the same bits.
+TEST_P(MultiHeadTest, GroupedAndMultiQueryEqualKeysAndValuesRepeatedPerHead) {
+  for (const Shape& s : {Shape{2, 5, 17, 8, 2, 16, 8}, Shape{2, 2, 30, 4, 1, 8, 8},
+                         Shape{1, 40, 50, 6, 3, 8, 4}}) {
+    SCOPED_TRACE(s.Name());
+    const Inputs in(s, 21);
+    Shape full = s;
+    full.kv_heads = s.heads;
+    Inputs repeated = in;
+    repeated.k.clear();
+    repeated.v.clear();
+    const int64_t group = s.heads / s.kv_heads;
+    for (int64_t row = 0; row < s.batch * s.keys; ++row) {
+      for (int64_t h = 0; h < s.heads; ++h) {
+        const int64_t g = h / group;
+        const auto k = in.k.begin() + (row * s.kv_heads + g) * s.depth;
+        repeated.k.insert(repeated.k.end(), k, k + s.depth);
+        const auto v = in.v.begin() + (row * s.kv_heads + g) * s.value_dim;
+        repeated.v.insert(repeated.v.end(), v, v + s.value_dim);
+      }
+    }
+    const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, true, 3);
+    const ValidLens valid = LensOf(lens, true, s.batch, s.queries);
+    MultiHeadOptions options;
+    options.causal = Causal::kBottomRight;
+    const Result grouped = RunMultiHead(DefaultEngine(), s, in, valid, options);
+    const Result expected = RunMultiHead(DefaultEngine(), full, repeated, valid, options);
+    EXPECT_EQ(grouped.out, expected.out);
+    EXPECT_EQ(grouped.weights, expected.weights);
+  }
+}
+
+// Heads-first memory (B, H, N, D), viewed as (B, N, H, D) by strides, gives
+// the bits of the token-major call; so do heads-first outputs.
+TEST_P(MultiHeadTest, HeadsFirstLayoutGivesTheSameBitsAsTokenMajor) {
+  for (const Shape& s : {Shape{2, 3, 21, 4, 2, 8, 8}, Shape{2, 33, 40, 4, 4, 16, 8}}) {
+    SCOPED_TRACE(s.Name());
+    const Inputs in(s, 41);
+    const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, false, 5);
+    const ValidLens valid = LensOf(lens, false, s.batch, s.queries);
+    const Result token_major = RunMultiHead(DefaultEngine(), s, in, valid, {});
+
+    // (B, N, H, F) -> (B, H, N, F) copies.
+    const auto heads_first = [&](const std::vector<float>& x, int64_t rows, int64_t heads,
+                                 int64_t features) {
+      std::vector<float> y(x.size());
+      for (int64_t b = 0; b < s.batch; ++b)
+        for (int64_t n = 0; n < rows; ++n)
+          for (int64_t h = 0; h < heads; ++h)
+            std::copy_n(x.begin() + ((b * rows + n) * heads + h) * features, features,
+                        y.begin() + ((b * heads + h) * rows + n) * features);
+      return y;
+    };
+    const auto view = [&](const float* data, int64_t rows, int64_t heads, int64_t features) {
+      return ConstTensor(data, {s.batch, rows, heads, features},
+                         {heads * rows * features, features, rows * features, 1});
+    };
+    const std::vector<float> q = heads_first(in.q, s.queries, s.heads, s.depth);
+    const std::vector<float> k = heads_first(in.k, s.keys, s.kv_heads, s.depth);
+    const std::vector<float> v = heads_first(in.v, s.keys, s.kv_heads, s.value_dim);
+    std::vector<float> out(s.out(), kSentinel), weights(s.weights(), kSentinel);
+    ConstTensor out_view = view(out.data(), s.queries, s.heads, s.value_dim);
+    const Status status = DefaultEngine().MultiHeadAttention(
+        view(q.data(), s.queries, s.heads, s.depth), view(k.data(), s.keys, s.kv_heads, s.depth),
+        view(v.data(), s.keys, s.kv_heads, s.value_dim), valid, {},
+        Tensor(out.data(), {s.batch, s.queries, s.heads, s.value_dim},
+               {out_view.strides[0], out_view.strides[1], out_view.strides[2], 1}),
+        Tensor(weights.data(), {s.batch, s.heads, s.queries, s.keys}));
+    ASSERT_TRUE(status.ok()) << status.message();
+    EXPECT_EQ(weights, token_major.weights);
+    // out is heads-first here: compare with the token-major result reordered.
+    EXPECT_EQ(out, heads_first(token_major.out, s.queries, s.heads, s.value_dim));
+  }
+}
+
+// The causal option is the per-query lengths it stands for (d2l's decoder
+// passes arange(1, N + 1)), cut further by the caller's own lengths.
+TEST_P(MultiHeadTest, CausalOptionEqualsItsPerQueryLengths) {
+  for (const Shape& s : {Shape{2, 7, 7, 4, 2, 8, 8}, Shape{2, 3, 12, 2, 2, 8, 4},
+                         Shape{1, 48, 64, 2, 1, 16, 16}}) {
+    SCOPED_TRACE(s.Name());
+    const Inputs in(s, 61);
+    const std::vector<int64_t> mine = TestLengths(s.batch, s.queries, s.keys, false, 9);
+    for (Causal causal : {Causal::kTopLeft, Causal::kBottomRight}) {
+      SCOPED_TRACE(CausalName(causal));
+      std::vector<int64_t> bound(static_cast<size_t>(s.batch * s.queries));
+      for (int64_t b = 0; b < s.batch; ++b) {
+        for (int64_t i = 0; i < s.queries; ++i) {
+          const int64_t limit = causal == Causal::kTopLeft ? i + 1 : s.keys - s.queries + i + 1;
+          bound[static_cast<size_t>(b * s.queries + i)] =
+              std::min(mine[static_cast<size_t>(b)], limit);
+        }
+      }
+      MultiHeadOptions options;
+      options.causal = causal;
+      const Result masked = RunMultiHead(DefaultEngine(), s, in, LensOf(mine, false, s.batch, s.queries),
+                                options);
+      const Result lengths = RunMultiHead(DefaultEngine(), s, in, LensOf(bound, true, s.batch, s.queries), {});
+      EXPECT_EQ(masked.out, lengths.out);
+      EXPECT_EQ(masked.weights, lengths.weights);
+    }
+  }
+}
+
+TEST(MultiHeadThreads, ResultsIdenticalForAnyThreadCount) {
+  EngineOptions options;
+  options.threads = 2;
+  std::unique_ptr<Engine> two;
+  ASSERT_TRUE(Engine::Create(options, &two).ok());
+  for (const Shape& s : {Shape{4, 1, 700, 8, 2, 64, 64}, Shape{2, 64, 300, 4, 4, 32, 32}}) {
+    SCOPED_TRACE(s.Name());
+    const Inputs in(s, 81);
+    const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, true, 11);
+    const ValidLens valid = LensOf(lens, true, s.batch, s.queries);
+    MultiHeadOptions causal;
+    causal.causal = Causal::kBottomRight;
+    const Result one_thread = RunMultiHead(DefaultEngine(), s, in, valid, causal);
+    const Result two_threads = RunMultiHead(*two, s, in, valid, causal);
+    EXPECT_EQ(one_thread.out, two_threads.out);
+    EXPECT_EQ(one_thread.weights, two_threads.weights);
+  }
+}
+
+// Each bad call fails with its message and leaves both outputs as they were.
+TEST(MultiHeadErrors, RejectsBadInputNamingItAndWritesNothing) {
+  const Shape s{2, 3, 5, 4, 2, 8, 6};
+  const Inputs in(s, 3);
+  std::vector<float> out(s.out(), kSentinel), weights(s.weights(), kSentinel);
+  const ConstTensor q = QueriesOf(s, in.q), k = KeysOf(s, in.k), v = ValuesOf(s, in.v);
+  const Tensor o(out.data(), {s.batch, s.queries, s.heads, s.value_dim});
+  const Tensor w(weights.data(), {s.batch, s.heads, s.queries, s.keys});
+  const int64_t negative[] = {2, -1};
+  struct Case {
+    const char* expected;
+    Status status;
+  };
+  MultiHeadOptions bottom_right, infinite, bogus;
+  bottom_right.causal = Causal::kBottomRight;
+  infinite.scale = INFINITY;
+  bogus.causal = static_cast<Causal>(7);
+  const Shape wide{2, 6, 5, 4, 2, 8, 6};
+  const Inputs wide_in(wide, 4);
+  std::vector<float> wide_out(wide.out(), kSentinel);
+  const Case cases[] = {
+      {"MultiHeadAttention: queries must have rank 4 (B, N, Hq, D) but has rank 3",
+       DefaultEngine().MultiHeadAttention(ConstTensor(in.q.data(), {2, 3, 32}), k, v,
+                                          ValidLens::None(), {}, o, w)},
+      {"MultiHeadAttention: queries (2, 3, 3, 8) have 3 heads and keys (2, 5, 2, 8) have 2; the "
+       "query heads Hq must be a multiple of the key-value heads Hkv",
+       DefaultEngine().MultiHeadAttention(ConstTensor(in.q.data(), {2, 3, 3, 8}), k, v,
+                                          ValidLens::None(), {},
+                                          Tensor(out.data(), {2, 3, 3, 6}), w)},
+      {"MultiHeadAttention: causal bottom-right aligns the last query with the last key, so it "
+       "needs at least as many keys as queries; keys (2, 5, 2, 8) have M = 5 and queries "
+       "(2, 6, 4, 8) N = 6",
+       DefaultEngine().MultiHeadAttention(QueriesOf(wide, wide_in.q), KeysOf(wide, wide_in.k),
+                                          ValuesOf(wide, wide_in.v), ValidLens::None(),
+                                          bottom_right,
+                                          Tensor(wide_out.data(), {2, 6, 4, 6}), Tensor())},
+      {"MultiHeadAttention: scale is inf; it must be finite",
+       DefaultEngine().MultiHeadAttention(q, k, v, ValidLens::None(), infinite, o, w)},
+      {"MultiHeadAttention: causal is 7, not a Causal",
+       DefaultEngine().MultiHeadAttention(q, k, v, ValidLens::None(), bogus, o, w)},
+      {"MultiHeadAttention: attention_weights has shape (2, 3, 4, 5) but must be (B, Hq, N, M) = "
+       "(2, 4, 3, 5)",
+       DefaultEngine().MultiHeadAttention(q, k, v, ValidLens::None(), {}, o,
+                                          Tensor(weights.data(), {2, 3, 4, 5}))},
+      {"MultiHeadAttention: valid_lens[1] is -1; lengths must be >= 0",
+       DefaultEngine().MultiHeadAttention(q, k, v, ValidLens::PerBatch(negative, 2), {}, o, w)},
+      {"MultiHeadAttention: out overlaps queries",
+       DefaultEngine().MultiHeadAttention(q, k, v, ValidLens::None(), {},
+                                          Tensor(const_cast<float*>(in.q.data()), {2, 3, 4, 6}), w)},
+  };
+  for (const Case& c : cases) {
+    EXPECT_FALSE(c.status.ok()) << c.expected;
+    EXPECT_EQ(c.status.message().substr(0, std::string(c.expected).size()), c.expected);
+  }
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == kSentinel; }));
+  EXPECT_TRUE(std::all_of(weights.begin(), weights.end(), [](float x) { return x == kSentinel; }));
+  EXPECT_TRUE(std::all_of(wide_out.begin(), wide_out.end(), [](float x) { return x == kSentinel; }));
+}
+
+}  // namespace
+}  // namespace attnscore::test
