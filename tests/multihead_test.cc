@@ -3,6 +3,8 @@
 // the section's definition, and the identities the contract promises: grouped
 // heads equal repeated ones, both head layouts give the same bits, the causal
 // option equals its per-query lengths, the thread count changes no bit.
+// Then d2l's MultiHeadAttention module against golden data from the seed
+// module (tools/make_golden.py) and its bad input.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "io/safetensors.h"
 #include "test_util.h"
 
 namespace attnscore::test {
@@ -341,6 +344,178 @@ TEST(MultiHeadErrors, RejectsBadInputNamingItAndWritesNothing) {
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == kSentinel; }));
   EXPECT_TRUE(std::all_of(weights.begin(), weights.end(), [](float x) { return x == kSentinel; }));
   EXPECT_TRUE(std::all_of(wide_out.begin(), wide_out.end(), [](float x) { return x == kSentinel; }));
+}
+
+std::string GoldenModel(const std::string& name) {
+  return std::string(ATTNSCORE_GOLDEN_DIR) + "/" + name + "/model.safetensors";
+}
+
+struct ModelRun {
+  Status status;
+  std::vector<float> out, weights;
+};
+
+// The golden case's inputs through `model` with `lens` and `causal`.
+ModelRun Forward(const MultiHeadAttention& model, const GoldenAttention& g, const ValidLens& lens,
+                 Causal causal) {
+  const int64_t b = g.queries.shape[0], n = g.queries.shape[1], m = g.keys.shape[1];
+  const int64_t hidden = model.num_hiddens(), heads = model.num_heads();
+  ModelRun r{Status::Ok(), std::vector<float>(static_cast<size_t>(b * n * hidden), kSentinel),
+             std::vector<float>(static_cast<size_t>(b * heads * n * m), kSentinel)};
+  r.status = model.Forward(
+      DefaultEngine(), ConstTensor(g.queries.data<float>(), {b, n, g.queries.shape[2]}),
+      ConstTensor(g.keys.data<float>(), {b, m, g.keys.shape[2]}),
+      ConstTensor(g.values.data<float>(), {b, m, g.values.shape[2]}), lens, causal,
+      Tensor(r.out.data(), {b, n, hidden}), Tensor(r.weights.data(), {b, heads, n, m}));
+  return r;
+}
+
+// Out within 1e-4 relative of the module's float64 result (as concat's
+// linear layers), weights within 1e-5.
+void ExpectMatchesModelGolden(const GoldenAttention& g, const ModelRun& r) {
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  ASSERT_EQ(r.out.size(), g.out.size());
+  ASSERT_EQ(r.weights.size(), g.weights.size());
+  const float* want = g.out.data<float>();
+  for (size_t e = 0; e < r.out.size(); ++e) {
+    EXPECT_NEAR(r.out[e], want[e], 1e-4 * (1.0 + std::abs(want[e]))) << e;
+  }
+  const float* want_weights = g.weights.data<float>();
+  EXPECT_LE(MaxAbsDiff(r.weights.data(),
+                       std::vector<double>(want_weights, want_weights + g.weights.size())),
+            kWeightTolerance);
+}
+
+TEST_P(MultiHeadTest, D2lModuleMatchesTheSeedModule) {
+  for (const char* name : {"multihead_h8_bias_per_query", "multihead_h1_per_batch_int32",
+                           "multihead_h8_no_lens", "multihead_causal_self"}) {
+    SCOPED_TRACE(name);
+    GoldenAttention g;
+    LoadGoldenAttention(name, &g);
+    const npy::NpyArray heads = LoadGolden(name, "heads");
+    std::unique_ptr<MultiHeadAttention> model;
+    const Status loaded = MultiHeadAttention::Load(GoldenModel(name), heads.data<int64_t>()[0], &model);
+    ASSERT_TRUE(loaded.ok()) << loaded.message();
+    EXPECT_EQ(model->num_heads(), heads.data<int64_t>()[0]);
+    EXPECT_EQ(model->num_hiddens(), g.out.shape[2]);
+    EXPECT_EQ(model->query_size(), g.queries.shape[2]);
+    EXPECT_EQ(model->key_size(), g.keys.shape[2]);
+    EXPECT_EQ(model->value_size(), g.values.shape[2]);
+    ExpectMatchesModelGolden(g, Forward(*model, g, g.lens, Causal::kNone));
+  }
+}
+
+// d2l's decoder masks self-attention with per-query lengths 1..N; the
+// top-left mask says the same without lengths, to the bit.
+TEST_P(MultiHeadTest, D2lCausalLengthsAndTheCausalOptionGiveTheSameNumbers) {
+  GoldenAttention g;
+  LoadGoldenAttention("multihead_causal_self", &g);
+  std::unique_ptr<MultiHeadAttention> model;
+  ASSERT_TRUE(MultiHeadAttention::Load(GoldenModel("multihead_causal_self"), 4, &model).ok());
+  const ModelRun lengths = Forward(*model, g, g.lens, Causal::kNone);
+  const ModelRun masked = Forward(*model, g, ValidLens::None(), Causal::kTopLeft);
+  ExpectMatchesModelGolden(g, masked);
+  EXPECT_EQ(masked.out, lengths.out);
+  EXPECT_EQ(masked.weights, lengths.weights);
+}
+
+// Create from strided views of the parameters gives Load's bits.
+TEST(MultiHeadModel, CreateFromViewsEqualsLoad) {
+  const std::string name = "multihead_h8_bias_per_query";
+  GoldenAttention g;
+  LoadGoldenAttention(name, &g);
+  std::unique_ptr<MultiHeadAttention> loaded, created;
+  ASSERT_TRUE(MultiHeadAttention::Load(GoldenModel(name), 8, &loaded).ok());
+  std::vector<io::SafetensorsTensor> tensors;
+  ASSERT_TRUE(io::ReadSafetensors(GoldenModel(name), &tensors).ok());
+  const auto find = [&](const char* tensor) -> const io::SafetensorsTensor& {
+    for (const auto& t : tensors) {
+      if (t.name == tensor) return t;
+    }
+    ADD_FAILURE() << tensor;
+    return tensors[0];
+  };
+  // Each weight stored transposed, (in, out), viewed back as (out, in).
+  std::vector<std::vector<float>> storage;
+  const auto view_transposed = [&](const io::SafetensorsTensor& t) {
+    const int64_t rows = t.shape[0], cols = t.shape[1];
+    std::vector<float> stored(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) stored[c * rows + r] = t.data[r * cols + c];
+    storage.push_back(std::move(stored));
+    return ConstTensor(storage.back().data(), {rows, cols}, {1, rows});
+  };
+  storage.reserve(4);
+  MultiHeadWeights w;
+  w.w_q = view_transposed(find("W_q.weight"));
+  w.w_k = view_transposed(find("W_k.weight"));
+  w.w_v = view_transposed(find("W_v.weight"));
+  w.w_o = view_transposed(find("W_o.weight"));
+  w.b_q = ConstTensor(find("W_q.bias").data.data(), {32});
+  w.b_k = ConstTensor(find("W_k.bias").data.data(), {32});
+  w.b_v = ConstTensor(find("W_v.bias").data.data(), {32});
+  w.b_o = ConstTensor(find("W_o.bias").data.data(), {32});
+  const Status s = MultiHeadAttention::Create(8, w, &created);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_TRUE(created->has_bias());
+  const ModelRun a = Forward(*loaded, g, g.lens, Causal::kNone);
+  const ModelRun b = Forward(*created, g, g.lens, Causal::kNone);
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.weights, b.weights);
+}
+
+TEST(MultiHeadModel, RejectsBadParametersAndInputNamingThem) {
+  const std::vector<float> w_q = RandomFloats(32 * 12, 1), w_k = RandomFloats(32 * 10, 2),
+                           w_v = RandomFloats(32 * 9, 3), w_o = RandomFloats(32 * 32, 4),
+                           bias = RandomFloats(32, 5);
+  MultiHeadWeights w;
+  w.w_q = ConstTensor(w_q.data(), {32, 12});
+  w.w_k = ConstTensor(w_k.data(), {32, 10});
+  w.w_v = ConstTensor(w_v.data(), {32, 9});
+  w.w_o = ConstTensor(w_o.data(), {32, 32});
+  std::unique_ptr<MultiHeadAttention> model;
+  Status s = MultiHeadAttention::Create(5, w, &model);
+  EXPECT_EQ(s.message(),
+            "MultiHeadAttention: num_heads is 5; it must be at least 1 and divide num_hiddens "
+            "H = 32 (W_q.weight (32, 12))");
+  MultiHeadWeights partial = w;
+  partial.b_q = ConstTensor(bias.data(), {32});
+  s = MultiHeadAttention::Create(4, partial, &model);
+  EXPECT_EQ(s.message(),
+            "MultiHeadAttention: W_q.bias is given but W_k.bias is empty; a module has all four "
+            "biases or none");
+  MultiHeadWeights square = w;
+  square.w_o = ConstTensor(w_o.data(), {32, 16});
+  s = MultiHeadAttention::Create(4, square, &model);
+  EXPECT_EQ(s.message().substr(0, 44), "MultiHeadAttention: W_o.weight has shape (32");
+  EXPECT_FALSE(model);
+
+  s = MultiHeadAttention::Load(GoldenModel("concat_tutorial"), 4, &model);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("attn.bias"), std::string::npos) << s.message();
+
+  ASSERT_TRUE(MultiHeadAttention::Create(4, w, &model).ok());
+  EXPECT_FALSE(model->has_bias());
+  const std::vector<float> q = RandomFloats(2 * 3 * 12, 6), k = RandomFloats(2 * 5 * 10, 7),
+                           v = RandomFloats(2 * 5 * 9, 8);
+  std::vector<float> out(2 * 3 * 32, kSentinel), weights(2 * 4 * 3 * 5, kSentinel);
+  const ConstTensor qv(q.data(), {2, 3, 12}), kv(k.data(), {2, 5, 10}), vv(v.data(), {2, 5, 9});
+  const Tensor ov(out.data(), {2, 3, 32}), wv(weights.data(), {2, 4, 3, 5});
+  const auto fails_with = [&](const Status& status, const std::string& expected) {
+    EXPECT_EQ(status.message(), expected);
+  };
+  fails_with(model->Forward(DefaultEngine(), ConstTensor(q.data(), {2, 3, 6}), kv, vv,
+                            ValidLens::None(), Causal::kNone, ov, wv),
+             "MultiHeadAttention: queries has shape (2, 3, 6) but must be (B, N, Dq) = (*, *, 12)");
+  fails_with(model->Forward(DefaultEngine(), qv, kv, vv, ValidLens::None(), Causal::kNone, ov,
+                            Tensor(weights.data(), {2, 3, 5})),
+             "MultiHeadAttention: attention_weights must have rank 4 (B, heads, N, M) but has rank 3");
+  fails_with(model->Forward(DefaultEngine(), qv, kv, vv, ValidLens::None(), Causal::kNone,
+                            Tensor(out.data(), {2, 3, 8}), wv),
+             "MultiHeadAttention: out has shape (2, 3, 8) but must be (B, N, H) = (2, 3, 32)");
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == kSentinel; }));
+  EXPECT_TRUE(std::all_of(weights.begin(), weights.end(), [](float x) { return x == kSentinel; }));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Generate the golden files for attnscore's masked softmax, scaled
-dot-product attention, additive attention and concat attention (docs/semantics.md
-sections 1-4).
+dot-product attention, additive attention, concat attention and d2l's
+multi-head attention (docs/semantics.md sections 1-5).
 
 The reference is the d2l "Attention Scoring Functions" code (seeds/003, 004),
 re-stated below in a few lines: masked_softmax via sequence_mask(value=-1e6)
@@ -10,7 +10,7 @@ and DotProductAttention in eval mode (dropout inactive).
 Inputs are drawn as float32 with a fixed torch seed per case; the reference
 runs in float64 on those same float32 values (cast to double) and the expected
 outputs are stored as float32. Files go to tests/golden/<case>/, one tensor
-per file, little-endian C order; an additive or concat case also has its weights as
+per file, little-endian C order; an additive, concat or multi-head case also has its weights as
 model.safetensors (the module's state_dict, written by tools/export_torch.py).
 Running the script twice yields byte-identical files.
 
@@ -27,7 +27,8 @@ import torch
 import copy
 
 from export_torch import save_safetensors  # tools/, beside this script
-from seed_modules import AdditiveAttention, Attn, DotProductAttention, masked_softmax
+from seed_modules import (AdditiveAttention, Attn, DotProductAttention, MultiHeadAttention,
+                          masked_softmax)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "golden")
@@ -217,6 +218,29 @@ def emit_concat(out_root, case, model, q, k, v, lens):
     return out32, w32, out64
 
 
+def emit_multihead(out_root, case, model, q, k, v, lens):
+    """weights.npy is (B, heads, N, M), the engine's layout of d2l's
+    (B * heads, N, M); the module's head count goes to heads.npy."""
+    folder = case_dir(out_root, case)
+    out32, w32, out64, w64 = ref_model(model, q, k, v, lens)
+    B, N, M = q.shape[0], q.shape[1], k.shape[1]
+    H = model.num_heads
+    head_lens = None if lens is None else torch.repeat_interleave(lens, H, dim=0)
+    check_weights(case, w64, w32, head_lens)
+    with torch.no_grad():
+        got = model(q, k, v, lens)
+    err_o = check_against_f32(case, got, out64, 1e-4 * (1.0 + out64.abs().max().item()))
+    err_w = check_against_f32(case, model.attention_weights, w64, 1e-5)
+    save_safetensors(model.state_dict(), os.path.join(folder, "model.safetensors"))
+    nbytes = os.path.getsize(os.path.join(folder, "model.safetensors"))
+    nbytes += save_attention(folder, q, k, v, lens, out32, w32.reshape(B, H, N, M))
+    nbytes += save(folder, "heads", torch.tensor([H]), "<i8")
+    print("%-26s multihead heads=%d bias=%s Q%s K%s V%s %s  f32-vs-f64 out %.1e w %.1e  %d B"
+          % (case, H, model.W_q.bias is not None, tuple(q.shape), tuple(k.shape),
+             tuple(v.shape), describe_lens(lens), err_o, err_w, nbytes))
+    return out32, w32
+
+
 # ---------------------------------------------------------------------------
 # Cases. Each case seeds torch itself, so cases do not depend on each other.
 
@@ -349,6 +373,37 @@ def main():
     lens[0, 0], lens[0, 1], lens[1, 2], lens[1, 3] = 0, 1, 17, 20
     emit_concat(out, "concat_odd_per_query", model, torch.randn(2, 7, 3) * 2, torch.randn(2, 7, 1),
                 torch.randn(2, 17, 5), lens)
+
+    # --- d2l's multi-head attention --------------------------------------------
+    torch.manual_seed(5001)
+    model = MultiHeadAttention(key_size=10, query_size=12, value_size=9, num_hiddens=32,
+                               num_heads=8, bias=True).eval()
+    lens = torch.randint(0, 10, (2, 5), dtype=torch.int64)
+    lens[0, 0], lens[0, 1], lens[1, 2], lens[1, 3] = 0, 1, 7, 9
+    emit_multihead(out, "multihead_h8_bias_per_query", model, torch.randn(2, 5, 12),
+                   torch.randn(2, 7, 10), torch.randn(2, 7, 9) * 2, lens)
+
+    torch.manual_seed(5002)
+    model = MultiHeadAttention(key_size=6, query_size=6, value_size=5, num_hiddens=16,
+                               num_heads=1, bias=False).eval()
+    lens = torch.tensor([0, 11, 3], dtype=torch.int32)
+    emit_multihead(out, "multihead_h1_per_batch_int32", model, torch.randn(3, 4, 6),
+                   torch.randn(3, 8, 6), torch.randn(3, 8, 5), lens)
+
+    torch.manual_seed(5003)
+    model = MultiHeadAttention(key_size=20, query_size=20, value_size=20, num_hiddens=40,
+                               num_heads=8, bias=False).eval()
+    emit_multihead(out, "multihead_h8_no_lens", model, torch.randn(2, 3, 20),
+                   torch.randn(2, 33, 20), torch.randn(2, 33, 20), None)
+
+    # Causal self-attention as d2l's decoder runs it: X attends to itself
+    # with per-query lengths 1..N (the engine's top-left mask).
+    torch.manual_seed(5004)
+    model = MultiHeadAttention(key_size=16, query_size=16, value_size=16, num_hiddens=32,
+                               num_heads=4, bias=True).eval()
+    x = torch.randn(2, 6, 16)
+    lens = torch.arange(1, 7, dtype=torch.int64).repeat(2, 1)
+    emit_multihead(out, "multihead_causal_self", model, x, x, x, lens)
 
     total = 0
     for root, _, files in os.walk(out):

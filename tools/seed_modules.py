@@ -100,3 +100,48 @@ class Attn(nn.Module):
         self.attention_weights = masked_softmax(scores, valid_lens)
         applied = torch.bmm(self.attention_weights, V)
         return self.attn_combine(torch.cat((Q, applied), -1)), self.attention_weights
+
+
+def transpose_qkv(X, num_heads):
+    """d2l.transpose_qkv: (B, n, num_hiddens) -> (B * num_heads, n, d), the
+    heads of each batch entry consecutive, head h holding features h*d..(h+1)*d-1."""
+    X = X.reshape(X.shape[0], X.shape[1], num_heads, -1)
+    X = X.permute(0, 2, 1, 3)
+    return X.reshape(-1, X.shape[2], X.shape[3])
+
+
+def transpose_output(X, num_heads):
+    """d2l.transpose_output: the inverse of transpose_qkv."""
+    X = X.reshape(-1, num_heads, X.shape[1], X.shape[2])
+    X = X.permute(0, 2, 1, 3)
+    return X.reshape(X.shape[0], X.shape[1], -1)
+
+
+class MultiHeadAttention(nn.Module):
+    """d2l's multi-head attention (the chapter after the scoring functions):
+    project, split the features into heads, run DotProductAttention per head
+    with the valid lengths repeated per head, concatenate, project by W_o.
+    attention_weights is d2l's (B * num_heads, N, M)."""
+
+    def __init__(self, key_size, query_size, value_size, num_hiddens, num_heads, dropout=0.0,
+                 bias=False):
+        super().__init__()
+        self.num_heads = num_heads
+        self.attention = DotProductAttention(dropout)
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=bias)
+        self.W_k = nn.Linear(key_size, num_hiddens, bias=bias)
+        self.W_v = nn.Linear(value_size, num_hiddens, bias=bias)
+        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+
+    def forward(self, queries, keys, values, valid_lens=None):
+        queries = transpose_qkv(self.W_q(queries), self.num_heads)
+        keys = transpose_qkv(self.W_k(keys), self.num_heads)
+        values = transpose_qkv(self.W_v(values), self.num_heads)
+        if valid_lens is not None:
+            valid_lens = torch.repeat_interleave(valid_lens, repeats=self.num_heads, dim=0)
+        output = self.attention(queries, keys, values, valid_lens)
+        return self.W_o(transpose_output(output, self.num_heads))
+
+    @property
+    def attention_weights(self):
+        return self.attention.attention_weights

@@ -43,24 +43,7 @@ Status CheckArguments(const ConstTensor& q, const ConstTensor& k, const ConstTen
     return Status::InvalidArgument(std::string(kOp) + ": scale is " +
                                    std::to_string(multihead.scale) + "; it must be finite");
   }
-  switch (multihead.causal) {
-    case Causal::kNone:
-    case Causal::kTopLeft:
-      break;
-    case Causal::kBottomRight:
-      if (keys < queries) {
-        return Status::InvalidArgument(
-            std::string(kOp) + ": causal bottom-right aligns the last query with the last key, "
-            "so it needs at least as many keys as queries; keys " + ShapeString(k) + " have M = " +
-            std::to_string(keys) + " and queries " + ShapeString(q) + " N = " +
-            std::to_string(queries));
-      }
-      break;
-    default:
-      return Status::InvalidArgument(std::string(kOp) + ": causal is " +
-                                     std::to_string(static_cast<int>(multihead.causal)) +
-                                     ", not a Causal");
-  }
+  ATTNSCORE_RETURN_IF_ERROR(CheckCausal(kOp, multihead.causal, q, k));
   const int64_t value_dim = v.dims[3];
   ATTNSCORE_RETURN_IF_ERROR(
       CheckTensor(kOp, "out", out, {batch, queries, heads, value_dim}, "(B, N, Hq, Dv)"));
@@ -109,6 +92,25 @@ TensorView<T> TokenMajorHead(const TensorView<T>& t, int64_t h) {
 }
 
 }  // namespace
+
+Status CheckCausal(const char* op, Causal causal, const ConstTensor& q, const ConstTensor& k) {
+  switch (causal) {
+    case Causal::kNone:
+    case Causal::kTopLeft:
+      return Status::Ok();
+    case Causal::kBottomRight:
+      if (k.dims[1] < q.dims[1]) {
+        return Status::InvalidArgument(
+            std::string(op) + ": causal bottom-right aligns the last query with the last key, "
+            "so it needs at least as many keys as queries; keys " + ShapeString(k) + " have M = " +
+            std::to_string(k.dims[1]) + " and queries " + ShapeString(q) + " N = " +
+            std::to_string(q.dims[1]));
+      }
+      return Status::Ok();
+  }
+  return Status::InvalidArgument(std::string(op) + ": causal is " +
+                                 std::to_string(static_cast<int>(causal)) + ", not a Causal");
+}
 
 Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTensor k,
                           ConstTensor v, const ValidLens& valid_lens,

@@ -3,6 +3,10 @@
 #ifndef ATTNSCORE_OPS_MULTIHEAD_H_
 #define ATTNSCORE_OPS_MULTIHEAD_H_
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "attnscore/multihead_options.h"
 #include "attnscore/options.h"
 #include "attnscore/status.h"
@@ -18,6 +22,39 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor queries, Con
                           ConstTensor values, const ValidLens& valid_lens,
                           const MultiHeadOptions& multihead, Tensor out,
                           Tensor attention_weights);
+
+// The checks a causal mask adds: a known Causal, and M >= N for bottom-right.
+Status CheckCausal(const char* op, Causal causal, const ConstTensor& queries,
+                   const ConstTensor& keys);
+
+// d2l's MultiHeadAttention module (docs/semantics.md section 5.2).
+struct MultiHeadParams {
+  int64_t heads = 0, hidden = 0, query_size = 0, key_size = 0, value_size = 0;
+  bool bias = false;
+  // Each layer's weight transposed, (in, H): x · w is the layer of row x
+  // without its bias.
+  std::vector<float> w_q, w_k, w_v, w_o;
+  std::vector<float> b_q, b_k, b_v, b_o;  // (H) each, or all empty
+  int64_t head_size() const { return hidden / heads; }
+};
+
+// One nn.Linear layer's views: weight (out, in) and bias (out) or empty.
+struct LinearViews {
+  ConstTensor weight, bias;
+};
+
+// Checks and copies W_q, W_k, W_v and W_o (with all four biases or none).
+Status MakeMultiHeadParams(int64_t heads, const LinearViews& q, const LinearViews& k,
+                           const LinearViews& v, const LinearViews& o, MultiHeadParams* params);
+
+// The same from a .safetensors state_dict holding exactly those tensors.
+Status LoadMultiHeadParams(const std::string& path, int64_t heads, MultiHeadParams* params);
+
+// MultiHeadAttention::Forward without the call scope (threads, denormals).
+Status MultiHeadForward(const EngineOptions& options, const MultiHeadParams& params,
+                        ConstTensor queries, ConstTensor keys, ConstTensor values,
+                        const ValidLens& valid_lens, Causal causal, Tensor out,
+                        Tensor attention_weights);
 
 }  // namespace attnscore::ops
 

@@ -1,0 +1,60 @@
+// MultiHeadAttention, the public model: its parameters and the call scope
+// around ops/multihead.
+#include "attnscore/multihead.h"
+
+#include <memory>
+#include <utility>
+
+#include "base/call_scope.h"
+#include "ops/multihead.h"
+
+namespace attnscore {
+
+struct MultiHeadAttention::Params : ops::MultiHeadParams {};
+
+MultiHeadAttention::MultiHeadAttention(std::unique_ptr<Params> params)
+    : params_(std::move(params)) {}
+MultiHeadAttention::~MultiHeadAttention() = default;
+
+int64_t MultiHeadAttention::num_heads() const { return params_->heads; }
+int64_t MultiHeadAttention::num_hiddens() const { return params_->hidden; }
+int64_t MultiHeadAttention::query_size() const { return params_->query_size; }
+int64_t MultiHeadAttention::key_size() const { return params_->key_size; }
+int64_t MultiHeadAttention::value_size() const { return params_->value_size; }
+bool MultiHeadAttention::has_bias() const { return params_->bias; }
+
+Status MultiHeadAttention::Create(int64_t num_heads, const MultiHeadWeights& w,
+                                  std::unique_ptr<MultiHeadAttention>* model) {
+  if (model == nullptr) return Status::InvalidArgument("MultiHeadAttention::Create: model is null");
+  return internal::Guarded("MultiHeadAttention::Create", [&] {
+    auto params = std::make_unique<Params>();
+    ATTNSCORE_RETURN_IF_ERROR(ops::MakeMultiHeadParams(num_heads, {w.w_q, w.b_q}, {w.w_k, w.b_k},
+                                                       {w.w_v, w.b_v}, {w.w_o, w.b_o},
+                                                       params.get()));
+    model->reset(new MultiHeadAttention(std::move(params)));
+    return Status::Ok();
+  });
+}
+
+Status MultiHeadAttention::Load(const std::string& path, int64_t num_heads,
+                                std::unique_ptr<MultiHeadAttention>* model) {
+  if (model == nullptr) return Status::InvalidArgument("MultiHeadAttention::Load: model is null");
+  return internal::Guarded("MultiHeadAttention::Load", [&] {
+    auto params = std::make_unique<Params>();
+    ATTNSCORE_RETURN_IF_ERROR(ops::LoadMultiHeadParams(path, num_heads, params.get()));
+    model->reset(new MultiHeadAttention(std::move(params)));
+    return Status::Ok();
+  });
+}
+
+Status MultiHeadAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
+                                   ConstTensor values, const ValidLens& valid_lens, Causal causal,
+                                   Tensor out, Tensor attention_weights) const {
+  internal::CallScope scope(engine.options().threads);
+  return internal::Guarded("MultiHeadAttention", [&] {
+    return ops::MultiHeadForward(engine.options(), *params_, queries, keys, values, valid_lens,
+                                 causal, out, attention_weights);
+  });
+}
+
+}  // namespace attnscore
