@@ -561,6 +561,61 @@ TEST_F(CliTest, RunConcatRejectsBadModelsAndShapes) {
   EXPECT_FALSE(fs::exists(weights));
 }
 
+TEST_F(CliTest, RunMultiHeadMatchesTheSeedModule) {
+  for (const auto& [name, heads] : {std::pair{"multihead_h8_bias_per_query", 8},
+                                    std::pair{"multihead_h1_per_batch_int32", 1}}) {
+    SCOPED_TRACE(name);
+    const std::string out = Temp("o.npy"), weights = Temp("w.npy");
+    const Result r = Run(ModelArgs("multihead", name, out) + " --heads " + std::to_string(heads) +
+                         " --weights-out " + weights);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const npy::NpyArray want = Read(Golden(name, "out"));
+    double largest = 0;
+    for (int64_t e = 0; e < want.size(); ++e) largest = std::max(largest, double{std::abs(want.data<float>()[e])});
+    EXPECT_LE(MaxDiff(Read(out), want), 1e-4 * (1 + largest));
+    const npy::NpyArray got_weights = Read(weights);
+    EXPECT_EQ(got_weights.shape, Read(Golden(name, "weights")).shape);  // (B, heads, N, M)
+    EXPECT_LE(MaxDiff(got_weights, Read(Golden(name, "weights"))), 1e-5);
+  }
+}
+
+// d2l's causal lengths 1..N from a file, or --causal top-left: the same bytes.
+TEST_F(CliTest, RunMultiHeadCausalFlagEqualsTheCausalLengths) {
+  const std::string with_lens = Temp("lens.npy"), with_flag = Temp("flag.npy");
+  std::string args = ModelArgs("multihead", "multihead_causal_self", with_lens) + " --heads 4";
+  ASSERT_EQ(Run(args).exit_code, 0);
+  args = ModelArgs("multihead", "multihead_causal_self", with_flag) + " --heads 4";
+  const std::string lens_flag = " --valid-lens " + Golden("multihead_causal_self", "valid_lens");
+  args.erase(args.find(lens_flag), lens_flag.size());
+  const Result r = Run(args + " --causal top-left");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Slurp(with_lens), Slurp(with_flag));
+}
+
+TEST_F(CliTest, RunMultiHeadRejectsBadFlagsModelsAndShapes) {
+  const std::string out = Temp("o.npy");
+  const std::string args = ModelArgs("multihead", "multihead_h8_bias_per_query", out);
+  ExpectBadInput(Run(args), "'run multihead' needs --heads", out);
+  ExpectBadInput(Run(args + " --heads 3"),
+                 "MultiHeadAttention: num_heads is 3; it must be at least 1 and divide num_hiddens H = 32",
+                 out);
+  ExpectBadInput(Run(args + " --heads 0"), "--heads", out);
+  ExpectBadInput(Run(args + " --heads 8 --causal diagonal"),
+                 "--causal wants top-left or bottom-right, got 'diagonal'", out);
+  std::string wrong = args + " --heads 8";
+  const std::string model = std::string(ATTNSCORE_GOLDEN_DIR) + "/multihead_h8_bias_per_query/model.safetensors";
+  wrong.replace(wrong.find(model), model.size(),
+                std::string(ATTNSCORE_GOLDEN_DIR) + "/concat_tutorial/model.safetensors");
+  ExpectBadInput(Run(wrong), "unexpected tensor", out);
+  wrong = args + " --heads 8";
+  const std::string queries = Golden("multihead_h8_bias_per_query", "queries");
+  wrong.replace(wrong.find(queries), queries.size(), Golden("multihead_h8_bias_per_query", "keys"));
+  ExpectBadInput(Run(wrong),
+                 "MultiHeadAttention: queries has shape (2, 7, 10) but must be (B, N, Dq) = (*, *, 12)",
+                 out);
+  ExpectBadInput(Run(args + " --heads 8 --precision bf16"), "only dot has a bf16 mode", out);
+}
+
 TEST_F(CliTest, BenchConcatPrintsJson) {
   const Result r = Run("bench concat --batch 3 --queries 5 --keys 17 --query-dim 6 --key-dim 3 "
                        "--value-dim 4 --out-dim 7 --valid-lens random --weights --repeat 3 --json");
@@ -717,7 +772,7 @@ TEST_F(CliTest, RunInfoFollowsTheRun) {
 TEST_F(CliTest, UsageErrors) {
   ExpectBadInput(Run("frobnicate"), "unknown command 'frobnicate'");
   ExpectBadInput(Run("run"), "run wants an op");
-  ExpectBadInput(Run("run attn --out x.npy"), "run wants an op: softmax, dot, additive or concat, got 'attn'");
+  ExpectBadInput(Run("run attn --out x.npy"), "run wants an op: softmax, dot, additive, concat or multihead, got 'attn'");
   ExpectBadInput(Run("run concat --queries q.npy --keys k.npy --values v.npy --out x.npy"),
                  "'run concat' needs --model");
   ExpectBadInput(Run("run additive --queries q.npy --keys k.npy --values v.npy --out x.npy"),

@@ -47,6 +47,18 @@ Status MultiHeadAttention::Load(const std::string& path, int64_t num_heads,
   });
 }
 
+Status MultiHeadAttention::Check(ConstTensor queries, ConstTensor keys, ConstTensor values,
+                                 const ValidLens& valid_lens, Causal causal,
+                                 MultiHeadShapes* shapes) const {
+  if (shapes == nullptr) return Status::InvalidArgument("MultiHeadAttention: shapes is null");
+  ATTNSCORE_RETURN_IF_ERROR(
+      ops::CheckMultiHeadInputs(*params_, queries, keys, values, valid_lens, causal));
+  const int64_t batch = queries.dims[0], n = queries.dims[1];
+  shapes->out = {batch, n, params_->hidden};
+  shapes->attention_weights = {batch, params_->heads, n, keys.dims[1]};
+  return Status::Ok();
+}
+
 Status MultiHeadAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
                                    ConstTensor values, const ValidLens& valid_lens, Causal causal,
                                    Tensor out, Tensor attention_weights) const {

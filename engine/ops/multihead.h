@@ -50,6 +50,11 @@ Status MakeMultiHeadParams(int64_t heads, const LinearViews& q, const LinearView
 // The same from a .safetensors state_dict holding exactly those tensors.
 Status LoadMultiHeadParams(const std::string& path, int64_t heads, MultiHeadParams* params);
 
+// The checks of a forward pass's Q, K, V, lengths and mask.
+Status CheckMultiHeadInputs(const MultiHeadParams& params, const ConstTensor& queries,
+                            const ConstTensor& keys, const ConstTensor& values,
+                            const ValidLens& valid_lens, Causal causal);
+
 // MultiHeadAttention::Forward without the call scope (threads, denormals).
 Status MultiHeadForward(const EngineOptions& options, const MultiHeadParams& params,
                         ConstTensor queries, ConstTensor keys, ConstTensor values,

@@ -28,15 +28,8 @@ using internal::kAnyDim;
 Status CheckArguments(const MultiHeadParams& m, const ConstTensor& q, const ConstTensor& k,
                       const ConstTensor& v, const ValidLens& lens, Causal causal,
                       const ConstTensor& out, const ConstTensor& attention) {
-  ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, m.query_size}, "(B, N, Dq)"));
-  const int64_t batch = q.dims[0], queries = q.dims[1];
-  ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(kOp, "keys", k, {batch, kAnyDim, m.key_size}, "(B, M, Dk)"));
-  const int64_t keys = k.dims[1];
-  ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(kOp, "values", v, {batch, keys, m.value_size}, "(B, M, Dv)"));
-  ATTNSCORE_RETURN_IF_ERROR(CheckCausal(kOp, causal, q, k));
+  ATTNSCORE_RETURN_IF_ERROR(CheckMultiHeadInputs(m, q, k, v, lens, causal));
+  const int64_t batch = q.dims[0], queries = q.dims[1], keys = k.dims[1];
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "out", out, {batch, queries, m.hidden}, "(B, N, H)"));
   ATTNSCORE_RETURN_IF_ERROR(CheckWritable(kOp, "out", out));
   const internal::NamedView inputs[] = {{"queries", q}, {"keys", k}, {"values", v}};
@@ -74,6 +67,19 @@ Status ProjectionPlan(const ConstTensor& x, int64_t hidden, bool bias, const Con
 }
 
 }  // namespace
+
+Status CheckMultiHeadInputs(const MultiHeadParams& m, const ConstTensor& q, const ConstTensor& k,
+                            const ConstTensor& v, const ValidLens& lens, Causal causal) {
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, m.query_size}, "(B, N, Dq)"));
+  const int64_t batch = q.dims[0];
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "keys", k, {batch, kAnyDim, m.key_size}, "(B, M, Dk)"));
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "values", v, {batch, k.dims[1], m.value_size}, "(B, M, Dv)"));
+  ATTNSCORE_RETURN_IF_ERROR(CheckCausal(kOp, causal, q, k));
+  return internal::CheckValidLens(lens, batch, q.dims[1], kOp, {});
+}
 
 Status MakeMultiHeadParams(int64_t heads, const LinearViews& q, const LinearViews& k,
                            const LinearViews& v, const LinearViews& o, MultiHeadParams* params) {

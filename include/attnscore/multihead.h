@@ -14,6 +14,7 @@
 #ifndef ATTNSCORE_MULTIHEAD_H_
 #define ATTNSCORE_MULTIHEAD_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,6 +34,12 @@ namespace attnscore {
 struct MultiHeadWeights {
   ConstTensor w_q, w_k, w_v, w_o;
   ConstTensor b_q, b_k, b_v, b_o;
+};
+
+// The shapes of Forward's outputs, as Check reports them.
+struct MultiHeadShapes {
+  std::array<int64_t, 3> out{};                // (B, N, H)
+  std::array<int64_t, 4> attention_weights{};  // (B, num_heads, N, M)
 };
 
 class ATTNSCORE_API MultiHeadAttention {
@@ -58,6 +65,11 @@ class ATTNSCORE_API MultiHeadAttention {
   int64_t key_size() const;     // Dk
   int64_t value_size() const;   // Dv
   bool has_bias() const;
+
+  // Every check Forward makes of its inputs, without running it, and the
+  // shapes of its outputs (see Engine::CheckDotProductAttention).
+  Status Check(ConstTensor queries, ConstTensor keys, ConstTensor values,
+               const ValidLens& valid_lens, Causal causal, MultiHeadShapes* shapes) const;
 
   // Q: (B, N, Dq), K: (B, M, Dk), V: (B, M, Dv), out: (B, N, H). valid_lens
   // (B,) or (B, N) apply to every head; `causal` cuts them as in

@@ -36,6 +36,11 @@ const CommandHelp kCommands[] = {
      "  attnscore run concat  --model M.safetensors --queries Q.npy --keys K.npy\n"
      "                        --values V.npy [--valid-lens L.npy] --out O.npy\n"
      "                        [--weights-out W.npy]\n"},
+    {"run multihead",
+     "  attnscore run multihead --model M.safetensors --heads H --queries Q.npy\n"
+     "                        --keys K.npy --values V.npy [--valid-lens L.npy]\n"
+     "                        [--causal top-left|bottom-right] --out O.npy\n"
+     "                        [--weights-out W.npy]\n"},
     {"bench",
      "  attnscore bench softmax|dot|additive|concat --batch B --queries N --keys M\n"
      "                        [--query-dim D] [--key-dim Dk] [--hidden H] [--value-dim Dv]\n"
@@ -69,6 +74,13 @@ and attn_combine.bias (O); Dq is taken from Q (B, N, Dq); K is (B, N, Dk),
 one key per query, V (B, M, Dv) and out (B, N, O). --weights-out writes
 the attention weights (B, N, M), which tools/show_heatmaps.py draws (for
 softmax they are Y itself, written again).
+A multihead model is the state_dict of d2l's MultiHeadAttention: float32
+W_q.weight (H, Dq), W_k.weight (H, Dk), W_v.weight (H, Dv), W_o.weight
+(H, H), and the four .bias (H) for a module built with bias=True; --heads
+must divide H. Q is (B, N, Dq), K (B, M, Dk), V (B, M, Dv), out (B, N, H)
+and --weights-out (B, heads, N, M), one panel per head. --causal cuts each
+query's keys: top-left, query i sees keys 0..i (d2l's decoder); bottom-right,
+keys 0..M - N + i (new queries at the end of a cache; needs M >= N).
 
 bench times the op on random data: median and min of R runs (default 20)
 after 3 warm-up runs. --valid-lens: none (all keys), full (L = M given
@@ -109,7 +121,8 @@ const std::set<std::string> kSwitches = {"--json", "--help", "--version", "--wei
 const std::set<std::string> kValued = {
     "--x",         "--queries",     "--keys",    "--values",    "--valid-lens", "--out",
     "--model",     "--weights-out", "--threads", "--isa",       "--precision",  "--batch",
-    "--query-dim", "--key-dim",     "--hidden",  "--value-dim", "--out-dim",    "--repeat"};
+    "--query-dim", "--key-dim",     "--hidden",  "--value-dim", "--out-dim",    "--repeat",
+    "--heads",     "--causal"};
 
 // The whole usage: every synopsis, the common flags and the details.
 std::string Usage() {

@@ -209,14 +209,88 @@ int RunAttention(const Args& args, const std::string& op) {
   return kExitOk;
 }
 
+// --causal top-left|bottom-right; Causal::kNone without the flag.
+Status ParseCausal(const Args& args, Causal* causal) {
+  *causal = Causal::kNone;
+  if (!args.has("--causal")) return Status::Ok();
+  const std::string mask = args.get("--causal");
+  if (mask == "top-left") {
+    *causal = Causal::kTopLeft;
+  } else if (mask == "bottom-right") {
+    *causal = Causal::kBottomRight;
+  } else {
+    return Status::InvalidArgument("--causal wants top-left or bottom-right, got '" + mask + "'");
+  }
+  return Status::Ok();
+}
+
+// run multihead: d2l's MultiHeadAttention from --model with --heads heads.
+int RunMultiHead(const Args& args) {
+  Status s = CheckFlags(args,
+                        {"--model", "--heads", "--queries", "--keys", "--values", "--valid-lens",
+                         "--causal", "--out", "--weights-out", "--threads", "--isa", "--precision",
+                         "--info"},
+                        {"--model", "--heads", "--queries", "--keys", "--values", "--out"},
+                        "run multihead");
+  if (!s.ok()) return Fail(s);
+  int64_t heads = 0;
+  Causal causal = Causal::kNone;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<MultiHeadAttention> model;
+  npy::NpyArray q, k, v, lens_array;
+  ValidLens lens;
+  MultiHeadShapes shapes;
+  if (!(s = ParseInt(args, "--heads", 1, 1, int64_t{1} << 20, &heads)).ok() ||
+      !(s = ParseCausal(args, &causal)).ok() ||
+      !(s = CheckOutputs(args, {"--out", "--weights-out"})).ok() ||
+      !(s = MakeEngine(args, "multihead", &engine)).ok() ||
+      !(s = MultiHeadAttention::Load(args.get("--model"), heads, &model)).ok() ||
+      !(s = ReadTensor(args, "--queries", &q)).ok() || !(s = ReadTensor(args, "--keys", &k)).ok() ||
+      !(s = ReadTensor(args, "--values", &v)).ok() ||
+      !(s = ReadValidLens(args, &lens_array, &lens)).ok() ||
+      !(s = model->Check(ViewOf(q), ViewOf(k), ViewOf(v), lens, causal, &shapes)).ok()) {
+    return Fail(s);
+  }
+  const std::vector<int64_t> out_shape(shapes.out.begin(), shapes.out.end());
+  const std::vector<int64_t> weights_shape(shapes.attention_weights.begin(),
+                                           shapes.attention_weights.end());
+  const bool want_weights = args.has("--weights-out");
+  if (!(s = CheckOutputSize("--out", out_shape)).ok() ||
+      (want_weights && !(s = CheckOutputSize("--weights-out", weights_shape)).ok())) {
+    return Fail(s);
+  }
+  std::vector<float> out(static_cast<size_t>(out_shape[0] * out_shape[1] * out_shape[2]));
+  std::vector<float> weights;
+  Tensor weights_view;  // empty: not written
+  if (want_weights) {
+    weights.resize(static_cast<size_t>(weights_shape[0] * weights_shape[1] * weights_shape[2] *
+                                       weights_shape[3]));
+    weights_view = Tensor(weights.data(),
+                          {weights_shape[0], weights_shape[1], weights_shape[2], weights_shape[3]});
+  }
+  s = model->Forward(*engine, ViewOf(q), ViewOf(k), ViewOf(v), lens, causal,
+                     Tensor(out.data(), {out_shape[0], out_shape[1], out_shape[2]}), weights_view);
+  if (s.ok()) {
+    std::vector<Output> outputs = {{"--out", args.get("--out"), out_shape, out.data()}};
+    if (want_weights) {
+      outputs.push_back({"--weights-out", args.get("--weights-out"), weights_shape, weights.data()});
+    }
+    s = LandOutputs(outputs);
+  }
+  if (!s.ok()) return Fail(s);
+  if (args.has("--info")) PrintInfo(*engine);
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunCommand(const Args& args) {
   const std::string op = args.words.size() > 1 ? args.words[1] : "";
   if (op == "softmax") return RunSoftmax(args);
   if (op == "dot" || op == "additive" || op == "concat") return RunAttention(args, op);
-  return Fail(Status::InvalidArgument("run wants an op: softmax, dot, additive or concat, got '" +
-                                      op + "'"));
+  if (op == "multihead") return RunMultiHead(args);
+  return Fail(Status::InvalidArgument(
+      "run wants an op: softmax, dot, additive, concat or multihead, got '" + op + "'"));
 }
 
 }  // namespace attnscore::cli
