@@ -117,8 +117,21 @@ class ShowHeatmapsTest(unittest.TestCase):
 
     def test_wrong_rank(self):
         self.assert_fails([self.save(softmax_like((2, 5)))], ["(2, 5)"])
-        self.assert_fails([self.save(softmax_like((1, 3, 2, 5)))],
-                          ["(1, 3, 2, 5)"])
+        self.assert_fails([self.save(softmax_like((1, 1, 3, 2, 5)))],
+                          ["(1, 1, 3, 2, 5)"])
+
+    def test_heads_draw_a_panel_each(self):
+        # run multihead's (B, H, N, M): one panel per (entry, head).
+        w = self.save(softmax_like((2, 3, 2, 5)))
+        result = self.run_tool(w, self.out)
+        self.assert_ok(result)
+        self.assertEqual(self.description(), "attnscore heatmaps: 6 panels of 2 x 5")
+        height, width = matplotlib.image.imread(self.out).shape[:2]
+        self.assertGreater(width, height)  # a row of 3 heads per entry, 2 rows
+        self.assert_ok(self.run_tool(w, self.out, "--batches", "1"))
+        self.assertEqual(self.description(), "attnscore heatmaps: 3 panels of 2 x 5")
+        self.assert_fails([self.save(softmax_like((9, 8, 1, 2)), "many.npy")],
+                          ["9 batch entries of 8 head(s)", "--batches"])
 
     def test_integer_dtype(self):
         self.assert_fails([self.save(np.ones((2, 1, 3), np.int64))],

@@ -6,7 +6,9 @@ floating-point (float16/32/64) array of shape (B, N, M) = (batch, queries, keys)
 selected batch entry b becomes one panel titled "batch b" whose rows are
 queries and whose columns are keys; panels fill a grid of at most --columns
 columns and share one colour scale (0 to the largest finite weight) with one
-colour bar. NaN weights are left blank.
+colour bar. NaN weights are left blank. `run multihead` writes (B, H, N, M):
+then each selected entry draws one panel per head, "batch b, head h", a row
+of panels per entry (up to 8 heads a row unless --columns says otherwise).
 
 OUT.png is written atomically (a temporary file beside it, then renamed) and
 carries the PNG text chunk Description = "attnscore heatmaps: P panels of
@@ -87,9 +89,9 @@ def load_weights(path):
         fail(f"{path}: cannot read: {e.strerror or e}")
     except (ValueError, EOFError) as e:
         fail(f"{path}: not a valid .npy file: {' '.join(str(e).split())}")
-    if weights.ndim != 3:
+    if weights.ndim not in (3, 4):
         fail(f"{path}: has shape {weights.shape}, "
-             "want (B, N, M) = (batch, queries, keys)")
+             "want (B, N, M) = (batch, queries, keys) or (B, H, N, M) with heads")
     if 0 in weights.shape:
         fail(f"{path}: shape {weights.shape} has a zero-size dimension")
     if not np.issubdtype(weights.dtype, np.floating):
@@ -97,14 +99,13 @@ def load_weights(path):
     return weights
 
 
-def draw(panels, batches, columns, args):
+def draw(panels, names, columns, args):
     count, n, m = panels.shape
     # Square cells while they fit; otherwise stretch (aspect="auto") so that
     # a single query over many keys is a visible strip, not a hairline.
     height = min(max(n * PANEL_WIDTH / m, PANEL_MIN_HEIGHT), PANEL_MAX_HEIGHT)
     rows = [list(panels[i:i + columns]) for i in range(0, count, columns)]
-    titles = [[f"batch {b}" for b in batches[i:i + columns]]
-              for i in range(0, count, columns)]
+    titles = [names[i:i + columns] for i in range(0, count, columns)]
     finite = panels[np.isfinite(panels)]
     vmax = float(finite.max()) if finite.size else 1.0
     if vmax <= 0:  # a zero-width scale would break the colour bar
@@ -148,11 +149,12 @@ def main():
         fail(f"{args.out}: is a directory")
 
     weights = load_weights(args.weights)
-    b, n, m = weights.shape
+    heads = weights.shape[1] if weights.ndim == 4 else 1
+    b, n, m = weights.shape[0], weights.shape[-2], weights.shape[-1]
     if args.batches is None:
-        if b > MAX_DEFAULT_PANELS:
-            fail(f"{args.weights}: has {b} batch entries, too many to draw "
-                 f"(at most {MAX_DEFAULT_PANELS}); pick some with --batches")
+        if b * heads > MAX_DEFAULT_PANELS:
+            fail(f"{args.weights}: has {b} batch entries of {heads} head(s), too many to "
+                 f"draw (at most {MAX_DEFAULT_PANELS} panels); pick some with --batches")
         batches = list(range(b))
     else:
         batches = args.batches
@@ -161,11 +163,16 @@ def main():
                 fail(f"argument --batches: index {i} is out of range "
                      f"0..{b - 1} for {args.weights} with B = {b}")
     # float64 copy of just the selected entries: imshow rejects float16.
-    panels = weights[batches].astype(np.float64)
-    count = len(batches)
-    columns = min(count, args.columns or min(b, 4))
+    panels = weights[batches].astype(np.float64).reshape(-1, n, m)
+    count = len(panels)
+    if weights.ndim == 4:
+        names = [f"batch {i}, head {h}" for i in batches for h in range(heads)]
+        columns = min(count, args.columns or min(heads, 8))
+    else:
+        names = [f"batch {i}" for i in batches]
+        columns = min(count, args.columns or min(b, 4))
 
-    fig = draw(panels, batches, columns, args)
+    fig = draw(panels, names, columns, args)
     description = f"attnscore heatmaps: {count} panels of {n} x {m}"
     # Written beside OUT.png under a temporary .png name, then renamed.
     try:
