@@ -1,6 +1,7 @@
 // The two ways the dot-product attention runs (docs/semantics.md section 2),
-// private to the op: ops/dot_product.cc checks a call, resolves its lengths
-// and picks one.
+// private to the op and the op built on it: ops/dot_product.cc checks a
+// call, resolves its lengths and picks one; ops/multihead.cc runs the row
+// path over a group of query heads.
 //
 // The row path (dot_product_rows.cc): a few queries per batch entry, each
 // query row through the row kernels, its keys split into blocks when rows
@@ -42,12 +43,29 @@ inline bool UseRowPath(const ConstTensor& q, const ConstTensor& k, const ConstTe
          v.strides[2] == 1 && out.strides[2] == 1;
 }
 
+// Tasks of the row path: with fewer rows than kRowTasks, the keys are cut
+// into blocks, each a task of its own, so that threads share even one long
+// row; the blocks are merged in a fixed order. Blocks have at least about
+// kMinRowKeyBlock keys: each costs its own reductions and merge (256-key
+// blocks made (8, 1, 1024) 10-15% slower on one thread). Rows that share
+// their keys (an entry's queries, a group's query heads) take blocks whose
+// K and V rows fit in kSharedKeyBlockBytes, so that each row after the first
+// finds them in L2: their keys are read from memory once, not once per row.
+constexpr int64_t kRowTasks = 8;
+constexpr int64_t kMinRowKeyBlock = 256;
+constexpr int64_t kSharedKeyBlockBytes = int64_t{128} << 10;
+
+// The key block for `rows` rows over `keys` keys of D + Dv = `features`
+// floats. It depends on the shape alone, so every thread count gives the
+// same bits; a block of `keys` or more means each row whole, one task each.
+int64_t RowKeyBlock(int64_t rows, bool rows_share_keys, int64_t keys, int64_t features);
+
 // Both take checked arguments, the call's resolved lengths and the factor
 // the scores are multiplied by (1/sqrt(D) for the op); an empty
 // `attention_weights` is not written.
 Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
                const ConstTensor& v, const internal::RowLengths& lens, float scale,
-               const Tensor& out, const Tensor& attention_weights);
+               int64_t key_block, const Tensor& out, const Tensor& attention_weights);
 Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
                 const ConstTensor& v, const internal::RowLengths& lens, float scale,
                 const Tensor& out, const Tensor& attention_weights);

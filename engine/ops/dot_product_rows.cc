@@ -11,22 +11,18 @@
 #include "ops/dot_product_paths.h"
 
 namespace attnscore::ops::dot_product {
-namespace {
 
-// Tasks of the row path: with fewer rows than kRowTasks, each row's keys are
-// cut into blocks, each a task of its own, so that threads share even one
-// long row; the blocks are merged in a fixed order. The cut depends on the
-// shape alone, so every thread count gives the same bits. Blocks have at
-// least about kMinRowKeyBlock keys: each costs its own reductions and merge
-// (256-key blocks made (8, 1, 1024) 10-15% slower on one thread).
-constexpr int64_t kRowTasks = 8;
-constexpr int64_t kMinRowKeyBlock = 256;
-
-int64_t RowKeyBlock(int64_t rows, int64_t keys) {
-  const int64_t blocks =
+int64_t RowKeyBlock(int64_t rows, bool rows_share_keys, int64_t keys, int64_t features) {
+  int64_t blocks =
       std::max<int64_t>(1, std::min(CeilDiv(kRowTasks, rows), keys / kMinRowKeyBlock));
+  if (rows_share_keys) {
+    const int64_t shared = std::max<int64_t>(16, kSharedKeyBlockBytes / (4 * features));
+    blocks = std::max(blocks, CeilDiv(keys, shared));
+  }
   return CeilDiv(CeilDiv(keys, blocks), 16) * 16;
 }
+
+namespace {
 
 // A block's softmax statistics and its share of the output, as a task leaves
 // them for the merge: max, sum (NaN when the block poisons the row), then Dv
@@ -73,8 +69,8 @@ Status WholeRows(int threads, const ConstTensor& q, const ConstTensor& k, const 
       [] {}, internal::Balance::kDynamic);  // rows' lengths differ
 }
 
-// The row path with each row's keys in blocks of `key_block`, a task each,
-// then merged row by row.
+// The row path with the keys in blocks of `key_block`, a task each for all
+// of an entry's rows, then merged row by row.
 Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, const ConstTensor& k,
                        const ConstTensor& v, const internal::RowLengths& lens, float scale,
                        const Tensor& out, const Tensor& attention) {
@@ -93,45 +89,50 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
   };
   const float nan = std::numeric_limits<float>::quiet_NaN();
 
-  // Each task: one block of one row. Its scratch holds the block's scores,
+  // Each task: one block of keys for every row of one batch entry, so that
+  // rows sharing keys (an entry's queries, a group's heads) read the block's
+  // K and V while they are in cache. Its scratch holds a row's block scores,
   // then its weights (or, for a row with L = 0, uniform weights over M keys).
   Status status = internal::ForEachRowInParallel(
-      threads, rows * blocks, internal::ScratchSlot::kRowTask, static_cast<size_t>(keys),
+      threads, q.dims[0] * blocks, internal::ScratchSlot::kRowTask, static_cast<size_t>(keys),
       [&](int64_t task, float* scratch) {
-        const int64_t r = task / blocks, block = task % blocks;
-        const int64_t b = r / queries, i = r % queries;
-        const int64_t valid = lens.row(b, i);
+        const int64_t b = task / blocks, block = task % blocks;
         const float* v_entry = v.data + b * v.strides[0];
-        float* out_row = out.data + b * out.strides[0] + i * out.strides[1];
-        if (valid == 0) {
-          // Uniform weights over all M keys, as the reference's mask gives.
-          if (block != 0) return;
-          std::fill(scratch, scratch + keys, 1.0f / static_cast<float>(keys));
-          kernels::MixRow(scratch, static_cast<size_t>(keys), v_entry, v.strides[1],
-                          static_cast<size_t>(value_dim), out_row);
-          if (want_attention) {
-            float* w = attention_row(b, i);
-            for (int64_t j = 0; j < keys; ++j) w[j * attention.strides[2]] = scratch[j];
+        for (int64_t i = 0; i < queries; ++i) {
+          const int64_t r = b * queries + i;
+          const int64_t valid = lens.row(b, i);
+          float* out_row = out.data + b * out.strides[0] + i * out.strides[1];
+          if (valid == 0) {
+            // Uniform weights over all M keys, as the reference's mask gives.
+            if (block != 0) continue;
+            std::fill(scratch, scratch + keys, 1.0f / static_cast<float>(keys));
+            kernels::MixRow(scratch, static_cast<size_t>(keys), v_entry, v.strides[1],
+                            static_cast<size_t>(value_dim), out_row);
+            if (want_attention) {
+              float* w = attention_row(b, i);
+              for (int64_t j = 0; j < keys; ++j) w[j * attention.strides[2]] = scratch[j];
+            }
+            continue;
           }
-          return;
-        }
-        const int64_t first = block * key_block;
-        if (first >= valid) return;
-        const int64_t n = std::min(key_block, valid - first);
-        kernels::ScoreRow(q.data + b * q.strides[0] + i * q.strides[1], static_cast<size_t>(depth),
-                          k.data + b * k.strides[0] + first * k.strides[1], k.strides[1],
-                          static_cast<size_t>(n), scale, scratch);
-        const kernels::SoftmaxBlockStats stats =
-            kernels::MaskedSoftmaxBlock(scratch, static_cast<size_t>(n), scratch);
-        const BlockPartial p = partial(r, block);
-        p.max() = stats.max;
-        p.sum() = stats.poisoned ? nan : stats.sum;
-        if (stats.poisoned) return;
-        kernels::MixRow(scratch, static_cast<size_t>(n), v_entry + first * v.strides[1],
-                        v.strides[1], static_cast<size_t>(value_dim), p.out());
-        if (want_attention) {
-          float* w = attention_row(b, i) + first * attention.strides[2];
-          for (int64_t j = 0; j < n; ++j) w[j * attention.strides[2]] = scratch[j];
+          const int64_t first = block * key_block;
+          if (first >= valid) continue;
+          const int64_t n = std::min(key_block, valid - first);
+          kernels::ScoreRow(q.data + b * q.strides[0] + i * q.strides[1],
+                            static_cast<size_t>(depth),
+                            k.data + b * k.strides[0] + first * k.strides[1], k.strides[1],
+                            static_cast<size_t>(n), scale, scratch);
+          const kernels::SoftmaxBlockStats stats =
+              kernels::MaskedSoftmaxBlock(scratch, static_cast<size_t>(n), scratch);
+          const BlockPartial p = partial(r, block);
+          p.max() = stats.max;
+          p.sum() = stats.poisoned ? nan : stats.sum;
+          if (stats.poisoned) continue;
+          kernels::MixRow(scratch, static_cast<size_t>(n), v_entry + first * v.strides[1],
+                          v.strides[1], static_cast<size_t>(value_dim), p.out());
+          if (want_attention) {
+            float* w = attention_row(b, i) + first * attention.strides[2];
+            for (int64_t j = 0; j < n; ++j) w[j * attention.strides[2]] = scratch[j];
+          }
         }
       },
       [] {}, internal::Balance::kDynamic);  // rows' lengths differ, and so do their blocks
@@ -196,11 +197,10 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
 
 Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
                const ConstTensor& v, const internal::RowLengths& lens, float scale,
-               const Tensor& out, const Tensor& attention) {
+               int64_t key_block, const Tensor& out, const Tensor& attention) {
   const int64_t keys = k.dims[1], rows = q.dims[0] * q.dims[1];
   const int threads = internal::ThreadsFor(
       options.threads, 2.0 * static_cast<double>(rows * keys * (q.dims[2] + v.dims[2])));
-  const int64_t key_block = RowKeyBlock(rows, keys);
   if (key_block >= keys) return WholeRows(threads, q, k, v, lens, scale, out, attention);
   return RowsInKeyBlocks(threads, key_block, q, k, v, lens, scale, out, attention);
 }

@@ -1,6 +1,7 @@
 // Multi-head attention (docs/semantics.md section 5): checks a call, folds
-// the causal bound into per-query lengths and runs the dot-product
-// attention once per query head over strided views of that head.
+// the causal bound into per-query lengths and runs the dot product over
+// strided views: a group's query heads together on the row path when the
+// queries are few (decoding), else once per query head.
 #include "ops/multihead.h"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "base/checks.h"
 #include "base/valid_lens.h"
 #include "ops/dot_product.h"
+#include "ops/dot_product_paths.h"
 
 namespace attnscore::ops {
 namespace {
@@ -66,22 +68,24 @@ Status CheckArguments(const ConstTensor& q, const ConstTensor& k, const ConstTen
                                   {{"out", out}, {"attention_weights", attention}});
 }
 
-// The lengths the heads run with: the caller's, each cut to its query's
-// causal bound (query i of N sees keys 0..i, or 0..M - N + i).
-Status ResolveLengths(const ValidLens& valid_lens, Causal causal, int64_t batch, int64_t queries,
-                      int64_t keys, std::vector<int64_t>* storage, internal::RowLengths* lens) {
+// The lengths the heads run with, (B, N): the caller's, each cut to its
+// query's causal bound (query i of N sees keys 0..i, or 0..M - N + i),
+// clamped to [0, M].
+Status EffectiveLengths(const ValidLens& valid_lens, Causal causal, int64_t batch,
+                        int64_t queries, int64_t keys, std::vector<int64_t>* lengths) {
+  internal::RowLengths lens;
   ATTNSCORE_RETURN_IF_ERROR(
-      internal::RowLengths::Resolve(valid_lens, batch, queries, keys, lens));
-  if (causal == Causal::kNone) return Status::Ok();
+      internal::RowLengths::Resolve(valid_lens, batch, queries, keys, &lens));
   const int64_t shift = causal == Causal::kBottomRight ? keys - queries : 0;
-  storage->resize(static_cast<size_t>(batch * queries));
+  lengths->resize(static_cast<size_t>(batch * queries));
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t i = 0; i < queries; ++i) {
-      (*storage)[static_cast<size_t>(b * queries + i)] = std::min(lens->row(b, i), shift + i + 1);
+      const int64_t own = lens.row(b, i);
+      (*lengths)[static_cast<size_t>(b * queries + i)] =
+          causal == Causal::kNone ? own : std::min(own, shift + i + 1);
     }
   }
-  return internal::RowLengths::Resolve(ValidLens::PerQuery(storage->data(), batch, queries), batch,
-                                       queries, keys, lens);
+  return Status::Ok();
 }
 
 // Head h of a (B, N, H, F) view as a (B, N, F) view: no copy, strides kept.
@@ -89,6 +93,14 @@ template <typename T>
 TensorView<T> TokenMajorHead(const TensorView<T>& t, int64_t h) {
   return TensorView<T>(t.data + h * t.strides[2], {t.dims[0], t.dims[1], t.dims[3]},
                        {t.strides[0], t.strides[1], t.strides[3]});
+}
+
+// Heads h0.. h0 + count - 1 at query n of a (B, N, H, F) view as a
+// (B, count, F) view: a group's heads as the rows of one entry.
+template <typename T>
+TensorView<T> HeadsAtQuery(const TensorView<T>& t, int64_t n, int64_t h0, int64_t count) {
+  return TensorView<T>(t.data + n * t.strides[1] + h0 * t.strides[2],
+                       {t.dims[0], count, t.dims[3]}, {t.strides[0], t.strides[2], t.strides[3]});
 }
 
 }  // namespace
@@ -117,17 +129,55 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTens
                           const MultiHeadOptions& multihead, Tensor out, Tensor attention) {
   ATTNSCORE_RETURN_IF_ERROR(CheckArguments(q, k, v, valid_lens, multihead, out, attention));
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
-  const int64_t group = heads / k.dims[2];  // query heads per key-value head
-  std::vector<int64_t> storage;
-  internal::RowLengths lens;
+  const int64_t kv_heads = k.dims[2], group = heads / kv_heads;  // query heads per K/V head
+  std::vector<int64_t> lengths;
   ATTNSCORE_RETURN_IF_ERROR(
-      ResolveLengths(valid_lens, multihead.causal, batch, queries, keys, &storage, &lens));
+      EffectiveLengths(valid_lens, multihead.causal, batch, queries, keys, &lengths));
   const float scale =
       multihead.scale != 0.0f
           ? multihead.scale
           : static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3])));
-  // Every head has the same shapes and lengths, so the first head makes
-  // every plan the others use: a failure comes before anything is written.
+
+  // Decoding (a few queries): for each query position and K/V head, the
+  // group's query heads are the rows of one row-path call, so each block of
+  // their keys is read once for all of them. The key block depends on the
+  // shape and not on the grouping, so a grouped call gives the bits of the
+  // same call with K and V repeated per head.
+  if (queries <= dot_product::kRowPathMaxQueries && q.strides[3] == 1 && k.strides[3] == 1 &&
+      v.strides[3] == 1 && out.strides[3] == 1) {
+    const int64_t key_block = dot_product::RowKeyBlock(batch * heads * queries, true, keys,
+                                                       q.dims[3] + v.dims[3]);
+    std::vector<int64_t> query_lengths(static_cast<size_t>(batch));
+    for (int64_t n = 0; n < queries; ++n) {
+      for (int64_t b = 0; b < batch; ++b) {
+        query_lengths[static_cast<size_t>(b)] = lengths[static_cast<size_t>(b * queries + n)];
+      }
+      internal::RowLengths lens;
+      ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(
+          ValidLens::PerBatch(query_lengths.data(), batch), batch, group, keys, &lens));
+      for (int64_t g = 0; g < kv_heads; ++g) {
+        Tensor group_attention;
+        if (!attention.empty()) {
+          group_attention =
+              Tensor(attention.data + g * group * attention.strides[1] + n * attention.strides[2],
+                     {batch, group, keys},
+                     {attention.strides[0], attention.strides[1], attention.strides[3]});
+        }
+        ATTNSCORE_RETURN_IF_ERROR(dot_product::RowPath(
+            options, HeadsAtQuery(q, n, g * group, group), TokenMajorHead(k, g),
+            TokenMajorHead(v, g), lens, scale, key_block, HeadsAtQuery(out, n, g * group, group),
+            group_attention));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Otherwise one dot-product call per query head. Every head has the same
+  // shapes and lengths, so the first head makes every plan the others use:
+  // a failure comes before anything is written.
+  internal::RowLengths lens;
+  ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(
+      ValidLens::PerQuery(lengths.data(), batch, queries), batch, queries, keys, &lens));
   for (int64_t h = 0; h < heads; ++h) {
     Tensor head_attention;
     if (!attention.empty()) {

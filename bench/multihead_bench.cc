@@ -1,0 +1,123 @@
+// Multi-head attention (Engine::MultiHeadAttention) on issue-sized shapes,
+// each beside the peer its limit is measured against in the same run:
+//   decode   (B 4, N 1, Hq 16, Hkv 4, D 64) over 2,048 cached keys: bytes/s
+//            counts K and V read once; BM_CachedRead reads as many bytes.
+//   prefill  (B 1, N 1,024, H 16, D 64), causal: GFLOP/s counts the unmasked
+//            half only, 2 (D + Dv) per (query, visible key) per head;
+//            BM_OnednnMatmulHeads is one oneDNN matmul of the heads' Q Kᵀ.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "bench_util.h"
+#include "kernels/additive_scores.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace attnscore::bench {
+namespace {
+
+// Args: batch, queries, keys, heads, kv_heads, dim, causal (0 none, 1
+// top-left, 2 bottom-right). Token-major Q (B, N, Hq, D), K/V (B, M, Hkv, D).
+void BM_MultiHead(benchmark::State& state) {
+  const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),
+                heads = state.range(3), kv_heads = state.range(4), depth = state.range(5);
+  MultiHeadOptions options;
+  options.causal = static_cast<Causal>(state.range(6));
+  const Engine& engine = SharedEngine();
+  const std::vector<float> q = RandomFloats(batch * queries * heads * depth, 1);
+  const std::vector<float> k = RandomFloats(batch * keys * kv_heads * depth, 2);
+  const std::vector<float> v = RandomFloats(batch * keys * kv_heads * depth, 3);
+  std::vector<float> out(static_cast<size_t>(batch * queries * heads * depth));
+  const ImplementationLabel label;
+  for (auto _ : state) {
+    Status s = engine.MultiHeadAttention(
+        ConstTensor(q.data(), {batch, queries, heads, depth}),
+        ConstTensor(k.data(), {batch, keys, kv_heads, depth}),
+        ConstTensor(v.data(), {batch, keys, kv_heads, depth}), ValidLens::None(), options,
+        Tensor(out.data(), {batch, queries, heads, depth}));
+    if (!s.ok()) state.SkipWithError(s.message().c_str());
+    benchmark::DoNotOptimize(out.data());
+  }
+  label.Apply(state);
+  // Visible keys summed over queries (each head sees the same).
+  double visible = 0;
+  for (int64_t i = 0; i < queries; ++i) {
+    const int64_t bound = options.causal == Causal::kTopLeft       ? i + 1
+                          : options.causal == Causal::kBottomRight ? keys - queries + i + 1
+                                                                   : keys;
+    visible += static_cast<double>(std::min(bound, keys));
+  }
+  const double flops = 2.0 * static_cast<double>(batch * heads * 2 * depth) * visible;
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  // What it must read at least: K and V once (Q and out are small here).
+  const double bytes = 4.0 * static_cast<double>(batch * keys * kv_heads * 2 * depth);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+}
+
+BENCHMARK(BM_MultiHead)
+    ->ArgNames({"batch", "queries", "keys", "heads", "kv_heads", "dim", "causal"})
+    ->Args({4, 1, 2048, 16, 4, 64, 0})     // decode, grouped-query
+    ->Args({1, 1024, 1024, 16, 16, 64, 1})  // prefill, causal
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// Reads `bytes` (the decode's K and V) as often as the op does, so they are
+// as cache-resident as the op's: one vector load and max per vector
+// (kernels::MaxAbs at the Highway target in use), which outruns the caches
+// beyond L1.
+void BM_CachedRead(benchmark::State& state) {
+  SharedEngine();
+  const int64_t floats = state.range(0) / 4;
+  const std::vector<float> data = RandomFloats(floats, 5);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(kernels::MaxAbs(data.data(), static_cast<size_t>(floats)));
+  }
+  state.SetBytesProcessed(state.range(0) * state.iterations());
+}
+
+BENCHMARK(BM_CachedRead)
+    ->ArgName("bytes")
+    ->Arg(int64_t{4} * 4 * 2048 * 4 * 2 * 64)  // decode: B Hkv M (D + Dv) floats
+    ->Arg(256 << 10)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// The heads' scores Q Kᵀ as one batched oneDNN matmul, (H, N, D) · (H, D, M):
+// the fp32 matmul rate a prefill's products could reach.
+void BM_OnednnMatmulHeads(benchmark::State& state) {
+  const int64_t heads = state.range(0), rows = state.range(1), cols = state.range(2),
+                depth = state.range(3);
+  SharedEngine();
+  std::vector<float> a = RandomFloats(heads * rows * depth, 1), b = RandomFloats(heads * depth * cols, 2);
+  std::vector<float> c(static_cast<size_t>(heads * rows * cols));
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  dnnl::memory::desc a_md({heads, rows, depth}, dt::f32, tag::abc),
+      b_md({heads, depth, cols}, dt::f32, tag::abc), c_md({heads, rows, cols}, dt::f32, tag::abc);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine);
+  dnnl::matmul matmul(pd);
+  dnnl::memory a_mem(a_md, engine, a.data()), b_mem(b_md, engine, b.data()),
+      c_mem(c_md, engine, c.data());
+  for (auto _ : state) {
+    matmul.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+    stream.wait();
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.SetLabel(pd.impl_info_str());
+  const double flops = 2.0 * static_cast<double>(heads * rows * cols * depth);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_OnednnMatmulHeads)
+    ->ArgNames({"heads", "rows", "cols", "dim"})
+    ->Args({16, 1024, 1024, 64})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace attnscore::bench
