@@ -1,15 +1,18 @@
 // Multi-head attention (Engine::MultiHeadAttention) on issue-sized shapes,
 // each beside the peer its limit is measured against in the same run:
-//   decode   (B 4, N 1, Hq 16, Hkv 4, D 64) over 2,048 cached keys: bytes/s
-//            counts K and V read once; BM_CachedRead reads as many bytes.
+//   decode   (B 4, N 1, Hq 16, Hkv 4, D 64) over 2,048 keys in a KvCache:
+//            bytes/s counts K and V read once; BM_CachedRead reads as many
+//            bytes.
 //   prefill  (B 1, N 1,024, H 16, D 64), causal: GFLOP/s counts the unmasked
 //            half only, 2 (D + Dv) per (query, visible key) per head;
 //            BM_OnednnMatmulHeads is one oneDNN matmul of the heads' Q Kᵀ.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "attnscore/kv_cache.h"
 #include "bench_util.h"
 #include "kernels/additive_scores.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -58,8 +61,48 @@ void BM_MultiHead(benchmark::State& state) {
 
 BENCHMARK(BM_MultiHead)
     ->ArgNames({"batch", "queries", "keys", "heads", "kv_heads", "dim", "causal"})
-    ->Args({4, 1, 2048, 16, 4, 64, 0})     // decode, grouped-query
+    ->Args({4, 1, 2048, 16, 4, 64, 0})     // decode from token-major K, V
     ->Args({1, 1024, 1024, 16, 16, 64, 1})  // prefill, causal
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// One decoding step over a KvCache holding `keys` positions per sequence.
+void BM_KvCacheDecode(benchmark::State& state) {
+  const int64_t batch = state.range(0), keys = state.range(1), heads = state.range(2),
+                kv_heads = state.range(3), depth = state.range(4);
+  const Engine& engine = SharedEngine();
+  KvCacheShape shape;
+  shape.batch = batch, shape.capacity = keys, shape.kv_heads = kv_heads;
+  shape.key_dim = depth, shape.value_dim = depth;
+  std::unique_ptr<KvCache> cache;
+  Status s = KvCache::Create(shape, &cache);
+  const std::vector<float> k = RandomFloats(batch * keys * kv_heads * depth, 2);
+  const std::vector<float> v = RandomFloats(batch * keys * kv_heads * depth, 3);
+  if (s.ok()) {
+    s = cache->Append(ConstTensor(k.data(), {batch, keys, kv_heads, depth}),
+                      ConstTensor(v.data(), {batch, keys, kv_heads, depth}));
+  }
+  if (!s.ok()) {
+    state.SkipWithError(s.message().c_str());
+    return;
+  }
+  const std::vector<float> q = RandomFloats(batch * heads * depth, 1);
+  std::vector<float> out(static_cast<size_t>(batch * heads * depth));
+  const ImplementationLabel label;
+  for (auto _ : state) {
+    s = cache->Attend(engine, ConstTensor(q.data(), {batch, 1, heads, depth}),
+                      Tensor(out.data(), {batch, 1, heads, depth}));
+    if (!s.ok()) state.SkipWithError(s.message().c_str());
+    benchmark::DoNotOptimize(out.data());
+  }
+  label.Apply(state);
+  const double bytes = 4.0 * static_cast<double>(batch * keys * kv_heads * 2 * depth);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+}
+
+BENCHMARK(BM_KvCacheDecode)
+    ->ArgNames({"batch", "keys", "heads", "kv_heads", "dim"})
+    ->Args({4, 2048, 16, 4, 64})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

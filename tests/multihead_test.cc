@@ -346,6 +346,141 @@ TEST(MultiHeadErrors, RejectsBadInputNamingItAndWritesNothing) {
   EXPECT_TRUE(std::all_of(wide_out.begin(), wide_out.end(), [](float x) { return x == kSentinel; }));
 }
 
+// A decoder's loop over the cache: append one position, attend with that
+// position's query. Each step equals the op on the positions so far (the
+// same bits) and the reference's causal self-attention row.
+TEST_P(MultiHeadTest, KvCacheDecodeStepsEqualTheOpAndTheCausalReference) {
+  const Shape s{2, 9, 9, 8, 2, 16, 8};  // the whole sequence: N = M = 9
+  const Inputs in(s, 91);
+  KvCacheShape shape;
+  shape.batch = s.batch, shape.capacity = 12, shape.kv_heads = s.kv_heads;
+  shape.key_dim = s.depth, shape.value_dim = s.value_dim;
+  std::unique_ptr<KvCache> cache;
+  ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
+  std::vector<double> weights;
+  const std::vector<double> want = Reference(s, in, {}, false, Causal::kTopLeft,
+                                             1.0 / std::sqrt(static_cast<double>(s.depth)), &weights);
+  const int64_t key_row = s.kv_heads * s.depth, value_row = s.kv_heads * s.value_dim;
+  const int64_t query_row = s.heads * s.depth;
+  for (int64_t t = 0; t < s.keys; ++t) {
+    SCOPED_TRACE("step " + std::to_string(t));
+    // Position t of each sequence: strided views into the whole inputs.
+    const ConstTensor k_t(in.k.data() + t * key_row, {s.batch, 1, s.kv_heads, s.depth},
+                          {s.keys * key_row, key_row, s.depth, 1});
+    const ConstTensor v_t(in.v.data() + t * value_row, {s.batch, 1, s.kv_heads, s.value_dim},
+                          {s.keys * value_row, value_row, s.value_dim, 1});
+    ASSERT_TRUE(cache->Append(k_t, v_t).ok());
+    EXPECT_EQ(cache->length(0), t + 1);
+    const ConstTensor q_t(in.q.data() + t * query_row, {s.batch, 1, s.heads, s.depth},
+                          {s.queries * query_row, query_row, s.depth, 1});
+    std::vector<float> out(static_cast<size_t>(s.batch * s.heads * s.value_dim), kSentinel);
+    std::vector<float> w(static_cast<size_t>(s.batch * s.heads * (t + 1)), kSentinel);
+    Status status = cache->Attend(DefaultEngine(), q_t, Tensor(out.data(), {s.batch, 1, s.heads, s.value_dim}),
+                                  Tensor(w.data(), {s.batch, s.heads, 1, t + 1}));
+    ASSERT_TRUE(status.ok()) << status.message();
+    // The op on the positions so far, from the caller's own token-major memory.
+    std::vector<float> op_out(out.size(), kSentinel), op_w(w.size(), kSentinel);
+    status = DefaultEngine().MultiHeadAttention(
+        q_t, ConstTensor(in.k.data(), {s.batch, t + 1, s.kv_heads, s.depth}, {s.keys * key_row, key_row, s.depth, 1}),
+        ConstTensor(in.v.data(), {s.batch, t + 1, s.kv_heads, s.value_dim},
+                    {s.keys * value_row, value_row, s.value_dim, 1}),
+        ValidLens::None(), {}, Tensor(op_out.data(), {s.batch, 1, s.heads, s.value_dim}),
+        Tensor(op_w.data(), {s.batch, s.heads, 1, t + 1}));
+    ASSERT_TRUE(status.ok()) << status.message();
+    EXPECT_EQ(out, op_out);
+    EXPECT_EQ(w, op_w);
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t h = 0; h < s.heads; ++h) {
+        for (int64_t c = 0; c < s.value_dim; ++c) {
+          const double expected = want[static_cast<size_t>(((b * s.queries + t) * s.heads + h) * s.value_dim + c)];
+          EXPECT_NEAR(out[static_cast<size_t>((b * s.heads + h) * s.value_dim + c)], expected,
+                      OutTolerance(in.v));
+        }
+        for (int64_t j = 0; j <= t; ++j) {
+          EXPECT_NEAR(w[static_cast<size_t>((b * s.heads + h) * (t + 1) + j)],
+                      weights[static_cast<size_t>(((b * s.heads + h) * s.queries + t) * s.keys + j)],
+                      kWeightTolerance);
+        }
+      }
+    }
+  }
+}
+
+// Sequences of different lengths, several new queries each: query i of
+// sequence b sees its keys 0 .. L_b - N + i; weights are zero past L_b.
+TEST_P(MultiHeadTest, KvCacheSequencesOfDifferentLengthsAttendToTheirOwnKeys) {
+  const Shape s{3, 3, 20, 4, 2, 8, 8};  // keys: the longest sequence's 20
+  const Inputs in(s, 93);
+  KvCacheShape shape;
+  shape.batch = 3, shape.capacity = 32, shape.kv_heads = 2, shape.key_dim = 8, shape.value_dim = 8;
+  std::unique_ptr<KvCache> cache;
+  ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
+  const int64_t held[] = {20, 3, 11};
+  const int64_t key_row = s.kv_heads * s.depth;
+  for (int64_t b = 0; b < 3; ++b) {
+    // Two appends per sequence, split anywhere.
+    const int64_t first = held[b] / 2;
+    const float* k = in.k.data() + b * s.keys * key_row;
+    const float* v = in.v.data() + b * s.keys * key_row;
+    ASSERT_TRUE(cache->AppendTo(b, ConstTensor(k, {first, 2, 8}), ConstTensor(v, {first, 2, 8})).ok());
+    ASSERT_TRUE(cache->AppendTo(b, ConstTensor(k + first * key_row, {held[b] - first, 2, 8}),
+                                ConstTensor(v + first * key_row, {held[b] - first, 2, 8}))
+                    .ok());
+    EXPECT_EQ(cache->length(b), held[b]);
+  }
+  std::vector<float> out(s.out(), kSentinel), w(s.weights(), kSentinel);
+  const Status status = cache->Attend(DefaultEngine(), QueriesOf(s, in.q),
+                                      Tensor(out.data(), {3, 3, 4, 8}), Tensor(w.data(), {3, 4, 3, 20}));
+  ASSERT_TRUE(status.ok()) << status.message();
+  std::vector<int64_t> lens;
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t i = 0; i < 3; ++i) lens.push_back(held[b] - 3 + i + 1);
+  std::vector<double> weights;
+  const std::vector<double> want = Reference(s, in, lens, true, Causal::kNone,
+                                             1.0 / std::sqrt(8.0), &weights);
+  EXPECT_LE(MaxAbsDiff(w.data(), weights), kWeightTolerance);
+  EXPECT_LE(MaxAbsDiff(out.data(), want), OutTolerance(in.v));
+}
+
+TEST(MultiHeadKvCache, RefusesBadShapesAndOverflowChangingNothing) {
+  std::unique_ptr<KvCache> cache;
+  KvCacheShape shape;
+  shape.batch = 2, shape.capacity = 4, shape.kv_heads = 2, shape.key_dim = 3, shape.value_dim = 5;
+  KvCacheShape bad = shape;
+  bad.capacity = 0;
+  EXPECT_EQ(KvCache::Create(bad, &cache).message(),
+            "KvCache::Create: capacity is 0; it must be at least 1");
+  ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
+  const std::vector<float> k(2 * 3 * 2 * 3, 0.5f), v(2 * 3 * 2 * 5, 0.25f), q(2 * 1 * 4 * 3, 1.0f);
+  std::vector<float> out(2 * 4 * 5, kSentinel);
+  const Tensor o(out.data(), {2, 1, 4, 5});
+  EXPECT_EQ(cache->Attend(DefaultEngine(), ConstTensor(q.data(), {2, 1, 4, 3}), o).message(),
+            "KvCache: sequence 0 holds 0 positions but queries (2, 1, 4, 3) are its newest 1; "
+            "append their keys and values first");
+  ASSERT_TRUE(cache->Append(ConstTensor(k.data(), {2, 3, 2, 3}), ConstTensor(v.data(), {2, 3, 2, 5})).ok());
+  EXPECT_EQ(cache->Append(ConstTensor(k.data(), {2, 3, 2, 3}), ConstTensor(v.data(), {2, 3, 2, 5})).message(),
+            "KvCache: sequence 0 holds 3 of its 4 positions; 3 more do not fit");
+  EXPECT_EQ(cache->length(0), 3);
+  EXPECT_EQ(cache->Append(ConstTensor(k.data(), {2, 1, 3, 3}), ConstTensor(v.data(), {2, 1, 2, 5})).message(),
+            "KvCache: keys has shape (2, 1, 3, 3) but must be (B, T, Hkv, D) = (2, *, 2, 3)");
+  EXPECT_EQ(cache->AppendTo(2, ConstTensor(k.data(), {1, 2, 3}), ConstTensor(v.data(), {1, 2, 5})).message(),
+            "KvCache: sequence is 2; the cache has sequences 0..1");
+  EXPECT_EQ(cache->AppendTo(1, ConstTensor(k.data(), {1, 2, 3}), ConstTensor(v.data(), {2, 2, 5})).message(),
+            "KvCache: values has shape (2, 2, 5) but must be (T, Hkv, Dv) = (1, 2, 5)");
+  EXPECT_EQ(cache->length(1), 3);
+  EXPECT_EQ(cache->Attend(DefaultEngine(), ConstTensor(q.data(), {2, 1, 3, 4}), o).message(),
+            "KvCache: queries has shape (2, 1, 3, 4) but must be (B, N, Hq, D) = (2, *, *, 3)");
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == kSentinel; }));
+  // Cleared, a sequence takes new positions from 0.
+  ASSERT_TRUE(cache->Clear(1).ok());
+  EXPECT_EQ(cache->length(1), 0);
+  ASSERT_TRUE(cache->AppendTo(1, ConstTensor(k.data(), {4, 2, 3}), ConstTensor(v.data(), {4, 2, 5})).ok());
+  EXPECT_EQ(cache->length(1), 4);
+  // Every cached value row is 0.25, so every output is, up to rounding.
+  ASSERT_TRUE(cache->Attend(DefaultEngine(), ConstTensor(q.data(), {2, 1, 4, 3}), o).ok());
+  for (float x : out) EXPECT_NEAR(x, 0.25f, 1e-6f);
+}
+
 std::string GoldenModel(const std::string& name) {
   return std::string(ATTNSCORE_GOLDEN_DIR) + "/" + name + "/model.safetensors";
 }

@@ -73,4 +73,18 @@ ConstTensor ViewOf(const io::SafetensorsTensor& tensor) {
   return ConstTensor(tensor.data.data(), {tensor.shape[0], tensor.shape[1]});
 }
 
+Status LinearPlan(const ConstTensor& x, int64_t out, bool bias, const ConstTensor* y,
+                  std::shared_ptr<const matmul::Plan>* plan) {
+  const int64_t rows = x.dims[1], in = x.dims[2];
+  matmul::Problem p;
+  p.batch = x.dims[0];
+  p.a = {rows, in, x.strides[0], x.strides[1], x.strides[2]};
+  p.b = {in, out, 0, out, 1};
+  p.shared_b = true;
+  p.c = y ? matmul::Layout{rows, out, y->strides[0], y->strides[1], y->strides[2]}
+          : matmul::Layout{rows, out, rows * out, out, 1};
+  p.bias = bias;
+  return matmul::GetPlan(p, plan);
+}
+
 }  // namespace attnscore::ops

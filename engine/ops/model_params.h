@@ -4,7 +4,9 @@
 #ifndef ATTNSCORE_OPS_MODEL_PARAMS_H_
 #define ATTNSCORE_OPS_MODEL_PARAMS_H_
 
+#include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "attnscore/valid_lens.h"
 #include "base/valid_lens.h"
 #include "io/safetensors.h"
+#include "matmul/matmul.h"
 
 namespace attnscore::ops {
 
@@ -33,6 +36,13 @@ Status CheckOnlyTensors(const std::string& path, const std::vector<io::Safetenso
 
 // A view of a loaded tensor (rank 1 or 2).
 ConstTensor ViewOf(const io::SafetensorsTensor& tensor);
+
+// The plan of a linear layer over a batch of (rows, in) matrices `x`:
+// x · w (+ bias) with w a dense (in, out) matrix (the layer's weight
+// transposed), into dense (rows, out) matrices, or into `y`'s strides when
+// `y` is given.
+Status LinearPlan(const ConstTensor& x, int64_t out, bool bias, const ConstTensor* y,
+                  std::shared_ptr<const matmul::Plan>* plan);
 
 // A model's forward pass: check(params, q, k, v, lens, out, attention_weights)
 // first, then the lengths are resolved (M = V's rows) and a Pass built from

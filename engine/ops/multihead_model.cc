@@ -50,22 +50,6 @@ Status CheckArguments(const MultiHeadParams& m, const ConstTensor& q, const Cons
                                   {{"out", out}, {"attention_weights", attention}});
 }
 
-// The plan of x · wᵀ (+ bias) for a batch of (rows, in) matrices `x` into
-// dense (rows, H) ones (or into `y`'s strides when given).
-Status ProjectionPlan(const ConstTensor& x, int64_t hidden, bool bias, const ConstTensor* y,
-                      std::shared_ptr<const matmul::Plan>* plan) {
-  const int64_t rows = x.dims[1], in = x.dims[2];
-  matmul::Problem p;
-  p.batch = x.dims[0];
-  p.a = {rows, in, x.strides[0], x.strides[1], x.strides[2]};
-  p.b = {in, hidden, 0, hidden, 1};
-  p.shared_b = true;
-  p.c = y ? matmul::Layout{rows, hidden, y->strides[0], y->strides[1], y->strides[2]}
-          : matmul::Layout{rows, hidden, rows * hidden, hidden, 1};
-  p.bias = bias;
-  return matmul::GetPlan(p, plan);
-}
-
 }  // namespace
 
 Status CheckMultiHeadInputs(const MultiHeadParams& m, const ConstTensor& q, const ConstTensor& k,
@@ -171,11 +155,11 @@ Status MultiHeadForward(const EngineOptions& options, const MultiHeadParams& m, 
 
   // Every plan before anything is written.
   std::shared_ptr<const matmul::Plan> project_q, project_k, project_v, project_out;
-  ATTNSCORE_RETURN_IF_ERROR(ProjectionPlan(q, hidden, m.bias, nullptr, &project_q));
-  ATTNSCORE_RETURN_IF_ERROR(ProjectionPlan(k, hidden, m.bias, nullptr, &project_k));
-  ATTNSCORE_RETURN_IF_ERROR(ProjectionPlan(v, hidden, m.bias, nullptr, &project_v));
+  ATTNSCORE_RETURN_IF_ERROR(LinearPlan(q, hidden, m.bias, nullptr, &project_q));
+  ATTNSCORE_RETURN_IF_ERROR(LinearPlan(k, hidden, m.bias, nullptr, &project_k));
+  ATTNSCORE_RETURN_IF_ERROR(LinearPlan(v, hidden, m.bias, nullptr, &project_v));
   const ConstTensor out_view = out;
-  ATTNSCORE_RETURN_IF_ERROR(ProjectionPlan(
+  ATTNSCORE_RETURN_IF_ERROR(LinearPlan(
       ConstTensor(nullptr, {batch, queries, hidden}), hidden, m.bias, &out_view, &project_out));
 
   // Workspace: the projections Q (B, N, H), K and V (B, M, H), and the

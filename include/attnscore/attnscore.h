@@ -5,6 +5,7 @@
 #include "attnscore/additive.h"
 #include "attnscore/concat.h"
 #include "attnscore/engine.h"
+#include "attnscore/kv_cache.h"
 #include "attnscore/multihead.h"
 #include "attnscore/multihead_options.h"
 #include "attnscore/status.h"
