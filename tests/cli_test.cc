@@ -561,6 +561,23 @@ TEST_F(CliTest, RunConcatRejectsBadModelsAndShapes) {
   EXPECT_FALSE(fs::exists(weights));
 }
 
+TEST_F(CliTest, RunBilinearMatchesTheSeedModuleAndRefusesAnotherModel) {
+  const std::string out = Temp("o.npy"), weights = Temp("w.npy");
+  const Result r = Run(ModelArgs("bilinear", "bilinear_per_query", out) + " --weights-out " + weights);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const npy::NpyArray values = Read(Golden("bilinear_per_query", "values"));
+  double largest = 0;
+  for (int64_t e = 0; e < values.size(); ++e) largest = std::max(largest, double{std::abs(values.data<float>()[e])});
+  EXPECT_LE(MaxDiff(Read(out), Read(Golden("bilinear_per_query", "out"))), 1e-5 * (1 + largest));
+  EXPECT_LE(MaxDiff(Read(weights), Read(Golden("bilinear_per_query", "weights"))), 1e-5);
+  std::filesystem::remove(out);
+  std::string wrong = ModelArgs("bilinear", "bilinear_per_query", out);
+  const std::string model = std::string(ATTNSCORE_GOLDEN_DIR) + "/bilinear_per_query/model.safetensors";
+  wrong.replace(wrong.find(model), model.size(),
+                std::string(ATTNSCORE_GOLDEN_DIR) + "/concat_tutorial/model.safetensors");
+  ExpectBadInput(Run(wrong), "a bilinear attention state_dict has only W.weight", out);
+}
+
 TEST_F(CliTest, RunMultiHeadMatchesTheSeedModule) {
   for (const auto& [name, heads] : {std::pair{"multihead_h8_bias_per_query", 8},
                                     std::pair{"multihead_h1_per_batch_int32", 1}}) {
@@ -772,7 +789,7 @@ TEST_F(CliTest, RunInfoFollowsTheRun) {
 TEST_F(CliTest, UsageErrors) {
   ExpectBadInput(Run("frobnicate"), "unknown command 'frobnicate'");
   ExpectBadInput(Run("run"), "run wants an op");
-  ExpectBadInput(Run("run attn --out x.npy"), "run wants an op: softmax, dot, additive, concat or multihead, got 'attn'");
+  ExpectBadInput(Run("run attn --out x.npy"), "run wants an op: softmax, dot, additive, concat, multihead or bilinear, got 'attn'");
   ExpectBadInput(Run("run concat --queries q.npy --keys k.npy --values v.npy --out x.npy"),
                  "'run concat' needs --model");
   ExpectBadInput(Run("run additive --queries q.npy --keys k.npy --values v.npy --out x.npy"),

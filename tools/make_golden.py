@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Generate the golden files for attnscore's masked softmax, scaled
-dot-product attention, additive attention, concat attention and d2l's
-multi-head attention (docs/semantics.md sections 1-5).
+dot-product attention, additive attention, concat attention, d2l's
+multi-head attention and the bilinear score (docs/semantics.md sections 1-6).
 
 The reference is the d2l "Attention Scoring Functions" code (seeds/003, 004),
 re-stated below in a few lines: masked_softmax via sequence_mask(value=-1e6)
@@ -10,7 +10,7 @@ and DotProductAttention in eval mode (dropout inactive).
 Inputs are drawn as float32 with a fixed torch seed per case; the reference
 runs in float64 on those same float32 values (cast to double) and the expected
 outputs are stored as float32. Files go to tests/golden/<case>/, one tensor
-per file, little-endian C order; an additive, concat or multi-head case also has its weights as
+per file, little-endian C order; a case of a module with weights also has them as
 model.safetensors (the module's state_dict, written by tools/export_torch.py).
 Running the script twice yields byte-identical files.
 
@@ -27,8 +27,8 @@ import torch
 import copy
 
 from export_torch import save_safetensors  # tools/, beside this script
-from seed_modules import (AdditiveAttention, Attn, DotProductAttention, MultiHeadAttention,
-                          masked_softmax)
+from seed_modules import (AdditiveAttention, Attn, BilinearAttention, DotProductAttention,
+                          MultiHeadAttention, masked_softmax)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "golden")
@@ -218,6 +218,24 @@ def emit_concat(out_root, case, model, q, k, v, lens):
     return out32, w32, out64
 
 
+def emit_bilinear(out_root, case, model, q, k, v, lens):
+    folder = case_dir(out_root, case)
+    out32, w32, out64, w64 = ref_model(model, q, k, v, lens)
+    check_weights(case, w64, w32, lens)
+    with torch.no_grad():
+        got = model(q, k, v, lens)
+    vmax = v.abs().max().item()
+    err_o = check_against_f32(case, got, out64, 1e-5 * (1.0 + vmax))
+    err_w = check_against_f32(case, model.attention_weights, w64, 1e-5)
+    save_safetensors(model.state_dict(), os.path.join(folder, "model.safetensors"))
+    nbytes = os.path.getsize(os.path.join(folder, "model.safetensors"))
+    nbytes += save_attention(folder, q, k, v, lens, out32, w32)
+    print("%-26s bilinear Q%s K%s V%s %s  f32-vs-f64 out %.1e w %.1e  %d B"
+          % (case, tuple(q.shape), tuple(k.shape), tuple(v.shape), describe_lens(lens), err_o,
+             err_w, nbytes))
+    return out32, w32
+
+
 def emit_multihead(out_root, case, model, q, k, v, lens):
     """weights.npy is (B, heads, N, M), the engine's layout of d2l's
     (B * heads, N, M); the module's head count goes to heads.npy."""
@@ -404,6 +422,20 @@ def main():
     x = torch.randn(2, 6, 16)
     lens = torch.arange(1, 7, dtype=torch.int64).repeat(2, 1)
     emit_multihead(out, "multihead_causal_self", model, x, x, x, lens)
+
+    # --- the bilinear score (the chapter's exercise) ------------------------------
+    torch.manual_seed(6001)
+    model = BilinearAttention(key_size=5, query_size=12).eval()
+    lens = torch.randint(0, 12, (3, 4), dtype=torch.int64)
+    lens[0, 0], lens[0, 1], lens[1, 2], lens[2, 3] = 0, 1, 9, 11
+    emit_bilinear(out, "bilinear_per_query", model, torch.randn(3, 4, 12), torch.randn(3, 9, 5),
+                  torch.randn(3, 9, 7) * 2, lens)
+
+    torch.manual_seed(6002)
+    model = BilinearAttention(key_size=32, query_size=20).eval()
+    lens = torch.tensor([40, 3], dtype=torch.int32)
+    emit_bilinear(out, "bilinear_per_batch_int32", model, torch.randn(2, 9, 20),
+                  torch.randn(2, 40, 32), torch.randn(2, 40, 16), lens)
 
     total = 0
     for root, _, files in os.walk(out):

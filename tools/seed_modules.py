@@ -145,3 +145,20 @@ class MultiHeadAttention(nn.Module):
     @property
     def attention_weights(self):
         return self.attention.attention_weights
+
+
+class BilinearAttention(nn.Module):
+    """The chapter's exercise, scores for queries and keys of different sizes
+    from matrix products only: score(q, k) = q^T W k with W (Dq, Dk), held as
+    nn.Linear(Dk, Dq, bias=False) so that W(k) = W k; no 1/sqrt(d) scale.
+    Masked softmax and W V as DotProductAttention."""
+
+    def __init__(self, key_size, query_size, dropout=0.0):
+        super().__init__()
+        self.W = nn.Linear(key_size, query_size, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries, keys, values, valid_lens=None):
+        scores = torch.bmm(queries, self.W(keys).transpose(1, 2))
+        self.attention_weights = masked_softmax(scores, valid_lens)
+        return torch.bmm(self.dropout(self.attention_weights), values)

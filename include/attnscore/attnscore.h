@@ -3,6 +3,7 @@
 #define ATTNSCORE_ATTNSCORE_H_
 
 #include "attnscore/additive.h"
+#include "attnscore/bilinear.h"
 #include "attnscore/concat.h"
 #include "attnscore/engine.h"
 #include "attnscore/kv_cache.h"

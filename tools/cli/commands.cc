@@ -41,6 +41,10 @@ const CommandHelp kCommands[] = {
      "                        --keys K.npy --values V.npy [--valid-lens L.npy]\n"
      "                        [--causal top-left|bottom-right] --out O.npy\n"
      "                        [--weights-out W.npy]\n"},
+    {"run bilinear",
+     "  attnscore run bilinear --model M.safetensors --queries Q.npy --keys K.npy\n"
+     "                        --values V.npy [--valid-lens L.npy] --out O.npy\n"
+     "                        [--weights-out W.npy]\n"},
     {"bench",
      "  attnscore bench softmax|dot|additive|concat --batch B --queries N --keys M\n"
      "                        [--query-dim D] [--key-dim Dk] [--hidden H] [--value-dim Dv]\n"
@@ -81,6 +85,8 @@ must divide H. Q is (B, N, Dq), K (B, M, Dk), V (B, M, Dv), out (B, N, H)
 and --weights-out (B, heads, N, M), one panel per head. --causal cuts each
 query's keys: top-left, query i sees keys 0..i (d2l's decoder); bottom-right,
 keys 0..M - N + i (new queries at the end of a cache; needs M >= N).
+A bilinear model holds float32 W.weight (Dq, Dk): scores Q W Kᵀ, unscaled,
+for queries and keys of different sizes; Q (B, N, Dq), K (B, M, Dk).
 
 bench times the op on random data: median and min of R runs (default 20)
 after 3 warm-up runs. --valid-lens: none (all keys), full (L = M given

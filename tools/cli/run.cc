@@ -142,26 +142,28 @@ Status LoadConcat(const Args& args, const npy::NpyArray& q,
                               " features, which the model cannot take: " + s.message());
 }
 
-// run dot | additive | concat: the same inputs and outputs; additive and
-// concat add --model.
+// run dot | additive | concat | bilinear: the same inputs and outputs; the
+// models add --model.
 int RunAttention(const Args& args, const std::string& op) {
-  const bool additive = op == "additive", concat = op == "concat";
+  const bool additive = op == "additive", concat = op == "concat", bilinear = op == "bilinear";
   std::set<std::string> allowed = {"--queries",   "--keys",        "--values",  "--valid-lens",
                                    "--out",       "--weights-out", "--threads", "--isa",
                                    "--precision", "--info"};
   std::set<std::string> required = {"--queries", "--keys", "--values", "--out"};
-  if (additive || concat) allowed.insert("--model"), required.insert("--model");
+  if (additive || concat || bilinear) allowed.insert("--model"), required.insert("--model");
   Status s = CheckFlags(args, allowed, required, "run " + op);
   if (!s.ok()) return Fail(s);
   std::unique_ptr<Engine> engine;
   std::unique_ptr<AdditiveAttention> additive_model;
   std::unique_ptr<ConcatAttention> concat_model;
+  std::unique_ptr<BilinearAttention> bilinear_model;
   npy::NpyArray q, k, v, lens_array;
   ValidLens lens;
   if (!(s = CheckOutputs(args, {"--out", "--weights-out"})).ok() ||
       !(s = MakeEngine(args, op, &engine)).ok() || !(s = ReadTensor(args, "--queries", &q)).ok() ||
       (additive && !(s = AdditiveAttention::Load(args.get("--model"), &additive_model)).ok()) ||
       (concat && !(s = LoadConcat(args, q, &concat_model)).ok()) ||
+      (bilinear && !(s = BilinearAttention::Load(args.get("--model"), &bilinear_model)).ok()) ||
       !(s = ReadTensor(args, "--keys", &k)).ok() || !(s = ReadTensor(args, "--values", &v)).ok() ||
       !(s = ReadValidLens(args, &lens_array, &lens)).ok()) {
     return Fail(s);
@@ -170,8 +172,9 @@ int RunAttention(const Args& args, const std::string& op) {
   // is allocated: bad input costs nothing, however large its outputs.
   OutputShapes shapes;
   s = additive ? additive_model->Check(ViewOf(q), ViewOf(k), ViewOf(v), lens, &shapes)
-      : concat ? concat_model->Check(ViewOf(q), ViewOf(k), ViewOf(v), lens, &shapes)
-               : engine->CheckDotProductAttention(ViewOf(q), ViewOf(k), ViewOf(v), lens, &shapes);
+      : concat   ? concat_model->Check(ViewOf(q), ViewOf(k), ViewOf(v), lens, &shapes)
+      : bilinear ? bilinear_model->Check(ViewOf(q), ViewOf(k), ViewOf(v), lens, &shapes)
+                 : engine->CheckDotProductAttention(ViewOf(q), ViewOf(k), ViewOf(v), lens, &shapes);
   const std::vector<int64_t> out_shape(shapes.out.begin(), shapes.out.end());
   const std::vector<int64_t> weights_shape(shapes.attention_weights.begin(),
                                            shapes.attention_weights.end());
@@ -192,9 +195,11 @@ int RunAttention(const Args& args, const std::string& op) {
   const Tensor out_view(out.data(), {out_shape[0], out_shape[1], out_shape[2]});
   s = additive ? additive_model->Forward(*engine, ViewOf(q), ViewOf(k), ViewOf(v), lens, out_view,
                                          attention_weights_view)
-      : concat ? concat_model->Forward(*engine, ViewOf(q), ViewOf(k), ViewOf(v), lens, out_view,
-                                       attention_weights_view)
-               : engine->DotProductAttention(ViewOf(q), ViewOf(k), ViewOf(v), lens, out_view,
+      : concat   ? concat_model->Forward(*engine, ViewOf(q), ViewOf(k), ViewOf(v), lens, out_view,
+                                         attention_weights_view)
+      : bilinear ? bilinear_model->Forward(*engine, ViewOf(q), ViewOf(k), ViewOf(v), lens,
+                                           out_view, attention_weights_view)
+                 : engine->DotProductAttention(ViewOf(q), ViewOf(k), ViewOf(v), lens, out_view,
                                              attention_weights_view);
   if (s.ok()) {
     std::vector<Output> outputs = {{"--out", args.get("--out"), out_shape, out.data()}};
@@ -287,10 +292,12 @@ int RunMultiHead(const Args& args) {
 int RunCommand(const Args& args) {
   const std::string op = args.words.size() > 1 ? args.words[1] : "";
   if (op == "softmax") return RunSoftmax(args);
-  if (op == "dot" || op == "additive" || op == "concat") return RunAttention(args, op);
+  if (op == "dot" || op == "additive" || op == "concat" || op == "bilinear") {
+    return RunAttention(args, op);
+  }
   if (op == "multihead") return RunMultiHead(args);
   return Fail(Status::InvalidArgument(
-      "run wants an op: softmax, dot, additive, concat or multihead, got '" + op + "'"));
+      "run wants an op: softmax, dot, additive, concat, multihead or bilinear, got '" + op + "'"));
 }
 
 }  // namespace attnscore::cli

@@ -1,0 +1,62 @@
+// BilinearAttention, the public model: its parameter and the call scope
+// around ops/bilinear.
+#include "attnscore/bilinear.h"
+
+#include <memory>
+#include <utility>
+
+#include "api/output_shapes.h"
+#include "base/call_scope.h"
+#include "ops/bilinear.h"
+
+namespace attnscore {
+
+struct BilinearAttention::Params : ops::BilinearParams {};
+
+BilinearAttention::BilinearAttention(std::unique_ptr<Params> params)
+    : params_(std::move(params)) {}
+BilinearAttention::~BilinearAttention() = default;
+
+int64_t BilinearAttention::query_size() const { return params_->query_size; }
+int64_t BilinearAttention::key_size() const { return params_->key_size; }
+
+Status BilinearAttention::Create(ConstTensor w, std::unique_ptr<BilinearAttention>* model) {
+  if (model == nullptr) return Status::InvalidArgument("BilinearAttention::Create: model is null");
+  return internal::Guarded("BilinearAttention::Create", [&] {
+    auto params = std::make_unique<Params>();
+    ATTNSCORE_RETURN_IF_ERROR(ops::MakeBilinearParams(w, params.get()));
+    model->reset(new BilinearAttention(std::move(params)));
+    return Status::Ok();
+  });
+}
+
+Status BilinearAttention::Load(const std::string& path,
+                               std::unique_ptr<BilinearAttention>* model) {
+  if (model == nullptr) return Status::InvalidArgument("BilinearAttention::Load: model is null");
+  return internal::Guarded("BilinearAttention::Load", [&] {
+    auto params = std::make_unique<Params>();
+    ATTNSCORE_RETURN_IF_ERROR(ops::LoadBilinearParams(path, params.get()));
+    model->reset(new BilinearAttention(std::move(params)));
+    return Status::Ok();
+  });
+}
+
+Status BilinearAttention::Check(ConstTensor queries, ConstTensor keys, ConstTensor values,
+                                const ValidLens& valid_lens, OutputShapes* shapes) const {
+  return internal::ReportOutputShapes(
+      valid_lens, "BilinearAttention", shapes, [&](internal::AttentionShape* shape) {
+        return ops::CheckBilinearInputs(*params_, queries, keys, values, shape);
+      });
+}
+
+Status BilinearAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
+                                  ConstTensor values, const ValidLens& valid_lens, Tensor out,
+                                  Tensor attention_weights) const {
+  internal::CallScope scope(engine.options().threads);
+  return internal::Guarded("BilinearAttention", [&] {
+    return ops::BilinearForward(engine.options(), *params_, queries, keys, values, valid_lens,
+                                out, attention_weights);
+  });
+}
+
+}  // namespace attnscore
