@@ -28,8 +28,14 @@ struct Plans {
 // oneDNN call serves them all. (Widening entries to share calls was faster
 // for decode, 116 -> 76-79 us on (8, 1, 1024), but computes keys past an
 // entry's own lengths, which the contract rules out: a NaN there leaks.)
+//
+// An entry whose queries' lengths differ enough (per-query lengths, the
+// causal lengths 1..N among them) is cut instead into blocks of
+// kQueryBlock queries, a group each, whose widths are the block's own: the
+// work then follows the lengths, not N times the longest.
 struct Group {
   int64_t first = 0, count = 0;
+  int64_t first_query = 0, queries = 0;  // the queries of each entry it covers
   // Key columns of Q Kᵀ: the longest valid length among the group's queries.
   // Keys past every query's length are never computed.
   int64_t score_width = 0;
@@ -46,14 +52,61 @@ struct Chunk {
   int64_t first_batch, entries, first_query, rows;
 };
 
-std::vector<Group> GroupBatches(const internal::RowLengths& lens, int64_t batch) {
+// Queries per block of a cut entry: 64 rows keep oneDNN's kernels on full
+// tiles, and cut the causal (1, 1024, 1024) to 1.06x its unmasked half.
+constexpr int64_t kQueryBlock = 64;
+// An entry is cut when its blocks' work is at most this share of the whole
+// entry's: each block costs its own oneDNN calls.
+constexpr double kCutWhenBelow = 0.8;
+
+// The widths of queries [first, first + count) of entry b: the longest
+// length among them rounded up to 16 columns (fewer distinct plans) but
+// never past the entry's own longest, and the mix width likewise, or all M
+// keys when one of them has length 0.
+std::pair<int64_t, int64_t> BlockWidths(const internal::RowLengths& lens, int64_t b,
+                                        int64_t first, int64_t count) {
+  const internal::EntryWidths& entry = lens.entry(b);
+  int64_t longest = 0;
+  bool uniform = false;  // a query with length 0
+  for (int64_t i = first; i < first + count; ++i) {
+    longest = std::max(longest, lens.row(b, i));
+    uniform = uniform || lens.row(b, i) == 0;
+  }
+  const int64_t score = std::min(CeilDiv(longest, 16) * 16, entry.longest);
+  return {score, uniform ? lens.keys() : score};
+}
+
+std::vector<Group> GroupBatches(const internal::RowLengths& lens, int64_t batch, int64_t depth,
+                                int64_t value_dim) {
+  const int64_t queries = lens.queries();
   std::vector<Group> groups;
   for (int64_t b = 0; b < batch; ++b) {
     const auto [longest, mix] = lens.entry(b);
-    if (!groups.empty() && groups.back().score_width == longest && groups.back().mix_width == mix) {
+    if (queries > kQueryBlock) {
+      // The work of the blocks against the whole entry's.
+      double whole = static_cast<double>(queries) *
+                     static_cast<double>(longest * depth + mix * value_dim);
+      double cut = 0;
+      for (int64_t i = 0; i < queries; i += kQueryBlock) {
+        const int64_t rows = std::min(kQueryBlock, queries - i);
+        const auto [score, block_mix] = BlockWidths(lens, b, i, rows);
+        cut += static_cast<double>(rows) * static_cast<double>(score * depth + block_mix * value_dim);
+      }
+      if (cut < kCutWhenBelow * whole) {
+        for (int64_t i = 0; i < queries; i += kQueryBlock) {
+          const int64_t rows = std::min(kQueryBlock, queries - i);
+          const auto [score, block_mix] = BlockWidths(lens, b, i, rows);
+          groups.push_back(Group{b, 1, i, rows, score, block_mix, 0, {}});
+        }
+        continue;
+      }
+    }
+    const Group* last = groups.empty() ? nullptr : &groups.back();
+    if (last != nullptr && last->queries == queries && last->score_width == longest &&
+        last->mix_width == mix) {
       ++groups.back().count;
     } else {
-      groups.push_back(Group{b, 1, longest, mix, 0, {}});
+      groups.push_back(Group{b, 1, 0, queries, longest, mix, 0, {}});
     }
   }
   return groups;
@@ -65,7 +118,8 @@ std::vector<Group> GroupBatches(const internal::RowLengths& lens, int64_t batch)
 // the long shape (1, 1024, 4096): smaller blocks make oneDNN's calls too
 // short, larger ones spill the scores out of L2 before W V reads them.
 template <class Fn>
-void ForEachChunk(const Group& g, int64_t queries, Fn fn) {
+void ForEachChunk(const Group& g, Fn fn) {
+  const int64_t queries = g.queries;
   constexpr int64_t kChunkBytes = int64_t{2} << 20;
   const int64_t row_bytes = 4 * std::max<int64_t>(g.row, 1);
   // But a group of several entries gets about kGroupChunks chunks even when
@@ -81,7 +135,8 @@ void ForEachChunk(const Group& g, int64_t queries, Fn fn) {
   }
   for (int64_t b = 0; b < g.count; b += entries) {
     for (int64_t i = 0; i < queries; i += rows) {
-      fn(Chunk{g.first + b, std::min(entries, g.count - b), i, std::min(rows, queries - i)});
+      fn(Chunk{g.first + b, std::min(entries, g.count - b), g.first_query + i,
+               std::min(rows, queries - i)});
     }
   }
 }
@@ -155,9 +210,9 @@ Status RoundToBf16(int threads, const ConstTensor& t, bool words, void* out) {
 Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
                 const ConstTensor& v, const internal::RowLengths& lens, float scale,
                 const Tensor& out, const Tensor& attention) {
-  const int64_t queries = q.dims[1], depth = q.dims[2], keys = k.dims[1];
+  const int64_t depth = q.dims[2], keys = k.dims[1];
   const bool want_attention = !attention.empty();
-  std::vector<Group> groups = GroupBatches(lens, q.dims[0]);
+  std::vector<Group> groups = GroupBatches(lens, q.dims[0], depth, v.dims[2]);
 
   // Every primitive exists before anything is written, so a failure here
   // leaves the outputs untouched.
@@ -172,7 +227,7 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
     // Scores go to scratch; without a weights output the softmax then runs in
     // place there, so rows are mix_width apart to leave room for it.
     g.row = want_attention ? g.score_width : g.mix_width;
-    ForEachChunk(g, queries, [&](const Chunk& c) {
+    ForEachChunk(g, [&](const Chunk& c) {
       scratch_floats = std::max(scratch_floats, c.entries * c.rows * g.row);
       if (bf16) rounded.Fit(c, g.score_width, g.mix_width, depth, value_dim);
       const std::pair<int64_t, int64_t> shape{c.entries, c.rows};
@@ -212,7 +267,8 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
   struct ChunkState {
     float* scratch = nullptr;
     Bf16Inputs rounded;
-    std::pair<int64_t, int64_t> rounded_entries{-1, 0};
+    const Group* rounded_for = nullptr;  // the group whose K and V the copies hold
+    int64_t rounded_first = -1, rounded_entries = 0;
   };
   // Runs chunk `c` of `g` on `threads`: scores, softmax, then W V.
   const auto run_chunk = [&](const Group& g, const Chunk& c, int threads,
@@ -230,13 +286,17 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
       return ConstTensor(data, {c.entries, rows, cols}, {t.strides[0], t.strides[1], t.strides[2]});
     };
     if (bf16) {
-      if (state.rounded_entries != std::pair{c.first_batch, c.entries}) {
-        state.rounded_entries = {-1, 0};  // until both copies are whole
+      // A cut entry's blocks have widths of their own: copies are per group.
+      if (state.rounded_for != &g || state.rounded_first != c.first_batch ||
+          state.rounded_entries != c.entries) {
+        state.rounded_for = nullptr;  // until both copies are whole
         ATTNSCORE_RETURN_IF_ERROR(
             RoundToBf16(threads, part(k, k_chunk, g.score_width, depth), rounded.words, rounded.k));
         ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(threads, part(v, v_chunk, g.mix_width, value_dim),
                                               rounded.words, rounded.v));
-        state.rounded_entries = {c.first_batch, c.entries};
+        state.rounded_for = &g;
+        state.rounded_first = c.first_batch;
+        state.rounded_entries = c.entries;
       }
       ATTNSCORE_RETURN_IF_ERROR(
           RoundToBf16(threads, part(q, q_chunk, c.rows, depth), rounded.words, rounded.q));
@@ -273,7 +333,7 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
 
   std::vector<std::pair<const Group*, Chunk>> chunks;
   for (const Group& g : groups) {
-    ForEachChunk(g, queries, [&](const Chunk& c) { chunks.emplace_back(&g, c); });
+    ForEachChunk(g, [&](const Chunk& c) { chunks.emplace_back(&g, c); });
   }
   double flops = 0;  // as the products count them
   for (const auto& [g, c] : chunks) {
