@@ -509,6 +509,12 @@ std::vector<OwnKeysCase> OwnKeysCases() {
   OwnKeysCase blocks{"gemm, query blocks", {1, 1000, 700, 8, 4}, {}, 500};
   for (int64_t i = 0; i < 1000; ++i) blocks.lens.push_back(i % 5 == 1 ? 700 : i % 97 == 3 ? 0 : 1 + (i * 37) % 400);
   cases.push_back(blocks);
+  // Causal lengths 1..300: the entry is cut into blocks of 64 queries with
+  // widths of their own; rows 128..149 compute key 150 but must not see it.
+  OwnKeysCase causal{"gemm, an entry cut into query blocks", {2, 300, 300, 16, 8}, {}, 150};
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 300; ++i) causal.lens.push_back(b == 1 && i % 50 == 7 ? 0 : i + 1);
+  cases.push_back(causal);
   // 8 entries of the same widths: 8 chunks, whole ones per thread on 2.
   OwnKeysCase chunks{"gemm, batch chunks", {8, 8, 64, 16, 8}, {}, 25};
   for (int64_t b = 0; b < 8; ++b) chunks.lens.insert(chunks.lens.end(), {3, 64, 10, 40, 2, 33, 12, 20});
