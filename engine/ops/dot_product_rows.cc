@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "base/parallel.h"
+#include "hwy/cache_control.h"
 #include "base/scratch.h"
 #include "kernels/attention_row.h"
 #include "kernels/masked_softmax.h"
@@ -69,6 +70,21 @@ Status WholeRows(int threads, const ConstTensor& q, const ConstTensor& k, const 
       [] {}, internal::Balance::kDynamic);  // rows' lengths differ
 }
 
+// Asks the caches for the K and V rows of block task % blocks of entry
+// task / blocks (each row's D and Dv floats, a line at a time).
+void PrefetchBlock(const ConstTensor& k, const ConstTensor& v, int64_t task, int64_t blocks,
+                   int64_t key_block) {
+  const int64_t b = task / blocks, first = task % blocks * key_block;
+  const int64_t last = std::min(k.dims[1], first + key_block);
+  constexpr int64_t kLineFloats = 16;
+  for (int64_t j = first; j < last; ++j) {
+    const float* k_row = k.data + b * k.strides[0] + j * k.strides[1];
+    for (int64_t c = 0; c < k.dims[2]; c += kLineFloats) hwy::Prefetch(k_row + c * k.strides[2]);
+    const float* v_row = v.data + b * v.strides[0] + j * v.strides[1];
+    for (int64_t c = 0; c < v.dims[2]; c += kLineFloats) hwy::Prefetch(v_row + c * v.strides[2]);
+  }
+}
+
 // The row path with the keys in blocks of `key_block`, a task each for all
 // of an entry's rows, then merged row by row.
 Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, const ConstTensor& k,
@@ -98,6 +114,9 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
       [&](int64_t task, float* scratch) {
         const int64_t b = task / blocks, block = task % blocks;
         const float* v_entry = v.data + b * v.strides[0];
+        // Rows sharing keys spend most of a task in cache, after the first
+        // row's pass: the next task's keys and values are fetched meanwhile.
+        if (queries > 1 && task + 1 < q.dims[0] * blocks) PrefetchBlock(k, v, task + 1, blocks, key_block);
         for (int64_t i = 0; i < queries; ++i) {
           const int64_t r = b * queries + i;
           const int64_t valid = lens.row(b, i);
