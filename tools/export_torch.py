@@ -23,6 +23,20 @@
       (attn.weight, attn.bias, attn_combine.weight, attn_combine.bias), random
       Q (B, N, DQ), K (B, N, DK), V (B, M, DV), and its out and weights.
 
+  export_torch.py multihead --query-size DQ --key-size DK --value-size DV
+                  --hiddens H --heads NH --out DIR [--bias] [--batch B]
+                  [--queries N --keys M] [--valid-lens none|L0,L1,...] [--seed S]
+      d2l's MultiHeadAttention (tools/seed_modules.py) with random weights:
+      its state_dict (W_q, W_k, W_v, W_o .weight, and .bias with --bias),
+      random Q (B, N, DQ), K (B, M, DK), V (B, M, DV), its out (B, N, H)
+      and its weights as the engine lays them out, (B, NH, N, M).
+
+  export_torch.py bilinear --query-size DQ --key-size DK --out DIR
+                  [--batch B --queries N --keys M --value-dim DV]
+                  [--valid-lens none|L0,L1,...] [--seed S]
+      The bilinear score q^T W k (tools/seed_modules.py's BilinearAttention)
+      with random W: its state_dict (W.weight (DQ, DK)), inputs and outputs.
+
 Floating-point tensors are written as float32 (F32, the engine's type);
 integer tensors keep their type. The file is written by hand when the
 `safetensors` package is absent: an 8-byte little-endian header length, the
@@ -43,7 +57,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from seed_modules import AdditiveAttention, Attn  # noqa: E402
+from seed_modules import AdditiveAttention, Attn, BilinearAttention, MultiHeadAttention  # noqa: E402
 
 DTYPES = {np.dtype("<f4"): "F32", np.dtype("<f8"): "F64", np.dtype("<f2"): "F16",
           np.dtype("<i8"): "I64", np.dtype("<i4"): "I32", np.dtype("<i2"): "I16",
@@ -174,12 +188,51 @@ def concat(args):
            tuple(v.shape), tuple(out.shape)))
 
 
-def write_case(folder, model, q, k, v, lens, out):
-    """A module's state_dict, its inputs and what it returned, in `folder`."""
+def multihead(args):
+    torch.manual_seed(args.seed)
+    if args.hiddens % args.heads:
+        sys.exit("export_torch.py: error: --heads %d does not divide --hiddens %d"
+                 % (args.heads, args.hiddens))
+    model = MultiHeadAttention(args.key_size, args.query_size, args.value_size, args.hiddens,
+                               args.heads, bias=args.bias).eval()
+    B, N, M = args.batch, args.queries, args.keys
+    q = torch.randn(B, N, args.query_size)
+    k = torch.randn(B, M, args.key_size)
+    v = torch.randn(B, M, args.value_size)
+    lens = parse_lens(args.valid_lens, B)
+    with torch.no_grad():
+        out = model(q, k, v, lens)
+    weights = model.attention_weights.reshape(B, args.heads, N, M)
+    write_case(args.out, model, q, k, v, lens, out, weights)
+    print("wrote %s: model.safetensors (H=%d, %d heads%s), Q%s K%s V%s, out%s" %
+          (args.out, args.hiddens, args.heads, ", biases" if args.bias else "", tuple(q.shape),
+           tuple(k.shape), tuple(v.shape), tuple(out.shape)))
+
+
+def bilinear(args):
+    torch.manual_seed(args.seed)
+    model = BilinearAttention(args.key_size, args.query_size).eval()
+    B, N, M = args.batch, args.queries, args.keys
+    q = torch.randn(B, N, args.query_size)
+    k = torch.randn(B, M, args.key_size)
+    v = torch.randn(B, M, args.value_dim)
+    lens = parse_lens(args.valid_lens, B)
+    with torch.no_grad():
+        out = model(q, k, v, lens)
+    write_case(args.out, model, q, k, v, lens, out)
+    print("wrote %s: model.safetensors (W %dx%d), Q%s K%s V%s, out%s" %
+          (args.out, args.query_size, args.key_size, tuple(q.shape), tuple(k.shape),
+           tuple(v.shape), tuple(out.shape)))
+
+
+def write_case(folder, model, q, k, v, lens, out, weights=None):
+    """A module's state_dict, its inputs and what it returned (its attention
+    weights unless `weights` is given), in `folder`."""
     os.makedirs(folder, exist_ok=True)
     save_safetensors(model.state_dict(), os.path.join(folder, "model.safetensors"))
+    weights = model.attention_weights if weights is None else weights
     for name, t in (("queries", q), ("keys", k), ("values", v), ("out", out),
-                    ("weights", model.attention_weights)):
+                    ("weights", weights)):
         save_npy(t.numpy().astype("<f4"), os.path.join(folder, name + ".npy"))
     if lens is not None:
         save_npy(lens.numpy().astype("<i8"), os.path.join(folder, "valid_lens.npy"))
@@ -216,12 +269,36 @@ def main():
     t.add_argument("--valid-lens", default="none")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--out", required=True)
+    m = sub.add_parser("multihead", help="d2l's MultiHeadAttention, its inputs and outputs")
+    m.add_argument("--query-size", type=int, required=True)
+    m.add_argument("--key-size", type=int, required=True)
+    m.add_argument("--value-size", type=int, required=True)
+    m.add_argument("--hiddens", type=int, required=True, help="num_hiddens")
+    m.add_argument("--heads", type=int, required=True, help="num_heads")
+    m.add_argument("--bias", action="store_true")
+    m.add_argument("--batch", type=int, default=2)
+    m.add_argument("--queries", type=int, default=4)
+    m.add_argument("--keys", type=int, default=6)
+    m.add_argument("--valid-lens", default="none")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--out", required=True)
+    b = sub.add_parser("bilinear", help="the bilinear score q^T W k, its inputs and outputs")
+    b.add_argument("--query-size", type=int, required=True)
+    b.add_argument("--key-size", type=int, required=True)
+    b.add_argument("--batch", type=int, default=2)
+    b.add_argument("--queries", type=int, default=1)
+    b.add_argument("--keys", type=int, default=10)
+    b.add_argument("--value-dim", type=int, default=4)
+    b.add_argument("--valid-lens", default="none")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--out", required=True)
     args = ap.parse_args()
     for name in ("query_size", "key_size", "hidden", "batch", "queries", "keys", "value_dim",
-                 "value_rows", "output_size"):
+                 "value_rows", "output_size", "value_size", "hiddens", "heads"):
         if getattr(args, name, 1) < 1:
             ap.error("--%s must be >= 1" % name.replace("_", "-"))
-    {"convert": convert, "additive": additive, "concat": concat}[args.command](args)
+    {"convert": convert, "additive": additive, "concat": concat, "multihead": multihead,
+     "bilinear": bilinear}[args.command](args)
 
 
 if __name__ == "__main__":
