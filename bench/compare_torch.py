@@ -4,6 +4,11 @@
 PyTorch side: the d2l masked_softmax, DotProductAttention and
 AdditiveAttention, and the seq2seq tutorial's Attn (eval mode, no dropout), float32, torch.no_grad(), torch.set_num_threads(T); 3 warm-up calls,
 then the median of R calls each timed with time.perf_counter_ns.
+Multi-head rows time PyTorch's own nn.MultiheadAttention (embed_dim H·D,
+H heads, biases, batch_first, need_weights=False), its key_padding_mask
+from the valid lengths and a causal attn_mask where the row says so,
+against `attnscore bench multihead --module --bias`: d2l's module, the same
+four projections with biases and the same attention.
 attnscore side: `attnscore bench OP ... --json`, which does its own warm-up
 and reports median_us over R runs.
 
@@ -29,7 +34,8 @@ PyTorch, and fp32 median / bf16 median.
 
 Usage:
   bench/compare_torch.py [--attnscore PATH] [--threads T] [--repeat R]
-                         [--only softmax|dot|additive|concat] [--torch-only] [--bf16]
+                         [--only softmax|dot|additive|concat|multihead] [--torch-only]
+                         [--bf16]
 Exit status: 0 ok, 1 an attnscore run failed, 2 the CLI is missing.
 """
 
@@ -97,6 +103,10 @@ DEFAULT_PROBLEMS = [
     ("concat", "tutorial", (1, 1, 32, 32, 32, 64, 64), "none"),
     ("concat", "decoder", (64, 1, 256, 256, 64, 256, 256), "random-batch"),
     ("concat", "encoder", (8, 256, 256, 256, 128, 256, 256), "random-batch"),
+    # multihead: (B, N, M, heads, D per head, causal)
+    ("multihead", "encoder", (4, 128, 128, 8, 64, "none"), "random-batch"),
+    ("multihead", "decoder step", (8, 1, 512, 8, 64, "none"), "random-batch"),
+    ("multihead", "causal prefill", (1, 512, 512, 8, 64, "top-left"), "none"),
 ]
 
 
@@ -125,6 +135,8 @@ def shape_text(op, label, dims):
         s = "B=%d N=%d M=%d Dq=%d Dk=%d H=%d Dv=%d" % dims
     elif op == "concat":
         s = "B=%d N=%d Dq=%d Dk=%d M=%d Dv=%d O=%d" % dims
+    elif op == "multihead":
+        s = "B=%d N=%d M=%d heads=%d D=%d" % dims[:5] + (", causal" if dims[5] != "none" else "")
     else:
         B, N, M, D, Dv = dims
         s = "B=%d N=%d M=%d D=%d Dv=%d" % (B, N, M, D, Dv)
@@ -169,6 +181,19 @@ def time_torch(op, dims, spec, repeat, seed):
         attn = Attn(Dq, Dk, M, Dv, O)
         attn.eval()
         fn = lambda: attn(Q, K, V, lens)
+    elif op == "multihead":
+        B, N, M, H, D, causal = dims
+        Q = torch.randn(B, N, H * D, generator=gen)
+        K = torch.randn(B, M, H * D, generator=gen)
+        V = torch.randn(B, M, H * D, generator=gen)
+        lens = make_lens(spec, B, N, M, gen)
+        attn = torch.nn.MultiheadAttention(H * D, H, bias=True, batch_first=True)
+        attn.eval()
+        padding = None if lens is None else torch.arange(M)[None, :] >= lens[:, None]
+        mask = None
+        if causal == "top-left":  # query i sees keys 0..i
+            mask = torch.ones(N, M, dtype=torch.bool).triu(1)
+        fn = lambda: attn(Q, K, V, key_padding_mask=padding, attn_mask=mask, need_weights=False)
     else:
         B, N, M, D, Dv = dims
         Q = torch.randn(B, N, D, generator=gen)
@@ -198,6 +223,10 @@ def cli_command(cli, op, dims, spec, threads, repeat, precision="fp32"):
         B, N, Dq, Dk, M, Dv, O = dims
         cmd = [cli, "bench", "concat", "--batch", B, "--queries", N, "--keys", M,
                "--query-dim", Dq, "--key-dim", Dk, "--value-dim", Dv, "--out-dim", O]
+    elif op == "multihead":
+        B, N, M, H, D, causal = dims
+        cmd = [cli, "bench", "multihead", "--module", "--bias", "--batch", B, "--queries", N,
+               "--keys", M, "--heads", H, "--query-dim", D, "--causal", causal]
     else:
         B, N, M, D, Dv = dims
         cmd = [cli, "bench", "dot", "--batch", B, "--queries", N,
@@ -303,7 +332,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=30,
                     help="timed calls per shape (median); default 30")
-    ap.add_argument("--only", choices=["softmax", "dot", "additive", "concat"])
+    ap.add_argument("--only", choices=["softmax", "dot", "additive", "concat", "multihead"])
     ap.add_argument("--bf16", action="store_true",
                     help="also time dot with --precision bf16 (extra columns)")
     ap.add_argument("--torch-only", action="store_true",

@@ -523,6 +523,48 @@ def concat_section(runs, pairs):
     return "Concat attention", text, t if names else None
 
 
+def multihead_section(runs, pairs):
+    t = Table(["workload", "median µs", "rate"] + PEER_HEAD + ["peer rate", "ratio"],
+              "lrrlrrr")
+    names = [n for n in runs if family(n) in ("BM_MultiHead", "BM_KvCacheDecode")]
+    names.sort(key=lambda n: (family(n), seconds(runs[n])))
+    read = {args_of(n)["bytes"]: n for n in runs if family(n) == "BM_CachedRead"}
+    heads_matmul = next((n for n in runs if family(n) == "BM_OnednnMatmulHeads"), None)
+    for name in names:
+        b, a = runs[name], args_of(name)
+        pairs.op(name)
+        if family(name) == "BM_KvCacheDecode":
+            shape = "decode from a KvCache: B %d, Hq %d, Hkv %d, D %d, %d cached keys" % (
+                a["batch"], a["heads"], a["kv_heads"], a["dim"], a["keys"])
+            kv_bytes = 4 * a["batch"] * a["keys"] * a["kv_heads"] * 2 * a["dim"]
+            peer = read.get(kv_bytes)
+            if peer is None:
+                t.add(shape, us(b), "%.2f GB/s" % gbps(b), *NO_PEER)
+                continue
+            p = runs[peer]
+            t.add(shape, us(b), "%.2f GB/s" % gbps(b), "reading K and V once", us(p),
+                  "%.2f GB/s" % gbps(p), pairs.pair(name, peer, seconds(p) / seconds(b)))
+            continue
+        causal = {0: "", 1: ", causal top-left", 2: ", causal bottom-right"}[a["causal"]]
+        shape = "B %d, N %d, M %d, Hq %d, Hkv %d, D %d%s" % (
+            a["batch"], a["queries"], a["keys"], a["heads"], a["kv_heads"], a["dim"], causal)
+        if a["queries"] > 3 and heads_matmul is not None:
+            p = runs[heads_matmul]
+            t.add(shape, us(b), "%.1f GFLOP/s" % gflops(b), "oneDNN matmul of the heads' Q Kᵀ",
+                  us(p), "%.1f GFLOP/s" % gflops(p),
+                  pairs.pair(name, heads_matmul, gflops(b) / gflops(p)))
+        else:
+            t.add(shape, us(b), "%.2f GB/s" % gbps(b), *NO_PEER)
+    text = ("`Engine::MultiHeadAttention` on token-major Q (B, N, Hq, D) and K, V (B, M, Hkv, "
+            "D), no valid lengths, and one decoding step over a `KvCache`. Decode's rate counts "
+            "K and V read once; its peer reads as many bytes (a vector max over them, as "
+            "cache-resident as the op's data) and the ratio is peer median ÷ op median. The "
+            "prefill's rate counts only the unmasked half, 2·(D + Dv) per visible (query, key) "
+            "per head; its peer is one batched oneDNN matmul of the heads' Q Kᵀ, (16, 1024, "
+            "64) · (16, 64, 1024), and the ratio is op GFLOP/s ÷ peer GFLOP/s.")
+    return "Multi-head attention", text, t if names else None
+
+
 def dot_shape(a):
     return "(%d, %d, %d), D %d" % (a["batch"], a["queries"], a["keys"], a["dim"])
 
@@ -757,7 +799,7 @@ def main(argv):
     runs = medians(data)
     pairs = Pairs()
     sections = [f(runs, pairs) for f in (softmax_section, dot_section, additive_section,
-                                        concat_section)]
+                                        concat_section, multihead_section)]
     page_text = page(facts, command, bench_cmd, args, sections, runs, pairs.used,
                      torch_result)
 

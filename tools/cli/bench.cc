@@ -134,6 +134,19 @@ Json OnednnImplementations(const RuntimeInfo& info) {
   return list;
 }
 
+// Runs `call` 3 times, then `repeat` times timed: each run's µs.
+Status TimeCalls(const std::function<Status()>& call, int64_t repeat, std::vector<double>* times_us) {
+  for (int w = 0; w < 3; ++w) ATTNSCORE_RETURN_IF_ERROR(call());
+  for (int64_t r = 0; r < repeat; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    const Status s = call();
+    const auto stop = std::chrono::steady_clock::now();
+    ATTNSCORE_RETURN_IF_ERROR(s);
+    times_us->push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+  }
+  return Status::Ok();
+}
+
 // Parses the shape flags.
 Status ParseBenchShape(const Args& args, BenchShape* shape) {
   constexpr int64_t kMaxDim = int64_t{1} << 20;
@@ -194,13 +207,209 @@ Status CheckBenchSizes(const std::string& op, const BenchShape& s, bool weights)
   return Status::Ok();
 }
 
+// bench multihead: Engine::MultiHeadAttention on token-major Q (B, N, H, D)
+// and K, V (B, M, Hkv, D); --decode attends over a KvCache of M keys per
+// sequence instead; --module times d2l's MultiHeadAttention module with
+// random weights (num_hiddens H·D, biases with --bias) instead of the op.
+int BenchMultiHead(const Args& args) {
+  Status s = CheckFlags(args,
+                        {"--batch", "--queries", "--keys", "--query-dim", "--heads", "--kv-heads",
+                         "--causal", "--decode", "--module", "--bias", "--valid-lens", "--weights",
+                         "--repeat", "--json", "--threads", "--isa", "--precision"},
+                        {"--batch", "--queries", "--keys"}, "bench multihead");
+  BenchShape shape{};
+  int64_t heads = 0, kv_heads = 0, repeat = 0;
+  std::string causal_name = args.get("--causal", "none");
+  Causal causal = Causal::kNone;
+  const bool decode = args.has("--decode"), module = args.has("--module");
+  constexpr int64_t kMaxDim = int64_t{1} << 20;
+  if (!s.ok() || !(s = ParseBenchShape(args, &shape)).ok() ||
+      !(s = ParseInt(args, "--heads", 8, 1, kMaxDim, &heads)).ok() ||
+      !(s = ParseInt(args, "--kv-heads", heads, 1, kMaxDim, &kv_heads)).ok() ||
+      !(s = ParseInt(args, "--repeat", 20, 1, 1000000, &repeat)).ok()) {
+    return Fail(s);
+  }
+  if (causal_name == "top-left") {
+    causal = Causal::kTopLeft;
+  } else if (causal_name == "bottom-right") {
+    causal = Causal::kBottomRight;
+  } else if (causal_name != "none") {
+    return Fail(Status::InvalidArgument("--causal wants none, top-left or bottom-right, got '" +
+                                        causal_name + "'"));
+  }
+  if (module && (decode || args.has("--kv-heads"))) {
+    return Fail(Status::InvalidArgument(
+        "--module times d2l's MultiHeadAttention, which has neither --kv-heads nor --decode"));
+  }
+  if (decode && (args.has("--causal") || args.has("--valid-lens"))) {
+    return Fail(Status::InvalidArgument(
+        "--decode: each sequence's N queries attend to its M cached keys, causally; "
+        "--causal and --valid-lens do not apply"));
+  }
+  if (args.has("--bias") && !module) {
+    return Fail(Status::InvalidArgument("--bias is for --module"));
+  }
+  const int64_t B = shape.batch, N = shape.queries, M = shape.keys, D = shape.depth;
+  const int64_t hidden = heads * D;
+  if (decode && N > M) {
+    return Fail(Status::InvalidArgument("--decode: the " + std::to_string(N) +
+                                        " new queries must be among the " + std::to_string(M) +
+                                        " cached keys (--queries <= --keys)"));
+  }
+  const bool weights = args.has("--weights");
+  std::vector<std::pair<std::string, std::vector<int64_t>>> buffers = {
+      {"queries", {B, N, heads, D}}, {"keys", {B, M, kv_heads, D}},
+      {"values", {B, M, kv_heads, D}}, {"out", {B, N, heads, D}}};
+  if (weights) buffers.push_back({"attention weights", {B, heads, N, M}});
+  if (module) buffers.push_back({"parameters", {4, hidden, hidden}});
+  for (const auto& [name, dims] : buffers) {
+    if (!(s = CheckOutputSize("bench " + name, dims)).ok()) return Fail(s);
+  }
+  std::unique_ptr<Engine> engine;
+  if (!(s = MakeEngine(args, "multihead", &engine)).ok()) return Fail(s);
+
+  std::mt19937 rng(42);
+  std::vector<int64_t> lens_data;
+  bool per_query = false;
+  const std::string mode = args.get("--valid-lens", "none");
+  if (!(s = MakeBenchLens(mode, shape, &rng, &lens_data, &per_query)).ok()) return Fail(s);
+  const ValidLens lens = lens_data.empty() ? ValidLens::None()
+                         : per_query      ? ValidLens::PerQuery(lens_data.data(), B, N)
+                                          : ValidLens::PerBatch(lens_data.data(), B);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const auto random_vector = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = normal(rng);
+    return v;
+  };
+  // --module's inputs are (B, N, H·D) and (B, M, H·D): the same memory.
+  const std::vector<float> q = random_vector(B * N * heads * D);
+  const std::vector<float> k = random_vector(B * M * kv_heads * D);
+  const std::vector<float> v = random_vector(B * M * kv_heads * D);
+  std::vector<float> out(static_cast<size_t>(B * N * heads * D)), attention;
+  if (weights) attention.resize(static_cast<size_t>(B * heads * N * M));
+  const Tensor weights_view =
+      weights ? Tensor(attention.data(), {B, heads, N, M}) : Tensor();
+  std::unique_ptr<MultiHeadAttention> model;
+  std::unique_ptr<KvCache> cache;
+  std::vector<std::vector<float>> parameters;
+  std::function<Status()> call;
+  if (module) {
+    MultiHeadWeights w;
+    for (int layer = 0; layer < 8; ++layer) {
+      parameters.push_back(layer < 4 ? LinearInit(&rng, hidden, hidden) : LinearInit(&rng, 1, hidden));
+    }
+    w.w_q = ConstTensor(parameters[0].data(), {hidden, hidden});
+    w.w_k = ConstTensor(parameters[1].data(), {hidden, hidden});
+    w.w_v = ConstTensor(parameters[2].data(), {hidden, hidden});
+    w.w_o = ConstTensor(parameters[3].data(), {hidden, hidden});
+    if (args.has("--bias")) {
+      w.b_q = ConstTensor(parameters[4].data(), {hidden});
+      w.b_k = ConstTensor(parameters[5].data(), {hidden});
+      w.b_v = ConstTensor(parameters[6].data(), {hidden});
+      w.b_o = ConstTensor(parameters[7].data(), {hidden});
+    }
+    if (!(s = MultiHeadAttention::Create(heads, w, &model)).ok()) return Fail(s);
+    call = [&] {
+      return model->Forward(*engine, ConstTensor(q.data(), {B, N, hidden}),
+                            ConstTensor(k.data(), {B, M, hidden}),
+                            ConstTensor(v.data(), {B, M, hidden}), lens, causal,
+                            Tensor(out.data(), {B, N, hidden}), weights_view);
+    };
+  } else if (decode) {
+    KvCacheShape cache_shape;
+    cache_shape.batch = B, cache_shape.capacity = M, cache_shape.kv_heads = kv_heads;
+    cache_shape.key_dim = D, cache_shape.value_dim = D;
+    if (!(s = KvCache::Create(cache_shape, &cache)).ok() ||
+        !(s = cache->Append(ConstTensor(k.data(), {B, M, kv_heads, D}),
+                            ConstTensor(v.data(), {B, M, kv_heads, D})))
+             .ok()) {
+      return Fail(s);
+    }
+    call = [&] {
+      return cache->Attend(*engine, ConstTensor(q.data(), {B, N, heads, D}),
+                           Tensor(out.data(), {B, N, heads, D}), weights_view);
+    };
+  } else {
+    MultiHeadOptions options;
+    options.causal = causal;
+    call = [&, options] {
+      return engine->MultiHeadAttention(
+          ConstTensor(q.data(), {B, N, heads, D}), ConstTensor(k.data(), {B, M, kv_heads, D}),
+          ConstTensor(v.data(), {B, M, kv_heads, D}), lens, options,
+          Tensor(out.data(), {B, N, heads, D}), weights_view);
+    };
+  }
+  // Keys each query sees (every head alike): its length cut by the mask.
+  double visible = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < N; ++i) {
+      int64_t l = lens_data.empty() ? M
+                  : per_query       ? lens_data[static_cast<size_t>(b * N + i)]
+                                    : lens_data[static_cast<size_t>(b)];
+      l = std::min(l, M);
+      if (causal == Causal::kTopLeft) l = std::min(l, i + 1);
+      if (causal == Causal::kBottomRight || decode) l = std::min(l, M - N + i + 1);
+      visible += static_cast<double>(l);
+    }
+  }
+  double flops = 2.0 * static_cast<double>(heads * 2 * D) * visible;
+  if (module) flops += 2.0 * static_cast<double>(hidden * hidden) * static_cast<double>(B * (2 * N + 2 * M));
+  // Bytes: Q, K, V read and out written once.
+  const double bytes = 4.0 * static_cast<double>(B * (2 * N * heads + 2 * M * kv_heads) * D);
+
+  std::vector<double> times_us;
+  if (!(s = TimeCalls(call, repeat, &times_us)).ok()) return Fail(s);
+  const double median = Median(times_us);
+  const double min = *std::min_element(times_us.begin(), times_us.end());
+  const std::string isa = IsaName(engine->options().isa);
+  const char* precision = PrecisionName(engine->options().precision);
+  const std::string what = module ? "module" : decode ? "decode" : "op";
+  if (args.has("--json")) {
+    const RuntimeInfo info = engine->Info();
+    const Json json = {{"op", "multihead"},
+                       {"mode", what},
+                       {"batch", B},
+                       {"queries", N},
+                       {"keys", M},
+                       {"query_dim", D},
+                       {"heads", heads},
+                       {"kv_heads", kv_heads},
+                       {"causal", causal_name},
+                       {"valid_lens", mode},
+                       {"threads", engine->options().threads},
+                       {"isa", isa},
+                       {"precision", precision},
+                       {"repeat", repeat},
+                       {"median_us", Rounded(median, 3)},
+                       {"min_us", Rounded(min, 3)},
+                       {"gflops", Rounded(flops / (median * 1e3), 6)},
+                       {"gbytes_per_s", Rounded(bytes / (median * 1e3), 3)},
+                       {"highway_target", info.target_in_use},
+                       {"onednn_implementations", OnednnImplementations(info)}};
+    std::printf("%s\n", OneLine(json).c_str());
+  } else {
+    std::printf("multihead %s (%lld, %lld, %lld) heads %lld kv-heads %lld D %lld causal %s "
+                "valid-lens %s, %d thread(s), isa %s, %s\n",
+                what.c_str(), static_cast<long long>(B), static_cast<long long>(N),
+                static_cast<long long>(M), static_cast<long long>(heads),
+                static_cast<long long>(kv_heads), static_cast<long long>(D), causal_name.c_str(),
+                mode.c_str(), engine->options().threads, isa.c_str(), precision);
+    std::printf("median %.2f us, min %.2f us over %lld runs; %.2f GFLOP/s, %.2f GB/s\n", median,
+                min, static_cast<long long>(repeat), flops / (median * 1e3),
+                bytes / (median * 1e3));
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int BenchCommand(const Args& args) {
   const std::string op = args.words.size() > 1 ? args.words[1] : "";
+  if (op == "multihead") return BenchMultiHead(args);
   if (op != "softmax" && op != "dot" && op != "additive" && op != "concat") {
     return Fail(Status::InvalidArgument(
-        "bench wants an op: softmax, dot, additive or concat, got '" + op + "'"));
+        "bench wants an op: softmax, dot, additive, concat or multihead, got '" + op + "'"));
   }
   std::set<std::string> allowed = {"--batch", "--queries", "--keys", "--valid-lens", "--repeat",
                                    "--json",  "--threads", "--isa",  "--precision",  "--info"};
@@ -333,17 +542,8 @@ int BenchCommand(const Args& args) {
                 : 4.0 * static_cast<double>(B * N * (D + Dv) + B * M * (Dk + Dv));
   }
 
-  for (int w = 0; w < 3; ++w) {
-    if (!(s = call()).ok()) return Fail(s);
-  }
   std::vector<double> times_us;
-  for (int64_t r = 0; r < repeat; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    s = call();
-    const auto stop = std::chrono::steady_clock::now();
-    if (!s.ok()) return Fail(s);
-    times_us.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
-  }
+  if (!(s = TimeCalls(call, repeat, &times_us)).ok()) return Fail(s);
   const double median = Median(times_us);
   const double min = *std::min_element(times_us.begin(), times_us.end());
   const double gflops = flops / (median * 1e3);

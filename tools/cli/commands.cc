@@ -50,6 +50,10 @@ const CommandHelp kCommands[] = {
      "                        [--query-dim D] [--key-dim Dk] [--hidden H] [--value-dim Dv]\n"
      "                        [--out-dim O]\n"
      "                        [--valid-lens none|full|random|random-batch|INT|FILE.npy]\n"
+     "                        [--weights] [--repeat R] [--json]\n"
+     "  attnscore bench multihead --batch B --queries N --keys M [--query-dim D]\n"
+     "                        [--heads H] [--kv-heads G] [--causal none|top-left|bottom-right]\n"
+     "                        [--decode | --module [--bias]] [--valid-lens ...]\n"
      "                        [--weights] [--repeat R] [--json]\n"},
 };
 
@@ -105,6 +109,13 @@ null. concat: --keys is M (the value rows), --query-dim Dq (default 64),
 --key-dim Dk (default Dq), --value-dim Dv, --out-dim O (default Dv); GFLOP/s
 counts 2 M (Dq + Dk) + 2 L Dv + 2 O (Dq + Dv) per query. The JSON also
 names the Highway target in use and oneDNN's implementations.
+multihead times Engine::MultiHeadAttention on Q (B, N, H, D) and K, V
+(B, M, G, D) (--heads H, default 8; --kv-heads G, default H; --query-dim D
+per head), with --causal; --decode instead attends with N new queries over
+a KvCache holding M keys per sequence; --module times d2l's
+MultiHeadAttention (num_hiddens H·D, random weights, --bias for biases).
+GFLOP/s counts 2 (D + D) per visible (query, key) per head, plus the
+module's four projections; GB/s the bytes of Q, K, V and out.
 
 --precision bf16 runs dot's two matrix products in oneDNN's bf16 matmul
 (fp32 accumulation): Q, K, V and the attention weights are rounded to
@@ -123,12 +134,13 @@ exit status: 0 success, 2 bad input or usage, 1 internal failure.
 )";
 
 // The flags that take no value, and those that take one.
-const std::set<std::string> kSwitches = {"--json", "--help", "--version", "--weights", "--info"};
+const std::set<std::string> kSwitches = {"--json",  "--help",   "--version", "--weights",
+                                         "--info",  "--decode", "--module",  "--bias"};
 const std::set<std::string> kValued = {
     "--x",         "--queries",     "--keys",    "--values",    "--valid-lens", "--out",
     "--model",     "--weights-out", "--threads", "--isa",       "--precision",  "--batch",
     "--query-dim", "--key-dim",     "--hidden",  "--value-dim", "--out-dim",    "--repeat",
-    "--heads",     "--causal"};
+    "--heads",     "--causal",      "--kv-heads"};
 
 // The whole usage: every synopsis, the common flags and the details.
 std::string Usage() {
