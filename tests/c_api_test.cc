@@ -209,6 +209,122 @@ TEST_F(CApi, ChecksReportShapesAndRefuseAsTheOps) {
 }
 
 // Each thread's failed calls carry their own messages, readable there.
+// A dense rank-4 C view.
+attnscore_tensor_view CView4(const std::vector<float>& data, int64_t d0, int64_t d1, int64_t d2,
+                             int64_t d3) {
+  return {data.data(), 4, {d0, d1, d2, d3}, {d1 * d2 * d3, d2 * d3, d3, 1}};
+}
+attnscore_tensor COut4(std::vector<float>& data, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+  return {data.data(), 4, {d0, d1, d2, d3}, {d1 * d2 * d3, d2 * d3, d3, 1}};
+}
+
+TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
+  const int64_t b = 2, n = 5, m = 9, hq = 4, hkv = 2, d = 8;
+  const std::vector<float> q = RandomFloats(b * n * hq * d, 11), k = RandomFloats(b * m * hkv * d, 12),
+                           v = RandomFloats(b * m * hkv * d, 13);
+  const int64_t lens[] = {9, 4};
+  const attnscore_valid_lens cl = {ATTNSCORE_LENS_PER_BATCH, ATTNSCORE_LENS_INT64, lens, {b, 0}};
+  const attnscore_tensor_view qv = CView4(q, b, n, hq, d), kv = CView4(k, b, m, hkv, d),
+                              vv = CView4(v, b, m, hkv, d);
+  std::vector<float> out_c(b * n * hq * d), w_c(b * hq * n * m), out_cpp(out_c.size()), w_cpp(w_c.size());
+  const attnscore_tensor ov = COut4(out_c, b, n, hq, d), wv = COut4(w_c, b, hq, n, m);
+  const attnscore_multihead_options options = {ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.5f};
+  ASSERT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &options, &ov, &wv)), "");
+  MultiHeadOptions cpp;
+  cpp.causal = Causal::kBottomRight;
+  cpp.scale = 0.5f;
+  ASSERT_TRUE(DefaultEngine()
+                  .MultiHeadAttention(ConstTensor(q.data(), {b, n, hq, d}), ConstTensor(k.data(), {b, m, hkv, d}),
+                                      ConstTensor(v.data(), {b, m, hkv, d}), ValidLens::PerBatch(lens, b), cpp,
+                                      Tensor(out_cpp.data(), {b, n, hq, d}), Tensor(w_cpp.data(), {b, hq, n, m}))
+                  .ok());
+  EXPECT_EQ(out_c, out_cpp);
+  EXPECT_EQ(w_c, w_cpp);
+  const attnscore_multihead_options bogus = {5, 0.0f};
+  EXPECT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &bogus, &ov, &wv)),
+            "attnscore_multihead_attention: options->causal is outside attnscore_causal");
+
+  // The cache: all of K and V appended, then the last query of each sequence.
+  attnscore_kv_cache* cache = nullptr;
+  ASSERT_EQ(Message(attnscore_kv_cache_create(b, 16, hkv, d, d, &cache)), "");
+  ASSERT_EQ(Message(attnscore_kv_cache_append(cache, &kv, &vv)), "");
+  EXPECT_EQ(attnscore_kv_cache_length(cache, 1), m);
+  EXPECT_EQ(attnscore_kv_cache_length(cache, 2), 0);
+  const attnscore_tensor_view one = {q.data(), 4, {b, 1, hq, d}, {n * hq * d, hq * d, d, 1}};
+  std::vector<float> step_c(b * hq * d), step_cpp(step_c.size());
+  const attnscore_tensor step_v = COut4(step_c, b, 1, hq, d);
+  ASSERT_EQ(Message(attnscore_kv_cache_attend(cache, engine_, &one, &step_v, nullptr)), "");
+  std::unique_ptr<KvCache> cpp_cache;
+  KvCacheShape shape;
+  shape.batch = b, shape.capacity = 16, shape.kv_heads = hkv, shape.key_dim = d, shape.value_dim = d;
+  ASSERT_TRUE(KvCache::Create(shape, &cpp_cache).ok());
+  ASSERT_TRUE(cpp_cache->Append(ConstTensor(k.data(), {b, m, hkv, d}), ConstTensor(v.data(), {b, m, hkv, d})).ok());
+  ASSERT_TRUE(cpp_cache->Attend(DefaultEngine(), ConstTensor(q.data(), {b, 1, hq, d}, {n * hq * d, hq * d, d, 1}),
+                                Tensor(step_cpp.data(), {b, 1, hq, d}))
+                  .ok());
+  EXPECT_EQ(step_c, step_cpp);
+  const attnscore_tensor_view row = {k.data(), 3, {1, hkv, d, 0}, {hkv * d, d, 1, 0}};
+  ASSERT_EQ(Message(attnscore_kv_cache_append_to(cache, 1, &row, &row)), "");
+  EXPECT_EQ(attnscore_kv_cache_length(cache, 1), m + 1);
+  ASSERT_EQ(Message(attnscore_kv_cache_clear(cache, 1)), "");
+  EXPECT_EQ(attnscore_kv_cache_length(cache, 1), 0);
+  EXPECT_EQ(Message(attnscore_kv_cache_clear(cache, 7)), "KvCache: sequence is 7; the cache has sequences 0..1");
+  EXPECT_EQ(Message(attnscore_kv_cache_append(nullptr, &kv, &vv)),
+            "attnscore_kv_cache_append: cache, keys and values must not be null");
+  attnscore_kv_cache_destroy(cache);
+  EXPECT_EQ(Message(attnscore_kv_cache_create(0, 16, hkv, d, d, &cache)),
+            "KvCache::Create: batch is 0; it must be at least 1");
+}
+
+TEST_F(CApi, MultiHeadAndBilinearModelsMatchTheirGoldenCases) {
+  GoldenAttention g;
+  LoadGoldenAttention("multihead_causal_self", &g);
+  attnscore_multihead* model = nullptr;
+  const std::string dir = std::string(ATTNSCORE_GOLDEN_DIR) + "/";
+  ASSERT_EQ(Message(attnscore_multihead_load((dir + "multihead_causal_self/model.safetensors").c_str(), 4, &model)), "");
+  EXPECT_EQ(attnscore_multihead_num_heads(model), 4);
+  EXPECT_EQ(attnscore_multihead_num_hiddens(model), 32);
+  const int64_t b = 2, n = 6;
+  const attnscore_tensor_view x = {g.queries.data<float>(), 3, {b, n, 16, 0}, {n * 16, 16, 1, 0}};
+  std::vector<float> out(b * n * 32), weights(b * 4 * n * n);
+  const attnscore_tensor ov = COut(out, b, n, 32), wv = COut4(weights, b, 4, n, n);
+  ASSERT_EQ(Message(attnscore_multihead_forward(model, engine_, &x, &x, &x, nullptr,
+                                                ATTNSCORE_CAUSAL_TOP_LEFT, &ov, &wv)),
+            "");
+  const float* want = g.out.data<float>();
+  for (size_t e = 0; e < out.size(); ++e) EXPECT_NEAR(out[e], want[e], 1e-4 * (1.0 + std::abs(want[e])));
+  EXPECT_LE(MaxAbsDiff(weights.data(), std::vector<double>(g.weights.data<float>(),
+                                                           g.weights.data<float>() + g.weights.size())),
+            kWeightTolerance);
+  EXPECT_EQ(Message(attnscore_multihead_forward(model, engine_, &x, &x, &x, nullptr, 9, &ov, &wv)),
+            "attnscore_multihead_forward: causal is outside attnscore_causal");
+  attnscore_multihead_destroy(model);
+  const std::vector<float> w(8 * 8, 0.1f);
+  const attnscore_tensor_view wq = {w.data(), 2, {8, 8, 0, 0}, {8, 1, 0, 0}};
+  EXPECT_EQ(Message(attnscore_multihead_create(3, &wq, &wq, &wq, &wq, nullptr, nullptr, nullptr, nullptr, &model)),
+            "MultiHeadAttention: num_heads is 3; it must be at least 1 and divide num_hiddens H = 8 "
+            "(W_q.weight (8, 8))");
+
+  GoldenAttention bg;
+  LoadGoldenAttention("bilinear_per_query", &bg);
+  attnscore_bilinear* bilinear = nullptr;
+  ASSERT_EQ(Message(attnscore_bilinear_load((dir + "bilinear_per_query/model.safetensors").c_str(), &bilinear)), "");
+  EXPECT_EQ(attnscore_bilinear_query_size(bilinear), 12);
+  EXPECT_EQ(attnscore_bilinear_key_size(bilinear), 5);
+  const attnscore_tensor_view bq = {bg.queries.data<float>(), 3, {3, 4, 12, 0}, {48, 12, 1, 0}},
+                              bk = {bg.keys.data<float>(), 3, {3, 9, 5, 0}, {45, 5, 1, 0}},
+                              bv = {bg.values.data<float>(), 3, {3, 9, 7, 0}, {63, 7, 1, 0}};
+  const attnscore_valid_lens bl = {ATTNSCORE_LENS_PER_QUERY, ATTNSCORE_LENS_INT64, bg.lens_array.data<int64_t>(), {3, 4}};
+  attnscore_output_shapes shapes;
+  ASSERT_EQ(Message(attnscore_bilinear_check(bilinear, &bq, &bk, &bv, &bl, &shapes)), "");
+  ExpectShapes(shapes, {3, 4, 7}, {3, 4, 9});
+  std::vector<float> bout(3 * 4 * 7), bw(3 * 4 * 9);
+  const attnscore_tensor bov = COut(bout, 3, 4, 7), bwv = COut(bw, 3, 4, 9);
+  ASSERT_EQ(Message(attnscore_bilinear_forward(bilinear, engine_, &bq, &bk, &bv, &bl, &bov, &bwv)), "");
+  ExpectMatchesGolden(bg, bout, bw);
+  attnscore_bilinear_destroy(bilinear);
+}
+
 TEST_F(CApi, StatusesBelongToTheirCallOnEveryThread) {
   std::vector<std::thread> threads;
   std::vector<int> right(8, 0);

@@ -8,8 +8,11 @@
 #include <string>
 
 #include "attnscore/additive.h"
+#include "attnscore/bilinear.h"
 #include "attnscore/concat.h"
 #include "attnscore/engine.h"
+#include "attnscore/kv_cache.h"
+#include "attnscore/multihead.h"
 #include "attnscore/version.h"
 
 struct attnscore_status {
@@ -24,6 +27,15 @@ struct attnscore_additive {
 };
 struct attnscore_concat {
   std::unique_ptr<attnscore::ConcatAttention> model;
+};
+struct attnscore_bilinear {
+  std::unique_ptr<attnscore::BilinearAttention> model;
+};
+struct attnscore_multihead {
+  std::unique_ptr<attnscore::MultiHeadAttention> model;
+};
+struct attnscore_kv_cache {
+  std::unique_ptr<attnscore::KvCache> cache;
 };
 
 namespace {
@@ -134,6 +146,33 @@ attnscore_status* ModelCheck(const char* call, const Handle* model, const attnsc
   return CheckCall(call, model, queries, keys, values, valid_lens, shapes,
                    [&](ConstTensor q, ConstTensor k, ConstTensor v, const attnscore::ValidLens& lens,
                        attnscore::OutputShapes* found) { return model->model->Check(q, k, v, lens, found); });
+}
+
+// A model's *_forward call (attnscore_additive, attnscore_concat,
+// attnscore_bilinear): the null and enum checks, then Forward.
+template <typename Handle>
+attnscore_status* ModelForward(const char* call, const Handle* model, const attnscore_engine* engine,
+                               const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
+                               const attnscore_tensor_view* values,
+                               const attnscore_valid_lens* valid_lens, const attnscore_tensor* out,
+                               const attnscore_tensor* attention_weights) {
+  if (model == nullptr || engine == nullptr) return Invalid(call, "model and engine must not be null");
+  if (queries == nullptr || keys == nullptr || values == nullptr || out == nullptr) {
+    return Invalid(call, "queries, keys, values and out must not be null");
+  }
+  attnscore::ValidLens lens;
+  if (!LensOf(valid_lens, &lens)) return Invalid(call, "valid_lens has a kind or type outside its enum");
+  return Guarded(call, [&] {
+    return model->model->Forward(*engine->engine, In(queries), In(keys), In(values), lens, Out(out),
+                                 Out(attention_weights));
+  });
+}
+
+// An attnscore_causal value as the C++ enum; false outside the enum.
+bool CausalOf(int32_t value, attnscore::Causal* causal) {
+  if (value < ATTNSCORE_CAUSAL_NONE || value > ATTNSCORE_CAUSAL_BOTTOM_RIGHT) return false;
+  *causal = static_cast<attnscore::Causal>(value);
+  return true;
 }
 
 bool OptionsOf(const attnscore_engine_options& in, attnscore::EngineOptions* out) {
@@ -348,17 +387,8 @@ attnscore_status* attnscore_additive_forward(
     const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
     const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens,
     const attnscore_tensor* out, const attnscore_tensor* attention_weights) {
-  constexpr const char* kCall = "attnscore_additive_forward";
-  if (model == nullptr || engine == nullptr) return Invalid(kCall, "model and engine must not be null");
-  if (queries == nullptr || keys == nullptr || values == nullptr || out == nullptr) {
-    return Invalid(kCall, "queries, keys, values and out must not be null");
-  }
-  attnscore::ValidLens lens;
-  if (!LensOf(valid_lens, &lens)) return Invalid(kCall, "valid_lens has a kind or type outside its enum");
-  return Guarded(kCall, [&] {
-    return model->model->Forward(*engine->engine, In(queries), In(keys), In(values), lens, Out(out),
-                                 Out(attention_weights));
-  });
+  return ModelForward("attnscore_additive_forward", model, engine, queries, keys, values,
+                      valid_lens, out, attention_weights);
 }
 
 attnscore_status* attnscore_concat_create(
@@ -407,17 +437,201 @@ attnscore_status* attnscore_concat_forward(
     const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
     const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens,
     const attnscore_tensor* out, const attnscore_tensor* attention_weights) {
-  constexpr const char* kCall = "attnscore_concat_forward";
+  return ModelForward("attnscore_concat_forward", model, engine, queries, keys, values, valid_lens,
+                      out, attention_weights);
+}
+
+attnscore_status* attnscore_multihead_attention(
+    const attnscore_engine* engine, const attnscore_tensor_view* queries,
+    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
+    const attnscore_valid_lens* valid_lens, const attnscore_multihead_options* options,
+    const attnscore_tensor* out, const attnscore_tensor* attention_weights) {
+  constexpr const char* kCall = "attnscore_multihead_attention";
+  if (engine == nullptr) return Invalid(kCall, "engine is null");
+  if (queries == nullptr || keys == nullptr || values == nullptr || out == nullptr) {
+    return Invalid(kCall, "queries, keys, values and out must not be null");
+  }
+  attnscore::ValidLens lens;
+  if (!LensOf(valid_lens, &lens)) return Invalid(kCall, "valid_lens has a kind or type outside its enum");
+  attnscore::MultiHeadOptions multihead;
+  if (options != nullptr) {
+    if (!CausalOf(options->causal, &multihead.causal)) {
+      return Invalid(kCall, "options->causal is outside attnscore_causal");
+    }
+    multihead.scale = options->scale;
+  }
+  return Guarded(kCall, [&] {
+    return engine->engine->MultiHeadAttention(In(queries), In(keys), In(values), lens, multihead,
+                                              Out(out), Out(attention_weights));
+  });
+}
+
+attnscore_status* attnscore_multihead_create(
+    int64_t num_heads, const attnscore_tensor_view* w_q, const attnscore_tensor_view* w_k,
+    const attnscore_tensor_view* w_v, const attnscore_tensor_view* w_o,
+    const attnscore_tensor_view* b_q, const attnscore_tensor_view* b_k,
+    const attnscore_tensor_view* b_v, const attnscore_tensor_view* b_o,
+    attnscore_multihead** model) {
+  constexpr const char* kCall = "attnscore_multihead_create";
+  if (model == nullptr) return Invalid(kCall, "model is null");
+  if (w_q == nullptr || w_k == nullptr || w_v == nullptr || w_o == nullptr) {
+    return Invalid(kCall, "a weight is null");
+  }
+  return Guarded(kCall, [&] {
+    auto handle = std::make_unique<attnscore_multihead>();
+    attnscore::MultiHeadWeights weights;
+    weights.w_q = In(w_q), weights.w_k = In(w_k), weights.w_v = In(w_v), weights.w_o = In(w_o);
+    weights.b_q = In(b_q), weights.b_k = In(b_k), weights.b_v = In(b_v), weights.b_o = In(b_o);
+    ATTNSCORE_RETURN_IF_ERROR(attnscore::MultiHeadAttention::Create(num_heads, weights, &handle->model));
+    *model = handle.release();
+    return Status::Ok();
+  });
+}
+
+attnscore_status* attnscore_multihead_load(const char* path, int64_t num_heads,
+                                           attnscore_multihead** model) {
+  constexpr const char* kCall = "attnscore_multihead_load";
+  if (path == nullptr) return Invalid(kCall, "path is null");
+  if (model == nullptr) return Invalid(kCall, "model is null");
+  return Guarded(kCall, [&] {
+    auto handle = std::make_unique<attnscore_multihead>();
+    ATTNSCORE_RETURN_IF_ERROR(attnscore::MultiHeadAttention::Load(path, num_heads, &handle->model));
+    *model = handle.release();
+    return Status::Ok();
+  });
+}
+
+void attnscore_multihead_destroy(attnscore_multihead* model) { delete model; }
+
+int64_t attnscore_multihead_num_heads(const attnscore_multihead* m) { return m ? m->model->num_heads() : 0; }
+int64_t attnscore_multihead_num_hiddens(const attnscore_multihead* m) { return m ? m->model->num_hiddens() : 0; }
+
+attnscore_status* attnscore_multihead_forward(
+    const attnscore_multihead* model, const attnscore_engine* engine,
+    const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
+    const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens, int32_t causal,
+    const attnscore_tensor* out, const attnscore_tensor* attention_weights) {
+  constexpr const char* kCall = "attnscore_multihead_forward";
   if (model == nullptr || engine == nullptr) return Invalid(kCall, "model and engine must not be null");
   if (queries == nullptr || keys == nullptr || values == nullptr || out == nullptr) {
     return Invalid(kCall, "queries, keys, values and out must not be null");
   }
   attnscore::ValidLens lens;
   if (!LensOf(valid_lens, &lens)) return Invalid(kCall, "valid_lens has a kind or type outside its enum");
+  attnscore::Causal mask;
+  if (!CausalOf(causal, &mask)) return Invalid(kCall, "causal is outside attnscore_causal");
   return Guarded(kCall, [&] {
-    return model->model->Forward(*engine->engine, In(queries), In(keys), In(values), lens, Out(out),
-                                 Out(attention_weights));
+    return model->model->Forward(*engine->engine, In(queries), In(keys), In(values), lens, mask,
+                                 Out(out), Out(attention_weights));
   });
+}
+
+attnscore_status* attnscore_kv_cache_create(int64_t batch, int64_t capacity, int64_t kv_heads,
+                                            int64_t key_dim, int64_t value_dim,
+                                            attnscore_kv_cache** cache) {
+  constexpr const char* kCall = "attnscore_kv_cache_create";
+  if (cache == nullptr) return Invalid(kCall, "cache is null");
+  return Guarded(kCall, [&] {
+    auto handle = std::make_unique<attnscore_kv_cache>();
+    attnscore::KvCacheShape shape;
+    shape.batch = batch, shape.capacity = capacity, shape.kv_heads = kv_heads;
+    shape.key_dim = key_dim, shape.value_dim = value_dim;
+    ATTNSCORE_RETURN_IF_ERROR(attnscore::KvCache::Create(shape, &handle->cache));
+    *cache = handle.release();
+    return Status::Ok();
+  });
+}
+
+void attnscore_kv_cache_destroy(attnscore_kv_cache* cache) { delete cache; }
+
+int64_t attnscore_kv_cache_length(const attnscore_kv_cache* cache, int64_t sequence) {
+  return cache ? cache->cache->length(sequence) : 0;
+}
+
+attnscore_status* attnscore_kv_cache_append(attnscore_kv_cache* cache,
+                                            const attnscore_tensor_view* keys,
+                                            const attnscore_tensor_view* values) {
+  constexpr const char* kCall = "attnscore_kv_cache_append";
+  if (cache == nullptr || keys == nullptr || values == nullptr) {
+    return Invalid(kCall, "cache, keys and values must not be null");
+  }
+  return Guarded(kCall, [&] { return cache->cache->Append(In(keys), In(values)); });
+}
+
+attnscore_status* attnscore_kv_cache_append_to(attnscore_kv_cache* cache, int64_t sequence,
+                                               const attnscore_tensor_view* keys,
+                                               const attnscore_tensor_view* values) {
+  constexpr const char* kCall = "attnscore_kv_cache_append_to";
+  if (cache == nullptr || keys == nullptr || values == nullptr) {
+    return Invalid(kCall, "cache, keys and values must not be null");
+  }
+  return Guarded(kCall, [&] { return cache->cache->AppendTo(sequence, In(keys), In(values)); });
+}
+
+attnscore_status* attnscore_kv_cache_clear(attnscore_kv_cache* cache, int64_t sequence) {
+  if (cache == nullptr) return Invalid("attnscore_kv_cache_clear", "cache is null");
+  return Guarded("attnscore_kv_cache_clear", [&] { return cache->cache->Clear(sequence); });
+}
+
+attnscore_status* attnscore_kv_cache_attend(const attnscore_kv_cache* cache,
+                                            const attnscore_engine* engine,
+                                            const attnscore_tensor_view* queries,
+                                            const attnscore_tensor* out,
+                                            const attnscore_tensor* attention_weights) {
+  constexpr const char* kCall = "attnscore_kv_cache_attend";
+  if (cache == nullptr || engine == nullptr) return Invalid(kCall, "cache and engine must not be null");
+  if (queries == nullptr || out == nullptr) return Invalid(kCall, "queries and out must not be null");
+  return Guarded(kCall, [&] {
+    return cache->cache->Attend(*engine->engine, In(queries), Out(out), Out(attention_weights));
+  });
+}
+
+attnscore_status* attnscore_bilinear_create(const attnscore_tensor_view* w,
+                                            attnscore_bilinear** model) {
+  constexpr const char* kCall = "attnscore_bilinear_create";
+  if (model == nullptr) return Invalid(kCall, "model is null");
+  if (w == nullptr) return Invalid(kCall, "w is null");
+  return Guarded(kCall, [&] {
+    auto handle = std::make_unique<attnscore_bilinear>();
+    ATTNSCORE_RETURN_IF_ERROR(attnscore::BilinearAttention::Create(In(w), &handle->model));
+    *model = handle.release();
+    return Status::Ok();
+  });
+}
+
+attnscore_status* attnscore_bilinear_load(const char* path, attnscore_bilinear** model) {
+  constexpr const char* kCall = "attnscore_bilinear_load";
+  if (path == nullptr) return Invalid(kCall, "path is null");
+  if (model == nullptr) return Invalid(kCall, "model is null");
+  return Guarded(kCall, [&] {
+    auto handle = std::make_unique<attnscore_bilinear>();
+    ATTNSCORE_RETURN_IF_ERROR(attnscore::BilinearAttention::Load(path, &handle->model));
+    *model = handle.release();
+    return Status::Ok();
+  });
+}
+
+void attnscore_bilinear_destroy(attnscore_bilinear* model) { delete model; }
+
+int64_t attnscore_bilinear_query_size(const attnscore_bilinear* m) { return m ? m->model->query_size() : 0; }
+int64_t attnscore_bilinear_key_size(const attnscore_bilinear* m) { return m ? m->model->key_size() : 0; }
+
+attnscore_status* attnscore_bilinear_check(const attnscore_bilinear* model,
+                                           const attnscore_tensor_view* queries,
+                                           const attnscore_tensor_view* keys,
+                                           const attnscore_tensor_view* values,
+                                           const attnscore_valid_lens* valid_lens,
+                                           attnscore_output_shapes* shapes) {
+  return ModelCheck("attnscore_bilinear_check", model, queries, keys, values, valid_lens, shapes);
+}
+
+attnscore_status* attnscore_bilinear_forward(
+    const attnscore_bilinear* model, const attnscore_engine* engine,
+    const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
+    const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens,
+    const attnscore_tensor* out, const attnscore_tensor* attention_weights) {
+  return ModelForward("attnscore_bilinear_forward", model, engine, queries, keys, values,
+                      valid_lens, out, attention_weights);
 }
 
 }  // extern "C"

@@ -217,6 +217,106 @@ ATTNSCORE_API attnscore_status* attnscore_concat_forward(
     const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens,
     const attnscore_tensor* out, const attnscore_tensor* attention_weights);
 
+/* ---- Multi-head attention ---- */
+
+typedef enum attnscore_causal {
+  ATTNSCORE_CAUSAL_NONE = 0,
+  ATTNSCORE_CAUSAL_TOP_LEFT = 1,    /* query i sees keys 0..i */
+  ATTNSCORE_CAUSAL_BOTTOM_RIGHT = 2 /* query i sees keys 0..M - N + i; needs M >= N */
+} attnscore_causal;
+
+typedef struct attnscore_multihead_options {
+  int32_t causal; /* attnscore_causal */
+  float scale;    /* 0: 1/sqrt(D) */
+} attnscore_multihead_options;
+
+/* Engine::MultiHeadAttention: Q (B, N, Hq, D), K (B, M, Hkv, D),
+ * V (B, M, Hkv, Dv), out (B, N, Hq, Dv), attention_weights (B, Hq, N, M) or
+ * NULL; options NULL means no mask and 1/sqrt(D). */
+ATTNSCORE_API attnscore_status* attnscore_multihead_attention(
+    const attnscore_engine* engine, const attnscore_tensor_view* queries,
+    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
+    const attnscore_valid_lens* valid_lens, const attnscore_multihead_options* options,
+    const attnscore_tensor* out, const attnscore_tensor* attention_weights);
+
+/* d2l's MultiHeadAttention: W_q.weight (H, Dq), W_k.weight (H, Dk),
+ * W_v.weight (H, Dv), W_o.weight (H, H), and the four biases (H) or all
+ * four NULL; copied. */
+typedef struct attnscore_multihead attnscore_multihead;
+
+ATTNSCORE_API attnscore_status* attnscore_multihead_create(
+    int64_t num_heads, const attnscore_tensor_view* w_q, const attnscore_tensor_view* w_k,
+    const attnscore_tensor_view* w_v, const attnscore_tensor_view* w_o,
+    const attnscore_tensor_view* b_q, const attnscore_tensor_view* b_k,
+    const attnscore_tensor_view* b_v, const attnscore_tensor_view* b_o,
+    attnscore_multihead** model);
+ATTNSCORE_API attnscore_status* attnscore_multihead_load(const char* path, int64_t num_heads,
+                                                         attnscore_multihead** model);
+ATTNSCORE_API void attnscore_multihead_destroy(attnscore_multihead* model);
+/* num_heads and num_hiddens H; 0 for a NULL model. */
+ATTNSCORE_API int64_t attnscore_multihead_num_heads(const attnscore_multihead* model);
+ATTNSCORE_API int64_t attnscore_multihead_num_hiddens(const attnscore_multihead* model);
+/* Q (B, N, Dq), K (B, M, Dk), V (B, M, Dv), out (B, N, H),
+ * attention_weights (B, num_heads, N, M) or NULL; causal: attnscore_causal. */
+ATTNSCORE_API attnscore_status* attnscore_multihead_forward(
+    const attnscore_multihead* model, const attnscore_engine* engine,
+    const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
+    const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens, int32_t causal,
+    const attnscore_tensor* out, const attnscore_tensor* attention_weights);
+
+/* ---- A key-value cache for decoding (attnscore::KvCache) ---- */
+
+typedef struct attnscore_kv_cache attnscore_kv_cache;
+
+ATTNSCORE_API attnscore_status* attnscore_kv_cache_create(int64_t batch, int64_t capacity,
+                                                          int64_t kv_heads, int64_t key_dim,
+                                                          int64_t value_dim,
+                                                          attnscore_kv_cache** cache);
+ATTNSCORE_API void attnscore_kv_cache_destroy(attnscore_kv_cache* cache);
+/* Positions sequence b holds; 0 for a NULL cache or a b out of range. */
+ATTNSCORE_API int64_t attnscore_kv_cache_length(const attnscore_kv_cache* cache, int64_t sequence);
+/* keys (B, T, Hkv, D), values (B, T, Hkv, Dv) to every sequence. */
+ATTNSCORE_API attnscore_status* attnscore_kv_cache_append(attnscore_kv_cache* cache,
+                                                          const attnscore_tensor_view* keys,
+                                                          const attnscore_tensor_view* values);
+/* keys (T, Hkv, D), values (T, Hkv, Dv) to one sequence. */
+ATTNSCORE_API attnscore_status* attnscore_kv_cache_append_to(attnscore_kv_cache* cache,
+                                                             int64_t sequence,
+                                                             const attnscore_tensor_view* keys,
+                                                             const attnscore_tensor_view* values);
+ATTNSCORE_API attnscore_status* attnscore_kv_cache_clear(attnscore_kv_cache* cache,
+                                                         int64_t sequence);
+/* Queries (B, N, Hq, D), each sequence's N newest positions; out
+ * (B, N, Hq, Dv); attention_weights (B, Hq, N, L) or NULL. */
+ATTNSCORE_API attnscore_status* attnscore_kv_cache_attend(const attnscore_kv_cache* cache,
+                                                          const attnscore_engine* engine,
+                                                          const attnscore_tensor_view* queries,
+                                                          const attnscore_tensor* out,
+                                                          const attnscore_tensor* attention_weights);
+
+/* ---- Bilinear attention (scores qᵀ W k) ---- */
+
+typedef struct attnscore_bilinear attnscore_bilinear;
+
+/* W.weight (Dq, Dk); copied. */
+ATTNSCORE_API attnscore_status* attnscore_bilinear_create(const attnscore_tensor_view* w,
+                                                          attnscore_bilinear** model);
+ATTNSCORE_API attnscore_status* attnscore_bilinear_load(const char* path,
+                                                        attnscore_bilinear** model);
+ATTNSCORE_API void attnscore_bilinear_destroy(attnscore_bilinear* model);
+/* Dq and Dk; 0 for a NULL model. */
+ATTNSCORE_API int64_t attnscore_bilinear_query_size(const attnscore_bilinear* model);
+ATTNSCORE_API int64_t attnscore_bilinear_key_size(const attnscore_bilinear* model);
+ATTNSCORE_API attnscore_status* attnscore_bilinear_check(
+    const attnscore_bilinear* model, const attnscore_tensor_view* queries,
+    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
+    const attnscore_valid_lens* valid_lens, attnscore_output_shapes* shapes);
+ATTNSCORE_API attnscore_status* attnscore_bilinear_forward(
+    const attnscore_bilinear* model, const attnscore_engine* engine,
+    const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
+    const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens,
+    const attnscore_tensor* out, const attnscore_tensor* attention_weights);
+
 #ifdef __cplusplus
 }
 #endif
