@@ -71,6 +71,16 @@ Status Engine::CheckDotProductAttention(ConstTensor queries, ConstTensor keys, C
       });
 }
 
+Status Engine::CheckMultiHeadAttention(ConstTensor queries, ConstTensor keys, ConstTensor values,
+                                       const ValidLens& valid_lens,
+                                       const MultiHeadOptions& options,
+                                       MultiHeadShapes* shapes) const {
+  if (shapes == nullptr) return Status::InvalidArgument("MultiHeadAttention: shapes is null");
+  return internal::Guarded("MultiHeadAttention", [&] {
+    return ops::CheckMultiHeadAttentionInputs(queries, keys, values, valid_lens, options, shapes);
+  });
+}
+
 const EngineOptions& Engine::options() const { return impl_->options; }
 
 Status Engine::MaskedSoftmax(ConstTensor x, const ValidLens& valid_lens, Tensor y) const {

@@ -54,7 +54,7 @@ Status MultiHeadAttention::Check(ConstTensor queries, ConstTensor keys, ConstTen
   ATTNSCORE_RETURN_IF_ERROR(
       ops::CheckMultiHeadInputs(*params_, queries, keys, values, valid_lens, causal));
   const int64_t batch = queries.dims[0], n = queries.dims[1];
-  shapes->out = {batch, n, params_->hidden};
+  shapes->out = {batch, n, params_->hidden, 0};
   shapes->attention_weights = {batch, params_->heads, n, keys.dims[1]};
   return Status::Ok();
 }

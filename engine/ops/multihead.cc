@@ -24,12 +24,11 @@ using internal::CheckTensor;
 using internal::CheckWritable;
 using internal::kAnyDim;
 
-Status CheckArguments(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
-                      const ValidLens& lens, const MultiHeadOptions& multihead,
-                      const ConstTensor& out, const ConstTensor& attention) {
+Status CheckInputs(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                   const MultiHeadOptions& multihead) {
   ATTNSCORE_RETURN_IF_ERROR(
       CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, kAnyDim, kAnyDim}, "(B, N, Hq, D)"));
-  const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], depth = q.dims[3];
+  const int64_t batch = q.dims[0], heads = q.dims[2], depth = q.dims[3];
   ATTNSCORE_RETURN_IF_ERROR(
       CheckTensor(kOp, "keys", k, {batch, kAnyDim, kAnyDim, depth}, "(B, M, Hkv, D)"));
   const int64_t keys = k.dims[1], kv_heads = k.dims[2];
@@ -45,7 +44,14 @@ Status CheckArguments(const ConstTensor& q, const ConstTensor& k, const ConstTen
     return Status::InvalidArgument(std::string(kOp) + ": scale is " +
                                    std::to_string(multihead.scale) + "; it must be finite");
   }
-  ATTNSCORE_RETURN_IF_ERROR(CheckCausal(kOp, multihead.causal, q, k));
+  return CheckCausal(kOp, multihead.causal, q, k);
+}
+
+Status CheckArguments(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                      const ValidLens& lens, const MultiHeadOptions& multihead,
+                      const ConstTensor& out, const ConstTensor& attention) {
+  ATTNSCORE_RETURN_IF_ERROR(CheckInputs(q, k, v, multihead));
+  const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t value_dim = v.dims[3];
   ATTNSCORE_RETURN_IF_ERROR(
       CheckTensor(kOp, "out", out, {batch, queries, heads, value_dim}, "(B, N, Hq, Dv)"));
@@ -104,6 +110,16 @@ TensorView<T> HeadsAtQuery(const TensorView<T>& t, int64_t n, int64_t h0, int64_
 }
 
 }  // namespace
+
+Status CheckMultiHeadAttentionInputs(const ConstTensor& q, const ConstTensor& k,
+                                     const ConstTensor& v, const ValidLens& valid_lens,
+                                     const MultiHeadOptions& multihead, MultiHeadShapes* shapes) {
+  ATTNSCORE_RETURN_IF_ERROR(CheckInputs(q, k, v, multihead));
+  ATTNSCORE_RETURN_IF_ERROR(internal::CheckValidLens(valid_lens, q.dims[0], q.dims[1], kOp, {}));
+  shapes->out = {q.dims[0], q.dims[1], q.dims[2], v.dims[3]};
+  shapes->attention_weights = {q.dims[0], q.dims[2], q.dims[1], k.dims[1]};
+  return Status::Ok();
+}
 
 Status CheckCausal(const char* op, Causal causal, const ConstTensor& q, const ConstTensor& k) {
   switch (causal) {

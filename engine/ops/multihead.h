@@ -15,6 +15,11 @@
 
 namespace attnscore::ops {
 
+// The checks of Q, K, V, the lengths and the options, and the outputs' shapes.
+Status CheckMultiHeadAttentionInputs(const ConstTensor& queries, const ConstTensor& keys,
+                                     const ConstTensor& values, const ValidLens& valid_lens,
+                                     const MultiHeadOptions& multihead, MultiHeadShapes* shapes);
+
 // Engine::MultiHeadAttention without the call scope (threads, denormals).
 // Q (B, N, Hq, D), K (B, M, Hkv, D), V (B, M, Hkv, Dv), out (B, N, Hq, Dv),
 // attention_weights (B, Hq, N, M) or empty; Hq a multiple of Hkv.

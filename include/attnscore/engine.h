@@ -75,6 +75,10 @@ class ATTNSCORE_API Engine {
                                   ConstTensor values,
                                   const ValidLens& valid_lens,
                                   OutputShapes* shapes) const;
+  Status CheckMultiHeadAttention(ConstTensor queries, ConstTensor keys,
+                                 ConstTensor values, const ValidLens& valid_lens,
+                                 const MultiHeadOptions& options,
+                                 MultiHeadShapes* shapes) const;
 
   // The options in force: isa is the cap applied (after $ATTNSCORE_ISA).
   const EngineOptions& options() const;

@@ -14,7 +14,6 @@
 #ifndef ATTNSCORE_MULTIHEAD_H_
 #define ATTNSCORE_MULTIHEAD_H_
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,12 +33,6 @@ namespace attnscore {
 struct MultiHeadWeights {
   ConstTensor w_q, w_k, w_v, w_o;
   ConstTensor b_q, b_k, b_v, b_o;
-};
-
-// The shapes of Forward's outputs, as Check reports them.
-struct MultiHeadShapes {
-  std::array<int64_t, 3> out{};                // (B, N, H)
-  std::array<int64_t, 4> attention_weights{};  // (B, num_heads, N, M)
 };
 
 class ATTNSCORE_API MultiHeadAttention {
@@ -67,7 +60,8 @@ class ATTNSCORE_API MultiHeadAttention {
   bool has_bias() const;
 
   // Every check Forward makes of its inputs, without running it, and the
-  // shapes of its outputs (see Engine::CheckDotProductAttention).
+  // shapes of its outputs (see Engine::CheckDotProductAttention): out
+  // (B, N, H) in shapes->out[0..2] and the weights (B, num_heads, N, M).
   Status Check(ConstTensor queries, ConstTensor keys, ConstTensor values,
                const ValidLens& valid_lens, Causal causal, MultiHeadShapes* shapes) const;
 

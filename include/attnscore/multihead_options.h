@@ -1,7 +1,10 @@
 // Multi-head attention (docs/semantics.md section 5): the options of
-// Engine::MultiHeadAttention.
+// Engine::MultiHeadAttention and the shapes its checks report.
 #ifndef ATTNSCORE_MULTIHEAD_OPTIONS_H_
 #define ATTNSCORE_MULTIHEAD_OPTIONS_H_
+
+#include <array>
+#include <cstdint>
 
 namespace attnscore {
 
@@ -17,6 +20,12 @@ struct MultiHeadOptions {
   Causal causal = Causal::kNone;
   // What the scores Q Kᵀ are multiplied by; 0 means 1/sqrt(D). Finite.
   float scale = 0.0f;
+};
+
+// The shapes of a multi-head call's outputs, as the Check methods report them.
+struct MultiHeadShapes {
+  std::array<int64_t, 4> out{};                // (B, N, Hq, Dv); the module's: (B, N, H, unused 0)
+  std::array<int64_t, 4> attention_weights{};  // (B, Hq, N, M)
 };
 
 }  // namespace attnscore

@@ -13,12 +13,17 @@
     model = attnscore.AdditiveAttention.from_state_dict(module.state_dict())
     out = model(engine, queries, keys, values, valid_lens)
 
-Engine: masked_softmax(x, valid_lens=None, out=None) and
+Engine: masked_softmax(x, valid_lens=None, out=None),
 dot_product_attention(q, k, v, valid_lens=None, return_weights=False,
-out=None, weights_out=None). Models (AdditiveAttention, ConcatAttention)
-are called as model(engine, q, k, v, valid_lens=None, return_weights=False,
-out=None, weights_out=None). What each op computes, with its valid lengths
-and tolerances, is docs/semantics.md.
+out=None, weights_out=None) and multihead_attention(q, k, v, valid_lens=None,
+causal="none", scale=0.0, return_weights=False, out=None, weights_out=None)
+on (B, N, H, D) arrays. Models (AdditiveAttention, ConcatAttention,
+BilinearAttention) are called as model(engine, q, k, v, valid_lens=None,
+return_weights=False, out=None, weights_out=None); d2l's MultiHeadAttention
+takes causal= too. KvCache(batch, capacity, kv_heads, key_dim, value_dim)
+holds keys and values for decoding: append, append_to, clear, length and
+attend(engine, q, return_weights=False). What each op computes, with its
+valid lengths and tolerances, is docs/semantics.md.
 
 Arrays:
 - Tensors must be float32 NumPy arrays (native byte order); anything else
@@ -41,12 +46,17 @@ Arrays:
   many Python threads at once.
 """
 
-from ._attnscore import AdditiveAttention, ConcatAttention, Engine, __version__
+from ._attnscore import (AdditiveAttention, BilinearAttention, ConcatAttention, Engine, KvCache,
+                         MultiHeadAttention, __version__)
 
-__all__ = ["Engine", "AdditiveAttention", "ConcatAttention", "__version__"]
+__all__ = ["Engine", "AdditiveAttention", "ConcatAttention", "BilinearAttention",
+           "MultiHeadAttention", "KvCache", "__version__"]
 
 _ADDITIVE_KEYS = ("W_q.weight", "W_k.weight", "w_v.weight")
 _CONCAT_KEYS = ("attn.weight", "attn.bias", "attn_combine.weight", "attn_combine.bias")
+_BILINEAR_KEYS = ("W.weight",)
+_MULTIHEAD_WEIGHTS = ("W_q.weight", "W_k.weight", "W_v.weight", "W_o.weight")
+_MULTIHEAD_BIASES = ("W_q.bias", "W_k.bias", "W_v.bias", "W_o.bias")
 
 
 def _state_dict_arrays(model, state_dict, names):
@@ -103,5 +113,25 @@ def _concat_from_state_dict(state_dict, query_size):
         query_size, *_state_dict_arrays("ConcatAttention", state_dict, _CONCAT_KEYS))
 
 
+def _bilinear_from_state_dict(state_dict):
+    """BilinearAttention from a state_dict holding W.weight (Dq, Dk) (an
+    nn.Linear(Dk, Dq, bias=False) named W). The weight is copied."""
+    return BilinearAttention._from_arrays(
+        *_state_dict_arrays("BilinearAttention", state_dict, _BILINEAR_KEYS))
+
+
+def _multihead_from_state_dict(state_dict, num_heads):
+    """MultiHeadAttention from d2l's MultiHeadAttention state_dict: W_q, W_k,
+    W_v and W_o .weight, and their .bias when the module has biases; the
+    heads are not in the state_dict, so num_heads is given. Copied."""
+    keys = getattr(state_dict, "keys", None)
+    with_bias = keys is not None and any(name in keys() for name in _MULTIHEAD_BIASES)
+    names = _MULTIHEAD_WEIGHTS + (_MULTIHEAD_BIASES if with_bias else ())
+    return MultiHeadAttention._from_arrays(
+        num_heads, *_state_dict_arrays("MultiHeadAttention", state_dict, names))
+
+
 AdditiveAttention.from_state_dict = staticmethod(_additive_from_state_dict)
+BilinearAttention.from_state_dict = staticmethod(_bilinear_from_state_dict)
+MultiHeadAttention.from_state_dict = staticmethod(_multihead_from_state_dict)
 ConcatAttention.from_state_dict = staticmethod(_concat_from_state_dict)

@@ -134,12 +134,16 @@ Tensor OutputView(py::handle obj, const char* name, py::object* keep) {
   return view;
 }
 
-Tensor NewOutput(const std::array<int64_t, 3>& dims, py::object* array) {
-  py::array_t<float> a({dims[0], dims[1], dims[2]});
+Tensor NewOutput(const std::vector<int64_t>& dims, py::object* array) {
+  py::array_t<float> a(dims);
   Tensor view;
   ToView(a, a.mutable_data(), false, &view);  // C order: always fits
   *array = a;
   return view;
+}
+
+Tensor NewOutput(const std::array<int64_t, 3>& dims, py::object* array) {
+  return NewOutput(std::vector<int64_t>(dims.begin(), dims.end()), array);
 }
 
 ValidLens LensView(py::handle obj, py::object* keep) {

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -40,6 +41,7 @@ ConstTensor InputView(py::handle obj, const char* name, py::object* keep);
 Tensor OutputView(py::handle obj, const char* name, py::object* keep);
 
 // A fresh C-order float32 array of `dims` and its view.
+Tensor NewOutput(const std::vector<int64_t>& dims, py::object* array);
 Tensor NewOutput(const std::array<int64_t, 3>& dims, py::object* array);
 
 // None, or an int32 / int64 array of shape (B,) or (B, N) (copied to C

@@ -9,15 +9,22 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "arrays.h"
 #include "attnscore/attnscore.h"
 
 namespace attnscore::python {
 namespace {
+
+// The dims of a call's outputs, as its check reports them.
+struct Dims {
+  std::vector<int64_t> out, weights;
+};
 
 // One attention op on NumPy arrays: q, k, v, the valid lengths and any
 // outputs given are converted (type errors first), `check` refuses bad
@@ -39,11 +46,11 @@ py::object RunAttention(const py::object& q, const py::object& k, const py::obje
   if (!weights_out.is_none()) weights_view = OutputView(weights_out, "weights_out", &weights_array);
   const bool want_weights = return_weights || !weights_out.is_none();
 
-  OutputShapes shapes;
-  ThrowIfError(check(q_view, k_view, v_view, lens, &shapes));
-  if (out.is_none()) out_view = NewOutput(shapes.out, &out_array);
+  Dims dims;
+  ThrowIfError(check(q_view, k_view, v_view, lens, &dims));
+  if (out.is_none()) out_view = NewOutput(dims.out, &out_array);
   if (want_weights && weights_out.is_none()) {
-    weights_view = NewOutput(shapes.attention_weights, &weights_array);
+    weights_view = NewOutput(dims.weights, &weights_array);
   }
   Status status;
   {
@@ -55,18 +62,37 @@ py::object RunAttention(const py::object& q, const py::object& k, const py::obje
   return out_array;
 }
 
+// A check that reports OutputShapes, as one that reports Dims.
+template <typename Check>
+Status ThreeDims(Check check, Dims* dims) {
+  OutputShapes shapes;
+  ATTNSCORE_RETURN_IF_ERROR(check(&shapes));
+  dims->out.assign(shapes.out.begin(), shapes.out.end());
+  dims->weights.assign(shapes.attention_weights.begin(), shapes.attention_weights.end());
+  return Status::Ok();
+}
+
 // model(engine, q, k, v, ...): RunAttention with the model's Check and
-// Forward on `engine`; the same for every model.
+// Forward on `engine`; the same for every model of the (B, N, M) ops.
 template <typename Model>
 py::object CallModel(const Model& model, const Engine& engine, const py::object& q,
                      const py::object& k, const py::object& v, const py::object& valid_lens,
                      bool return_weights, const py::object& out, const py::object& weights_out) {
   return RunAttention(
       q, k, v, valid_lens, return_weights, out, weights_out,
-      [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
-          OutputShapes* shapes) { return model.Check(qv, kv, vv, lens, shapes); },
+      [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens, Dims* dims) {
+        return ThreeDims([&](OutputShapes* s) { return model.Check(qv, kv, vv, lens, s); }, dims);
+      },
       [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens, Tensor o,
           Tensor w) { return model.Forward(engine, qv, kv, vv, lens, o, w); });
+}
+
+// "none", "top-left" or "bottom-right".
+Causal CausalArgument(const std::string& name) {
+  if (name == "none") return Causal::kNone;
+  if (name == "top-left") return Causal::kTopLeft;
+  if (name == "bottom-right") return Causal::kBottomRight;
+  throw py::value_error("causal is '" + name + "'; want 'none', 'top-left' or 'bottom-right'");
 }
 
 // A path argument (str, bytes or os.PathLike) as the bytes the OS takes.
@@ -99,7 +125,7 @@ std::unique_ptr<Engine> MakeEngine(int threads, const std::string& isa,
 constexpr const char* kModuleDoc = R"(attnscore's engine and models for NumPy arrays.
 
 Use the package, ``import attnscore``: it re-exports these classes and adds
-``AdditiveAttention.from_state_dict`` and ``ConcatAttention.from_state_dict``.)";
+each model's ``from_state_dict``.)";
 
 constexpr const char* kEngineDoc = R"(Engine(threads=1, isa="best", precision="fp32")
 
@@ -128,6 +154,15 @@ constexpr const char* kDotDoc = R"(dot_product_attention(q, k, v, valid_lens=Non
 softmax(q kᵀ / √D, masked) v, with q (B, N, D), k (B, M, D), v (B, M, Dv).
 Returns out (B, N, Dv), or (out, weights) with weights (B, N, M) when
 return_weights is true or weights_out is given.)";
+
+constexpr const char* kMultiHeadDoc = R"(multihead_attention(q, k, v, valid_lens=None, causal="none", scale=0.0, return_weights=False, out=None, weights_out=None)
+
+Multi-head attention (docs/semantics.md section 5): q (B, N, Hq, D),
+k (B, M, Hkv, D), v (B, M, Hkv, Dv) with Hq a multiple of Hkv (grouped-query
+and multi-query K/V); heads-first arrays pass as transposed views
+(x.transpose(0, 2, 1, 3)). causal: "none", "top-left" (query i sees keys
+0..i) or "bottom-right" (keys 0..M - N + i). scale 0 means 1/√D. Returns
+out (B, N, Hq, Dv), or (out, weights) with weights (B, Hq, N, M).)";
 
 constexpr const char* kCallDoc = R"(__call__(engine, q, k, v, valid_lens=None, return_weights=False, out=None, weights_out=None)
 
@@ -188,8 +223,12 @@ PYBIND11_MODULE(_attnscore, m) {
             return RunAttention(
                 q, k, v, valid_lens, return_weights, out, weights_out,
                 [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
-                    OutputShapes* shapes) {
-                  return engine.CheckDotProductAttention(qv, kv, vv, lens, shapes);
+                    Dims* dims) {
+                  return ThreeDims(
+                      [&](OutputShapes* s) {
+                        return engine.CheckDotProductAttention(qv, kv, vv, lens, s);
+                      },
+                      dims);
                 },
                 [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
                     Tensor o, Tensor w) {
@@ -199,6 +238,34 @@ PYBIND11_MODULE(_attnscore, m) {
           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("valid_lens") = py::none(),
           py::arg("return_weights") = false, py::arg("out") = py::none(),
           py::arg("weights_out") = py::none(), kDotDoc)
+      .def(
+          "multihead_attention",
+          [](const Engine& engine, const py::object& q, const py::object& k, const py::object& v,
+             const py::object& valid_lens, const std::string& causal, float scale,
+             bool return_weights, const py::object& out, const py::object& weights_out) {
+            MultiHeadOptions options;
+            options.causal = CausalArgument(causal);
+            options.scale = scale;
+            return RunAttention(
+                q, k, v, valid_lens, return_weights, out, weights_out,
+                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
+                    Dims* dims) {
+                  MultiHeadShapes shapes;
+                  ATTNSCORE_RETURN_IF_ERROR(
+                      engine.CheckMultiHeadAttention(qv, kv, vv, lens, options, &shapes));
+                  dims->out.assign(shapes.out.begin(), shapes.out.end());
+                  dims->weights.assign(shapes.attention_weights.begin(),
+                                       shapes.attention_weights.end());
+                  return Status::Ok();
+                },
+                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
+                    Tensor o, Tensor w) {
+                  return engine.MultiHeadAttention(qv, kv, vv, lens, options, o, w);
+                });
+          },
+          py::arg("q"), py::arg("k"), py::arg("v"), py::arg("valid_lens") = py::none(),
+          py::arg("causal") = "none", py::arg("scale") = 0.0f, py::arg("return_weights") = false,
+          py::arg("out") = py::none(), py::arg("weights_out") = py::none(), kMultiHeadDoc)
       .def("__repr__", [](const Engine& e) {
         return "attnscore.Engine(threads=" + std::to_string(e.options().threads) + ", isa='" +
                IsaName(e.options().isa) + "', precision='" +
@@ -314,5 +381,220 @@ PYBIND11_MODULE(_attnscore, m) {
                ", value_size=" + std::to_string(c.value_size()) +
                ", output_size=" + std::to_string(c.output_size()) + ")";
       });
-}
 
+  py::class_<BilinearAttention, std::unique_ptr<BilinearAttention>>(
+      m, "BilinearAttention",
+      "The bilinear score qᵀ W k, the chapter's exercise (docs/semantics.md section 6). Make "
+      "one with BilinearAttention.from_state_dict(sd) or BilinearAttention.load(path).")
+      .def_static(
+          "_from_arrays",
+          [](const py::object& w) {
+            py::object keep;
+            const ConstTensor view = InputView(w, "W.weight", &keep);
+            std::unique_ptr<BilinearAttention> model;
+            Status status;
+            {
+              py::gil_scoped_release release;
+              status = BilinearAttention::Create(view, &model);
+            }
+            ThrowIfError(status);
+            return model;
+          },
+          py::arg("W"))
+      .def_static(
+          "load",
+          [](const py::object& path) {
+            const std::string file = PathArgument(path);
+            std::unique_ptr<BilinearAttention> model;
+            Status status;
+            {
+              py::gil_scoped_release release;
+              status = BilinearAttention::Load(file, &model);
+            }
+            ThrowIfError(status);
+            return model;
+          },
+          py::arg("path"), "A model from a .safetensors state_dict (W.weight (Dq, Dk)).")
+      .def_property_readonly("query_size", &BilinearAttention::query_size, "Dq")
+      .def_property_readonly("key_size", &BilinearAttention::key_size, "Dk")
+      .def("__call__", &CallModel<BilinearAttention>, py::arg("engine"), py::arg("q"),
+           py::arg("k"), py::arg("v"), py::arg("valid_lens") = py::none(),
+           py::arg("return_weights") = false, py::arg("out") = py::none(),
+           py::arg("weights_out") = py::none(), kCallDoc)
+      .def("__repr__", [](const BilinearAttention& b) {
+        return "attnscore.BilinearAttention(query_size=" + std::to_string(b.query_size()) +
+               ", key_size=" + std::to_string(b.key_size()) + ")";
+      });
+
+  py::class_<MultiHeadAttention, std::unique_ptr<MultiHeadAttention>>(
+      m, "MultiHeadAttention",
+      "d2l's MultiHeadAttention (docs/semantics.md section 5.2). Make one with "
+      "MultiHeadAttention.from_state_dict(sd, num_heads) or MultiHeadAttention.load(path, "
+      "num_heads).")
+      .def_static(
+          "_from_arrays",
+          [](int64_t num_heads, const py::object& w_q, const py::object& w_k,
+             const py::object& w_v, const py::object& w_o, const py::object& b_q,
+             const py::object& b_k, const py::object& b_v, const py::object& b_o) {
+            py::object keep[8];
+            MultiHeadWeights w;
+            w.w_q = InputView(w_q, "W_q.weight", &keep[0]);
+            w.w_k = InputView(w_k, "W_k.weight", &keep[1]);
+            w.w_v = InputView(w_v, "W_v.weight", &keep[2]);
+            w.w_o = InputView(w_o, "W_o.weight", &keep[3]);
+            if (!b_q.is_none()) w.b_q = InputView(b_q, "W_q.bias", &keep[4]);
+            if (!b_k.is_none()) w.b_k = InputView(b_k, "W_k.bias", &keep[5]);
+            if (!b_v.is_none()) w.b_v = InputView(b_v, "W_v.bias", &keep[6]);
+            if (!b_o.is_none()) w.b_o = InputView(b_o, "W_o.bias", &keep[7]);
+            std::unique_ptr<MultiHeadAttention> model;
+            Status status;
+            {
+              py::gil_scoped_release release;
+              status = MultiHeadAttention::Create(num_heads, w, &model);
+            }
+            ThrowIfError(status);
+            return model;
+          },
+          py::arg("num_heads"), py::arg("W_q"), py::arg("W_k"), py::arg("W_v"), py::arg("W_o"),
+          py::arg("b_q") = py::none(), py::arg("b_k") = py::none(), py::arg("b_v") = py::none(),
+          py::arg("b_o") = py::none())
+      .def_static(
+          "load",
+          [](const py::object& path, int64_t num_heads) {
+            const std::string file = PathArgument(path);
+            std::unique_ptr<MultiHeadAttention> model;
+            Status status;
+            {
+              py::gil_scoped_release release;
+              status = MultiHeadAttention::Load(file, num_heads, &model);
+            }
+            ThrowIfError(status);
+            return model;
+          },
+          py::arg("path"), py::arg("num_heads"),
+          "A model from a .safetensors state_dict (W_q, W_k, W_v, W_o .weight, and .bias for "
+          "bias=True).")
+      .def_property_readonly("num_heads", &MultiHeadAttention::num_heads)
+      .def_property_readonly("num_hiddens", &MultiHeadAttention::num_hiddens, "H")
+      .def_property_readonly("query_size", &MultiHeadAttention::query_size, "Dq")
+      .def_property_readonly("key_size", &MultiHeadAttention::key_size, "Dk")
+      .def_property_readonly("value_size", &MultiHeadAttention::value_size, "Dv")
+      .def_property_readonly("has_bias", &MultiHeadAttention::has_bias)
+      .def(
+          "__call__",
+          [](const MultiHeadAttention& model, const Engine& engine, const py::object& q,
+             const py::object& k, const py::object& v, const py::object& valid_lens,
+             const std::string& causal, bool return_weights, const py::object& out,
+             const py::object& weights_out) {
+            const Causal mask = CausalArgument(causal);
+            return RunAttention(
+                q, k, v, valid_lens, return_weights, out, weights_out,
+                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
+                    Dims* dims) {
+                  MultiHeadShapes shapes;
+                  ATTNSCORE_RETURN_IF_ERROR(model.Check(qv, kv, vv, lens, mask, &shapes));
+                  dims->out.assign(shapes.out.begin(), shapes.out.begin() + 3);
+                  dims->weights.assign(shapes.attention_weights.begin(),
+                                       shapes.attention_weights.end());
+                  return Status::Ok();
+                },
+                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
+                    Tensor o, Tensor w) {
+                  return model.Forward(engine, qv, kv, vv, lens, mask, o, w);
+                });
+          },
+          py::arg("engine"), py::arg("q"), py::arg("k"), py::arg("v"),
+          py::arg("valid_lens") = py::none(), py::arg("causal") = "none",
+          py::arg("return_weights") = false, py::arg("out") = py::none(),
+          py::arg("weights_out") = py::none(),
+          "__call__(engine, q, k, v, valid_lens=None, causal=\"none\", return_weights=False, "
+          "out=None, weights_out=None): out (B, N, H), or (out, weights) with weights "
+          "(B, num_heads, N, M).")
+      .def("__repr__", [](const MultiHeadAttention& a) {
+        return "attnscore.MultiHeadAttention(num_heads=" + std::to_string(a.num_heads()) +
+               ", num_hiddens=" + std::to_string(a.num_hiddens()) +
+               ", query_size=" + std::to_string(a.query_size()) +
+               ", key_size=" + std::to_string(a.key_size()) +
+               ", value_size=" + std::to_string(a.value_size()) +
+               ", bias=" + (a.has_bias() ? "True" : "False") + ")";
+      });
+
+  py::class_<KvCache, std::unique_ptr<KvCache>>(
+      m, "KvCache",
+      "KvCache(batch, capacity, kv_heads, key_dim, value_dim): keys and values of B sequences "
+      "for decoding (docs/semantics.md section 5.3).")
+      .def(py::init([](int64_t batch, int64_t capacity, int64_t kv_heads, int64_t key_dim,
+                       int64_t value_dim) {
+             KvCacheShape shape;
+             shape.batch = batch, shape.capacity = capacity, shape.kv_heads = kv_heads;
+             shape.key_dim = key_dim, shape.value_dim = value_dim;
+             std::unique_ptr<KvCache> cache;
+             ThrowIfError(KvCache::Create(shape, &cache));
+             return cache;
+           }),
+           py::arg("batch"), py::arg("capacity"), py::arg("kv_heads"), py::arg("key_dim"),
+           py::arg("value_dim"))
+      .def("length", &KvCache::length, py::arg("sequence"),
+           "Positions the sequence holds (0 for one out of range).")
+      .def(
+          "append",
+          [](KvCache& cache, const py::object& keys, const py::object& values) {
+            py::object k_keep, v_keep;
+            const ConstTensor k = InputView(keys, "keys", &k_keep);
+            const ConstTensor v = InputView(values, "values", &v_keep);
+            ThrowIfError(cache.Append(k, v));
+          },
+          py::arg("keys"), py::arg("values"),
+          "Appends keys (B, T, Hkv, D) and values (B, T, Hkv, Dv) to every sequence.")
+      .def(
+          "append_to",
+          [](KvCache& cache, int64_t sequence, const py::object& keys, const py::object& values) {
+            py::object k_keep, v_keep;
+            const ConstTensor k = InputView(keys, "keys", &k_keep);
+            const ConstTensor v = InputView(values, "values", &v_keep);
+            ThrowIfError(cache.AppendTo(sequence, k, v));
+          },
+          py::arg("sequence"), py::arg("keys"), py::arg("values"),
+          "Appends keys (T, Hkv, D) and values (T, Hkv, Dv) to one sequence.")
+      .def(
+          "clear", [](KvCache& cache, int64_t sequence) { ThrowIfError(cache.Clear(sequence)); },
+          py::arg("sequence"))
+      .def(
+          "attend",
+          [](const KvCache& cache, const Engine& engine, const py::object& q,
+             bool return_weights) -> py::object {
+            py::object q_keep, out_array, weights_array;
+            const ConstTensor qv = InputView(q, "q", &q_keep);
+            if (qv.rank != 4) {
+              throw py::value_error("KvCache.attend: q must have rank 4 (B, N, Hq, D)");
+            }
+            int64_t longest = 0;
+            for (int64_t b = 0; b < cache.shape().batch; ++b) {
+              longest = std::max(longest, cache.length(b));
+            }
+            const Tensor out =
+                NewOutput({qv.dims[0], qv.dims[1], qv.dims[2], cache.shape().value_dim}, &out_array);
+            Tensor weights;
+            if (return_weights) {
+              weights = NewOutput({qv.dims[0], qv.dims[2], qv.dims[1], longest}, &weights_array);
+            }
+            Status status;
+            {
+              py::gil_scoped_release release;
+              status = cache.Attend(engine, qv, out, weights);
+            }
+            ThrowIfError(status);
+            if (return_weights) return py::make_tuple(out_array, weights_array);
+            return out_array;
+          },
+          py::arg("engine"), py::arg("q"), py::arg("return_weights") = false,
+          "q (B, N, Hq, D): each sequence's N newest positions, attending causally to its "
+          "keys. Returns out (B, N, Hq, Dv), or (out, weights (B, Hq, N, L)).")
+      .def("__repr__", [](const KvCache& c) {
+        const KvCacheShape& s = c.shape();
+        return "attnscore.KvCache(batch=" + std::to_string(s.batch) +
+               ", capacity=" + std::to_string(s.capacity) +
+               ", kv_heads=" + std::to_string(s.kv_heads) + ", key_dim=" +
+               std::to_string(s.key_dim) + ", value_dim=" + std::to_string(s.value_dim) + ")";
+      });
+}

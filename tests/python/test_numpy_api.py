@@ -714,3 +714,108 @@ def test_installed_package_imports_from_its_prefix(tmp_path):
     assert module_file.startswith(str(packages))
     assert values == str([2.0, 3.0, 4.0, 5.0, 10.0, 11.0, 12.0, 13.0])
     assert library.startswith(str(prefix / "lib"))
+
+
+# ---------------------------------------------------- multi-head, cache, bilinear
+
+def ref_multihead(q, k, v, lens, causal, scale):
+    """docs/semantics.md section 5.1 in float64: head h reads K/V head
+    h // (Hq // Hkv); positions past a query's (causally cut) length get -1e6."""
+    b, n, hq, d = q.shape
+    m, hkv = k.shape[1], k.shape[2]
+    group = hq // hkv
+    out = np.zeros((b, n, hq, v.shape[3]))
+    weights = np.zeros((b, hq, n, m))
+    for e in range(b):
+        for i in range(n):
+            length = m if lens is None else int(lens[e] if lens.ndim == 1 else lens[e, i])
+            if causal == "top-left":
+                length = min(length, i + 1)
+            elif causal == "bottom-right":
+                length = min(length, m - n + i + 1)
+            for h in range(hq):
+                s = scale * (k[e, :, h // group].astype(np.float64) @ q[e, i, h].astype(np.float64))
+                s[np.arange(m) >= length] = -1e6
+                p = np.exp(s - s.max())
+                p /= p.sum()
+                weights[e, h, i] = p
+                out[e, i, h] = p @ v[e, :, h // group].astype(np.float64)
+    return out, weights
+
+
+@pytest.mark.parametrize("causal", ["none", "top-left", "bottom-right"])
+def test_multihead_attention_grouped_heads(engine, rng, causal):
+    q = rng.standard_normal((2, 5, 6, 8), dtype=np.float32)
+    k = rng.standard_normal((2, 7, 2, 8), dtype=np.float32)
+    v = rng.standard_normal((2, 7, 2, 4), dtype=np.float32)
+    lens = np.array([[1, 7, 0, 3, 9], [2, 2, 5, 6, 7]], np.int64)
+    out, w = engine.multihead_attention(q, k, v, lens, causal=causal, return_weights=True)
+    want_out, want_w = ref_multihead(q, k, v, lens, causal, 1 / np.sqrt(8))
+    assert out.shape == (2, 5, 6, 4) and w.shape == (2, 6, 5, 7)
+    assert_weights(w, want_w)
+    assert_output(out, want_out, v)
+    # Heads-first memory passes as a transposed view, read in place: same bits.
+    q_first = np.ascontiguousarray(q.transpose(0, 2, 1, 3))
+    again = engine.multihead_attention(q_first.transpose(0, 2, 1, 3), k, v, lens, causal=causal)
+    assert np.array_equal(again, out)
+    with pytest.raises(ValueError, match="causal is 'diagonal'"):
+        engine.multihead_attention(q, k, v, causal="diagonal")
+    with pytest.raises(ValueError, match="query heads Hq must be a multiple"):
+        engine.multihead_attention(q[:, :, :5], k, v)
+
+
+def test_kv_cache_decode_steps(engine, rng):
+    k = rng.standard_normal((2, 6, 2, 8), dtype=np.float32)
+    v = rng.standard_normal((2, 6, 2, 8), dtype=np.float32)
+    q = rng.standard_normal((2, 6, 4, 8), dtype=np.float32)
+    cache = attnscore.KvCache(batch=2, capacity=8, kv_heads=2, key_dim=8, value_dim=8)
+    want_out, _ = ref_multihead(q, k, v, None, "top-left", 1 / np.sqrt(8))
+    for t in range(6):
+        cache.append(k[:, t:t + 1], v[:, t:t + 1])
+        assert cache.length(0) == t + 1
+        out, w = cache.attend(engine, q[:, t:t + 1], return_weights=True)
+        assert w.shape == (2, 4, 1, t + 1)
+        assert_output(out[:, 0], want_out[:, t], v)
+    with pytest.raises(ValueError, match="holds 6 of its 8 positions; 3 more do not fit"):
+        cache.append(k[:, :3], v[:, :3])
+    assert cache.length(1) == 6
+    cache.clear(1)
+    assert cache.length(1) == 0
+
+
+def test_multihead_and_bilinear_modules_from_torch(engine, rng):
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import seed_modules
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    torch.manual_seed(5)
+    for bias in (False, True):
+        module = seed_modules.MultiHeadAttention(6, 10, 5, 16, 4, bias=bias).eval()
+        model = attnscore.MultiHeadAttention.from_state_dict(module.state_dict(), num_heads=4)
+        assert (model.num_heads, model.num_hiddens, model.has_bias) == (4, 16, bias)
+        q = rng.standard_normal((2, 3, 10), dtype=np.float32)
+        k = rng.standard_normal((2, 7, 6), dtype=np.float32)
+        v = rng.standard_normal((2, 7, 5), dtype=np.float32)
+        lens = np.array([0, 5])
+        out, w = model(engine, q, k, v, lens, return_weights=True)
+        with torch.no_grad():
+            want = module(*(torch.from_numpy(a) for a in (q, k, v, lens))).numpy()
+        assert w.shape == (2, 4, 3, 7)
+        assert_weights(w, module.attention_weights.numpy().reshape(2, 4, 3, 7))
+        assert np.all(np.abs(out - want) <= 1e-4 * (1 + np.abs(want)))
+    bilinear = seed_modules.BilinearAttention(key_size=3, query_size=5).eval()
+    model = attnscore.BilinearAttention.from_state_dict(bilinear.state_dict())
+    q = rng.standard_normal((2, 4, 5), dtype=np.float32)
+    k = rng.standard_normal((2, 6, 3), dtype=np.float32)
+    v = rng.standard_normal((2, 6, 2), dtype=np.float32)
+    out, w = model(engine, q, k, v, np.array([3, 6]), return_weights=True)
+    with torch.no_grad():
+        want = bilinear(*(torch.from_numpy(a) for a in (q, k, v, np.array([3, 6]))))
+    assert_weights(w, bilinear.attention_weights.numpy())
+    assert_output(out, want.numpy(), v)
+    with pytest.raises(ValueError, match="missing W.weight"):
+        attnscore.BilinearAttention.from_state_dict({})
+    with pytest.raises(ValueError, match="num_heads is 3"):
+        attnscore.MultiHeadAttention.from_state_dict(module.state_dict(), num_heads=3)
