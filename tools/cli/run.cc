@@ -256,7 +256,7 @@ int RunMultiHead(const Args& args) {
       !(s = model->Check(ViewOf(q), ViewOf(k), ViewOf(v), lens, causal, &shapes)).ok()) {
     return Fail(s);
   }
-  const std::vector<int64_t> out_shape(shapes.out.begin(), shapes.out.end());
+  const std::vector<int64_t> out_shape(shapes.out.begin(), shapes.out.begin() + 3);  // (B, N, H)
   const std::vector<int64_t> weights_shape(shapes.attention_weights.begin(),
                                            shapes.attention_weights.end());
   const bool want_weights = args.has("--weights-out");
