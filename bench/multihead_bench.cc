@@ -35,11 +35,11 @@ void BM_MultiHead(benchmark::State& state) {
   std::vector<float> out(static_cast<size_t>(batch * queries * heads * depth));
   const ImplementationLabel label;
   for (auto _ : state) {
-    Status s = engine.MultiHeadAttention(
-        ConstTensor(q.data(), {batch, queries, heads, depth}),
-        ConstTensor(k.data(), {batch, keys, kv_heads, depth}),
-        ConstTensor(v.data(), {batch, keys, kv_heads, depth}), ValidLens::None(), options,
-        Tensor(out.data(), {batch, queries, heads, depth}));
+    Status s = engine.MultiHeadAttention(ConstTensor(q.data(), {batch, queries, heads, depth}),
+                                         ConstTensor(k.data(), {batch, keys, kv_heads, depth}),
+                                         ConstTensor(v.data(), {batch, keys, kv_heads, depth}),
+                                         ValidLens::None(), options,
+                                         Tensor(out.data(), {batch, queries, heads, depth}));
     if (!s.ok()) state.SkipWithError(s.message().c_str());
     benchmark::DoNotOptimize(out.data());
   }
@@ -62,7 +62,7 @@ void BM_MultiHead(benchmark::State& state) {
 
 BENCHMARK(BM_MultiHead)
     ->ArgNames({"batch", "queries", "keys", "heads", "kv_heads", "dim", "causal"})
-    ->Args({4, 1, 2048, 16, 4, 64, 0})     // decode from token-major K, V
+    ->Args({4, 1, 2048, 16, 4, 64, 0})      // decode from token-major K, V
     ->Args({1, 1024, 1024, 16, 16, 64, 1})  // prefill, causal
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
@@ -125,7 +125,7 @@ void BM_CachedRead(benchmark::State& state) {
 BENCHMARK(BM_CachedRead)
     ->ArgName("bytes")
     ->Arg(int64_t{4} * 4 * 2048 * 4 * 2 * 64)  // decode: B Hkv M (D + Dv) floats
-    ->Arg(int64_t{4} * 4 * 256 * 4 * 2 * 64)    // the same over 256 keys
+    ->Arg(int64_t{4} * 4 * 256 * 4 * 2 * 64)   // the same over 256 keys
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -135,7 +135,8 @@ void BM_OnednnMatmulHeads(benchmark::State& state) {
   const int64_t heads = state.range(0), rows = state.range(1), cols = state.range(2),
                 depth = state.range(3);
   SharedEngine();
-  std::vector<float> a = RandomFloats(heads * rows * depth, 1), b = RandomFloats(heads * depth * cols, 2);
+  std::vector<float> a = RandomFloats(heads * rows * depth, 1),
+                     b = RandomFloats(heads * depth * cols, 2);
   std::vector<float> c(static_cast<size_t>(heads * rows * cols));
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
@@ -148,7 +149,8 @@ void BM_OnednnMatmulHeads(benchmark::State& state) {
   dnnl::memory a_mem(a_md, engine, a.data()), b_mem(b_md, engine, b.data()),
       c_mem(c_md, engine, c.data());
   for (auto _ : state) {
-    matmul.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+    matmul.execute(stream,
+                   {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
     stream.wait();
     benchmark::DoNotOptimize(c.data());
   }

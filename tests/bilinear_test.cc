@@ -63,7 +63,8 @@ TEST_P(BilinearTest, MatchesTheReferenceOnTheRowAndMatmulPaths) {
           double s = 0;
           for (int64_t x = 0; x < dq; ++x)
             for (int64_t y = 0; y < dk; ++y)
-              s += static_cast<double>(q[(e * n + i) * dq + x]) * w[x * dk + y] * k[(e * m + j) * dk + y];
+              s += static_cast<double>(q[(e * n + i) * dq + x]) * w[x * dk + y] *
+                   k[(e * m + j) * dk + y];
           scores[static_cast<size_t>((e * n + i) * m + j)] = s;
         }
     const std::vector<double> want_w =
@@ -76,10 +77,10 @@ TEST_P(BilinearTest, MatchesTheReferenceOnTheRowAndMatmulPaths) {
             want_out[static_cast<size_t>((e * n + i) * dv + c)] +=
                 want_w[static_cast<size_t>((e * n + i) * m + j)] * v[(e * m + j) * dv + c];
     std::vector<float> out(want_out.size(), kSentinel), weights(want_w.size(), kSentinel);
-    const Status s = model->Forward(DefaultEngine(), ConstTensor(q.data(), {b, n, dq}),
-                                    ConstTensor(k.data(), {b, m, dk}), ConstTensor(v.data(), {b, m, dv}),
-                                    LensOf(lens, true, b, n), Tensor(out.data(), {b, n, dv}),
-                                    Tensor(weights.data(), {b, n, m}));
+    const Status s = model->Forward(
+        DefaultEngine(), ConstTensor(q.data(), {b, n, dq}), ConstTensor(k.data(), {b, m, dk}),
+        ConstTensor(v.data(), {b, m, dv}), LensOf(lens, true, b, n), Tensor(out.data(), {b, n, dv}),
+        Tensor(weights.data(), {b, n, m}));
     ASSERT_TRUE(s.ok()) << s.message();
     EXPECT_LE(MaxAbsDiff(weights.data(), want_w), kWeightTolerance);
     EXPECT_LE(MaxAbsDiff(out.data(), want_out), OutTolerance(v));
@@ -92,30 +93,34 @@ TEST(BilinearErrors, RejectsBadParametersAndInputNamingThem) {
   EXPECT_EQ(BilinearAttention::Create(ConstTensor(w.data(), {24}), &model).message(),
             "BilinearAttention: W.weight must have rank 2 (Dq, Dk) but has rank 1");
   w[5] = NAN;
-  EXPECT_NE(BilinearAttention::Create(ConstTensor(w.data(), {6, 4}), &model).message().find("W.weight"),
-            std::string::npos);
+  EXPECT_NE(
+      BilinearAttention::Create(ConstTensor(w.data(), {6, 4}), &model).message().find("W.weight"),
+      std::string::npos);
   w[5] = 0.5f;
   const Status loaded = BilinearAttention::Load(GoldenModel("additive_toy"), &model);
   EXPECT_EQ(loaded.message(), GoldenModel("additive_toy") +
-                                 ": unexpected tensor \"W_k.weight\"; a bilinear attention "
-                                 "state_dict has only W.weight");
+                                  ": unexpected tensor \"W_k.weight\"; a bilinear attention "
+                                  "state_dict has only W.weight");
   ASSERT_TRUE(BilinearAttention::Create(ConstTensor(w.data(), {6, 4}), &model).ok());
   const std::vector<float> q(2 * 3 * 6, 1.0f), k(2 * 5 * 4, 1.0f), v(2 * 5 * 2, 1.0f);
   std::vector<float> out(2 * 3 * 2, kSentinel);
-  EXPECT_EQ(model->Forward(DefaultEngine(), ConstTensor(q.data(), {2, 3, 6}),
-                           ConstTensor(k.data(), {2, 4, 5}), ConstTensor(v.data(), {2, 5, 2}),
-                           ValidLens::None(), Tensor(out.data(), {2, 3, 2}))
+  EXPECT_EQ(model
+                ->Forward(DefaultEngine(), ConstTensor(q.data(), {2, 3, 6}),
+                          ConstTensor(k.data(), {2, 4, 5}), ConstTensor(v.data(), {2, 5, 2}),
+                          ValidLens::None(), Tensor(out.data(), {2, 3, 2}))
                 .message(),
             "BilinearAttention: keys has shape (2, 4, 5) but must be (B, M, Dk) = (2, *, 4)");
   OutputShapes shapes;
-  ASSERT_TRUE(model->Check(ConstTensor(q.data(), {2, 3, 6}), ConstTensor(k.data(), {2, 5, 4}),
-                           ConstTensor(v.data(), {2, 5, 2}), ValidLens::None(), &shapes)
+  ASSERT_TRUE(model
+                  ->Check(ConstTensor(q.data(), {2, 3, 6}), ConstTensor(k.data(), {2, 5, 4}),
+                          ConstTensor(v.data(), {2, 5, 2}), ValidLens::None(), &shapes)
                   .ok());
   EXPECT_EQ(shapes.out, (std::array<int64_t, 3>{2, 3, 2}));
   EXPECT_EQ(shapes.attention_weights, (std::array<int64_t, 3>{2, 3, 5}));
-  EXPECT_EQ(model->Forward(DefaultEngine(), ConstTensor(q.data(), {2, 3, 6}),
-                           ConstTensor(k.data(), {2, 5, 4}), ConstTensor(v.data(), {2, 5, 2}),
-                           ValidLens::None(), Tensor(out.data(), {2, 3, 3}))
+  EXPECT_EQ(model
+                ->Forward(DefaultEngine(), ConstTensor(q.data(), {2, 3, 6}),
+                          ConstTensor(k.data(), {2, 5, 4}), ConstTensor(v.data(), {2, 5, 2}),
+                          ValidLens::None(), Tensor(out.data(), {2, 3, 3}))
                 .message(),
             "BilinearAttention: out has shape (2, 3, 3) but must be (B, N, Dv) = (2, 3, 2)");
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == kSentinel; }));

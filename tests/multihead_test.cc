@@ -70,15 +70,18 @@ std::vector<double> Reference(const Shape& s, const Inputs& in, const std::vecto
     for (int64_t h = 0; h < s.heads; ++h) {
       const int64_t g = h / group;
       for (int64_t i = 0; i < s.queries; ++i) {
-        int64_t valid = lens.empty() ? s.keys : lens[static_cast<size_t>(per_query ? b * s.queries + i : b)];
+        int64_t valid =
+            lens.empty() ? s.keys : lens[static_cast<size_t>(per_query ? b * s.queries + i : b)];
         if (causal == Causal::kTopLeft) valid = std::min(valid, i + 1);
         if (causal == Causal::kBottomRight) valid = std::min(valid, s.keys - s.queries + i + 1);
         double top = -1e300;
         for (int64_t j = 0; j < s.keys; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < s.depth; ++d) {
-            dot += static_cast<double>(in.q[static_cast<size_t>(((b * s.queries + i) * s.heads + h) * s.depth + d)]) *
-                   in.k[static_cast<size_t>(((b * s.keys + j) * s.kv_heads + g) * s.depth + d)];
+            dot +=
+                static_cast<double>(
+                    in.q[static_cast<size_t>(((b * s.queries + i) * s.heads + h) * s.depth + d)]) *
+                in.k[static_cast<size_t>(((b * s.keys + j) * s.kv_heads + g) * s.depth + d)];
           }
           row[static_cast<size_t>(j)] = j < valid ? dot * scale : -1e6;
           top = std::max(top, row[static_cast<size_t>(j)]);
@@ -90,7 +93,8 @@ std::vector<double> Reference(const Shape& s, const Inputs& in, const std::vecto
         for (int64_t c = 0; c < s.value_dim; ++c) {
           double acc = 0;
           for (int64_t j = 0; j < s.keys; ++j) {
-            acc += w[j] * in.v[static_cast<size_t>(((b * s.keys + j) * s.kv_heads + g) * s.value_dim + c)];
+            acc += w[j] *
+                   in.v[static_cast<size_t>(((b * s.keys + j) * s.kv_heads + g) * s.value_dim + c)];
           }
           out[static_cast<size_t>(((b * s.queries + i) * s.heads + h) * s.value_dim + c)] = acc;
         }
@@ -105,7 +109,7 @@ struct Result {
 };
 
 Result RunMultiHead(const Engine& engine, const Shape& s, const Inputs& in, const ValidLens& lens,
-           const MultiHeadOptions& options) {
+                    const MultiHeadOptions& options) {
   Result r{std::vector<float>(s.out(), kSentinel), std::vector<float>(s.weights(), kSentinel)};
   const Status status = engine.MultiHeadAttention(
       QueriesOf(s, in.q), KeysOf(s, in.k), ValuesOf(s, in.v), lens, options,
@@ -121,8 +125,10 @@ const char* CausalName(Causal c) {
 
 TEST_P(MultiHeadTest, MatchesTheReferenceForEveryHeadGroupingLengthKindAndMask) {
   // N = 2 runs the row path, N = 9 the matmul path; M >= N for bottom-right.
-  const Shape shapes[] = {{2, 2, 11, 4, 4, 8, 5},   {2, 9, 13, 4, 2, 16, 8},
-                          {3, 9, 9, 6, 1, 4, 3},    {1, 1, 1, 2, 1, 3, 2},
+  const Shape shapes[] = {{2, 2, 11, 4, 4, 8, 5},
+                          {2, 9, 13, 4, 2, 16, 8},
+                          {3, 9, 9, 6, 1, 4, 3},
+                          {1, 1, 1, 2, 1, 3, 2},
                           {2, 3, 40, 8, 2, 32, 16}};
   uint32_t seed = 100;
   for (const Shape& s : shapes) {
@@ -130,18 +136,19 @@ TEST_P(MultiHeadTest, MatchesTheReferenceForEveryHeadGroupingLengthKindAndMask) 
     for (int kind = 0; kind < 3; ++kind) {
       const bool per_query = kind == 2;
       const std::vector<int64_t> lens =
-          kind == 0 ? std::vector<int64_t>() : TestLengths(s.batch, s.queries, s.keys, per_query, seed);
+          kind == 0 ? std::vector<int64_t>()
+                    : TestLengths(s.batch, s.queries, s.keys, per_query, seed);
       for (Causal causal : {Causal::kNone, Causal::kTopLeft, Causal::kBottomRight}) {
         SCOPED_TRACE(s.Name() + " lens kind " + std::to_string(kind) + " causal " +
                      CausalName(causal));
         MultiHeadOptions options;
         options.causal = causal;
-        const Result r = RunMultiHead(DefaultEngine(), s, in, LensOf(lens, per_query, s.batch, s.queries),
-                             options);
+        const Result r = RunMultiHead(DefaultEngine(), s, in,
+                                      LensOf(lens, per_query, s.batch, s.queries), options);
         std::vector<double> weights;
-        const std::vector<double> out = Reference(s, in, lens, per_query, causal,
-                                                  1.0 / std::sqrt(static_cast<double>(s.depth)),
-                                                  &weights);
+        const std::vector<double> out =
+            Reference(s, in, lens, per_query, causal, 1.0 / std::sqrt(static_cast<double>(s.depth)),
+                      &weights);
         EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
         EXPECT_LE(MaxAbsDiff(r.out.data(), out), OutTolerance(in.v));
       }
@@ -157,8 +164,7 @@ TEST_P(MultiHeadTest, AGivenScaleReplacesOneOverRootD) {
   options.scale = -0.75f;
   const Result r = RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), options);
   std::vector<double> weights;
-  const std::vector<double> out =
-      Reference(s, in, {}, false, Causal::kNone, -0.75, &weights);
+  const std::vector<double> out = Reference(s, in, {}, false, Causal::kNone, -0.75, &weights);
   EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
   EXPECT_LE(MaxAbsDiff(r.out.data(), out), OutTolerance(in.v));
 }
@@ -166,8 +172,8 @@ TEST_P(MultiHeadTest, AGivenScaleReplacesOneOverRootD) {
 // K and V with Hkv heads against the same call with each repeated Hq / Hkv
 // times (head h reads head h / group): the same bits.
 TEST_P(MultiHeadTest, GroupedAndMultiQueryEqualKeysAndValuesRepeatedPerHead) {
-  for (const Shape& s : {Shape{2, 5, 17, 8, 2, 16, 8}, Shape{2, 2, 30, 4, 1, 8, 8},
-                         Shape{1, 40, 50, 6, 3, 8, 4}}) {
+  for (const Shape& s :
+       {Shape{2, 5, 17, 8, 2, 16, 8}, Shape{2, 2, 30, 4, 1, 8, 8}, Shape{1, 40, 50, 6, 3, 8, 4}}) {
     SCOPED_TRACE(s.Name());
     const Inputs in(s, 21);
     Shape full = s;
@@ -242,8 +248,8 @@ TEST_P(MultiHeadTest, HeadsFirstLayoutGivesTheSameBitsAsTokenMajor) {
 // The causal option is the per-query lengths it stands for (d2l's decoder
 // passes arange(1, N + 1)), cut further by the caller's own lengths.
 TEST_P(MultiHeadTest, CausalOptionEqualsItsPerQueryLengths) {
-  for (const Shape& s : {Shape{2, 7, 7, 4, 2, 8, 8}, Shape{2, 3, 12, 2, 2, 8, 4},
-                         Shape{1, 48, 64, 2, 1, 16, 16}}) {
+  for (const Shape& s :
+       {Shape{2, 7, 7, 4, 2, 8, 8}, Shape{2, 3, 12, 2, 2, 8, 4}, Shape{1, 48, 64, 2, 1, 16, 16}}) {
     SCOPED_TRACE(s.Name());
     const Inputs in(s, 61);
     const std::vector<int64_t> mine = TestLengths(s.batch, s.queries, s.keys, false, 9);
@@ -259,9 +265,10 @@ TEST_P(MultiHeadTest, CausalOptionEqualsItsPerQueryLengths) {
       }
       MultiHeadOptions options;
       options.causal = causal;
-      const Result masked = RunMultiHead(DefaultEngine(), s, in, LensOf(mine, false, s.batch, s.queries),
-                                options);
-      const Result lengths = RunMultiHead(DefaultEngine(), s, in, LensOf(bound, true, s.batch, s.queries), {});
+      const Result masked =
+          RunMultiHead(DefaultEngine(), s, in, LensOf(mine, false, s.batch, s.queries), options);
+      const Result lengths =
+          RunMultiHead(DefaultEngine(), s, in, LensOf(bound, true, s.batch, s.queries), {});
       EXPECT_EQ(masked.out, lengths.out);
       EXPECT_EQ(masked.weights, lengths.weights);
     }
@@ -314,15 +321,14 @@ TEST(MultiHeadErrors, RejectsBadInputNamingItAndWritesNothing) {
       {"MultiHeadAttention: queries (2, 3, 3, 8) have 3 heads and keys (2, 5, 2, 8) have 2; the "
        "query heads Hq must be a multiple of the key-value heads Hkv",
        DefaultEngine().MultiHeadAttention(ConstTensor(in.q.data(), {2, 3, 3, 8}), k, v,
-                                          ValidLens::None(), {},
-                                          Tensor(out.data(), {2, 3, 3, 6}), w)},
+                                          ValidLens::None(), {}, Tensor(out.data(), {2, 3, 3, 6}),
+                                          w)},
       {"MultiHeadAttention: causal bottom-right aligns the last query with the last key, so it "
        "needs at least as many keys as queries; keys (2, 5, 2, 8) have M = 5 and queries "
        "(2, 6, 4, 8) N = 6",
-       DefaultEngine().MultiHeadAttention(QueriesOf(wide, wide_in.q), KeysOf(wide, wide_in.k),
-                                          ValuesOf(wide, wide_in.v), ValidLens::None(),
-                                          bottom_right,
-                                          Tensor(wide_out.data(), {2, 6, 4, 6}), Tensor())},
+       DefaultEngine().MultiHeadAttention(
+           QueriesOf(wide, wide_in.q), KeysOf(wide, wide_in.k), ValuesOf(wide, wide_in.v),
+           ValidLens::None(), bottom_right, Tensor(wide_out.data(), {2, 6, 4, 6}), Tensor())},
       {"MultiHeadAttention: scale is inf; it must be finite",
        DefaultEngine().MultiHeadAttention(q, k, v, ValidLens::None(), infinite, o, w)},
       {"MultiHeadAttention: causal is 7, not a Causal",
@@ -335,7 +341,8 @@ TEST(MultiHeadErrors, RejectsBadInputNamingItAndWritesNothing) {
        DefaultEngine().MultiHeadAttention(q, k, v, ValidLens::PerBatch(negative, 2), {}, o, w)},
       {"MultiHeadAttention: out overlaps queries",
        DefaultEngine().MultiHeadAttention(q, k, v, ValidLens::None(), {},
-                                          Tensor(const_cast<float*>(in.q.data()), {2, 3, 4, 6}), w)},
+                                          Tensor(const_cast<float*>(in.q.data()), {2, 3, 4, 6}),
+                                          w)},
   };
   for (const Case& c : cases) {
     EXPECT_FALSE(c.status.ok()) << c.expected;
@@ -343,7 +350,8 @@ TEST(MultiHeadErrors, RejectsBadInputNamingItAndWritesNothing) {
   }
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == kSentinel; }));
   EXPECT_TRUE(std::all_of(weights.begin(), weights.end(), [](float x) { return x == kSentinel; }));
-  EXPECT_TRUE(std::all_of(wide_out.begin(), wide_out.end(), [](float x) { return x == kSentinel; }));
+  EXPECT_TRUE(
+      std::all_of(wide_out.begin(), wide_out.end(), [](float x) { return x == kSentinel; }));
 }
 
 // A decoder's loop over the cache: append one position, attend with that
@@ -358,8 +366,8 @@ TEST_P(MultiHeadTest, KvCacheDecodeStepsEqualTheOpAndTheCausalReference) {
   std::unique_ptr<KvCache> cache;
   ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
   std::vector<double> weights;
-  const std::vector<double> want = Reference(s, in, {}, false, Causal::kTopLeft,
-                                             1.0 / std::sqrt(static_cast<double>(s.depth)), &weights);
+  const std::vector<double> want = Reference(
+      s, in, {}, false, Causal::kTopLeft, 1.0 / std::sqrt(static_cast<double>(s.depth)), &weights);
   const int64_t key_row = s.kv_heads * s.depth, value_row = s.kv_heads * s.value_dim;
   const int64_t query_row = s.heads * s.depth;
   for (int64_t t = 0; t < s.keys; ++t) {
@@ -375,13 +383,16 @@ TEST_P(MultiHeadTest, KvCacheDecodeStepsEqualTheOpAndTheCausalReference) {
                           {s.queries * query_row, query_row, s.depth, 1});
     std::vector<float> out(static_cast<size_t>(s.batch * s.heads * s.value_dim), kSentinel);
     std::vector<float> w(static_cast<size_t>(s.batch * s.heads * (t + 1)), kSentinel);
-    Status status = cache->Attend(DefaultEngine(), q_t, Tensor(out.data(), {s.batch, 1, s.heads, s.value_dim}),
-                                  Tensor(w.data(), {s.batch, s.heads, 1, t + 1}));
+    Status status =
+        cache->Attend(DefaultEngine(), q_t, Tensor(out.data(), {s.batch, 1, s.heads, s.value_dim}),
+                      Tensor(w.data(), {s.batch, s.heads, 1, t + 1}));
     ASSERT_TRUE(status.ok()) << status.message();
     // The op on the positions so far, from the caller's own token-major memory.
     std::vector<float> op_out(out.size(), kSentinel), op_w(w.size(), kSentinel);
     status = DefaultEngine().MultiHeadAttention(
-        q_t, ConstTensor(in.k.data(), {s.batch, t + 1, s.kv_heads, s.depth}, {s.keys * key_row, key_row, s.depth, 1}),
+        q_t,
+        ConstTensor(in.k.data(), {s.batch, t + 1, s.kv_heads, s.depth},
+                    {s.keys * key_row, key_row, s.depth, 1}),
         ConstTensor(in.v.data(), {s.batch, t + 1, s.kv_heads, s.value_dim},
                     {s.keys * value_row, value_row, s.value_dim, 1}),
         ValidLens::None(), {}, Tensor(op_out.data(), {s.batch, 1, s.heads, s.value_dim}),
@@ -392,14 +403,16 @@ TEST_P(MultiHeadTest, KvCacheDecodeStepsEqualTheOpAndTheCausalReference) {
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t h = 0; h < s.heads; ++h) {
         for (int64_t c = 0; c < s.value_dim; ++c) {
-          const double expected = want[static_cast<size_t>(((b * s.queries + t) * s.heads + h) * s.value_dim + c)];
+          const double expected =
+              want[static_cast<size_t>(((b * s.queries + t) * s.heads + h) * s.value_dim + c)];
           EXPECT_NEAR(out[static_cast<size_t>((b * s.heads + h) * s.value_dim + c)], expected,
                       OutTolerance(in.v));
         }
         for (int64_t j = 0; j <= t; ++j) {
-          EXPECT_NEAR(w[static_cast<size_t>((b * s.heads + h) * (t + 1) + j)],
-                      weights[static_cast<size_t>(((b * s.heads + h) * s.queries + t) * s.keys + j)],
-                      kWeightTolerance);
+          EXPECT_NEAR(
+              w[static_cast<size_t>((b * s.heads + h) * (t + 1) + j)],
+              weights[static_cast<size_t>(((b * s.heads + h) * s.queries + t) * s.keys + j)],
+              kWeightTolerance);
         }
       }
     }
@@ -422,22 +435,25 @@ TEST_P(MultiHeadTest, KvCacheSequencesOfDifferentLengthsAttendToTheirOwnKeys) {
     const int64_t first = held[b] / 2;
     const float* k = in.k.data() + b * s.keys * key_row;
     const float* v = in.v.data() + b * s.keys * key_row;
-    ASSERT_TRUE(cache->AppendTo(b, ConstTensor(k, {first, 2, 8}), ConstTensor(v, {first, 2, 8})).ok());
-    ASSERT_TRUE(cache->AppendTo(b, ConstTensor(k + first * key_row, {held[b] - first, 2, 8}),
-                                ConstTensor(v + first * key_row, {held[b] - first, 2, 8}))
+    ASSERT_TRUE(
+        cache->AppendTo(b, ConstTensor(k, {first, 2, 8}), ConstTensor(v, {first, 2, 8})).ok());
+    ASSERT_TRUE(cache
+                    ->AppendTo(b, ConstTensor(k + first * key_row, {held[b] - first, 2, 8}),
+                               ConstTensor(v + first * key_row, {held[b] - first, 2, 8}))
                     .ok());
     EXPECT_EQ(cache->length(b), held[b]);
   }
   std::vector<float> out(s.out(), kSentinel), w(s.weights(), kSentinel);
-  const Status status = cache->Attend(DefaultEngine(), QueriesOf(s, in.q),
-                                      Tensor(out.data(), {3, 3, 4, 8}), Tensor(w.data(), {3, 4, 3, 20}));
+  const Status status =
+      cache->Attend(DefaultEngine(), QueriesOf(s, in.q), Tensor(out.data(), {3, 3, 4, 8}),
+                    Tensor(w.data(), {3, 4, 3, 20}));
   ASSERT_TRUE(status.ok()) << status.message();
   std::vector<int64_t> lens;
   for (int64_t b = 0; b < 3; ++b)
     for (int64_t i = 0; i < 3; ++i) lens.push_back(held[b] - 3 + i + 1);
   std::vector<double> weights;
-  const std::vector<double> want = Reference(s, in, lens, true, Causal::kNone,
-                                             1.0 / std::sqrt(8.0), &weights);
+  const std::vector<double> want =
+      Reference(s, in, lens, true, Causal::kNone, 1.0 / std::sqrt(8.0), &weights);
   EXPECT_LE(MaxAbsDiff(w.data(), weights), kWeightTolerance);
   EXPECT_LE(MaxAbsDiff(out.data(), want), OutTolerance(in.v));
 }
@@ -457,15 +473,20 @@ TEST(MultiHeadKvCache, RefusesBadShapesAndOverflowChangingNothing) {
   EXPECT_EQ(cache->Attend(DefaultEngine(), ConstTensor(q.data(), {2, 1, 4, 3}), o).message(),
             "KvCache: sequence 0 holds 0 positions but queries (2, 1, 4, 3) are its newest 1; "
             "append their keys and values first");
-  ASSERT_TRUE(cache->Append(ConstTensor(k.data(), {2, 3, 2, 3}), ConstTensor(v.data(), {2, 3, 2, 5})).ok());
-  EXPECT_EQ(cache->Append(ConstTensor(k.data(), {2, 3, 2, 3}), ConstTensor(v.data(), {2, 3, 2, 5})).message(),
+  ASSERT_TRUE(
+      cache->Append(ConstTensor(k.data(), {2, 3, 2, 3}), ConstTensor(v.data(), {2, 3, 2, 5})).ok());
+  EXPECT_EQ(cache->Append(ConstTensor(k.data(), {2, 3, 2, 3}), ConstTensor(v.data(), {2, 3, 2, 5}))
+                .message(),
             "KvCache: sequence 0 holds 3 of its 4 positions; 3 more do not fit");
   EXPECT_EQ(cache->length(0), 3);
-  EXPECT_EQ(cache->Append(ConstTensor(k.data(), {2, 1, 3, 3}), ConstTensor(v.data(), {2, 1, 2, 5})).message(),
+  EXPECT_EQ(cache->Append(ConstTensor(k.data(), {2, 1, 3, 3}), ConstTensor(v.data(), {2, 1, 2, 5}))
+                .message(),
             "KvCache: keys has shape (2, 1, 3, 3) but must be (B, T, Hkv, D) = (2, *, 2, 3)");
-  EXPECT_EQ(cache->AppendTo(2, ConstTensor(k.data(), {1, 2, 3}), ConstTensor(v.data(), {1, 2, 5})).message(),
+  EXPECT_EQ(cache->AppendTo(2, ConstTensor(k.data(), {1, 2, 3}), ConstTensor(v.data(), {1, 2, 5}))
+                .message(),
             "KvCache: sequence is 2; the cache has sequences 0..1");
-  EXPECT_EQ(cache->AppendTo(1, ConstTensor(k.data(), {1, 2, 3}), ConstTensor(v.data(), {2, 2, 5})).message(),
+  EXPECT_EQ(cache->AppendTo(1, ConstTensor(k.data(), {1, 2, 3}), ConstTensor(v.data(), {2, 2, 5}))
+                .message(),
             "KvCache: values has shape (2, 2, 5) but must be (T, Hkv, Dv) = (1, 2, 5)");
   EXPECT_EQ(cache->length(1), 3);
   EXPECT_EQ(cache->Attend(DefaultEngine(), ConstTensor(q.data(), {2, 1, 3, 4}), o).message(),
@@ -474,7 +495,8 @@ TEST(MultiHeadKvCache, RefusesBadShapesAndOverflowChangingNothing) {
   // Cleared, a sequence takes new positions from 0.
   ASSERT_TRUE(cache->Clear(1).ok());
   EXPECT_EQ(cache->length(1), 0);
-  ASSERT_TRUE(cache->AppendTo(1, ConstTensor(k.data(), {4, 2, 3}), ConstTensor(v.data(), {4, 2, 5})).ok());
+  ASSERT_TRUE(
+      cache->AppendTo(1, ConstTensor(k.data(), {4, 2, 3}), ConstTensor(v.data(), {4, 2, 5})).ok());
   EXPECT_EQ(cache->length(1), 4);
   // Every cached value row is 0.25, so every output is, up to rounding.
   ASSERT_TRUE(cache->Attend(DefaultEngine(), ConstTensor(q.data(), {2, 1, 4, 3}), o).ok());
@@ -529,7 +551,8 @@ TEST_P(MultiHeadTest, D2lModuleMatchesTheSeedModule) {
     LoadGoldenAttention(name, &g);
     const npy::NpyArray heads = LoadGolden(name, "heads");
     std::unique_ptr<MultiHeadAttention> model;
-    const Status loaded = MultiHeadAttention::Load(GoldenModel(name), heads.data<int64_t>()[0], &model);
+    const Status loaded =
+        MultiHeadAttention::Load(GoldenModel(name), heads.data<int64_t>()[0], &model);
     ASSERT_TRUE(loaded.ok()) << loaded.message();
     EXPECT_EQ(model->num_heads(), heads.data<int64_t>()[0]);
     EXPECT_EQ(model->num_hiddens(), g.out.shape[2]);
@@ -643,9 +666,10 @@ TEST(MultiHeadModel, RejectsBadParametersAndInputNamingThem) {
   fails_with(model->Forward(DefaultEngine(), ConstTensor(q.data(), {2, 3, 6}), kv, vv,
                             ValidLens::None(), Causal::kNone, ov, wv),
              "MultiHeadAttention: queries has shape (2, 3, 6) but must be (B, N, Dq) = (*, *, 12)");
-  fails_with(model->Forward(DefaultEngine(), qv, kv, vv, ValidLens::None(), Causal::kNone, ov,
-                            Tensor(weights.data(), {2, 3, 5})),
-             "MultiHeadAttention: attention_weights must have rank 4 (B, heads, N, M) but has rank 3");
+  fails_with(
+      model->Forward(DefaultEngine(), qv, kv, vv, ValidLens::None(), Causal::kNone, ov,
+                     Tensor(weights.data(), {2, 3, 5})),
+      "MultiHeadAttention: attention_weights must have rank 4 (B, heads, N, M) but has rank 3");
   fails_with(model->Forward(DefaultEngine(), qv, kv, vv, ValidLens::None(), Causal::kNone,
                             Tensor(out.data(), {2, 3, 8}), wv),
              "MultiHeadAttention: out has shape (2, 3, 8) but must be (B, N, H) = (2, 3, 32)");

@@ -13,8 +13,7 @@ namespace attnscore {
 
 struct BilinearAttention::Params : ops::BilinearParams {};
 
-BilinearAttention::BilinearAttention(std::unique_ptr<Params> params)
-    : params_(std::move(params)) {}
+BilinearAttention::BilinearAttention(std::unique_ptr<Params> params) : params_(std::move(params)) {}
 BilinearAttention::~BilinearAttention() = default;
 
 int64_t BilinearAttention::query_size() const { return params_->query_size; }
@@ -30,8 +29,7 @@ Status BilinearAttention::Create(ConstTensor w, std::unique_ptr<BilinearAttentio
   });
 }
 
-Status BilinearAttention::Load(const std::string& path,
-                               std::unique_ptr<BilinearAttention>* model) {
+Status BilinearAttention::Load(const std::string& path, std::unique_ptr<BilinearAttention>* model) {
   if (model == nullptr) return Status::InvalidArgument("BilinearAttention::Load: model is null");
   return internal::Guarded("BilinearAttention::Load", [&] {
     auto params = std::make_unique<Params>();
@@ -54,8 +52,8 @@ Status BilinearAttention::Forward(const Engine& engine, ConstTensor queries, Con
                                   Tensor attention_weights) const {
   internal::CallScope scope(engine.options().threads);
   return internal::Guarded("BilinearAttention", [&] {
-    return ops::BilinearForward(engine.options(), *params_, queries, keys, values, valid_lens,
-                                out, attention_weights);
+    return ops::BilinearForward(engine.options(), *params_, queries, keys, values, valid_lens, out,
+                                attention_weights);
   });
 }
 

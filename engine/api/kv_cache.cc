@@ -37,9 +37,9 @@ struct KvCache::Storage {
   }
   // The first `keys` positions of every sequence, (B, keys, Hkv, F) by strides.
   ConstTensor View(const std::vector<float>& data, int64_t keys, int64_t features) const {
-    return ConstTensor(data.data(), {shape.batch, keys, shape.kv_heads, features},
-                       {shape.kv_heads * shape.capacity * features, features,
-                        shape.capacity * features, 1});
+    return ConstTensor(
+        data.data(), {shape.batch, keys, shape.kv_heads, features},
+        {shape.kv_heads * shape.capacity * features, features, shape.capacity * features, 1});
   }
   // Copies keys (rows, Hkv, D) and values (rows, Hkv, Dv) of checked views
   // to sequence b's positions from its length on.
@@ -62,10 +62,10 @@ struct KvCache::Storage {
   Status CheckRoom(int64_t b, int64_t rows) const {
     const int64_t held = lengths[static_cast<size_t>(b)];
     if (rows > shape.capacity - held) {
-      return Status::InvalidArgument(
-          std::string(kOp) + ": sequence " + std::to_string(b) + " holds " + std::to_string(held) +
-          " of its " + std::to_string(shape.capacity) + " positions; " + std::to_string(rows) +
-          " more do not fit");
+      return Status::InvalidArgument(std::string(kOp) + ": sequence " + std::to_string(b) +
+                                     " holds " + std::to_string(held) + " of its " +
+                                     std::to_string(shape.capacity) + " positions; " +
+                                     std::to_string(rows) + " more do not fit");
     }
     return Status::Ok();
   }
@@ -118,13 +118,11 @@ int64_t KvCache::length(int64_t sequence) const {
 
 Status KvCache::Append(ConstTensor keys, ConstTensor values) {
   const KvCacheShape& s = storage_->shape;
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "keys", keys,
-                                        {s.batch, kAnyDim, s.kv_heads, s.key_dim},
-                                        "(B, T, Hkv, D)"));
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "keys", keys, {s.batch, kAnyDim, s.kv_heads, s.key_dim}, "(B, T, Hkv, D)"));
   const int64_t rows = keys.dims[1];
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "values", values,
-                                        {s.batch, rows, s.kv_heads, s.value_dim},
-                                        "(B, T, Hkv, Dv)"));
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(
+      kOp, "values", values, {s.batch, rows, s.kv_heads, s.value_dim}, "(B, T, Hkv, Dv)"));
   for (int64_t b = 0; b < s.batch; ++b) ATTNSCORE_RETURN_IF_ERROR(storage_->CheckRoom(b, rows));
   for (int64_t b = 0; b < s.batch; ++b) {
     storage_->Copy(b, keys, values, b * keys.strides[0], b * values.strides[0]);
@@ -162,8 +160,7 @@ Status KvCache::Attend(const Engine& engine, ConstTensor queries, Tensor out,
                        Tensor attention_weights) const {
   const KvCacheShape& s = storage_->shape;
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "queries", queries,
-                                        {s.batch, kAnyDim, kAnyDim, s.key_dim},
-                                        "(B, N, Hq, D)"));
+                                        {s.batch, kAnyDim, kAnyDim, s.key_dim}, "(B, N, Hq, D)"));
   const int64_t queries_per_sequence = queries.dims[1];
   int64_t longest = 0;
   for (int64_t b = 0; b < s.batch; ++b) {

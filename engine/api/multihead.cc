@@ -28,9 +28,8 @@ Status MultiHeadAttention::Create(int64_t num_heads, const MultiHeadWeights& w,
   if (model == nullptr) return Status::InvalidArgument("MultiHeadAttention::Create: model is null");
   return internal::Guarded("MultiHeadAttention::Create", [&] {
     auto params = std::make_unique<Params>();
-    ATTNSCORE_RETURN_IF_ERROR(ops::MakeMultiHeadParams(num_heads, {w.w_q, w.b_q}, {w.w_k, w.b_k},
-                                                       {w.w_v, w.b_v}, {w.w_o, w.b_o},
-                                                       params.get()));
+    ATTNSCORE_RETURN_IF_ERROR(ops::MakeMultiHeadParams(
+        num_heads, {w.w_q, w.b_q}, {w.w_k, w.b_k}, {w.w_v, w.b_v}, {w.w_o, w.b_o}, params.get()));
     model->reset(new MultiHeadAttention(std::move(params)));
     return Status::Ok();
   });

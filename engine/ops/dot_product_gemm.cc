@@ -63,8 +63,8 @@ constexpr double kCutWhenBelow = 0.8;
 // length among them rounded up to 16 columns (fewer distinct plans) but
 // never past the entry's own longest, and the mix width likewise, or all M
 // keys when one of them has length 0.
-std::pair<int64_t, int64_t> BlockWidths(const internal::RowLengths& lens, int64_t b,
-                                        int64_t first, int64_t count) {
+std::pair<int64_t, int64_t> BlockWidths(const internal::RowLengths& lens, int64_t b, int64_t first,
+                                        int64_t count) {
   const internal::EntryWidths& entry = lens.entry(b);
   int64_t longest = 0;
   bool uniform = false;  // a query with length 0
@@ -84,13 +84,14 @@ std::vector<Group> GroupBatches(const internal::RowLengths& lens, int64_t batch,
     const auto [longest, mix] = lens.entry(b);
     if (queries > kQueryBlock) {
       // The work of the blocks against the whole entry's.
-      double whole = static_cast<double>(queries) *
-                     static_cast<double>(longest * depth + mix * value_dim);
+      double whole =
+          static_cast<double>(queries) * static_cast<double>(longest * depth + mix * value_dim);
       double cut = 0;
       for (int64_t i = 0; i < queries; i += kQueryBlock) {
         const int64_t rows = std::min(kQueryBlock, queries - i);
         const auto [score, block_mix] = BlockWidths(lens, b, i, rows);
-        cut += static_cast<double>(rows) * static_cast<double>(score * depth + block_mix * value_dim);
+        cut +=
+            static_cast<double>(rows) * static_cast<double>(score * depth + block_mix * value_dim);
       }
       if (cut < kCutWhenBelow * whole) {
         for (int64_t i = 0; i < queries; i += kQueryBlock) {

@@ -5,8 +5,8 @@
 #include <limits>
 
 #include "base/parallel.h"
-#include "hwy/cache_control.h"
 #include "base/scratch.h"
+#include "hwy/cache_control.h"
 #include "kernels/attention_row.h"
 #include "kernels/masked_softmax.h"
 #include "ops/dot_product_paths.h"
@@ -14,8 +14,7 @@
 namespace attnscore::ops::dot_product {
 
 int64_t RowKeyBlock(int64_t rows, bool rows_share_keys, int64_t keys, int64_t features) {
-  int64_t blocks =
-      std::max<int64_t>(1, std::min(CeilDiv(kRowTasks, rows), keys / kMinRowKeyBlock));
+  int64_t blocks = std::max<int64_t>(1, std::min(CeilDiv(kRowTasks, rows), keys / kMinRowKeyBlock));
   if (rows_share_keys) {
     const int64_t shared = std::max<int64_t>(16, kSharedKeyBlockBytes / (4 * features));
     blocks = std::max(blocks, CeilDiv(keys, shared));
@@ -116,7 +115,9 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
         const float* v_entry = v.data + b * v.strides[0];
         // Rows sharing keys spend most of a task in cache, after the first
         // row's pass: the next task's keys and values are fetched meanwhile.
-        if (queries > 1 && task + 1 < q.dims[0] * blocks) PrefetchBlock(k, v, task + 1, blocks, key_block);
+        if (queries > 1 && task + 1 < q.dims[0] * blocks) {
+          PrefetchBlock(k, v, task + 1, blocks, key_block);
+        }
         for (int64_t i = 0; i < queries; ++i) {
           const int64_t r = b * queries + i;
           const int64_t valid = lens.row(b, i);

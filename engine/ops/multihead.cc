@@ -77,11 +77,10 @@ Status CheckArguments(const ConstTensor& q, const ConstTensor& k, const ConstTen
 // The lengths the heads run with, (B, N): the caller's, each cut to its
 // query's causal bound (query i of N sees keys 0..i, or 0..M - N + i),
 // clamped to [0, M].
-Status EffectiveLengths(const ValidLens& valid_lens, Causal causal, int64_t batch,
-                        int64_t queries, int64_t keys, std::vector<int64_t>* lengths) {
+Status EffectiveLengths(const ValidLens& valid_lens, Causal causal, int64_t batch, int64_t queries,
+                        int64_t keys, std::vector<int64_t>* lengths) {
   internal::RowLengths lens;
-  ATTNSCORE_RETURN_IF_ERROR(
-      internal::RowLengths::Resolve(valid_lens, batch, queries, keys, &lens));
+  ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(valid_lens, batch, queries, keys, &lens));
   const int64_t shift = causal == Causal::kBottomRight ? keys - queries : 0;
   lengths->resize(static_cast<size_t>(batch * queries));
   for (int64_t b = 0; b < batch; ++b) {
@@ -96,7 +95,7 @@ Status EffectiveLengths(const ValidLens& valid_lens, Causal causal, int64_t batc
 
 // Head h of a (B, N, H, F) view as a (B, N, F) view: no copy, strides kept.
 template <typename T>
-TensorView<T> TokenMajorHead(const TensorView<T>& t, int64_t h) {
+TensorView<T> OneHead(const TensorView<T>& t, int64_t h) {
   return TensorView<T>(t.data + h * t.strides[2], {t.dims[0], t.dims[1], t.dims[3]},
                        {t.strides[0], t.strides[1], t.strides[3]});
 }
@@ -105,8 +104,8 @@ TensorView<T> TokenMajorHead(const TensorView<T>& t, int64_t h) {
 // (B, count, F) view: a group's heads as the rows of one entry.
 template <typename T>
 TensorView<T> HeadsAtQuery(const TensorView<T>& t, int64_t n, int64_t h0, int64_t count) {
-  return TensorView<T>(t.data + n * t.strides[1] + h0 * t.strides[2],
-                       {t.dims[0], count, t.dims[3]}, {t.strides[0], t.strides[2], t.strides[3]});
+  return TensorView<T>(t.data + n * t.strides[1] + h0 * t.strides[2], {t.dims[0], count, t.dims[3]},
+                       {t.strides[0], t.strides[2], t.strides[3]});
 }
 
 }  // namespace
@@ -129,10 +128,11 @@ Status CheckCausal(const char* op, Causal causal, const ConstTensor& q, const Co
     case Causal::kBottomRight:
       if (k.dims[1] < q.dims[1]) {
         return Status::InvalidArgument(
-            std::string(op) + ": causal bottom-right aligns the last query with the last key, "
-            "so it needs at least as many keys as queries; keys " + ShapeString(k) + " have M = " +
-            std::to_string(k.dims[1]) + " and queries " + ShapeString(q) + " N = " +
-            std::to_string(q.dims[1]));
+            std::string(op) +
+            ": causal bottom-right aligns the last query with the last key, "
+            "so it needs at least as many keys as queries; keys " +
+            ShapeString(k) + " have M = " + std::to_string(k.dims[1]) + " and queries " +
+            ShapeString(q) + " N = " + std::to_string(q.dims[1]));
       }
       return Status::Ok();
   }
@@ -140,19 +140,18 @@ Status CheckCausal(const char* op, Causal causal, const ConstTensor& q, const Co
                                  std::to_string(static_cast<int>(causal)) + ", not a Causal");
 }
 
-Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTensor k,
-                          ConstTensor v, const ValidLens& valid_lens,
-                          const MultiHeadOptions& multihead, Tensor out, Tensor attention) {
+Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTensor k, ConstTensor v,
+                          const ValidLens& valid_lens, const MultiHeadOptions& multihead,
+                          Tensor out, Tensor attention) {
   ATTNSCORE_RETURN_IF_ERROR(CheckArguments(q, k, v, valid_lens, multihead, out, attention));
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t kv_heads = k.dims[2], group = heads / kv_heads;  // query heads per K/V head
   std::vector<int64_t> lengths;
   ATTNSCORE_RETURN_IF_ERROR(
       EffectiveLengths(valid_lens, multihead.causal, batch, queries, keys, &lengths));
-  const float scale =
-      multihead.scale != 0.0f
-          ? multihead.scale
-          : static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3])));
+  const float scale = multihead.scale != 0.0f
+                          ? multihead.scale
+                          : static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3])));
 
   // Decoding (a few queries): for each query position and K/V head, the
   // group's query heads are the rows of one row-path call, so each block of
@@ -161,8 +160,8 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTens
   // same call with K and V repeated per head.
   if (queries <= dot_product::kRowPathMaxQueries && q.strides[3] == 1 && k.strides[3] == 1 &&
       v.strides[3] == 1 && out.strides[3] == 1) {
-    const int64_t key_block = dot_product::RowKeyBlock(batch * heads * queries, true, keys,
-                                                       q.dims[3] + v.dims[3]);
+    const int64_t key_block =
+        dot_product::RowKeyBlock(batch * heads * queries, true, keys, q.dims[3] + v.dims[3]);
     std::vector<int64_t> query_lengths(static_cast<size_t>(batch));
     for (int64_t n = 0; n < queries; ++n) {
       for (int64_t b = 0; b < batch; ++b) {
@@ -180,9 +179,8 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTens
                      {attention.strides[0], attention.strides[1], attention.strides[3]});
         }
         ATTNSCORE_RETURN_IF_ERROR(dot_product::RowPath(
-            options, HeadsAtQuery(q, n, g * group, group), TokenMajorHead(k, g),
-            TokenMajorHead(v, g), lens, scale, key_block, HeadsAtQuery(out, n, g * group, group),
-            group_attention));
+            options, HeadsAtQuery(q, n, g * group, group), OneHead(k, g), OneHead(v, g), lens,
+            scale, key_block, HeadsAtQuery(out, n, g * group, group), group_attention));
       }
     }
     return Status::Ok();
@@ -200,10 +198,9 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTens
       head_attention = Tensor(attention.data + h * attention.strides[1], {batch, queries, keys},
                               {attention.strides[0], attention.strides[2], attention.strides[3]});
     }
-    ATTNSCORE_RETURN_IF_ERROR(RunDotProduct(options, TokenMajorHead(q, h),
-                                            TokenMajorHead(k, h / group),
-                                            TokenMajorHead(v, h / group), lens, scale,
-                                            TokenMajorHead(out, h), head_attention));
+    ATTNSCORE_RETURN_IF_ERROR(RunDotProduct(options, OneHead(q, h), OneHead(k, h / group),
+                                            OneHead(v, h / group), lens, scale, OneHead(out, h),
+                                            head_attention));
   }
   return Status::Ok();
 }

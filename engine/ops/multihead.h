@@ -25,8 +25,7 @@ Status CheckMultiHeadAttentionInputs(const ConstTensor& queries, const ConstTens
 // attention_weights (B, Hq, N, M) or empty; Hq a multiple of Hkv.
 Status MultiHeadAttention(const EngineOptions& options, ConstTensor queries, ConstTensor keys,
                           ConstTensor values, const ValidLens& valid_lens,
-                          const MultiHeadOptions& multihead, Tensor out,
-                          Tensor attention_weights);
+                          const MultiHeadOptions& multihead, Tensor out, Tensor attention_weights);
 
 // The checks a causal mask adds: a known Causal, and M >= N for bottom-right.
 Status CheckCausal(const char* op, Causal causal, const ConstTensor& queries,

@@ -71,15 +71,13 @@ Status MakeMultiHeadParams(int64_t heads, const LinearViews& q, const LinearView
       CheckTensor(kOp, "W_q.weight", q.weight, {kAnyDim, kAnyDim}, "(H, Dq)"));
   const int64_t hidden = q.weight.dims[0];
   if (heads < 1 || hidden % heads != 0) {
-    return Status::InvalidArgument(std::string(kOp) + ": num_heads is " + std::to_string(heads) +
-                                   "; it must be at least 1 and divide num_hiddens H = " +
-                                   std::to_string(hidden) + " (W_q.weight " +
-                                   ShapeString(q.weight) + ")");
+    return Status::InvalidArgument(
+        std::string(kOp) + ": num_heads is " + std::to_string(heads) +
+        "; it must be at least 1 and divide num_hiddens H = " + std::to_string(hidden) +
+        " (W_q.weight " + ShapeString(q.weight) + ")");
   }
-  ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(kOp, "W_k.weight", k.weight, {hidden, kAnyDim}, "(H, Dk)"));
-  ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(kOp, "W_v.weight", v.weight, {hidden, kAnyDim}, "(H, Dv)"));
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "W_k.weight", k.weight, {hidden, kAnyDim}, "(H, Dk)"));
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "W_v.weight", v.weight, {hidden, kAnyDim}, "(H, Dv)"));
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "W_o.weight", o.weight, {hidden, hidden}, "(H, H)"));
   const LinearViews* layers[] = {&q, &k, &v, &o};
   const bool bias = !q.bias.empty();
@@ -87,10 +85,9 @@ Status MakeMultiHeadParams(int64_t heads, const LinearViews& q, const LinearView
     const std::string weight = std::string(kLayers[l]) + ".weight";
     const std::string bias_name = std::string(kLayers[l]) + ".bias";
     if (layers[l]->bias.empty() == bias) {
-      return Status::InvalidArgument(std::string(kOp) + ": W_q.bias is " +
-                                     (bias ? "given" : "empty") + " but " + bias_name + " is " +
-                                     (bias ? "empty" : "given") +
-                                     "; a module has all four biases or none");
+      return Status::InvalidArgument(
+          std::string(kOp) + ": W_q.bias is " + (bias ? "given" : "empty") + " but " + bias_name +
+          " is " + (bias ? "empty" : "given") + "; a module has all four biases or none");
     }
     ATTNSCORE_RETURN_IF_ERROR(CheckFinite(kOp, weight.c_str(), layers[l]->weight));
     if (bias) {
@@ -121,18 +118,22 @@ Status MakeMultiHeadParams(int64_t heads, const LinearViews& q, const LinearView
 Status LoadMultiHeadParams(const std::string& path, int64_t heads, MultiHeadParams* params) {
   std::vector<io::SafetensorsTensor> tensors;
   ATTNSCORE_RETURN_IF_ERROR(io::ReadSafetensors(path, &tensors));
-  ATTNSCORE_RETURN_IF_ERROR(CheckOnlyTensors(
-      path, tensors,
-      {"W_q.weight", "W_k.weight", "W_v.weight", "W_o.weight", "W_q.bias", "W_k.bias", "W_v.bias",
-       "W_o.bias"},
-      "a multi-head attention"));
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckOnlyTensors(path, tensors,
+                       {"W_q.weight", "W_k.weight", "W_v.weight", "W_o.weight", "W_q.bias",
+                        "W_k.bias", "W_v.bias", "W_o.bias"},
+                       "a multi-head attention"));
+  // A module built with bias=True has all four .bias tensors; one of them
+  // present asks for all four (FindTensor names a missing one).
   LinearViews layers[4];
   bool any_bias = false;
-  for (const io::SafetensorsTensor& t : tensors) any_bias |= t.name.size() > 5 && t.name.substr(t.name.size() - 5) == ".bias";
+  for (const io::SafetensorsTensor& t : tensors) {
+    for (const char* layer : kLayers) any_bias |= t.name == std::string(layer) + ".bias";
+  }
   for (int l = 0; l < 4; ++l) {
     const io::SafetensorsTensor* weight = nullptr;
-    ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, std::string(kLayers[l]) + ".weight",
-                                             {-1, -1}, &weight));
+    ATTNSCORE_RETURN_IF_ERROR(
+        io::FindTensor(path, tensors, std::string(kLayers[l]) + ".weight", {-1, -1}, &weight));
     layers[l].weight = ViewOf(*weight);
     if (any_bias) {
       const io::SafetensorsTensor* bias = nullptr;
@@ -159,14 +160,14 @@ Status MultiHeadForward(const EngineOptions& options, const MultiHeadParams& m, 
   ATTNSCORE_RETURN_IF_ERROR(LinearPlan(k, hidden, m.bias, nullptr, &project_k));
   ATTNSCORE_RETURN_IF_ERROR(LinearPlan(v, hidden, m.bias, nullptr, &project_v));
   const ConstTensor out_view = out;
-  ATTNSCORE_RETURN_IF_ERROR(LinearPlan(
-      ConstTensor(nullptr, {batch, queries, hidden}), hidden, m.bias, &out_view, &project_out));
+  ATTNSCORE_RETURN_IF_ERROR(LinearPlan(ConstTensor(nullptr, {batch, queries, hidden}), hidden,
+                                       m.bias, &out_view, &project_out));
 
   // Workspace: the projections Q (B, N, H), K and V (B, M, H), and the
   // heads' output (B, N, H), dense.
   const int64_t query_floats = batch * queries * hidden, key_floats = batch * keys * hidden;
-  float* const q_proj = internal::ThreadScratch(internal::ScratchSlot::kProjections,
-                                                static_cast<size_t>(2 * (query_floats + key_floats)));
+  float* const q_proj = internal::ThreadScratch(
+      internal::ScratchSlot::kProjections, static_cast<size_t>(2 * (query_floats + key_floats)));
   float* const k_proj = q_proj + query_floats;
   float* const v_proj = k_proj + key_floats;
   float* const heads_out = v_proj + key_floats;

@@ -26,11 +26,11 @@
 namespace attnscore {
 
 struct KvCacheShape {
-  int64_t batch = 1;     // B sequences
-  int64_t capacity = 0;  // positions per sequence
-  int64_t kv_heads = 1;  // Hkv
-  int64_t key_dim = 0;   // D
-  int64_t value_dim = 0; // Dv
+  int64_t batch = 1;      // B sequences
+  int64_t capacity = 0;   // positions per sequence
+  int64_t kv_heads = 1;   // Hkv
+  int64_t key_dim = 0;    // D
+  int64_t value_dim = 0;  // Dv
 };
 
 class ATTNSCORE_API KvCache {
