@@ -75,9 +75,14 @@ ConstTensor ViewOf(const io::SafetensorsTensor& tensor) {
 
 Status LinearPlan(const ConstTensor& x, int64_t out, bool bias, const ConstTensor* y,
                   std::shared_ptr<const matmul::Plan>* plan) {
-  const int64_t rows = x.dims[1], in = x.dims[2];
+  int64_t batch = x.dims[0], rows = x.dims[1];
+  const int64_t in = x.dims[2];
+  // Entries one after another (x's, and y's when given) are one taller
+  // matrix: a single product instead of a batch of small ones.
+  const auto stacked = [](const ConstTensor& t) { return t.strides[0] == t.dims[1] * t.strides[1]; };
+  if (stacked(x) && (y == nullptr || stacked(*y))) rows *= batch, batch = 1;
   matmul::Problem p;
-  p.batch = x.dims[0];
+  p.batch = batch;
   p.a = {rows, in, x.strides[0], x.strides[1], x.strides[2]};
   p.b = {in, out, 0, out, 1};
   p.shared_b = true;

@@ -40,7 +40,7 @@ ConstTensor ViewOf(const io::SafetensorsTensor& tensor);
 // The plan of a linear layer over a batch of (rows, in) matrices `x`:
 // x · w (+ bias) with w a dense (in, out) matrix (the layer's weight
 // transposed), into dense (rows, out) matrices, or into `y`'s strides when
-// `y` is given.
+// `y` is given. Entries stored one after another run as one matrix.
 Status LinearPlan(const ConstTensor& x, int64_t out, bool bias, const ConstTensor* y,
                   std::shared_ptr<const matmul::Plan>* plan);
 
