@@ -184,6 +184,13 @@ def emit_dot(out_root, case, q, k, v, lens):
 
 
 def emit_additive(out_root, case, model, q, k, v, lens):
+    return emit_scored(out_root, case, model, q, k, v, lens,
+                       "additive H=%d" % model.w_v.weight.shape[1])
+
+
+def emit_scored(out_root, case, model, q, k, v, lens, what):
+    """A module whose output is W V (additive, bilinear): its weights, inputs
+    and float64 outputs, with section 7.1's output tolerance."""
     folder = case_dir(out_root, case)
     out32, w32, out64, w64 = ref_model(model, q, k, v, lens)
     check_weights(case, w64, w32, lens)
@@ -195,9 +202,9 @@ def emit_additive(out_root, case, model, q, k, v, lens):
     save_safetensors(model.state_dict(), os.path.join(folder, "model.safetensors"))
     nbytes = os.path.getsize(os.path.join(folder, "model.safetensors"))
     nbytes += save_attention(folder, q, k, v, lens, out32, w32)
-    print("%-26s additive H=%d Q%s K%s V%s %s  f32-vs-f64 out %.1e w %.1e  %d B"
-          % (case, model.w_v.weight.shape[1], tuple(q.shape), tuple(k.shape), tuple(v.shape),
-             describe_lens(lens), err_o, err_w, nbytes))
+    print("%-26s %s Q%s K%s V%s %s  f32-vs-f64 out %.1e w %.1e  %d B"
+          % (case, what, tuple(q.shape), tuple(k.shape), tuple(v.shape), describe_lens(lens),
+             err_o, err_w, nbytes))
     return out32, w32
 
 
@@ -219,21 +226,7 @@ def emit_concat(out_root, case, model, q, k, v, lens):
 
 
 def emit_bilinear(out_root, case, model, q, k, v, lens):
-    folder = case_dir(out_root, case)
-    out32, w32, out64, w64 = ref_model(model, q, k, v, lens)
-    check_weights(case, w64, w32, lens)
-    with torch.no_grad():
-        got = model(q, k, v, lens)
-    vmax = v.abs().max().item()
-    err_o = check_against_f32(case, got, out64, 1e-5 * (1.0 + vmax))
-    err_w = check_against_f32(case, model.attention_weights, w64, 1e-5)
-    save_safetensors(model.state_dict(), os.path.join(folder, "model.safetensors"))
-    nbytes = os.path.getsize(os.path.join(folder, "model.safetensors"))
-    nbytes += save_attention(folder, q, k, v, lens, out32, w32)
-    print("%-26s bilinear Q%s K%s V%s %s  f32-vs-f64 out %.1e w %.1e  %d B"
-          % (case, tuple(q.shape), tuple(k.shape), tuple(v.shape), describe_lens(lens), err_o,
-             err_w, nbytes))
-    return out32, w32
+    return emit_scored(out_root, case, model, q, k, v, lens, "bilinear")
 
 
 def emit_multihead(out_root, case, model, q, k, v, lens):

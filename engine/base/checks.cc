@@ -116,18 +116,14 @@ Status CheckDisjoint(const char* op, const char* out_name, const ConstTensor& ou
   return Status::Ok();
 }
 
-Status CheckAttentionOutputs(const char* op, std::initializer_list<NamedView> inputs,
-                             const AttentionShape& shape, const ValidLens& valid_lens,
-                             const ConstTensor& out, const ConstTensor& attention) {
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(
-      op, "out", out, {shape.batch, shape.queries, shape.out_features}, shape.out_layout));
+Status CheckOutputsApart(const char* op, std::initializer_list<NamedView> inputs,
+                         const ConstTensor& out, const ConstTensor& attention,
+                         const ValidLens& valid_lens, int64_t batch, int64_t queries) {
   ATTNSCORE_RETURN_IF_ERROR(CheckWritable(op, "out", out));
   for (const NamedView& input : inputs) {
     ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(op, "out", out, input.name, input.view));
   }
   if (!attention.empty()) {
-    ATTNSCORE_RETURN_IF_ERROR(CheckTensor(op, "attention_weights", attention,
-                                          {shape.batch, shape.queries, shape.keys}, "(B, N, M)"));
     ATTNSCORE_RETURN_IF_ERROR(CheckWritable(op, "attention_weights", attention));
     for (const NamedView& input : inputs) {
       ATTNSCORE_RETURN_IF_ERROR(
@@ -135,8 +131,20 @@ Status CheckAttentionOutputs(const char* op, std::initializer_list<NamedView> in
     }
     ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(op, "attention_weights", attention, "out", out));
   }
-  return CheckValidLens(valid_lens, shape.batch, shape.queries, op,
+  return CheckValidLens(valid_lens, batch, queries, op,
                         {{"out", out}, {"attention_weights", attention}});
+}
+
+Status CheckAttentionOutputs(const char* op, std::initializer_list<NamedView> inputs,
+                             const AttentionShape& shape, const ValidLens& valid_lens,
+                             const ConstTensor& out, const ConstTensor& attention) {
+  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(
+      op, "out", out, {shape.batch, shape.queries, shape.out_features}, shape.out_layout));
+  if (!attention.empty()) {
+    ATTNSCORE_RETURN_IF_ERROR(CheckTensor(op, "attention_weights", attention,
+                                          {shape.batch, shape.queries, shape.keys}, "(B, N, M)"));
+  }
+  return CheckOutputsApart(op, inputs, out, attention, valid_lens, shape.batch, shape.queries);
 }
 
 }  // namespace attnscore::internal

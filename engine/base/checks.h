@@ -30,6 +30,14 @@ Status CheckWritable(const char* op, const char* name, const ConstTensor& view);
 Status CheckDisjoint(const char* op, const char* out_name, const ConstTensor& out,
                      const char* in_name, const ConstTensor& in, bool allow_same = false);
 
+// What every attention op checks of its outputs once their shapes are
+// checked: both writable, apart from the inputs and from each other (an
+// empty `attention` is skipped), and valid_lens for `batch` entries of
+// `queries` queries, apart from both.
+Status CheckOutputsApart(const char* op, std::initializer_list<NamedView> inputs,
+                         const ConstTensor& out, const ConstTensor& attention,
+                         const ValidLens& valid_lens, int64_t batch, int64_t queries);
+
 // The shape of an attention op's outputs: out (B, N, F), weights (B, N, M).
 struct AttentionShape {
   int64_t batch, queries, keys, out_features;

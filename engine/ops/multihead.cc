@@ -19,9 +19,7 @@ namespace attnscore::ops {
 namespace {
 
 constexpr const char* kOp = "MultiHeadAttention";
-using internal::CheckDisjoint;
 using internal::CheckTensor;
-using internal::CheckWritable;
 using internal::kAnyDim;
 
 Status CheckInputs(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
@@ -55,23 +53,12 @@ Status CheckArguments(const ConstTensor& q, const ConstTensor& k, const ConstTen
   const int64_t value_dim = v.dims[3];
   ATTNSCORE_RETURN_IF_ERROR(
       CheckTensor(kOp, "out", out, {batch, queries, heads, value_dim}, "(B, N, Hq, Dv)"));
-  ATTNSCORE_RETURN_IF_ERROR(CheckWritable(kOp, "out", out));
-  const internal::NamedView inputs[] = {{"queries", q}, {"keys", k}, {"values", v}};
-  for (const internal::NamedView& input : inputs) {
-    ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, input.name, input.view));
-  }
   if (!attention.empty()) {
     ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "attention_weights", attention,
                                           {batch, heads, queries, keys}, "(B, Hq, N, M)"));
-    ATTNSCORE_RETURN_IF_ERROR(CheckWritable(kOp, "attention_weights", attention));
-    for (const internal::NamedView& input : inputs) {
-      ATTNSCORE_RETURN_IF_ERROR(
-          CheckDisjoint(kOp, "attention_weights", attention, input.name, input.view));
-    }
-    ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "attention_weights", attention, "out", out));
   }
-  return internal::CheckValidLens(lens, batch, queries, kOp,
-                                  {{"out", out}, {"attention_weights", attention}});
+  return internal::CheckOutputsApart(kOp, {{"queries", q}, {"keys", k}, {"values", v}}, out,
+                                     attention, lens, batch, queries);
 }
 
 // The lengths the heads run with, (B, N): the caller's, each cut to its

@@ -18,9 +18,7 @@ namespace {
 
 constexpr const char* kOp = "MultiHeadAttention";
 constexpr const char* kLayers[] = {"W_q", "W_k", "W_v", "W_o"};
-using internal::CheckDisjoint;
 using internal::CheckTensor;
-using internal::CheckWritable;
 using internal::kAnyDim;
 
 // Q (B, N, Dq), K (B, M, Dk), V (B, M, Dv), out (B, N, H) and the weights
@@ -31,23 +29,12 @@ Status CheckArguments(const MultiHeadParams& m, const ConstTensor& q, const Cons
   ATTNSCORE_RETURN_IF_ERROR(CheckMultiHeadInputs(m, q, k, v, lens, causal));
   const int64_t batch = q.dims[0], queries = q.dims[1], keys = k.dims[1];
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "out", out, {batch, queries, m.hidden}, "(B, N, H)"));
-  ATTNSCORE_RETURN_IF_ERROR(CheckWritable(kOp, "out", out));
-  const internal::NamedView inputs[] = {{"queries", q}, {"keys", k}, {"values", v}};
-  for (const internal::NamedView& input : inputs) {
-    ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "out", out, input.name, input.view));
-  }
   if (!attention.empty()) {
     ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "attention_weights", attention,
                                           {batch, m.heads, queries, keys}, "(B, heads, N, M)"));
-    ATTNSCORE_RETURN_IF_ERROR(CheckWritable(kOp, "attention_weights", attention));
-    for (const internal::NamedView& input : inputs) {
-      ATTNSCORE_RETURN_IF_ERROR(
-          CheckDisjoint(kOp, "attention_weights", attention, input.name, input.view));
-    }
-    ATTNSCORE_RETURN_IF_ERROR(CheckDisjoint(kOp, "attention_weights", attention, "out", out));
   }
-  return internal::CheckValidLens(lens, batch, queries, kOp,
-                                  {{"out", out}, {"attention_weights", attention}});
+  return internal::CheckOutputsApart(kOp, {{"queries", q}, {"keys", k}, {"values", v}}, out,
+                                     attention, lens, batch, queries);
 }
 
 }  // namespace
