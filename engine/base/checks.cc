@@ -89,9 +89,13 @@ Status CheckWritable(const char* op, const char* name, const ConstTensor& view) 
   // Sorted by stride, each dim must step past everything the smaller ones span.
   // CheckTensor ran first, so 0 < rank <= kMaxRank.
   const int rank = std::clamp(view.rank, 0, kMaxRank);
-  int order[kMaxRank];
-  for (int d = 0; d < rank; ++d) order[d] = d;
-  std::sort(order, order + rank, [&](int a, int b) { return view.strides[a] < view.strides[b]; });
+  // At most kMaxRank dims: an insertion sort, by stride.
+  int order[kMaxRank] = {};
+  for (int d = 0; d < rank; ++d) {
+    int k = d;
+    for (; k > 0 && view.strides[order[k - 1]] > view.strides[d]; --k) order[k] = order[k - 1];
+    order[k] = d;
+  }
   int64_t span = 1;  // elements covered by the dims sorted so far
   for (int k = 0; k < rank; ++k) {
     const int d = order[k];
