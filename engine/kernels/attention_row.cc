@@ -12,6 +12,8 @@ namespace attnscore::kernels {
 
 HWY_EXPORT(ScoreRow);
 HWY_EXPORT(MixRow);
+HWY_EXPORT(ScoreRows);
+HWY_EXPORT(MixRows);
 
 void ScoreRow(const float* q, size_t depth, const float* k, int64_t k_row_stride, size_t keys,
               float scale, float* scores) {
@@ -21,6 +23,16 @@ void ScoreRow(const float* q, size_t depth, const float* k, int64_t k_row_stride
 void MixRow(const float* weights, size_t keys, const float* v, int64_t v_row_stride,
             size_t value_dim, float* out) {
   HWY_DYNAMIC_DISPATCH(MixRow)(weights, keys, v, v_row_stride, value_dim, out);
+}
+
+void ScoreRows(size_t rows, const float* const* q, size_t depth, const float* k,
+               int64_t k_row_stride, const size_t* keys, float scale, float* const* scores) {
+  HWY_DYNAMIC_DISPATCH(ScoreRows)(rows, q, depth, k, k_row_stride, keys, scale, scores);
+}
+
+void MixRows(size_t rows, const float* const* weights, const size_t* keys, const float* v,
+             int64_t v_row_stride, size_t value_dim, float* const* out) {
+  HWY_DYNAMIC_DISPATCH(MixRows)(rows, weights, keys, v, v_row_stride, value_dim, out);
 }
 
 }  // namespace attnscore::kernels

@@ -19,6 +19,22 @@ void ScoreRow(const float* q, size_t depth, const float* k, int64_t k_row_stride
 void MixRow(const float* weights, size_t keys, const float* v, int64_t v_row_stride,
             size_t value_dim, float* out);
 
+// Rows that share their keys (an entry's few queries, a group's query heads)
+// go through the two kernels below together, at most this many at a time.
+inline constexpr size_t kMaxSharedRows = 8;
+
+// ScoreRow for `rows` <= kMaxSharedRows queries over the same keys: row r
+// writes scores[r][j] for j < keys[r]. K is read once for all rows, and
+// every row gets the bits ScoreRow gives it alone.
+void ScoreRows(size_t rows, const float* const* q, size_t depth, const float* k,
+               int64_t k_row_stride, const size_t* keys, float scale, float* const* scores);
+
+// MixRow for `rows` <= kMaxSharedRows weight rows over the same values: row r
+// writes out[r][c] = Σ_{j < keys[r]} weights[r][j] · v[j·v_row_stride + c].
+// V is read once for all rows, and every row gets the bits MixRow gives it.
+void MixRows(size_t rows, const float* const* weights, const size_t* keys, const float* v,
+             int64_t v_row_stride, size_t value_dim, float* const* out);
+
 }  // namespace attnscore::kernels
 
 #endif  // ATTNSCORE_KERNELS_ATTENTION_ROW_H_

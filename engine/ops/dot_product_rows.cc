@@ -6,7 +6,6 @@
 
 #include "base/parallel.h"
 #include "base/scratch.h"
-#include "hwy/cache_control.h"
 #include "kernels/attention_row.h"
 #include "kernels/masked_softmax.h"
 #include "ops/dot_product_paths.h"
@@ -35,53 +34,55 @@ struct BlockPartial {
   float* out() const { return data + kHeader; }
 };
 
-// The row path with each row whole, one task per row.
+// An entry's rows go through the row kernels in chunks of this many, the
+// rows of a chunk sharing each K and V row read.
+constexpr int64_t kChunkRows = static_cast<int64_t>(kernels::kMaxSharedRows);
+
+// The row path with each row whole: a task per chunk of an entry's rows.
 Status WholeRows(int threads, const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
                  const internal::RowLengths& lens, float scale, const Tensor& out,
                  const Tensor& attention) {
   const int64_t queries = q.dims[1], depth = q.dims[2], keys = k.dims[1];
-  const int64_t value_dim = v.dims[2], rows = q.dims[0] * queries;
+  const int64_t value_dim = v.dims[2];
+  const int64_t chunks = CeilDiv(queries, kChunkRows);
+  const int64_t chunk_rows = std::min(queries, kChunkRows);
   const bool want_attention = !attention.empty();
-  // Each thread's scratch holds one row of scores, then its probabilities.
+  // Each task's scratch holds a row of scores per row, then its weights.
   return internal::ForEachRowInParallel(
-      threads, rows, internal::ScratchSlot::kRowTask, static_cast<size_t>(keys),
-      [&](int64_t r, float* scratch) {
-        const int64_t b = r / queries, i = r % queries;
-        const int64_t valid = lens.row(b, i);
-        // A query with length 0 weighs all M keys equally, as the reference does.
-        const int64_t mixed = valid > 0 ? valid : keys;
-        kernels::ScoreRow(q.data + b * q.strides[0] + i * q.strides[1], static_cast<size_t>(depth),
-                          k.data + b * k.strides[0], k.strides[1], static_cast<size_t>(valid),
-                          scale, scratch);
-        if (want_attention) {
-          float* row = attention.data + b * attention.strides[0] + i * attention.strides[1];
-          kernels::MaskedSoftmaxRow(scratch, static_cast<size_t>(valid), static_cast<size_t>(keys),
-                                    scratch);
-          for (int64_t j = 0; j < keys; ++j) row[j * attention.strides[2]] = scratch[j];
-        } else {
-          kernels::MaskedSoftmaxRow(scratch, static_cast<size_t>(valid), static_cast<size_t>(mixed),
-                                    scratch);
+      threads, q.dims[0] * chunks, internal::ScratchSlot::kRowTask,
+      static_cast<size_t>(chunk_rows * keys),
+      [&](int64_t task, float* scratch) {
+        const int64_t b = task / chunks, i0 = task % chunks * kChunkRows;
+        const int64_t count = std::min(kChunkRows, queries - i0);
+        const float* q_rows[kChunkRows] = {};
+        float* scores[kChunkRows] = {};
+        float* out_rows[kChunkRows] = {};
+        size_t valid[kChunkRows] = {}, mixed[kChunkRows] = {};
+        for (int64_t r = 0; r < count; ++r) {
+          const int64_t i = i0 + r;
+          q_rows[r] = q.data + b * q.strides[0] + i * q.strides[1];
+          scores[r] = scratch + r * keys;
+          out_rows[r] = out.data + b * out.strides[0] + i * out.strides[1];
+          valid[r] = static_cast<size_t>(lens.row(b, i));
+          // A query with length 0 weighs all M keys equally, as the reference does.
+          mixed[r] = valid[r] > 0 ? valid[r] : static_cast<size_t>(keys);
         }
-        kernels::MixRow(scratch, static_cast<size_t>(mixed), v.data + b * v.strides[0],
-                        v.strides[1], static_cast<size_t>(value_dim),
-                        out.data + b * out.strides[0] + i * out.strides[1]);
+        kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
+                           k.data + b * k.strides[0], k.strides[1], valid, scale, scores);
+        for (int64_t r = 0; r < count; ++r) {
+          if (want_attention) {
+            float* row =
+                attention.data + b * attention.strides[0] + (i0 + r) * attention.strides[1];
+            kernels::MaskedSoftmaxRow(scores[r], valid[r], static_cast<size_t>(keys), scores[r]);
+            for (int64_t j = 0; j < keys; ++j) row[j * attention.strides[2]] = scores[r][j];
+          } else {
+            kernels::MaskedSoftmaxRow(scores[r], valid[r], mixed[r], scores[r]);
+          }
+        }
+        kernels::MixRows(static_cast<size_t>(count), scores, mixed, v.data + b * v.strides[0],
+                         v.strides[1], static_cast<size_t>(value_dim), out_rows);
       },
       [] {}, internal::Balance::kDynamic);  // rows' lengths differ
-}
-
-// Asks the caches for the K and V rows of block task % blocks of entry
-// task / blocks (each row's D and Dv floats, a line at a time).
-void PrefetchBlock(const ConstTensor& k, const ConstTensor& v, int64_t task, int64_t blocks,
-                   int64_t key_block) {
-  const int64_t b = task / blocks, first = task % blocks * key_block;
-  const int64_t last = std::min(k.dims[1], first + key_block);
-  constexpr int64_t kLineFloats = 16;
-  for (int64_t j = first; j < last; ++j) {
-    const float* k_row = k.data + b * k.strides[0] + j * k.strides[1];
-    for (int64_t c = 0; c < k.dims[2]; c += kLineFloats) hwy::Prefetch(k_row + c * k.strides[2]);
-    const float* v_row = v.data + b * v.strides[0] + j * v.strides[1];
-    for (int64_t c = 0; c < v.dims[2]; c += kLineFloats) hwy::Prefetch(v_row + c * v.strides[2]);
-  }
 }
 
 // The row path with the keys in blocks of `key_block`, a task each for all
@@ -106,53 +107,76 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
 
   // Each task: one block of keys for every row of one batch entry, so that
   // rows sharing keys (an entry's queries, a group's heads) read the block's
-  // K and V while they are in cache. Its scratch holds a row's block scores,
-  // then its weights (or, for a row with L = 0, uniform weights over M keys).
+  // K and V once for a chunk of rows. Its scratch holds each row's block
+  // scores, then its weights (or, for a row with L = 0, uniform weights over
+  // M keys).
+  const int64_t chunk_rows = std::min(queries, kChunkRows);
   Status status = internal::ForEachRowInParallel(
-      threads, q.dims[0] * blocks, internal::ScratchSlot::kRowTask, static_cast<size_t>(keys),
+      threads, q.dims[0] * blocks, internal::ScratchSlot::kRowTask,
+      static_cast<size_t>(std::max(keys, chunk_rows * key_block)),
       [&](int64_t task, float* scratch) {
         const int64_t b = task / blocks, block = task % blocks;
         const float* v_entry = v.data + b * v.strides[0];
-        // Rows sharing keys spend most of a task in cache, after the first
-        // row's pass: the next task's keys and values are fetched meanwhile.
-        if (queries > 1 && task + 1 < q.dims[0] * blocks) {
-          PrefetchBlock(k, v, task + 1, blocks, key_block);
-        }
-        for (int64_t i = 0; i < queries; ++i) {
-          const int64_t r = b * queries + i;
-          const int64_t valid = lens.row(b, i);
-          float* out_row = out.data + b * out.strides[0] + i * out.strides[1];
-          if (valid == 0) {
-            // Uniform weights over all M keys, as the reference's mask gives.
-            if (block != 0) continue;
-            std::fill(scratch, scratch + keys, 1.0f / static_cast<float>(keys));
-            kernels::MixRow(scratch, static_cast<size_t>(keys), v_entry, v.strides[1],
-                            static_cast<size_t>(value_dim), out_row);
-            if (want_attention) {
-              float* w = attention_row(b, i);
-              for (int64_t j = 0; j < keys; ++j) w[j * attention.strides[2]] = scratch[j];
+        const int64_t first = block * key_block;
+        for (int64_t i0 = 0; i0 < queries; i0 += kChunkRows) {
+          // The chunk's rows with keys in this block: scored together, then
+          // each row's softmax, then the rows with finite weights mixed together.
+          const float* q_rows[kChunkRows] = {};
+          float* scores[kChunkRows] = {};
+          const float* weights[kChunkRows] = {};
+          float* outs[kChunkRows] = {};
+          size_t n[kChunkRows] = {}, mix_n[kChunkRows] = {};
+          int64_t row_of[kChunkRows] = {};
+          int64_t count = 0;
+          for (int64_t i = i0; i < std::min(queries, i0 + kChunkRows); ++i) {
+            const int64_t valid = lens.row(b, i);
+            if (valid == 0) {
+              // Uniform weights over all M keys, as the reference's mask gives.
+              if (block != 0) continue;
+              std::fill(scratch, scratch + keys, 1.0f / static_cast<float>(keys));
+              float* out_row = out.data + b * out.strides[0] + i * out.strides[1];
+              kernels::MixRow(scratch, static_cast<size_t>(keys), v_entry, v.strides[1],
+                              static_cast<size_t>(value_dim), out_row);
+              if (want_attention) {
+                float* w = attention_row(b, i);
+                for (int64_t j = 0; j < keys; ++j) w[j * attention.strides[2]] = scratch[j];
+              }
+              continue;
             }
-            continue;
+            if (first >= valid) continue;
+            q_rows[count] = q.data + b * q.strides[0] + i * q.strides[1];
+            scores[count] = scratch + count * key_block;
+            n[count] = static_cast<size_t>(std::min(key_block, valid - first));
+            row_of[count] = i;
+            ++count;
           }
-          const int64_t first = block * key_block;
-          if (first >= valid) continue;
-          const int64_t n = std::min(key_block, valid - first);
-          kernels::ScoreRow(q.data + b * q.strides[0] + i * q.strides[1],
-                            static_cast<size_t>(depth),
-                            k.data + b * k.strides[0] + first * k.strides[1], k.strides[1],
-                            static_cast<size_t>(n), scale, scratch);
-          const kernels::SoftmaxBlockStats stats =
-              kernels::MaskedSoftmaxBlock(scratch, static_cast<size_t>(n), scratch);
-          const BlockPartial p = partial(r, block);
-          p.max() = stats.max;
-          p.sum() = stats.poisoned ? nan : stats.sum;
-          if (stats.poisoned) continue;
-          kernels::MixRow(scratch, static_cast<size_t>(n), v_entry + first * v.strides[1],
-                          v.strides[1], static_cast<size_t>(value_dim), p.out());
-          if (want_attention) {
-            float* w = attention_row(b, i) + first * attention.strides[2];
-            for (int64_t j = 0; j < n; ++j) w[j * attention.strides[2]] = scratch[j];
+          if (count == 0) continue;
+          kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
+                             k.data + b * k.strides[0] + first * k.strides[1], k.strides[1], n,
+                             scale, scores);
+          int64_t mixing = 0;
+          for (int64_t c = 0; c < count; ++c) {
+            const int64_t i = row_of[c];
+            const kernels::SoftmaxBlockStats stats =
+                kernels::MaskedSoftmaxBlock(scores[c], n[c], scores[c]);
+            const BlockPartial p = partial(b * queries + i, block);
+            p.max() = stats.max;
+            p.sum() = stats.poisoned ? nan : stats.sum;
+            if (stats.poisoned) continue;
+            weights[mixing] = scores[c];
+            outs[mixing] = p.out();
+            mix_n[mixing] = n[c];
+            ++mixing;
+            if (want_attention) {
+              float* w = attention_row(b, i) + first * attention.strides[2];
+              for (size_t j = 0; j < n[c]; ++j) {
+                w[static_cast<int64_t>(j) * attention.strides[2]] = scores[c][j];
+              }
+            }
           }
+          kernels::MixRows(static_cast<size_t>(mixing), weights, mix_n,
+                           v_entry + first * v.strides[1], v.strides[1],
+                           static_cast<size_t>(value_dim), outs);
         }
       },
       [] {}, internal::Balance::kDynamic);  // rows' lengths differ, and so do their blocks

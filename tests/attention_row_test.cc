@@ -1,0 +1,99 @@
+// The row kernels (engine/kernels/attention_row.h) on every target: rows
+// that share their keys give each row the bits it gets alone, and both
+// kernels agree with sums in double.
+#include "kernels/attention_row.h"
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "test_util.h"
+
+namespace attnscore::test {
+namespace {
+
+class AttentionRowTest : public PerTarget {};
+ATTNSCORE_INSTANTIATE_PER_TARGET(AttentionRowTest);
+
+bool SameBits(const float* a, const float* b, size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+// Shapes that cross every boundary: D and Dv off the vector width and the
+// four-vector strip, key counts off the four-key groups, the even pairs and
+// the 64-key passes, a row with no keys, rows of unequal lengths.
+struct Case {
+  size_t depth, value_dim;
+  std::vector<size_t> keys;  // per row
+};
+
+const Case kCases[] = {
+    {64, 64, {256, 256, 256, 256}},
+    {64, 64, {131, 200, 1, 0, 64, 65, 3, 130}},
+    {13, 37, {7, 5}},
+    {100, 129, {300, 299, 2}},
+    {1, 1, {9}},
+};
+
+TEST_P(AttentionRowTest, SharedRowsGiveEachRowItsOwnBits) {
+  for (const Case& c : kCases) {
+    const size_t rows = c.keys.size();
+    size_t longest = 0;
+    for (size_t n : c.keys) longest = std::max(longest, n);
+    const int64_t k_stride = static_cast<int64_t>(c.depth) + 3;  // rows apart in memory
+    const int64_t v_stride = static_cast<int64_t>(c.value_dim) + 5;
+    const std::vector<float> q = RandomFloats(rows * c.depth, 1);
+    const std::vector<float> k = RandomFloats(longest * static_cast<size_t>(k_stride) + 1, 2);
+    const std::vector<float> v = RandomFloats(longest * static_cast<size_t>(v_stride) + 1, 3);
+    const std::vector<float> w = RandomFloats(rows * longest + 1, 4);
+
+    std::vector<float> scores(rows * longest + 1, -1.0f), mixed(rows * c.value_dim, -1.0f);
+    std::vector<const float*> q_rows(rows), w_rows(rows);
+    std::vector<float*> score_rows(rows), out_rows(rows);
+    for (size_t r = 0; r < rows; ++r) {
+      q_rows[r] = q.data() + r * c.depth;
+      w_rows[r] = w.data() + r * longest;
+      score_rows[r] = scores.data() + r * longest;
+      out_rows[r] = mixed.data() + r * c.value_dim;
+    }
+    const float scale = 0.125f;
+    kernels::ScoreRows(rows, q_rows.data(), c.depth, k.data(), k_stride, c.keys.data(), scale,
+                       score_rows.data());
+    kernels::MixRows(rows, w_rows.data(), c.keys.data(), v.data(), v_stride, c.value_dim,
+                     out_rows.data());
+
+    for (size_t r = 0; r < rows; ++r) {
+      const size_t n = c.keys[r];
+      std::vector<float> alone_scores(n + 1), alone_out(c.value_dim);
+      kernels::ScoreRow(q_rows[r], c.depth, k.data(), k_stride, n, scale, alone_scores.data());
+      kernels::MixRow(w_rows[r], n, v.data(), v_stride, c.value_dim, alone_out.data());
+      EXPECT_TRUE(SameBits(score_rows[r], alone_scores.data(), n)) << "row " << r;
+      EXPECT_TRUE(SameBits(out_rows[r], alone_out.data(), c.value_dim)) << "row " << r;
+
+      for (size_t j = 0; j < n; ++j) {
+        double dot = 0;
+        for (size_t d = 0; d < c.depth; ++d) {
+          dot += static_cast<double>(q_rows[r][d]) * k[j * static_cast<size_t>(k_stride) + d];
+        }
+        EXPECT_NEAR(score_rows[r][j], scale * dot, 1e-5 * (1.0 + std::sqrt(c.depth)))
+            << "row " << r << " key " << j;
+      }
+      for (size_t col = 0; col < c.value_dim; ++col) {
+        double sum = 0;
+        for (size_t j = 0; j < n; ++j) {
+          sum += static_cast<double>(w_rows[r][j]) * v[j * static_cast<size_t>(v_stride) + col];
+        }
+        EXPECT_NEAR(out_rows[r][col], sum, 1e-5 * (1.0 + std::sqrt(n))) << "row " << r;
+      }
+      // Scores past a row's own keys are not written.
+      if (n < longest) {
+        EXPECT_EQ(score_rows[r][n], -1.0f) << "row " << r;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnscore::test
