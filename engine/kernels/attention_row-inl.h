@@ -21,25 +21,90 @@ namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Σ_d q[d]·row[d] as a vector of partial sums (reduced by the caller).
+// Four keys' dot products with one query, each as a vector of partial sums
+// (reduced by the caller): two accumulators per key, over alternate vectors
+// of D, the query's vectors loaded once for the four keys.
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE V DotPartials(D d, const float* HWY_RESTRICT q, const float* HWY_RESTRICT row,
-                         size_t depth) {
+HWY_INLINE void DotPartials4(D d, const float* HWY_RESTRICT q, const float* const* HWY_RESTRICT row,
+                             size_t depth, V* HWY_RESTRICT sums) {
   const size_t lanes = hn::Lanes(d);
-  V sum0 = hn::Zero(d), sum1 = hn::Zero(d);
+  V a0 = hn::Zero(d), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
   size_t c = 0;
   for (; c + 2 * lanes <= depth; c += 2 * lanes) {
-    sum0 = hn::MulAdd(hn::LoadU(d, q + c), hn::LoadU(d, row + c), sum0);
-    sum1 = hn::MulAdd(hn::LoadU(d, q + c + lanes), hn::LoadU(d, row + c + lanes), sum1);
+    const V qa = hn::LoadU(d, q + c), qb = hn::LoadU(d, q + c + lanes);
+    a0 = hn::MulAdd(qa, hn::LoadU(d, row[0] + c), a0);
+    a1 = hn::MulAdd(qa, hn::LoadU(d, row[1] + c), a1);
+    a2 = hn::MulAdd(qa, hn::LoadU(d, row[2] + c), a2);
+    a3 = hn::MulAdd(qa, hn::LoadU(d, row[3] + c), a3);
+    b0 = hn::MulAdd(qb, hn::LoadU(d, row[0] + c + lanes), b0);
+    b1 = hn::MulAdd(qb, hn::LoadU(d, row[1] + c + lanes), b1);
+    b2 = hn::MulAdd(qb, hn::LoadU(d, row[2] + c + lanes), b2);
+    b3 = hn::MulAdd(qb, hn::LoadU(d, row[3] + c + lanes), b3);
   }
-  for (; c + lanes <= depth; c += lanes) {
-    sum0 = hn::MulAdd(hn::LoadU(d, q + c), hn::LoadU(d, row + c), sum0);
+  if (c + lanes <= depth) {
+    const V qa = hn::LoadU(d, q + c);
+    a0 = hn::MulAdd(qa, hn::LoadU(d, row[0] + c), a0);
+    a1 = hn::MulAdd(qa, hn::LoadU(d, row[1] + c), a1);
+    a2 = hn::MulAdd(qa, hn::LoadU(d, row[2] + c), a2);
+    a3 = hn::MulAdd(qa, hn::LoadU(d, row[3] + c), a3);
+    c += lanes;
   }
   if (c < depth) {
-    sum1 = hn::MulAdd(LoadTail(d, q + c, depth - c, 0.0f), LoadTail(d, row + c, depth - c, 0.0f),
-                      sum1);
+    const size_t rest = depth - c;
+    const V qb = LoadTail(d, q + c, rest, 0.0f);
+    b0 = hn::MulAdd(qb, LoadTail(d, row[0] + c, rest, 0.0f), b0);
+    b1 = hn::MulAdd(qb, LoadTail(d, row[1] + c, rest, 0.0f), b1);
+    b2 = hn::MulAdd(qb, LoadTail(d, row[2] + c, rest, 0.0f), b2);
+    b3 = hn::MulAdd(qb, LoadTail(d, row[3] + c, rest, 0.0f), b3);
   }
-  return hn::Add(sum0, sum1);
+  sums[0] = hn::Add(a0, b0), sums[1] = hn::Add(a1, b1);
+  sums[2] = hn::Add(a2, b2), sums[3] = hn::Add(a3, b3);
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// Lanes 0..3 of v's 128-bit blocks added: halves added until one block is left.
+template <class D>
+HWY_INLINE hn::Vec<hn::Full128<float>> SumBlocks(D d, hn::Vec<D> v) {
+  if constexpr (hn::MaxLanes(D()) <= 4) {
+    (void)d;
+    return v;
+  } else {
+    const hn::Half<D> half;
+    return SumBlocks(half, hn::Add(hn::LowerHalf(half, v), hn::UpperHalf(half, v)));
+  }
+}
+#endif
+
+// Stores scale · (the lane sum of sums[i]) for the first `count` <= 4 of
+// four keys. Each key's sum is its own lanes added in a fixed tree, whatever
+// the other three hold: lanes paired within each 128-bit block (the four
+// keys transposed by interleaving, so one add serves all four), then the
+// blocks added.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void StoreSums4(D d, const V* HWY_RESTRICT sums, float scale, size_t count,
+                           float* HWY_RESTRICT out) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)d;
+  for (size_t i = 0; i < count; ++i) out[i] = scale * hn::GetLane(sums[i]);
+#else
+  const hn::Repartition<double, D> dd;
+  const V t01 =
+      hn::Add(hn::InterleaveLower(d, sums[0], sums[1]), hn::InterleaveUpper(d, sums[0], sums[1]));
+  const V t23 =
+      hn::Add(hn::InterleaveLower(d, sums[2], sums[3]), hn::InterleaveUpper(d, sums[2], sums[3]));
+  const auto low = hn::InterleaveLower(dd, hn::BitCast(dd, t01), hn::BitCast(dd, t23));
+  const auto high = hn::InterleaveUpper(dd, hn::BitCast(dd, t01), hn::BitCast(dd, t23));
+  const auto blocks = SumBlocks(d, hn::Add(hn::BitCast(d, low), hn::BitCast(d, high)));
+  const hn::Full128<float> d4;
+  const auto scaled = hn::Mul(blocks, hn::Set(d4, scale));
+  if (count == 4) {
+    hn::StoreU(scaled, d4, out);
+  } else {
+    alignas(16) float lanes[4];
+    hn::Store(scaled, d4, lanes);
+    for (size_t i = 0; i < count; ++i) out[i] = lanes[i];
+  }
+#endif
 }
 
 // Rows a kernel asks the caches for ahead of the four it works on: far
@@ -57,39 +122,31 @@ HWY_INLINE void PrefetchRows(const float* HWY_RESTRICT base, size_t first, size_
   }
 }
 
-// Scores of up to kernels::kMaxSharedRows rows over the same keys: row r's score j is
-// scale · q[r]·k_j for j < keys[r]. Keys go four at a time, every row taking
-// each group of four while its K rows are in L1, so K is read from memory
-// once for all rows. A score is summed the same way whatever the rows beside
-// it: two partial sums over alternate vectors of D, then across lanes.
+// Scores of up to kernels::kMaxSharedRows rows over the same keys: row r's
+// score j is scale · q[r]·k_j for j < keys[r]. Keys go four at a time, every
+// row taking each group of four while its K rows are in L1, so K is read from
+// memory once for all rows. A score's arithmetic is that of its own query
+// and key alone: a row's last keys short of four are scored with the last
+// key standing in for the missing ones, and only their own scores stored.
 void ScoreRows(size_t rows, const float* const* HWY_RESTRICT q, size_t depth,
                const float* HWY_RESTRICT k, int64_t k_row_stride, const size_t* HWY_RESTRICT keys,
                float scale, float* const* HWY_RESTRICT scores) {
-  const hn::ScalableTag<float> d;
+  using D = hn::ScalableTag<float>;
+  const D d;
   size_t longest = 0;
   for (size_t r = 0; r < rows; ++r) longest = keys[r] > longest ? keys[r] : longest;
-  // Four keys at a time: their dot products are independent, so the loads
-  // and FMAs of one overlap the horizontal sums of the others.
+  hn::Vec<D> sums[4];
   for (size_t j = 0; j < longest; j += 4) {
-    const float* row = k + static_cast<int64_t>(j) * k_row_stride;
     PrefetchRows(k, j + kPrefetchKeys, longest, k_row_stride, depth);
     for (size_t r = 0; r < rows; ++r) {
-      float* out = scores[r];
-      if (j + 4 <= keys[r]) {
-        const auto s0 = DotPartials(d, q[r], row, depth);
-        const auto s1 = DotPartials(d, q[r], row + k_row_stride, depth);
-        const auto s2 = DotPartials(d, q[r], row + 2 * k_row_stride, depth);
-        const auto s3 = DotPartials(d, q[r], row + 3 * k_row_stride, depth);
-        out[j] = scale * hn::GetLane(hn::SumOfLanes(d, s0));
-        out[j + 1] = scale * hn::GetLane(hn::SumOfLanes(d, s1));
-        out[j + 2] = scale * hn::GetLane(hn::SumOfLanes(d, s2));
-        out[j + 3] = scale * hn::GetLane(hn::SumOfLanes(d, s3));
-        continue;
+      if (j >= keys[r]) continue;
+      const size_t count = keys[r] - j < 4 ? keys[r] - j : 4;
+      const float* row[4];
+      for (size_t i = 0; i < 4; ++i) {
+        row[i] = k + static_cast<int64_t>(j + (i < count ? i : count - 1)) * k_row_stride;
       }
-      for (size_t i = j; i < keys[r]; ++i) {
-        const auto s = DotPartials(d, q[r], k + static_cast<int64_t>(i) * k_row_stride, depth);
-        out[i] = scale * hn::GetLane(hn::SumOfLanes(d, s));
-      }
+      DotPartials4(d, q[r], row, depth, sums);
+      StoreSums4(d, sums, scale, count, scores[r] + j);
     }
   }
 }
