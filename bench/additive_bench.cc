@@ -104,6 +104,17 @@ BENCHMARK(BM_AdditiveScoreKernel)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// The limit of BM_SweepAdditive (sweep_bench.cc) at each key count: its
+// scores alone, 16 queries, H 64, the fast tanh.
+BENCHMARK(BM_AdditiveScoreKernel)
+    ->Name("BM_SweepAdditiveKernel")
+    ->ArgNames({"queries", "keys", "hidden", "mode"})
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      for (int64_t m = 64; m <= 65536; m *= 2) b->Args({16, m, 64, 0});
+    })
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
 // Highway's Tanh over 16 Ki floats (in and out stay in L2).
 void BM_HighwayTanh(benchmark::State& state) {
   const int64_t count = state.range(0);

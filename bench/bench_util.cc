@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "kernels/additive_scores.h"
 #include "kernels/masked_softmax.h"
 #include "matmul/matmul.h"
 
@@ -104,6 +105,16 @@ double ValidKeys(const std::vector<int64_t>& lens, int64_t queries, int64_t keys
   double total = 0;
   for (int64_t l : lens) total += static_cast<double>(std::min(l, keys) * queries);
   return total;
+}
+
+void CachedRead(benchmark::State& state) {
+  SharedEngine();
+  const int64_t floats = state.range(0) / 4;
+  const std::vector<float> data = RandomFloats(floats, 5);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(kernels::MaxAbs(data.data(), static_cast<size_t>(floats)));
+  }
+  state.SetBytesProcessed(state.range(0) * state.iterations());
 }
 
 }  // namespace attnscore::bench

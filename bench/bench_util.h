@@ -48,6 +48,12 @@ std::vector<int64_t> RandomLengths(int64_t count, int64_t keys, uint32_t seed);
 // shared by `queries` rows each.
 double ValidKeys(const std::vector<int64_t>& lens, int64_t queries, int64_t keys);
 
+// The cache-resident read peer, over state.range(0) bytes: reads them as
+// often as the op reads its own, so they are as cache-resident as the op's,
+// with one vector load and max per vector (kernels::MaxAbs at the Highway
+// target in use), which outruns the caches beyond L1. Bytes/s is the rate.
+void CachedRead(benchmark::State& state);
+
 }  // namespace attnscore::bench
 
 #endif  // ATTNSCORE_BENCH_BENCH_UTIL_H_

@@ -15,7 +15,6 @@
 
 #include "attnscore/kv_cache.h"
 #include "bench_util.h"
-#include "kernels/additive_scores.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace attnscore::bench {
@@ -108,19 +107,8 @@ BENCHMARK(BM_KvCacheDecode)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
-// Reads `bytes` (the decode's K and V) as often as the op does, so they are
-// as cache-resident as the op's: one vector load and max per vector
-// (kernels::MaxAbs at the Highway target in use), which outruns the caches
-// beyond L1.
-void BM_CachedRead(benchmark::State& state) {
-  SharedEngine();
-  const int64_t floats = state.range(0) / 4;
-  const std::vector<float> data = RandomFloats(floats, 5);
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(kernels::MaxAbs(data.data(), static_cast<size_t>(floats)));
-  }
-  state.SetBytesProcessed(state.range(0) * state.iterations());
-}
+// Reads the decode's K and V bytes as often as the op does (bench_util.h).
+void BM_CachedRead(benchmark::State& state) { CachedRead(state); }
 
 BENCHMARK(BM_CachedRead)
     ->ArgName("bytes")

@@ -8,7 +8,8 @@
 It runs BUILD/bin/attnscore_bench once, with --benchmark_repetitions=N,
 random interleaving and aggregates only, into a temporary JSON file (plus
 --benchmark_min_time and --benchmark_filter when given; without --min-time,
-Google Benchmark's default), then, with --torch, bench/compare_torch.py
+Google Benchmark's default; without --filter, every benchmark but the key
+count sweep, which bench/sweep.py runs and draws into docs/sweep.md), then, with --torch, bench/compare_torch.py
 against the CLI BUILD/bin/attnscore on 1 thread. From that one run it writes
 
   --out     a page with a table per op (masked softmax, dot product,
@@ -61,6 +62,7 @@ PYTHON = "/usr/bin/python3"
 BEGIN = "<!-- performance:begin -->"
 END = "<!-- performance:end -->"
 TORCH_REPEAT = 30
+SWEEP_FAMILIES = "BM_Sweep"
 ENV_KNOBS = ("ATTNSCORE_ISA", "ATTNSCORE_BENCH_THREADS")  # read by attnscore_bench
 
 
@@ -85,7 +87,8 @@ def parse_args(argv):
                     help="benchmark repetitions; each figure is their median (default 9)")
     ap.add_argument("--min-time", type=float,
                     help="--benchmark_min_time in seconds (default: Google Benchmark's)")
-    ap.add_argument("--filter", help="--benchmark_filter REGEX (default: every benchmark)")
+    ap.add_argument("--filter", help="--benchmark_filter REGEX (default: every benchmark but "
+                    "the key-count sweep, -BM_Sweep)")
     ap.add_argument("--torch", action=argparse.BooleanOptionalAction, default=None,
                     help="also run bench/compare_torch.py (default: on where "
                          "/usr/bin/python3 can import torch)")
@@ -163,8 +166,9 @@ def run_bench(bench, args, json_path):
            "--benchmark_out=%s" % json_path, "--benchmark_out_format=json"]
     if args.min_time is not None:
         cmd.append("--benchmark_min_time=%g" % args.min_time)
-    if args.filter is not None:
-        cmd.append("--benchmark_filter=%s" % args.filter)
+    # The key-count sweep (bench/sweep_bench.cc) is bench/sweep.py's.
+    cmd.append("--benchmark_filter=%s" % (args.filter if args.filter is not None
+                                           else "-" + SWEEP_FAMILIES))
     sys.stderr.write("report: running %s\n" % " ".join(shlex.quote(c) for c in cmd))
     sys.stderr.flush()
     try:  # its console table goes to stderr, as progress

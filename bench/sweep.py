@@ -1,0 +1,454 @@
+#!/usr/bin/python3
+"""How cost grows with the key count M: runs the sweep and draws it.
+
+    /usr/bin/python3 bench/sweep.py [--build build] [--repetitions 3]
+        [--min-time SECONDS] [--torch | --no-torch] [--max-keys 65536]
+        [--out-dir docs]
+
+Runs BUILD/bin/attnscore_bench's sweep (bench/sweep_bench.cc: decode, causal
+prefill and additive attention on one batch entry, M = 64 to 65,536
+doubling, or up to --max-keys, each beside its limit at the same M) once
+with --threads 1 and once with --threads 2, then, with --torch, the PyTorch
+seed modules (tools/seed_modules.py) on the same shapes with
+torch.set_num_threads(1) and (2), where their inputs, scores and mask fit
+in TORCH_BYTES. From those runs it writes, into --out-dir:
+
+  sweep.md          per workload a table: M, the 1-thread median and rate,
+                    the limit's rate and the workload's share of it, the
+                    2-thread median and speed-up over 1 thread, and
+                    PyTorch's 1-thread median and attnscore's speed-up over
+                    it; then the trend check; a header with the CPU, the
+                    Highway target, oneDNN, the commit, the date and the
+                    command that remakes it;
+  sweep_time.png    median time against M, log-log, every series;
+  sweep_limit.png   % of the limit against M, at 1 thread.
+
+Limits: decode against reading its K and V bytes (BM_SweepRead, as
+cache-resident as the op's); prefill against one oneDNN fp32 matmul with the
+same inner dimension D + Dv at that M (BM_SweepMatmul), counting only the
+visible keys' FLOPs; additive against its own score kernel alone on the
+same (query, key, hidden) triples (BM_SweepAdditiveKernel), the bulk of its
+work. Each limit is run in the same
+process as its workload; the 2-thread columns report speed-up, not % of a
+limit (the read is one thread's).
+
+Trend check: each inner point of a series against the geometric mean of its
+two neighbours (the straight line between them on the log-log plot); the
+page names each series' worst point and flags any beyond 1.5×.
+
+Exit status: 0 all three files written; 1 a benchmark or PyTorch run failed;
+2 bad arguments or a missing binary. On any failure nothing is written.
+"""
+import argparse
+import json
+import math
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report  # noqa: E402  (the report's facts, medians and atomic writes)
+
+REPO_ROOT = report.REPO_ROOT
+THREADS = (1, 2)
+WORKLOADS = ("decode", "prefill", "additive")
+FAMILY = {"decode": "BM_SweepDecode", "prefill": "BM_SweepPrefill",
+          "additive": "BM_SweepAdditive"}
+LIMIT = {"decode": "BM_SweepRead", "prefill": "BM_SweepMatmul",
+         "additive": "BM_SweepAdditiveKernel"}
+FEWEST_KEYS, MOST_KEYS = 64, 65536  # as bench/sweep_bench.cc registers them
+DEPTH = 64
+ADDITIVE_QUERIES = 16
+TORCH_BYTES = 2 << 30  # a PyTorch point is skipped when its tensors would pass this
+TORCH_SECONDS = 2.0    # time spent per PyTorch point, at least 3 calls
+TREND_LIMIT = 1.5
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(
+        prog="sweep.py", description="Sweeps the key count M at 1 and 2 threads and draws "
+        "docs/sweep.md, docs/sweep_time.png and docs/sweep_limit.png.")
+    ap.add_argument("--build", help="build directory (default: build)")
+    ap.add_argument("--repetitions", type=int, default=3,
+                    help="--benchmark_repetitions (default 3)")
+    ap.add_argument("--min-time", type=float, default=0.1,
+                    help="--benchmark_min_time in seconds (default 0.1)")
+    ap.add_argument("--torch", action=argparse.BooleanOptionalAction, default=None,
+                    help="time the PyTorch seed modules too (default: when torch imports)")
+    ap.add_argument("--max-keys", type=int, default=MOST_KEYS,
+                    help="sweep M up to this power of two only (default %d)" % MOST_KEYS)
+    ap.add_argument("--out-dir", help="directory to write into (default: docs)")
+    args = ap.parse_args(argv)
+    if (args.max_keys < 4 * FEWEST_KEYS or args.max_keys > MOST_KEYS
+            or args.max_keys & (args.max_keys - 1)):
+        ap.error("--max-keys must be a power of two from %d to %d, not %d"
+                 % (4 * FEWEST_KEYS, MOST_KEYS, args.max_keys))
+    if args.repetitions < 1:
+        ap.error("--repetitions must be at least 1")
+    if args.min_time <= 0:
+        ap.error("--min-time must be positive")
+    return args
+
+
+def bench_filter(max_keys):
+    """The sweep's benchmarks up to max_keys keys."""
+    keys = [FEWEST_KEYS << i for i in range((max_keys // FEWEST_KEYS).bit_length())]
+    if max_keys == MOST_KEYS:
+        return "BM_Sweep"
+    return "BM_Sweep(Decode|Prefill|Matmul|Additive)/keys:(%s)/|" \
+        "BM_SweepAdditiveKernel/queries:%d/keys:(%s)/|BM_SweepRead/bytes:(%s)/" % (
+            "|".join(map(str, keys)), ADDITIVE_QUERIES, "|".join(map(str, keys)),
+            "|".join(str(m * 2 * DEPTH * 4) for m in keys))
+
+
+def run_bench(bench, threads, args, json_path):
+    cmd = [bench, "--threads", str(threads), "--benchmark_filter=%s" % bench_filter(args.max_keys),
+           "--benchmark_repetitions=%d" % args.repetitions,
+           "--benchmark_report_aggregates_only=true",
+           "--benchmark_min_time=%g" % args.min_time,
+           "--benchmark_out=%s" % json_path, "--benchmark_out_format=json"]
+    sys.stderr.write("sweep: running %s\n" % " ".join(shlex.quote(c) for c in cmd))
+    sys.stderr.flush()
+    try:
+        rc = subprocess.run(cmd, stdout=sys.stderr).returncode
+    except OSError as e:
+        raise report.Failure("cannot run %s: %s" % (bench, e), 1)
+    if rc != 0:
+        raise report.Failure("%s exited with status %d" % (bench, rc), 1)
+    try:
+        with open(json_path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise report.Failure("no JSON from %s: %s" % (bench, e), 1)
+    failed = ["%s: %s" % (b.get("name"), b.get("error_message", "error"))
+              for b in data.get("benchmarks", []) if b.get("error_occurred")]
+    if failed:
+        raise report.Failure("benchmarks failed:\n  " + "\n  ".join(failed), 1)
+    return data
+
+
+def series(runs):
+    """workload -> {M: (seconds, rate, limit rate)}, from one run's medians."""
+    by_family = {}
+    for name, b in runs.items():
+        a = report.args_of(name)
+        m = a["bytes"] // (2 * DEPTH * 4) if "bytes" in a else a["keys"]
+        by_family.setdefault(report.family(name), {})[m] = b
+    rate = {"decode": report.gbps, "prefill": report.gflops, "additive": report.per_ns}
+    out = {}
+    for w in WORKLOADS:
+        limits = by_family.get(LIMIT[w], {})
+        out[w] = {m: (report.seconds(b), rate[w](b),
+                      rate[w](limits[m]) if m in limits else None)
+                  for m, b in sorted(by_family.get(FAMILY[w], {}).items())}
+    return out
+
+
+def torch_points(threads, keys):
+    """workload -> {M: median seconds} of the PyTorch seed modules."""
+    import torch
+    sys.path.insert(0, os.path.join(REPO_ROOT, "tools"))
+    from seed_modules import AdditiveAttention, DotProductAttention
+    torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(0)
+    out = {w: {} for w in WORKLOADS}
+    for m in keys:
+        calls = {}
+        # Bytes each would hold at once: inputs, and for the dot product the
+        # (N, M) scores with their mask and softmax copies, for additive the
+        # (N, M, H) features and their tanh.
+        if 4 * m * 2 * DEPTH * 3 <= TORCH_BYTES:
+            attn = DotProductAttention(dropout=0)
+            attn.eval()
+            k, v = torch.randn(1, m, DEPTH, generator=gen), torch.randn(1, m, DEPTH, generator=gen)
+            q1 = torch.randn(1, 1, DEPTH, generator=gen)
+            lens1 = torch.tensor([m])
+            calls["decode"] = lambda a=attn, q=q1, k=k, v=v, l=lens1: a(q, k, v, l)
+            if 4 * m * m * 4 <= TORCH_BYTES:
+                qm = torch.randn(1, m, DEPTH, generator=gen)
+                causal = torch.arange(1, m + 1).reshape(1, m)
+                calls["prefill"] = lambda a=attn, q=qm, k=k, v=v, l=causal: a(q, k, v, l)
+        if 4 * ADDITIVE_QUERIES * m * DEPTH * 3 <= TORCH_BYTES:
+            add = AdditiveAttention(DEPTH, DEPTH, DEPTH, dropout=0)
+            add.eval()
+            qa = torch.randn(1, ADDITIVE_QUERIES, DEPTH, generator=gen)
+            ka, va = torch.randn(1, m, DEPTH, generator=gen), torch.randn(1, m, DEPTH, generator=gen)
+            calls["additive"] = lambda a=add, q=qa, k=ka, v=va: a(q, k, v, None)
+        for w, fn in calls.items():
+            with torch.no_grad():
+                fn()  # warm-up, and the time of one call
+                t0 = time.perf_counter()
+                fn()
+                first = time.perf_counter() - t0
+                repeat = max(3, min(50, int(TORCH_SECONDS / max(first, 1e-6))))
+                samples = []
+                for _ in range(repeat):
+                    t0 = time.perf_counter()
+                    fn()
+                    samples.append(time.perf_counter() - t0)
+            out[w][m] = statistics.median(samples)
+        sys.stderr.write("sweep: PyTorch, %d thread(s), M %d done\n" % (threads, m))
+    return out
+
+
+def trend(points):
+    """(worst factor off the neighbours' line, its M) over inner points."""
+    ms = sorted(points)
+    worst, at = 1.0, None
+    for a, m, b in zip(ms, ms[1:], ms[2:]):
+        expected = math.sqrt(points[a] * points[b])
+        off = max(points[m] / expected, expected / points[m])
+        if off > worst:
+            worst, at = off, m
+    return worst, at
+
+
+def time_text(seconds):
+    us = seconds * 1e6
+    if us < 10:
+        return "%.2f" % us
+    return "%.1f" % us if us < 1000 else "%.0f" % us
+
+
+UNITS = {"decode": ("GB/s", "read of K and V"), "prefill": ("GFLOP/s", "oneDNN matmul"),
+         "additive": ("triples/ns", "score kernel alone")}
+TITLES = {
+    "decode": "Decode: N = 1, every key valid",
+    "prefill": "Prefill: N = M, query i sees keys 0..i",
+    "additive": "Additive attention: N = 16, Dq = Dk = H = Dv = 64, every key valid",
+}
+
+
+def workload_table(w, ours, torch_times):
+    unit, limit_name = UNITS[w]
+    t = report.Table(["M", "1 thread µs", unit, "limit: " + limit_name, "% of limit",
+                      "2 threads µs", "2 threads ÷ 1", "PyTorch 1 thread µs",
+                      "speed-up over PyTorch"], "rrrrrrrrr")
+    one, two = ours[1][w], ours[2][w]
+    for m in sorted(one):
+        seconds, rate, limit = one[m]
+        share = "%.0f%%" % (100 * rate / limit) if limit else "—"
+        two_s = two.get(m, (None,))[0]
+        torch_s = torch_times.get(1, {}).get(w, {}).get(m) if torch_times else None
+        t.add("{:,}".format(m), time_text(seconds), "%.2f" % rate,
+              "%.2f" % limit if limit else "—", share,
+              time_text(two_s) if two_s else "—",
+              "%.2f×" % (seconds / two_s) if two_s else "—",
+              time_text(torch_s) if torch_s else "—",
+              "%.2f×" % (torch_s / seconds) if torch_s else "—")
+    return t
+
+
+def trend_table(ours, torch_times):
+    t = report.Table(["series", "time: worst factor off its neighbours' line", "at M",
+                      "time within 1.5×", "share of the limit: worst factor off", "at M"],
+                     "lrrlrr")
+
+    def add(label, times, shares=None):
+        if len(times) < 3:
+            return
+        worst, at = trend(times)
+        cells = [label, "%.2f×" % worst, "{:,}".format(at) if at else "—",
+                 "yes" if worst <= TREND_LIMIT else "**no**"]
+        if shares and len(shares) >= 3:
+            worst, at = trend(shares)
+            cells += ["%.2f×" % worst, "{:,}".format(at) if at else "—"]
+        else:
+            cells += ["—", "—"]
+        t.add(*cells)
+
+    for w in WORKLOADS:
+        for n in THREADS:
+            pts = ours[n][w]
+            shares = {m: p[1] / p[2] for m, p in pts.items() if p[2]} if n == 1 else None
+            add("%s, attnscore, %d thread%s" % (w, n, "s" * (n > 1)),
+                {m: p[0] for m, p in pts.items()}, shares)
+        # The limit's own time: rate⁻¹ scaled by the work, which grows like the op's.
+        pts = ours[1][w]
+        add("%s, its limit (%s), 1 thread" % (w, UNITS[w][1]),
+            {m: p[0] * p[1] / p[2] for m, p in pts.items() if p[2]})
+        if torch_times:
+            for n in THREADS:
+                add("%s, PyTorch, %d thread%s" % (w, n, "s" * (n > 1)), torch_times[n][w])
+    return t
+
+
+def plot(ours, torch_times, time_png, limit_png):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    colours = {"decode": "tab:blue", "prefill": "tab:red", "additive": "tab:green"}
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for w in WORKLOADS:
+        for n, style in zip(THREADS, ("-", "--")):
+            pts = ours[n][w]
+            ms = sorted(pts)
+            ax.plot(ms, [pts[m][0] * 1e6 for m in ms], style, marker="o", markersize=3,
+                    color=colours[w], label="%s, attnscore, %d thread%s" % (w, n, "s" * (n > 1)))
+        if torch_times:
+            pts = torch_times[1][w]
+            ms = sorted(pts)
+            ax.plot(ms, [pts[m] * 1e6 for m in ms], ":", marker="x", markersize=4,
+                    color=colours[w], label="%s, PyTorch seed, 1 thread" % w)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("keys M")
+    ax.set_ylabel("median time per call, µs")
+    ax.set_title("Time against the key count")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(time_png, dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for w in WORKLOADS:
+        pts = ours[1][w]
+        ms = [m for m in sorted(pts) if pts[m][2]]
+        ax.plot(ms, [100 * pts[m][1] / pts[m][2] for m in ms], "-", marker="o", markersize=3,
+                color=colours[w], label="%s (limit: %s)" % (w, UNITS[w][1]))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("keys M")
+    ax.set_ylabel("% of the limit, 1 thread")
+    ax.set_title("Share of the limit measured at the same M")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(limit_png, dpi=110)
+    plt.close(fig)
+
+
+def page(facts, command, bench_cmds, ours, torch_times, torch_blas):
+    out = [
+        "<!-- Generated by bench/sweep.py. Do not edit by hand: regenerate it. -->",
+        "# How cost grows with the key count",
+        "",
+        report.para(
+            "One batch entry, D = Dv = 64, the key count M from 64 to 65,536, doubling: "
+            "decode (one query), causal prefill (M queries, query i seeing keys 0..i, as "
+            "per-query lengths) and additive attention (16 queries). Each is set against a "
+            "limit measured in the same run at the same M: decode's K and V read once "
+            "(as cache-resident as the op's), one oneDNN fp32 matmul with the prefill's inner "
+            "dimension D + Dv (counting only the visible keys' FLOPs), and additive's own "
+            "score kernel alone on the same (query, key, hidden) triples. Medians of the repetitions; "
+            "the PyTorch seed modules are timed on the same shapes where they fit in 2 GiB."),
+        "",
+        "- CPU: %s" % facts["cpu"],
+        "- Highway target: %s; oneDNN %s" % (facts["highway"], facts["onednn"]),
+        "- Commit: %s; build %s" % (facts["commit"], facts["build"]),
+        "- Date: %s" % facts["date"],
+        "- Regenerate: `%s`" % command,
+    ]
+    for n, cmd in bench_cmds:
+        out.append("- Benchmarks at %d thread%s: `%s`" % (n, "s" * (n > 1), cmd))
+    if torch_blas:
+        out.append("- PyTorch: %s" % torch_blas)
+    out += ["", "![time against M](sweep_time.png)", "",
+            "![share of the limit against M](sweep_limit.png)", ""]
+    for w in WORKLOADS:
+        out += ["## " + TITLES[w], "", workload_table(w, ours, torch_times).markdown(), ""]
+    out += ["## Trend", "",
+            report.para(
+                "Each inner point of a series against the geometric mean of its two "
+                "neighbours, the straight line between them on the log-log plot: how far "
+                "the worst point of each series falls off its neighbours' trend, in time "
+                "and, at 1 thread, in the share of its limit. A limit's row is the time "
+                "the limit's rate would take for the workload's work at that M: where the "
+                "workload's time steps and its share does not, the step is the machine's "
+                "(a cache level left behind), and the limit's row shows the same step."),
+            "", trend_table(ours, torch_times).markdown(), ""]
+    return "\n".join(out)
+
+
+def main(argv):
+    args = parse_args(argv)
+    build = report.resolve(args.build, "build")
+    out_dir = report.resolve(args.out_dir, "docs")
+    bench = os.path.join(build, "bin", "attnscore_bench")
+    if not report.executable(bench):
+        raise report.Failure("benchmark binary not found or not executable: %s\n"
+                             "(build it first, e.g. tools/check, or pass --build DIR)" % bench, 2)
+    torch = args.torch
+    if torch is None:
+        torch = report.torch_importable()
+    elif torch and not report.torch_importable():
+        raise report.Failure("--torch: %s cannot import torch (apt-get install python3-torch "
+                             "libopenblas0-openmp)" % report.PYTHON, 2)
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise report.Failure("--out-dir %s is not a directory" % out_dir, 2)
+
+    ours, bench_cmds, ctx = {}, [], {}
+    with tempfile.TemporaryDirectory(prefix="attnscore_sweep_") as tmp:
+        for n in THREADS:
+            data = run_bench(bench, n, args, os.path.join(tmp, "sweep%d.json" % n))
+            ctx = ctx or data.get("context", {})
+            ours[n] = series(report.medians(data))
+            bench_cmds.append((n, "%s --threads %d --benchmark_filter='%s' "
+                               "--benchmark_repetitions=%d --benchmark_min_time=%g" % (
+                                   report.shown(bench), n, bench_filter(args.max_keys),
+                                   args.repetitions, args.min_time)))
+    torch_times, torch_blas = None, None
+    if torch:
+        keys = sorted(ours[1]["decode"])
+        torch_times = {n: torch_points(n, keys) for n in THREADS}
+        import torch as t
+        torch_blas = "%s, seed modules from tools/seed_modules.py" % t.__version__
+
+    md = os.path.join(out_dir, "sweep.md")
+    time_png = os.path.join(out_dir, "sweep_time.png")
+    limit_png = os.path.join(out_dir, "sweep_limit.png")
+    cache = report.cmake_cache(build)
+    tree = cache.get("CMAKE_HOME_DIRECTORY") or REPO_ROOT
+    commit = report.commit_of(tree, [md, time_png, limit_png])
+    date = ctx.get("date", "unknown").replace("T", " ")
+    facts = report.describe(ctx, build, cache, commit, tree, date)
+    words = ["/usr/bin/python3", "bench/sweep.py"]
+    if args.build is not None:
+        words += ["--build", args.build]
+    if args.repetitions != 3:
+        words += ["--repetitions", str(args.repetitions)]
+    if args.min_time != 0.1:
+        words += ["--min-time", "%g" % args.min_time]
+    if args.torch is False:
+        words.append("--no-torch")
+    if args.max_keys != MOST_KEYS:
+        words += ["--max-keys", str(args.max_keys)]
+    if args.out_dir is not None:
+        words += ["--out-dir", args.out_dir]
+    text = page(facts, " ".join(shlex.quote(w) for w in words), bench_cmds, ours, torch_times,
+                torch_blas)
+
+    os.makedirs(out_dir, exist_ok=True)
+    temps = []
+    try:
+        for path in (time_png, limit_png):
+            fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".sweep-", suffix=".png")
+            os.close(fd)
+            temps.append((tmp, path))
+        plot(ours, torch_times, temps[0][0], temps[1][0])
+        temps.append((report.write_atomically(md, text, md), md))
+        for tmp, path in temps:
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in temps:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    print("sweep: wrote %s, %s and %s" % (md, time_png, limit_png))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except report.Failure as e:
+        sys.stderr.write("sweep: error: %s\n" % e)
+        sys.exit(e.status)
+    except KeyboardInterrupt:
+        sys.stderr.write("sweep: interrupted; nothing written\n")
+        sys.exit(1)

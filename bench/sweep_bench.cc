@@ -1,0 +1,144 @@
+// How cost grows with the key count M: one batch entry, D = Dv = 64, M from
+// 64 to 65,536 doubling, each workload beside the limit it is measured
+// against at the same M. bench/sweep.py runs these (and bench/report.py
+// leaves them out) and draws docs/sweep.md:
+//   BM_SweepDecode    N = 1, every key valid. bytes/s counts K and V read
+//                     once; BM_SweepRead reads as many bytes.
+//   BM_SweepPrefill   N = M, query i sees keys 0..i (the per-query lengths of
+//                     causal self-attention). GFLOP/s counts visible keys
+//                     only, 2 (D + Dv) per (query, key); BM_SweepMatmul is one
+//                     oneDNN matmul with that inner dimension, (min(M, 1024),
+//                     D + Dv) · (D + Dv, M).
+//   BM_SweepAdditive  N = 16, Dq = Dk = H = Dv = 64, every key valid. Items/s
+//                     counts (query, key, hidden) triples, one tanh each;
+//                     its limit, BM_SweepAdditiveKernel (additive_bench.cc),
+//                     is the op's score kernel alone on the same triples.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "attnscore/additive.h"
+#include "bench_util.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace attnscore::bench {
+namespace {
+
+constexpr int64_t kDepth = 64;
+constexpr int64_t kFewestKeys = 64, kMostKeys = 65536;
+
+void SweepKeys(benchmark::internal::Benchmark* b) {
+  b->ArgName("keys");
+  for (int64_t m = kFewestKeys; m <= kMostKeys; m *= 2) b->Arg(m);
+  b->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
+// N queries over M keys of one entry with per-query lengths `lens` (N).
+void RunDotProduct(benchmark::State& state, int64_t queries, const std::vector<int64_t>& lens) {
+  const int64_t keys = state.range(0);
+  const Engine& engine = SharedEngine();
+  const std::vector<float> q = RandomFloats(queries * kDepth, 1);
+  const std::vector<float> k = RandomFloats(keys * kDepth, 2);
+  const std::vector<float> v = RandomFloats(keys * kDepth, 3);
+  std::vector<float> out(static_cast<size_t>(queries * kDepth));
+  const ImplementationLabel label;
+  for (auto _ : state) {
+    Status s = engine.DotProductAttention(
+        ConstTensor(q.data(), {1, queries, kDepth}), ConstTensor(k.data(), {1, keys, kDepth}),
+        ConstTensor(v.data(), {1, keys, kDepth}), ValidLens::PerQuery(lens.data(), 1, queries),
+        Tensor(out.data(), {1, queries, kDepth}));
+    if (!s.ok()) state.SkipWithError(s.message().c_str());
+    benchmark::DoNotOptimize(out.data());
+  }
+  label.Apply(state);
+  double visible = 0;
+  for (int64_t l : lens) visible += static_cast<double>(l);
+  state.counters["GFLOPS"] = benchmark::Counter(2.0 * visible * 2 * kDepth * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.SetBytesProcessed(static_cast<int64_t>(4.0 * static_cast<double>(keys * 2 * kDepth)) *
+                          state.iterations());
+}
+
+void BM_SweepDecode(benchmark::State& state) { RunDotProduct(state, 1, {state.range(0)}); }
+BENCHMARK(BM_SweepDecode)->Apply(SweepKeys);
+
+void BM_SweepRead(benchmark::State& state) { CachedRead(state); }
+// K and V of the decode at each M: M (D + Dv) floats.
+BENCHMARK(BM_SweepRead)
+    ->ArgName("bytes")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      for (int64_t m = kFewestKeys; m <= kMostKeys; m *= 2) b->Arg(m * 2 * kDepth * 4);
+    });
+
+void BM_SweepPrefill(benchmark::State& state) {
+  std::vector<int64_t> lens(static_cast<size_t>(state.range(0)));
+  for (size_t i = 0; i < lens.size(); ++i) lens[i] = static_cast<int64_t>(i) + 1;
+  RunDotProduct(state, state.range(0), lens);
+}
+BENCHMARK(BM_SweepPrefill)->Apply(SweepKeys);
+
+void BM_SweepMatmul(benchmark::State& state) {
+  const int64_t cols = state.range(0), rows = std::min<int64_t>(cols, 1024), inner = 2 * kDepth;
+  SharedEngine();  // the OpenMP thread count
+  std::vector<float> a = RandomFloats(rows * inner, 1), w = RandomFloats(inner * cols, 2);
+  std::vector<float> c(static_cast<size_t>(rows * cols));
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  dnnl::memory::desc a_md({rows, inner}, dt::f32, tag::ab), w_md({inner, cols}, dt::f32, tag::ab),
+      c_md({rows, cols}, dt::f32, tag::ab);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, w_md, c_md), engine);
+  dnnl::matmul matmul(pd);
+  dnnl::memory a_mem(a_md, engine, a.data()), w_mem(w_md, engine, w.data()),
+      c_mem(c_md, engine, c.data());
+  for (auto _ : state) {
+    matmul.execute(stream,
+                   {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, c_mem}});
+    stream.wait();
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.SetLabel(pd.impl_info_str());
+  state.counters["GFLOPS"] =
+      benchmark::Counter(2.0 * static_cast<double>(rows * cols * inner) * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_SweepMatmul)->Apply(SweepKeys);
+
+void BM_SweepAdditive(benchmark::State& state) {
+  constexpr int64_t kQueries = 16, kSize = 64;
+  const int64_t keys = state.range(0);
+  const Engine& engine = SharedEngine();
+  const std::vector<float> w_q = LinearWeights(kSize, kSize, 5),
+                           w_k = LinearWeights(kSize, kSize, 6), w_v = LinearWeights(1, kSize, 7);
+  std::unique_ptr<AdditiveAttention> model;
+  Status s = AdditiveAttention::Create(ConstTensor(w_q.data(), {kSize, kSize}),
+                                       ConstTensor(w_k.data(), {kSize, kSize}),
+                                       ConstTensor(w_v.data(), {1, kSize}), &model);
+  if (!s.ok()) state.SkipWithError(s.message().c_str());
+  const std::vector<float> q = RandomFloats(kQueries * kSize, 1);
+  const std::vector<float> k = RandomFloats(keys * kSize, 2);
+  const std::vector<float> v = RandomFloats(keys * kSize, 3);
+  std::vector<float> out(static_cast<size_t>(kQueries * kSize));
+  const ImplementationLabel label;
+  for (auto _ : state) {
+    if (!model) break;
+    s = model->Forward(engine, ConstTensor(q.data(), {1, kQueries, kSize}),
+                       ConstTensor(k.data(), {1, keys, kSize}),
+                       ConstTensor(v.data(), {1, keys, kSize}), ValidLens::None(),
+                       Tensor(out.data(), {1, kQueries, kSize}));
+    if (!s.ok()) state.SkipWithError(s.message().c_str());
+    benchmark::DoNotOptimize(out.data());
+  }
+  label.Apply(state);
+  state.SetItemsProcessed(kQueries * keys * kSize * state.iterations());
+}
+BENCHMARK(BM_SweepAdditive)->Apply(SweepKeys);
+
+}  // namespace
+}  // namespace attnscore::bench

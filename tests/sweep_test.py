@@ -1,0 +1,130 @@
+#!/usr/bin/python3
+"""Tests for bench/sweep.py: a short sweep (M up to 256, no PyTorch) with the
+real attnscore_bench, checked against the benchmark JSON it ran, and the bad
+arguments it must refuse (exit 2, one error line, nothing written).
+
+Run: /usr/bin/python3 tests/sweep_test.py BENCH_BINARY [-v]
+"""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from show_heatmaps_test import png_text_chunks  # beside this file
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "bench", "sweep.py")
+BUILD = None  # from the command line: the benchmark binary's build directory
+KEYS = [64, 128, 256]
+
+
+def run(*args):
+    return subprocess.run(["/usr/bin/python3", SCRIPT, *args], capture_output=True, text=True)
+
+
+def table_rows(text, heading):
+    """The body rows of the first table after `heading`, as lists of cells."""
+    lines = text.split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append(line)
+    return [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
+
+
+class Sweep(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.out = os.path.join(cls.dir.name, "docs")
+        cls.result = run("--build", BUILD, "--max-keys", "256", "--no-torch",
+                         "--repetitions", "1", "--min-time", "0.01", "--out-dir", cls.out)
+        try:
+            with open(os.path.join(cls.out, "sweep.md")) as f:
+                cls.page = f.read()
+        except OSError:
+            cls.page = ""
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def test_writes_page_and_plots(self):
+        self.assertEqual(self.result.returncode, 0, self.result.stderr)
+        self.assertEqual(sorted(os.listdir(self.out)),
+                         ["sweep.md", "sweep_limit.png", "sweep_time.png"])
+        for png in ("sweep_time.png", "sweep_limit.png"):
+            with open(os.path.join(self.out, png), "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+            png_text_chunks(os.path.join(self.out, png))  # a well-formed PNG
+
+    def test_a_row_per_key_count_with_its_share_of_the_limit(self):
+        for heading in ("## Decode", "## Prefill", "## Additive"):
+            rows = table_rows(self.page, heading)
+            self.assertEqual([r[0] for r in rows], [str(m) for m in KEYS], heading)
+            for r in rows:
+                one, rate, limit, share, two, speedup = r[1:7]
+                # The share is rate ÷ limit, and the speed-up 1-thread ÷ 2-thread time.
+                self.assertAlmostEqual(float(share.rstrip("%")),
+                                       100 * float(rate) / float(limit), delta=0.6)
+                self.assertAlmostEqual(float(speedup.rstrip("×")), float(one) / float(two),
+                                       delta=0.01 + 0.01 * float(one) / float(two))
+                self.assertEqual(r[7:], ["—", "—"])  # no PyTorch
+
+    def test_prefill_counts_visible_keys_only(self):
+        # GFLOP/s of prefill at M: 2 (D + Dv) per visible (query, key), M (M + 1) / 2 of them.
+        for r in table_rows(self.page, "## Prefill"):
+            m, us, rate = int(r[0]), float(r[1]), float(r[2])
+            flops = 2 * 128 * m * (m + 1) / 2
+            self.assertAlmostEqual(rate, flops / (us * 1e-6) / 1e9, delta=0.02 * rate + 0.05)
+
+    def test_trend_rows_name_every_series(self):
+        rows = table_rows(self.page, "## Trend")
+        limits = {"decode": "read of K and V", "prefill": "oneDNN matmul",
+                  "additive": "score kernel alone"}
+        self.assertEqual([r[0] for r in rows],
+                         [label for w in ("decode", "prefill", "additive") for label in (
+                             "%s, attnscore, 1 thread" % w, "%s, attnscore, 2 threads" % w,
+                             "%s, its limit (%s), 1 thread" % (w, limits[w]))])
+        for r in rows:
+            self.assertRegex(r[1], r"^\d+\.\d\d×$")
+            self.assertEqual(r[2], "128")  # the one inner point
+            self.assertIn(r[3], ("yes", "**no**"))
+            if r[0].endswith("attnscore, 1 thread"):
+                self.assertRegex(r[4], r"^\d+\.\d\d×$")
+                self.assertEqual(r[5], "128")
+            else:
+                self.assertEqual(r[4:], ["—", "—"])
+
+    def test_command_to_regenerate(self):
+        self.assertIn("bench/sweep.py --build", self.page)
+        self.assertIn("--max-keys 256", self.page)
+        self.assertIn("--benchmark_filter='BM_Sweep(Decode|Prefill|Matmul|Additive)/keys:"
+                      "(64|128|256)/|BM_SweepAdditiveKernel/queries:16/keys:(64|128|256)/|"
+                      "BM_SweepRead/bytes:(32768|65536|131072)/'", self.page)
+
+    def test_bad_arguments_write_nothing(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "docs")
+            for args, needle in (
+                    (["--max-keys", "100"], "--max-keys must be a power of two"),
+                    (["--max-keys", "131072"], "--max-keys must be a power of two"),
+                    (["--repetitions", "0"], "--repetitions must be at least 1"),
+                    (["--min-time", "0"], "--min-time must be positive"),
+                    (["--build", os.path.join(tmp, "nowhere")], "benchmark binary not found")):
+                r = run(*args, "--no-torch", "--out-dir", out)
+                self.assertEqual(r.returncode, 2, (args, r.stderr))
+                self.assertIn(needle, r.stderr)
+                self.assertEqual(len(r.stderr.strip().splitlines()[-1:]), 1)
+                self.assertFalse(os.path.exists(out), args)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: sweep_test.py BENCH_BINARY [unittest args]")
+    BUILD = os.path.dirname(os.path.dirname(os.path.abspath(sys.argv.pop(1))))
+    unittest.main()
