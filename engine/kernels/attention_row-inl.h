@@ -173,26 +173,23 @@ struct MixState {
   hn::Vec<D> a[4], b[4];
 };
 
-// Adds keys [first, last) of one row's weights times V's rows (the strip
-// starting at column 0 of `v`, `columns` <= StripColumns wide) to `state`.
-// `first` is even, so key pairs fall where they fall over the whole row.
-// With `prefetch_columns` > 0, it asks for that many floats of the V rows
-// kPrefetchKeys ahead, below `limit`.
-template <class D>
-HWY_INLINE void MixColumns(D d, const float* HWY_RESTRICT weights, size_t first, size_t last,
-                           const float* HWY_RESTRICT v, int64_t v_row_stride, size_t columns,
+// Adds keys [first, last) of one row's weights times V's rows to `state`,
+// over kVectors vectors of columns from column 0 of `v`, the last of them
+// `rest` lanes wide when kTail. `first` is even, so key pairs fall where
+// they fall over the whole row. With `prefetch_columns` > 0, it asks for
+// that many floats of the V rows kPrefetchKeys ahead, below `limit`.
+template <size_t kVectors, bool kTail, class D>
+HWY_INLINE void MixVectors(D d, const float* HWY_RESTRICT weights, size_t first, size_t last,
+                           const float* HWY_RESTRICT v, int64_t v_row_stride, size_t rest,
                            size_t prefetch_columns, size_t limit, MixState<D>& state) {
   using V = hn::Vec<D>;
   const size_t lanes = hn::Lanes(d);
-  const size_t whole = columns / lanes;  // full vectors, at most 4
-  const size_t rest = columns % lanes;
-  auto load = [&](const float* row, size_t vec) {
-    return vec < whole ? hn::LoadU(d, row + vec * lanes)
-                       : LoadTail(d, row + vec * lanes, rest, 0.0f);
+  const auto load = [&](const float* row, size_t vec) HWY_ATTR {
+    return kTail && vec + 1 == kVectors ? LoadTail(d, row + vec * lanes, rest, 0.0f)
+                                        : hn::LoadU(d, row + vec * lanes);
   };
-  const size_t vectors = whole + (rest ? 1 : 0);
-  V a0 = state.a[0], a1 = state.a[1], a2 = state.a[2], a3 = state.a[3];
-  V b0 = state.b[0], b1 = state.b[1], b2 = state.b[2], b3 = state.b[3];
+  V a[kVectors], b[kVectors];
+  for (size_t vec = 0; vec < kVectors; ++vec) a[vec] = state.a[vec], b[vec] = state.b[vec];
   size_t j = first;
   for (; j + 2 <= last; j += 2) {
     const float* row0 = v + static_cast<int64_t>(j) * v_row_stride;
@@ -201,31 +198,42 @@ HWY_INLINE void MixColumns(D d, const float* HWY_RESTRICT weights, size_t first,
       PrefetchRows(v, j + kPrefetchKeys, limit, v_row_stride, prefetch_columns);
     }
     const V w0 = hn::Set(d, weights[j]), w1 = hn::Set(d, weights[j + 1]);
-    a0 = hn::MulAdd(w0, load(row0, 0), a0);
-    b0 = hn::MulAdd(w1, load(row1, 0), b0);
-    if (vectors > 1) {
-      a1 = hn::MulAdd(w0, load(row0, 1), a1);
-      b1 = hn::MulAdd(w1, load(row1, 1), b1);
-    }
-    if (vectors > 2) {
-      a2 = hn::MulAdd(w0, load(row0, 2), a2);
-      b2 = hn::MulAdd(w1, load(row1, 2), b2);
-    }
-    if (vectors > 3) {
-      a3 = hn::MulAdd(w0, load(row0, 3), a3);
-      b3 = hn::MulAdd(w1, load(row1, 3), b3);
+    for (size_t vec = 0; vec < kVectors; ++vec) {
+      a[vec] = hn::MulAdd(w0, load(row0, vec), a[vec]);
+      b[vec] = hn::MulAdd(w1, load(row1, vec), b[vec]);
     }
   }
   if (j < last) {
     const float* row0 = v + static_cast<int64_t>(j) * v_row_stride;
     const V w0 = hn::Set(d, weights[j]);
-    a0 = hn::MulAdd(w0, load(row0, 0), a0);
-    if (vectors > 1) a1 = hn::MulAdd(w0, load(row0, 1), a1);
-    if (vectors > 2) a2 = hn::MulAdd(w0, load(row0, 2), a2);
-    if (vectors > 3) a3 = hn::MulAdd(w0, load(row0, 3), a3);
+    for (size_t vec = 0; vec < kVectors; ++vec) a[vec] = hn::MulAdd(w0, load(row0, vec), a[vec]);
   }
-  state.a[0] = a0, state.a[1] = a1, state.a[2] = a2, state.a[3] = a3;
-  state.b[0] = b0, state.b[1] = b1, state.b[2] = b2, state.b[3] = b3;
+  for (size_t vec = 0; vec < kVectors; ++vec) state.a[vec] = a[vec], state.b[vec] = b[vec];
+}
+
+// MixVectors over a strip of `columns` <= StripColumns, its shape chosen
+// once here rather than tested in the loop.
+template <class D>
+HWY_INLINE void MixColumns(D d, const float* HWY_RESTRICT weights, size_t first, size_t last,
+                           const float* HWY_RESTRICT v, int64_t v_row_stride, size_t columns,
+                           size_t prefetch_columns, size_t limit, MixState<D>& state) {
+  const size_t lanes = hn::Lanes(d);
+  const size_t rest = columns % lanes;
+  const size_t vectors = columns / lanes + (rest ? 1 : 0);
+#define ATTNSCORE_MIX(n, tail)                                                                 \
+  return MixVectors<n, tail>(d, weights, first, last, v, v_row_stride, rest, prefetch_columns, \
+                             limit, state)
+  if (rest == 0) {
+    if (vectors == 4) ATTNSCORE_MIX(4, false);
+    if (vectors == 3) ATTNSCORE_MIX(3, false);
+    if (vectors == 2) ATTNSCORE_MIX(2, false);
+    ATTNSCORE_MIX(1, false);
+  }
+  if (vectors == 4) ATTNSCORE_MIX(4, true);
+  if (vectors == 3) ATTNSCORE_MIX(3, true);
+  if (vectors == 2) ATTNSCORE_MIX(2, true);
+  ATTNSCORE_MIX(1, true);
+#undef ATTNSCORE_MIX
 }
 
 // Stores a + b of a strip's state: its `columns` output floats.
@@ -268,13 +276,15 @@ void MixRows(size_t rows, const float* const* HWY_RESTRICT weights, const size_t
       for (size_t vec = 0; vec < 4; ++vec) states[r].a[vec] = states[r].b[vec] = hn::Zero(d);
     }
     for (size_t first = 0; first < longest; first += pass) {
+      // The first row of the first strip asks for the rows ahead, whole:
+      // the other rows and strips find them in cache.
+      size_t prefetch_columns = c == 0 ? value_dim : 0;
       for (size_t r = 0; r < rows; ++r) {
         if (first >= keys[r]) continue;
         const size_t last = keys[r] - first < pass ? keys[r] : first + pass;
-        // The first strip asks for the rows ahead, whole: the others find
-        // them in cache.
-        MixColumns(d, weights[r], first, last, v + c, v_row_stride, columns, c == 0 ? value_dim : 0,
+        MixColumns(d, weights[r], first, last, v + c, v_row_stride, columns, prefetch_columns,
                    longest, states[r]);
+        prefetch_columns = 0;
       }
     }
     for (size_t r = 0; r < rows; ++r) StoreMix(d, states[r], columns, out[r] + c);
