@@ -313,42 +313,44 @@ class ForwardPass {
     return Status::Ok();
   }
 
-  // Entry b with the workspace `w`, its row loops on up to `threads`.
+  // Entry b with the workspace `w` on up to `threads`: its chunks of keys
+  // shared among them, or with one chunk, its blocks of query rows.
   Status RunEntry(int64_t b, const Workspace& w, int threads) const {
     const internal::EntryWidths& widths = lens_.entry(b);
     if (widths.longest > 0) {
       ATTNSCORE_RETURN_IF_ERROR(ProjectQueries(b, w));
       const float largest_query = kernels::MaxAbs(w.q_raw, static_cast<size_t>(queries_ * hidden_));
-      bool have_query_factors = false;
-      for (int64_t first = 0; first < widths.longest; first += chunk_) {
-        const int64_t width = std::min(chunk_, widths.longest - first);
-        const int64_t padded = RoundUp(width, kernels::kAdditivePadFloats);
-        ATTNSCORE_RETURN_IF_ERROR(ProjectKeys(b, first, width, w));
-        float largest_key = 0;
-        for (int64_t h = 0; h < hidden_; ++h) {
-          float* row = w.k_cols + h * chunk_stride_;
-          // The kernel reads whole vectors; keep the padding finite and fixed.
-          std::fill(row + width, row + padded, 0.0f);
-          largest_key = std::max(largest_key, kernels::MaxAbs(row, static_cast<size_t>(width)));
+      std::memcpy(w.q_factors, w.q_raw, sizeof(float) * static_cast<size_t>(queries_ * hidden_));
+      kernels::ToTanhFactors(w.q_factors, static_cast<size_t>(queries_ * hidden_));
+      const int64_t chunks = (widths.longest + chunk_ - 1) / chunk_;
+      if (threads <= 1 || chunks < 2) {
+        for (int64_t first = 0; first < widths.longest; first += chunk_) {
+          ATTNSCORE_RETURN_IF_ERROR(ScoreKeys(b, first, largest_query, w, threads));
         }
-        // The fast tanh is exact unless a clamped factor can meet a large one
-        // of the other side (kernels/additive_scores.h). A NaN, whether
-        // MaxAbs returns or skips it, gives NaN scores on either path.
-        const float clamp = kernels::kTanhFactorClamp, bound = kernels::kTanhFactorExactBound;
-        const bool fast = (largest_query <= clamp && largest_key <= clamp) ||
-                          largest_query <= bound || largest_key <= bound;
-        if (fast) {
-          if (!have_query_factors) {
-            std::memcpy(w.q_factors, w.q_raw,
-                        sizeof(float) * static_cast<size_t>(queries_ * hidden_));
-            kernels::ToTanhFactors(w.q_factors, static_cast<size_t>(queries_ * hidden_));
-            have_query_factors = true;
-          }
-          for (int64_t h = 0; h < hidden_; ++h) {
-            kernels::ToTanhFactors(w.k_cols + h * chunk_stride_, static_cast<size_t>(padded));
-          }
-        }
-        ATTNSCORE_RETURN_IF_ERROR(ScoreChunk(b, first, width, fast, w, threads));
+      } else {
+        // A chunk of keys per task, each thread with key features of its
+        // own: projecting a chunk's keys and taking their tanh factors is
+        // as much work as its scores, and would leave the other thread
+        // idle. Each chunk is computed as on one thread: the same bits.
+        std::vector<Status> results(static_cast<size_t>(chunks));
+        ATTNSCORE_RETURN_IF_ERROR(internal::ForEachRowInParallel(
+            threads, chunks, internal::ScratchSlot::kKeyFeatures,
+            static_cast<size_t>(hidden_ * chunk_stride_),
+            [&](int64_t c, float* k_cols) {
+              Workspace own = w;
+              own.k_cols = k_cols;
+              // No exception may leave the OpenMP region (oneDNN's bindings
+              // and scratchpads allocate on a thread's first run).
+              try {
+                results[static_cast<size_t>(c)] =
+                    ScoreKeys(b, c * chunk_, largest_query, own, /*threads=*/1);
+              } catch (...) {
+                results[static_cast<size_t>(c)] = Status::Internal(
+                    "AdditiveAttention: a chunk's computation failed (out of memory?)");
+              }
+            },
+            [] {}));
+        for (const Status& result : results) ATTNSCORE_RETURN_IF_ERROR(result);
       }
     }
     const ConstTensor scores(w.scores, {1, queries_, score_stride_});
@@ -362,6 +364,35 @@ class ForwardPass {
         ops::SoftmaxRows(scores, probabilities, lens_, b, 0, threads, /*stream=*/false));
     return Mix(b, probabilities, row_products_ ? nullptr : mix_plans_[static_cast<size_t>(b)].get(),
                threads);
+  }
+
+  // Scores of entry b's chunk of keys from `first`: their features Khᵀ
+  // into w.k_cols, then the fast tanh's factors where it is exact, then
+  // every query row's scores.
+  Status ScoreKeys(int64_t b, int64_t first, float largest_query, const Workspace& w,
+                   int threads) const {
+    const int64_t width = std::min(chunk_, lens_.entry(b).longest - first);
+    const int64_t padded = RoundUp(width, kernels::kAdditivePadFloats);
+    ATTNSCORE_RETURN_IF_ERROR(ProjectKeys(b, first, width, w));
+    float largest_key = 0;
+    for (int64_t h = 0; h < hidden_; ++h) {
+      float* row = w.k_cols + h * chunk_stride_;
+      // The kernel reads whole vectors; keep the padding finite and fixed.
+      std::fill(row + width, row + padded, 0.0f);
+      largest_key = std::max(largest_key, kernels::MaxAbs(row, static_cast<size_t>(width)));
+    }
+    // The fast tanh is exact unless a clamped factor can meet a large one
+    // of the other side (kernels/additive_scores.h). A NaN, whether
+    // MaxAbs returns or skips it, gives NaN scores on either path.
+    const float clamp = kernels::kTanhFactorClamp, bound = kernels::kTanhFactorExactBound;
+    const bool fast = (largest_query <= clamp && largest_key <= clamp) ||
+                      largest_query <= bound || largest_key <= bound;
+    if (fast) {
+      for (int64_t h = 0; h < hidden_; ++h) {
+        kernels::ToTanhFactors(w.k_cols + h * chunk_stride_, static_cast<size_t>(padded));
+      }
+    }
+    return ScoreChunk(b, first, width, fast, w, threads);
   }
 
   // Scores of keys [first, first + width) for every query row of entry b,
