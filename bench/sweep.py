@@ -278,6 +278,20 @@ def trend_table(ours, torch_times):
     return t
 
 
+def finish(plt, fig, ax, ylabel, title, legend_size, path):
+    """Log-log axes over M, labels, legend, and the figure saved to path."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("keys M")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot(ours, torch_times, time_png, limit_png):
     import matplotlib
     matplotlib.use("Agg")
@@ -295,16 +309,7 @@ def plot(ours, torch_times, time_png, limit_png):
             ms = sorted(pts)
             ax.plot(ms, [pts[m] * 1e6 for m in ms], ":", marker="x", markersize=4,
                     color=colours[w], label="%s, PyTorch seed, 1 thread" % w)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("keys M")
-    ax.set_ylabel("median time per call, µs")
-    ax.set_title("Time against the key count")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(time_png, dpi=110)
-    plt.close(fig)
+    finish(plt, fig, ax, "median time per call, µs", "Time against the key count", 7, time_png)
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for w in WORKLOADS:
@@ -312,16 +317,8 @@ def plot(ours, torch_times, time_png, limit_png):
         ms = [m for m in sorted(pts) if pts[m][2]]
         ax.plot(ms, [100 * pts[m][1] / pts[m][2] for m in ms], "-", marker="o", markersize=3,
                 color=colours[w], label="%s (limit: %s)" % (w, UNITS[w][1]))
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("keys M")
-    ax.set_ylabel("% of the limit, 1 thread")
-    ax.set_title("Share of the limit measured at the same M")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(limit_png, dpi=110)
-    plt.close(fig)
+    finish(plt, fig, ax, "% of the limit, 1 thread", "Share of the limit measured at the same M", 8,
+           limit_png)
 
 
 def page(facts, command, bench_cmds, ours, torch_times, torch_blas):
