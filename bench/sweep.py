@@ -199,7 +199,7 @@ def torch_points(threads, keys):
 def trend(points):
     """(worst factor off the neighbours' line, its M) over inner points."""
     ms = sorted(points)
-    worst, at = 1.0, None
+    worst, at = 0.0, None
     for a, m, b in zip(ms, ms[1:], ms[2:]):
         expected = math.sqrt(points[a] * points[b])
         off = max(points[m] / expected, expected / points[m])
@@ -253,11 +253,11 @@ def trend_table(ours, torch_times):
         if len(times) < 3:
             return
         worst, at = trend(times)
-        cells = [label, "%.2f×" % worst, "{:,}".format(at) if at else "—",
+        cells = [label, "%.2f×" % worst, "{:,}".format(at),
                  "yes" if worst <= TREND_LIMIT else "**no**"]
         if shares and len(shares) >= 3:
             worst, at = trend(shares)
-            cells += ["%.2f×" % worst, "{:,}".format(at) if at else "—"]
+            cells += ["%.2f×" % worst, "{:,}".format(at)]
         else:
             cells += ["—", "—"]
         t.add(*cells)

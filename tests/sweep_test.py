@@ -36,6 +36,25 @@ def table_rows(text, heading):
     return [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
 
 
+class Trend(unittest.TestCase):
+    def setUp(self):
+        sys.path.insert(0, os.path.dirname(SCRIPT))
+        import sweep
+        self.trend = sweep.trend
+
+    def test_a_straight_line_is_on_its_trend(self):
+        # Time exactly proportional to M: every inner point on its line.
+        self.assertEqual(self.trend({64: 1.0, 128: 2.0, 256: 4.0, 512: 8.0}), (1.0, 128))
+
+    def test_names_the_point_furthest_off_either_way(self):
+        worst, at = self.trend({64: 1.0, 128: 2.0, 256: 12.0, 512: 8.0, 1024: 16.0})
+        # 256 against sqrt(2 · 8) = 4: 3× above; 512 against sqrt(12 · 16): 1.73× below.
+        self.assertEqual(at, 256)
+        self.assertAlmostEqual(worst, 3.0)
+        worst, at = self.trend({64: 4.0, 128: 1.0, 256: 4.0})
+        self.assertEqual((worst, at), (4.0, 128))
+
+
 class Sweep(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
