@@ -13,6 +13,7 @@
 #include "kernels/additive_scores.h"
 #include "kernels/masked_softmax.h"
 #include "matmul/matmul.h"
+#include "oneapi/dnnl/dnnl.hpp"
 
 namespace attnscore::bench {
 
@@ -115,6 +116,34 @@ void CachedRead(benchmark::State& state) {
     benchmark::DoNotOptimize(kernels::MaxAbs(data.data(), static_cast<size_t>(floats)));
   }
   state.SetBytesProcessed(state.range(0) * state.iterations());
+}
+
+void OnednnMatmul(benchmark::State& state, int64_t batch, int64_t rows, int64_t inner,
+                  int64_t cols) {
+  SharedEngine();  // the OpenMP thread count
+  std::vector<float> a = RandomFloats(batch * rows * inner, 1),
+                     b = RandomFloats(batch * inner * cols, 2);
+  std::vector<float> c(static_cast<size_t>(batch * rows * cols));
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  dnnl::memory::desc a_md({batch, rows, inner}, dt::f32, tag::abc),
+      b_md({batch, inner, cols}, dt::f32, tag::abc), c_md({batch, rows, cols}, dt::f32, tag::abc);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine);
+  dnnl::matmul matmul(pd);
+  dnnl::memory a_mem(a_md, engine, a.data()), b_mem(b_md, engine, b.data()),
+      c_mem(c_md, engine, c.data());
+  for (auto _ : state) {
+    matmul.execute(stream,
+                   {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+    stream.wait();
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.SetLabel(pd.impl_info_str());
+  const double flops = 2.0 * static_cast<double>(batch * rows * cols * inner);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 }  // namespace attnscore::bench

@@ -54,6 +54,13 @@ double ValidKeys(const std::vector<int64_t>& lens, int64_t queries, int64_t keys
 // target in use), which outruns the caches beyond L1. Bytes/s is the rate.
 void CachedRead(benchmark::State& state);
 
+// One batched oneDNN fp32 matmul, (batch, rows, inner) · (batch, inner,
+// cols), random inputs, timed over the state's iterations: the matmul rate
+// a workload's products could reach. Labels the state with oneDNN's
+// implementation and sets its GFLOPS counter.
+void OnednnMatmul(benchmark::State& state, int64_t batch, int64_t rows, int64_t inner,
+                  int64_t cols);
+
 }  // namespace attnscore::bench
 
 #endif  // ATTNSCORE_BENCH_BENCH_UTIL_H_

@@ -15,7 +15,6 @@
 
 #include "attnscore/kv_cache.h"
 #include "bench_util.h"
-#include "oneapi/dnnl/dnnl.hpp"
 
 namespace attnscore::bench {
 namespace {
@@ -120,32 +119,7 @@ BENCHMARK(BM_CachedRead)
 // The heads' scores Q Kᵀ as one batched oneDNN matmul, (H, N, D) · (H, D, M):
 // the fp32 matmul rate a prefill's products could reach.
 void BM_OnednnMatmulHeads(benchmark::State& state) {
-  const int64_t heads = state.range(0), rows = state.range(1), cols = state.range(2),
-                depth = state.range(3);
-  SharedEngine();
-  std::vector<float> a = RandomFloats(heads * rows * depth, 1),
-                     b = RandomFloats(heads * depth * cols, 2);
-  std::vector<float> c(static_cast<size_t>(heads * rows * cols));
-  using tag = dnnl::memory::format_tag;
-  using dt = dnnl::memory::data_type;
-  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(engine);
-  dnnl::memory::desc a_md({heads, rows, depth}, dt::f32, tag::abc),
-      b_md({heads, depth, cols}, dt::f32, tag::abc), c_md({heads, rows, cols}, dt::f32, tag::abc);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine);
-  dnnl::matmul matmul(pd);
-  dnnl::memory a_mem(a_md, engine, a.data()), b_mem(b_md, engine, b.data()),
-      c_mem(c_md, engine, c.data());
-  for (auto _ : state) {
-    matmul.execute(stream,
-                   {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
-    stream.wait();
-    benchmark::DoNotOptimize(c.data());
-  }
-  state.SetLabel(pd.impl_info_str());
-  const double flops = 2.0 * static_cast<double>(heads * rows * cols * depth);
-  state.counters["GFLOPS"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  OnednnMatmul(state, state.range(0), state.range(1), state.range(3), state.range(2));
 }
 
 BENCHMARK(BM_OnednnMatmulHeads)

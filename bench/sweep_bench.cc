@@ -23,7 +23,6 @@
 
 #include "attnscore/additive.h"
 #include "bench_util.h"
-#include "oneapi/dnnl/dnnl.hpp"
 
 namespace attnscore::bench {
 namespace {
@@ -84,30 +83,8 @@ void BM_SweepPrefill(benchmark::State& state) {
 BENCHMARK(BM_SweepPrefill)->Apply(SweepKeys);
 
 void BM_SweepMatmul(benchmark::State& state) {
-  const int64_t cols = state.range(0), rows = std::min<int64_t>(cols, 1024), inner = 2 * kDepth;
-  SharedEngine();  // the OpenMP thread count
-  std::vector<float> a = RandomFloats(rows * inner, 1), w = RandomFloats(inner * cols, 2);
-  std::vector<float> c(static_cast<size_t>(rows * cols));
-  using tag = dnnl::memory::format_tag;
-  using dt = dnnl::memory::data_type;
-  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(engine);
-  dnnl::memory::desc a_md({rows, inner}, dt::f32, tag::ab), w_md({inner, cols}, dt::f32, tag::ab),
-      c_md({rows, cols}, dt::f32, tag::ab);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, w_md, c_md), engine);
-  dnnl::matmul matmul(pd);
-  dnnl::memory a_mem(a_md, engine, a.data()), w_mem(w_md, engine, w.data()),
-      c_mem(c_md, engine, c.data());
-  for (auto _ : state) {
-    matmul.execute(stream,
-                   {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, c_mem}});
-    stream.wait();
-    benchmark::DoNotOptimize(c.data());
-  }
-  state.SetLabel(pd.impl_info_str());
-  state.counters["GFLOPS"] =
-      benchmark::Counter(2.0 * static_cast<double>(rows * cols * inner) * 1e-9,
-                         benchmark::Counter::kIsIterationInvariantRate);
+  const int64_t cols = state.range(0);
+  OnednnMatmul(state, 1, std::min<int64_t>(cols, 1024), 2 * kDepth, cols);
 }
 BENCHMARK(BM_SweepMatmul)->Apply(SweepKeys);
 
