@@ -8,16 +8,25 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "base/valid_lens.h"
+#include "ops/dot_product_paths.h"
 #include "test_util.h"
 
 namespace attnscore::test {
 namespace {
 
 class DotProductTest : public PerTarget {};
+
+uint32_t Bits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+}
 ATTNSCORE_INSTANTIATE_PER_TARGET(DotProductTest);
 
 struct Shape {
@@ -309,6 +318,76 @@ TEST_P(DotProductTest, RowPathNaNInALaterBlockMakesOnlyItsRowNaN) {
   EXPECT_LE(MaxAbsDiff(&weights[m], want_weights1), kWeightTolerance);
 }
 
+// The gemm path sorts each entry's queries by length where that saves work
+// (ops/dot_product_sorted.cc), on dense copies. Queries in any order, in
+// any layout, must get the bits they get when the caller passes them
+// sorted (the path's own order) and dense, out and weights; and they must
+// match the reference. Entry 0 has causal lengths 1..N shuffled, entry 1
+// random ones with 0 and > M.
+TEST_P(DotProductTest, QueriesInAnyOrderGetTheBitsOfTheSortedOrder) {
+  const Shape s{2, 256, 200, 24, 16};
+  const int64_t n = s.queries, m = s.keys, d = s.depth, dv = s.value_dim;
+  std::vector<int64_t> lens = Lengths(s, /*per_query=*/true, 71);
+  for (int64_t i = 0; i < n; ++i) lens[static_cast<size_t>(i)] = std::min(i * 101 % n + 1, m);
+  CheckAgainstReference(s, lens, /*per_query=*/true, 72);
+
+  // Each entry's queries shortest first (L > M counts as M), ties in their
+  // given order.
+  std::vector<int64_t> order(static_cast<size_t>(s.batch * n));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const auto first = order.begin() + b * n;
+    const auto length = [&](int64_t i) { return std::min(lens[static_cast<size_t>(b * n + i)], m); };
+    std::iota(first, first + n, int64_t{0});
+    std::stable_sort(first, first + n, [&](int64_t i, int64_t j) { return length(i) < length(j); });
+  }
+  const auto given_row = [&](size_t r) { return r / n * n + order[r]; };  // the query r-th
+  // The test reaches the sorting only if sorting saves work here.
+  internal::RowLengths given;
+  ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::PerQuery(lens.data(), s.batch, n),
+                                            s.batch, n, m, &given).ok());
+  std::vector<int64_t> sorted_lens(lens.size());
+  for (size_t r = 0; r < order.size(); ++r) sorted_lens[r] = std::min(lens[given_row(r)], m);
+  EXPECT_LT(ops::dot_product::GemmFlops(given.WithRows(sorted_lens.data()), s.batch, d, dv),
+            ops::dot_product::kSortWhenBelow * ops::dot_product::GemmFlops(given, s.batch, d, dv));
+
+  // Given: Q's columns 2 apart, out's and the weights' 3 apart. Sorted: dense.
+  const auto q = RandomFloats(static_cast<size_t>(s.batch * n * d * 2), 73);
+  const auto k = RandomFloats(static_cast<size_t>(s.batch * m * d), 74);
+  const auto v = RandomFloats(static_cast<size_t>(s.batch * m * dv), 75);
+  std::vector<float> sorted_q(static_cast<size_t>(s.batch * n * d));
+  for (size_t r = 0; r < order.size(); ++r)
+    for (int64_t c = 0; c < d; ++c) sorted_q[r * d + c] = q[(given_row(r) * d + c) * 2];
+  const auto run = [&](const std::vector<float>& queries, const std::vector<int64_t>& lengths,
+                       int64_t q_step, int64_t out_step, std::vector<float>* out,
+                       std::vector<float>* weights) {
+    out->assign(static_cast<size_t>(s.batch * n * dv * out_step), kSentinel);
+    weights->assign(static_cast<size_t>(s.batch * n * m * out_step), kSentinel);
+    const Status st = DefaultEngine().DotProductAttention(
+        ConstTensor(queries.data(), {s.batch, n, d}, {n * d * q_step, d * q_step, q_step}),
+        ConstTensor(k.data(), {s.batch, m, d}), ConstTensor(v.data(), {s.batch, m, dv}),
+        ValidLens::PerQuery(lengths.data(), s.batch, n),
+        Tensor(out->data(), {s.batch, n, dv}, {n * dv * out_step, dv * out_step, out_step}),
+        Tensor(weights->data(), {s.batch, n, m}, {n * m * out_step, m * out_step, out_step}));
+    ASSERT_TRUE(st.ok()) << st.message();
+  };
+  std::vector<float> out, weights, sorted_out, sorted_weights;
+  run(q, lens, 2, 3, &out, &weights);
+  run(sorted_q, sorted_lens, 1, 1, &sorted_out, &sorted_weights);
+  for (size_t r = 0; r < order.size(); ++r) {
+    const size_t i = given_row(r);
+    for (int64_t c = 0; c < dv; ++c)
+      ASSERT_EQ(Bits(out[(i * dv + c) * 3]), Bits(sorted_out[r * dv + c])) << r << " " << c;
+    for (int64_t j = 0; j < m; ++j)
+      ASSERT_EQ(Bits(weights[(i * m + j) * 3]), Bits(sorted_weights[r * m + j])) << r << " " << j;
+  }
+  // Between the strided elements, nothing was written.
+  for (size_t e = 0; e < out.size(); ++e) {
+    if (e % 3 != 0) {
+      ASSERT_EQ(Bits(out[e]), Bits(kSentinel)) << e;
+    }
+  }
+}
+
 class DotProductThreads : public ::testing::TestWithParam<Shape> {};
 INSTANTIATE_TEST_SUITE_P(MatmulAndRowPaths, DotProductThreads,
                          ::testing::Values(Shape{3, 40, 300, 32, 16},   // oneDNN path, tasks
@@ -515,6 +594,13 @@ std::vector<OwnKeysCase> OwnKeysCases() {
   for (int64_t b = 0; b < 2; ++b)
     for (int64_t i = 0; i < 300; ++i) causal.lens.push_back(b == 1 && i % 50 == 7 ? 0 : i + 1);
   cases.push_back(causal);
+  // Causal lengths 1..200 shuffled, and a 0: the queries are sorted by
+  // length before the blocks are cut (ops/dot_product_sorted.cc), so rows
+  // computed beside key 100 come from all over the entry.
+  OwnKeysCase sorted{"gemm, queries sorted by length", {2, 200, 200, 16, 8}, {}, 100};
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t i = 0; i < 200; ++i) sorted.lens.push_back(b == 1 && i == 11 ? 0 : i * 73 % 200 + 1);
+  cases.push_back(sorted);
   // 8 entries of the same widths: 8 chunks, whole ones per thread on 2.
   OwnKeysCase chunks{"gemm, batch chunks", {8, 8, 64, 16, 8}, {}, 25};
   for (int64_t b = 0; b < 8; ++b) chunks.lens.insert(chunks.lens.end(), {3, 64, 10, 40, 2, 33, 12, 20});

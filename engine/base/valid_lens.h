@@ -48,6 +48,15 @@ class RowLengths {
   int64_t queries() const { return queries_; }
   int64_t keys() const { return keys_; }
 
+  // The same problem with row (b, i)'s length read from rows[b * queries + i]:
+  // each entry's lengths reordered (its queries permuted), so that its
+  // widths still hold. `rows` must outlive the result.
+  RowLengths WithRows(const int64_t* rows) const {
+    RowLengths reordered = *this;
+    reordered.rows_ = rows;
+    return reordered;
+  }
+
  private:
   const int64_t* rows_ = nullptr;
   const EntryWidths* entries_ = nullptr;

@@ -57,7 +57,7 @@ Status RunDotProduct(const EngineOptions& options, const ConstTensor& q, const C
                                                        k.dims[1], q.dims[2] + v.dims[2]);
     return dot_product::RowPath(options, q, k, v, lens, scale, key_block, out, attention_weights);
   }
-  return dot_product::GemmPath(options, q, k, v, lens, scale, out, attention_weights);
+  return dot_product::SortedGemmPath(options, q, k, v, lens, scale, out, attention_weights);
 }
 
 }  // namespace attnscore::ops

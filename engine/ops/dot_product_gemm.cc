@@ -113,6 +113,20 @@ std::vector<Group> GroupBatches(const internal::RowLengths& lens, int64_t batch,
   return groups;
 }
 
+}  // namespace
+
+double GemmFlops(const internal::RowLengths& lens, int64_t batch, int64_t depth,
+                 int64_t value_dim) {
+  double flops = 0;
+  for (const Group& g : GroupBatches(lens, batch, depth, value_dim)) {
+    flops += 2.0 * static_cast<double>(g.count * g.queries) *
+             static_cast<double>(g.score_width * depth + g.mix_width * value_dim);
+  }
+  return flops;
+}
+
+namespace {
+
 // Calls fn(chunk) for pieces of `g` whose scores take about kChunkBytes:
 // whole batch entries while they fit, else blocks of queries (whole 16-row
 // multiples keep oneDNN's kernels on full tiles). 2 MiB measured fastest on

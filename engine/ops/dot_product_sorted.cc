@@ -1,0 +1,112 @@
+// The gemm path on queries sorted by length: see dot_product_paths.h.
+//
+// The gemm path cuts an entry into blocks of consecutive queries, each as
+// wide as its longest query. With per-query lengths out of order, every
+// block holds a long query and the blocks save nothing: (1, 1024, 4096)
+// with lengths uniform in [1, 4096] computed about 4096 keys for every
+// query, twice the mean. Sorted, the first blocks hold the short queries and
+// are narrow (0.53 of the FLOPs there). Each query's output and weights
+// depend on its own row alone, so the order changes which block computes a
+// row, not the semantics; it depends on the lengths alone, never on the
+// thread count.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "base/scratch.h"
+#include "ops/dot_product_paths.h"
+
+namespace attnscore::ops::dot_product {
+namespace {
+
+// Copies the `cols` elements of a row from `src` (elements `src_step`
+// apart) to `dst` (`dst_step` apart).
+void CopyRow(const float* src, int64_t src_step, float* dst, int64_t dst_step, int64_t cols) {
+  if (src_step == 1 && dst_step == 1) {
+    std::memcpy(dst, src, static_cast<size_t>(cols) * sizeof(float));
+    return;
+  }
+  for (int64_t j = 0; j < cols; ++j) dst[j * dst_step] = src[j * src_step];
+}
+
+}  // namespace
+
+Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+                      const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                      const Tensor& out, const Tensor& attention_weights) {
+  const int64_t batch = q.dims[0], queries = q.dims[1], depth = q.dims[2], value_dim = v.dims[2],
+                keys = k.dims[1];
+  // order[b * queries + r]: the query of entry b that goes r-th, shortest
+  // first (ties in the caller's order); sorted_rows: its length.
+  thread_local std::vector<int64_t> order, sorted_rows;
+  const auto rows = static_cast<size_t>(batch * queries);
+  try {
+    if (order.size() < rows) {
+      order.resize(rows);
+      sorted_rows.resize(rows);
+    }
+  } catch (const std::bad_alloc&) {
+    return Status::Internal("out of memory for the queries' order");
+  }
+  bool reordered = false;
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t* const entry = order.data() + b * queries;
+    std::iota(entry, entry + queries, int64_t{0});
+    std::stable_sort(entry, entry + queries,
+                     [&](int64_t i, int64_t j) { return lens.row(b, i) < lens.row(b, j); });
+    for (int64_t r = 0; r < queries; ++r) {
+      sorted_rows[static_cast<size_t>(b * queries + r)] = lens.row(b, entry[r]);
+      reordered = reordered || entry[r] != r;
+    }
+  }
+  const internal::RowLengths sorted = lens.WithRows(sorted_rows.data());
+  if (!reordered || GemmFlops(sorted, batch, depth, value_dim) >
+                        kSortWhenBelow * GemmFlops(lens, batch, depth, value_dim)) {
+    return GemmPath(options, q, k, v, lens, scale, out, attention_weights);
+  }
+
+  // Dense sorted copies: Q (B, N, D), then out (B, N, Dv) and the weights
+  // (B, N, M) as the gemm path writes them.
+  const bool want_weights = !attention_weights.empty();
+  const int64_t q_floats = batch * queries * depth, out_floats = batch * queries * value_dim;
+  float* buffer = nullptr;
+  try {
+    buffer = internal::ThreadScratch(
+        internal::ScratchSlot::kSortedRows,
+        static_cast<size_t>(q_floats + out_floats + (want_weights ? batch * queries * keys : 0)));
+  } catch (const std::bad_alloc&) {
+    return Status::Internal("out of memory for the queries sorted by length");
+  }
+  const Tensor sorted_q(buffer, {batch, queries, depth});
+  const Tensor sorted_out(buffer + q_floats, {batch, queries, value_dim});
+  const Tensor sorted_weights =
+      want_weights ? Tensor(buffer + q_floats + out_floats, {batch, queries, keys}) : Tensor();
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t r = 0; r < queries; ++r) {
+      const int64_t i = order[static_cast<size_t>(b * queries + r)];
+      CopyRow(q.data + b * q.strides[0] + i * q.strides[1], q.strides[2],
+              sorted_q.data + (b * queries + r) * depth, 1, depth);
+    }
+  }
+  ATTNSCORE_RETURN_IF_ERROR(
+      GemmPath(options, sorted_q, k, v, sorted, scale, sorted_out, sorted_weights));
+  // Only now, with every row computed, are the caller's outputs written.
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t r = 0; r < queries; ++r) {
+      const int64_t i = order[static_cast<size_t>(b * queries + r)];
+      CopyRow(sorted_out.data + (b * queries + r) * value_dim, 1,
+              out.data + b * out.strides[0] + i * out.strides[1], out.strides[2], value_dim);
+      if (want_weights) {
+        CopyRow(sorted_weights.data + (b * queries + r) * keys, 1,
+                attention_weights.data + b * attention_weights.strides[0] +
+                    i * attention_weights.strides[1],
+                attention_weights.strides[2], keys);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace attnscore::ops::dot_product
