@@ -4,6 +4,8 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -119,20 +121,35 @@ void CachedRead(benchmark::State& state) {
 }
 
 void OnednnMatmul(benchmark::State& state, int64_t batch, int64_t rows, int64_t inner,
-                  int64_t cols) {
+                  int64_t cols, bool bf16) {
   SharedEngine();  // the OpenMP thread count
   std::vector<float> a = RandomFloats(batch * rows * inner, 1),
                      b = RandomFloats(batch * inner * cols, 2);
   std::vector<float> c(static_cast<size_t>(batch * rows * cols));
+  // bf16 inputs: each float's upper half (truncated; the time does not
+  // depend on the rounding).
+  const auto upper_halves = [](const std::vector<float>& x) {
+    std::vector<uint16_t> words(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &x[i], sizeof(bits));
+      words[i] = static_cast<uint16_t>(bits >> 16);
+    }
+    return words;
+  };
+  std::vector<uint16_t> a16, b16;
+  if (bf16) a16 = upper_halves(a), b16 = upper_halves(b);
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
+  const dt input = bf16 ? dt::bf16 : dt::f32;
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
-  dnnl::memory::desc a_md({batch, rows, inner}, dt::f32, tag::abc),
-      b_md({batch, inner, cols}, dt::f32, tag::abc), c_md({batch, rows, cols}, dt::f32, tag::abc);
+  dnnl::memory::desc a_md({batch, rows, inner}, input, tag::abc),
+      b_md({batch, inner, cols}, input, tag::abc), c_md({batch, rows, cols}, dt::f32, tag::abc);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine);
   dnnl::matmul matmul(pd);
-  dnnl::memory a_mem(a_md, engine, a.data()), b_mem(b_md, engine, b.data()),
+  dnnl::memory a_mem(a_md, engine, bf16 ? static_cast<void*>(a16.data()) : a.data()),
+      b_mem(b_md, engine, bf16 ? static_cast<void*>(b16.data()) : b.data()),
       c_mem(c_md, engine, c.data());
   for (auto _ : state) {
     matmul.execute(stream,

@@ -59,7 +59,7 @@ void CachedRead(benchmark::State& state);
 // a workload's products could reach. Labels the state with oneDNN's
 // implementation and sets its GFLOPS counter.
 void OnednnMatmul(benchmark::State& state, int64_t batch, int64_t rows, int64_t inner,
-                  int64_t cols);
+                  int64_t cols, bool bf16 = false);
 
 }  // namespace attnscore::bench
 

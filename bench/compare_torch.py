@@ -93,6 +93,7 @@ DEFAULT_PROBLEMS = [
     ("softmax", "", (64, 128, 512), "random"),
     ("dot", "decode", (8, 1, 1024, 64, 64), "random-batch"),
     ("dot", "encoder", (4, 128, 128, 64, 64), "random-batch"),
+    ("dot", "encoder", (4, 128, 128, 64, 64), "random"),
     ("dot", "long", (1, 1024, 4096, 64, 64), "random-batch"),
     ("dot", "long", (1, 1024, 4096, 64, 64), "3000"),
     ("dot", "toy", (2, 1, 10, 2, 4), "random-batch"),

@@ -1,15 +1,19 @@
 // Scaled dot-product attention on the decode, encoder and long shapes, with
-// random per-batch valid lengths. GFLOP/s counts only valid keys:
-// 2·L·(D + Dv) per query; BM_OnednnMatmul in peers_bench.cc runs one oneDNN
-// matmul of the same FLOPs. bytes/s counts Q, out and the valid rows of K, V.
+// random valid lengths in [1, M]: per batch entry (BM_DotProduct) or per
+// query (BM_DotProductPerQuery). GFLOP/s counts only valid keys:
+// 2·L·(D + Dv) per query; BM_OnednnMatmul (PerQuery) in peers_bench.cc runs
+// one oneDNN matmul of the same FLOPs. bytes/s counts Q, out and the K, V
+// rows some query of the entry attends to.
 #include <benchmark/benchmark.h>
+
+#include <algorithm>
 
 #include "bench_util.h"
 
 namespace attnscore::bench {
 namespace {
 
-void BM_DotProduct(benchmark::State& state) {
+void DotProduct(benchmark::State& state, bool per_query) {
   const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),
                 depth = state.range(3), value_dim = depth;
   const Engine& engine = SharedEngine();
@@ -17,8 +21,10 @@ void BM_DotProduct(benchmark::State& state) {
   const std::vector<float> k = RandomFloats(batch * keys * depth, 2);
   const std::vector<float> v = RandomFloats(batch * keys * value_dim, 3);
   std::vector<float> out(static_cast<size_t>(batch * queries * value_dim));
-  const std::vector<int64_t> lens = RandomLengths(batch, keys, 4);
-  const ValidLens valid = ValidLens::PerBatch(lens.data(), batch);
+  const int64_t rows_per_length = per_query ? 1 : queries;
+  const std::vector<int64_t> lens = RandomLengths(batch * queries / rows_per_length, keys, 4);
+  const ValidLens valid = per_query ? ValidLens::PerQuery(lens.data(), batch, queries)
+                                    : ValidLens::PerBatch(lens.data(), batch);
   const ImplementationLabel label;
   for (auto _ : state) {
     Status s = engine.DotProductAttention(
@@ -29,19 +35,36 @@ void BM_DotProduct(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
   label.Apply(state);
-  const double valid_keys = ValidKeys(lens, 1, keys);  // summed over batch entries
-  const double flops = 2.0 * valid_keys * static_cast<double>(queries * (depth + value_dim));
-  state.counters["GFLOPS"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  // Bytes it must move: Q and out once, the valid rows of K and V.
+  // (query, key) pairs attended, and K, V rows read: each entry's longest.
+  const double valid_keys = ValidKeys(lens, rows_per_length, keys);
+  double rows_read = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto first = lens.begin() + b * (queries / rows_per_length);
+    rows_read += static_cast<double>(
+        std::min(keys, *std::max_element(first, first + queries / rows_per_length)));
+  }
+  const double flops = 2.0 * valid_keys * static_cast<double>(depth + value_dim);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   const double bytes = 4.0 * (static_cast<double>(batch * queries * (depth + value_dim)) +
-                              valid_keys * static_cast<double>(depth + value_dim));
+                              rows_read * static_cast<double>(depth + value_dim));
   state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
 }
+
+void BM_DotProduct(benchmark::State& state) { DotProduct(state, /*per_query=*/false); }
+void BM_DotProductPerQuery(benchmark::State& state) { DotProduct(state, /*per_query=*/true); }
 
 BENCHMARK(BM_DotProduct)
     ->ArgNames({"batch", "queries", "keys", "dim"})
     ->Args({8, 1, 1024, 64})     // decode
     ->Args({1, 1, 4096, 64})     // decode, one sequence: its keys split among threads
+    ->Args({4, 128, 128, 64})    // encoder
+    ->Args({1, 1024, 4096, 64})  // long
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+BENCHMARK(BM_DotProductPerQuery)
+    ->ArgNames({"batch", "queries", "keys", "dim"})
     ->Args({4, 128, 128, 64})    // encoder
     ->Args({1, 1024, 4096, 64})  // long
     ->Unit(benchmark::kMicrosecond)

@@ -9,7 +9,6 @@
 
 #include "bench_util.h"
 #include "matmul/matmul.h"
-#include "oneapi/dnnl/dnnl.hpp"
 
 namespace attnscore::bench {
 namespace {
@@ -19,7 +18,8 @@ void BM_Memcpy(benchmark::State& state) {
   const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2);
   SharedEngine();  // same context as the other benchmarks
   const std::vector<int64_t> lens = RandomLengths(batch * queries, keys, 2);
-  const double bytes = 4.0 * (ValidKeys(lens, 1, keys) + static_cast<double>(batch * queries * keys));
+  const double bytes =
+      4.0 * (ValidKeys(lens, 1, keys) + static_cast<double>(batch * queries * keys));
   const size_t copied = static_cast<size_t>(bytes / 2);
   std::vector<char> src(copied, 1), dst(copied);
   for (auto _ : state) {
@@ -56,69 +56,97 @@ BENCHMARK(BM_MemcpyOpBuffers)
     ->UseRealTime();
 
 // One plain oneDNN matmul doing as many FLOPs as BM_DotProduct counts for the
-// same args, 2·B·N·L·(D + Dv) with L the mean valid length, in two shapes:
+// same args, 2·B·N·L·(D + Dv) with L the mean valid length (per batch entry,
+// or with BM_OnednnMatmulPerQuery per query, as BM_DotProductPerQuery's), in
+// two shapes:
 //   inner:0  C (B·N, L)  = A (B·N, D + Dv) · W (D + Dv, L)
 //   inner:1  C (B·N, 2L) = A (B·N, D) · W (D, 2L), the op's own Q·Kᵀ widened;
 // oneDNN is slower with the shorter inner dimension, so both are reported.
 // In a --precision bf16 run A and W are bf16 (C stays f32), as the op's are;
 // where oneDNN has no bf16 arithmetic the op runs f32 matmuls on rounded
 // values instead (matmul::NativeBf16), and so does this peer.
-void BM_OnednnMatmul(benchmark::State& state) {
+void DotProductPeer(benchmark::State& state, bool per_query) {
   const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),
                 depth = state.range(3);
   const bool inner_is_depth = state.range(4) != 0;
   const bool bf16 = SharedEngine().options().precision == Precision::kBf16 &&  // cap, threads
                     matmul::NativeBf16();
-  const std::vector<int64_t> lens = RandomLengths(batch, keys, 4);
+  const int64_t length_count = per_query ? batch * queries : batch;
+  const std::vector<int64_t> lens = RandomLengths(length_count, keys, 4);
   const auto mean_valid =
-      static_cast<int64_t>(ValidKeys(lens, 1, keys) / static_cast<double>(batch) + 0.5);
+      static_cast<int64_t>(ValidKeys(lens, 1, keys) / static_cast<double>(length_count) + 0.5);
   const int64_t m = batch * queries;
   const int64_t k = inner_is_depth ? depth : 2 * depth;
   const int64_t n = inner_is_depth ? 2 * mean_valid : mean_valid;
-  std::vector<float> a = RandomFloats(m * k, 1), w = RandomFloats(k * n, 2);
-  std::vector<float> c(static_cast<size_t>(m * n));
-  // bf16 words of the same values: their upper halves (truncated; the time
-  // does not depend on the rounding).
-  const auto to_bf16 = [](const std::vector<float>& x) {
-    std::vector<uint16_t> words(x.size());
-    for (size_t i = 0; i < x.size(); ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, &x[i], sizeof(bits));
-      words[i] = static_cast<uint16_t>(bits >> 16);
-    }
-    return words;
-  };
-  std::vector<uint16_t> a16, w16;
-  if (bf16) a16 = to_bf16(a), w16 = to_bf16(w);
-  void* a_data = bf16 ? static_cast<void*>(a16.data()) : a.data();
-  void* w_data = bf16 ? static_cast<void*>(w16.data()) : w.data();
-  const dnnl::memory::data_type input = bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
-
-  using tag = dnnl::memory::format_tag;
-  using dt = dnnl::memory::data_type;
-  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(engine);
-  dnnl::memory::desc a_md({m, k}, input, tag::ab), w_md({k, n}, input, tag::ab),
-      c_md({m, n}, dt::f32, tag::ab);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, w_md, c_md), engine);
-  dnnl::matmul matmul(pd);
-  dnnl::memory a_mem(a_md, engine, a_data), w_mem(w_md, engine, w_data),
-      c_mem(c_md, engine, c.data());
-  for (auto _ : state) {
-    matmul.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, c_mem}});
-    stream.wait();
-    benchmark::DoNotOptimize(c.data());
-  }
-  state.SetLabel(pd.impl_info_str());
-  const double flops = 2.0 * static_cast<double>(m * n * k);
-  state.counters["GFLOPS"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  OnednnMatmul(state, 1, m, k, n, bf16);
 }
+
+void BM_OnednnMatmul(benchmark::State& state) { DotProductPeer(state, /*per_query=*/false); }
+void BM_OnednnMatmulPerQuery(benchmark::State& state) { DotProductPeer(state, /*per_query=*/true); }
 
 BENCHMARK(BM_OnednnMatmul)
     ->ArgNames({"batch", "queries", "keys", "dim", "inner"})
     ->ArgsProduct({{8}, {1}, {1024}, {64}, {0, 1}})
     ->ArgsProduct({{4}, {128}, {128}, {64}, {0, 1}})
     ->ArgsProduct({{1}, {1024}, {4096}, {64}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+BENCHMARK(BM_OnednnMatmulPerQuery)
+    ->ArgNames({"batch", "queries", "keys", "dim", "inner"})
+    ->ArgsProduct({{4}, {128}, {128}, {64}, {0, 1}})
+    ->ArgsProduct({{1}, {1024}, {4096}, {64}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// This machine's limits, which docs/performance.md sets every workload
+// against (bench/report.py's limits table):
+//   BM_LimitMatmul  one large oneDNN matmul, (1024, 256) · (256, 1024), fp32
+//                   or bf16 inputs (precision 0 or 1); bf16 only where the
+//                   CPU has bf16 arithmetic, else skipped saying so;
+//   BM_LimitCopy    memcpy of 64 MiB, past any L3: read + written bytes;
+//   BM_LimitRead    a vector read of 256 KiB (L2), 4 or 16 MiB (L3) or
+//                   256 MiB (memory), the whole buffer once per iteration.
+void BM_LimitMatmul(benchmark::State& state) {
+  const bool bf16 = state.range(0) != 0;
+  if (bf16 && !matmul::NativeBf16()) {
+    state.SkipWithError("this CPU has no bf16 arithmetic (no avx512_bf16 or AMX)");
+    return;
+  }
+  OnednnMatmul(state, 1, 1024, 256, 1024, bf16);
+}
+
+BENCHMARK(BM_LimitMatmul)
+    ->ArgName("precision")
+    ->DenseRange(0, 1)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+void BM_LimitCopy(benchmark::State& state) {
+  SharedEngine();
+  const auto bytes = static_cast<size_t>(state.range(0));
+  std::vector<char> src(bytes, 1), dst(bytes);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::DoNotOptimize(dst.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(2 * bytes) * state.iterations());
+}
+
+BENCHMARK(BM_LimitCopy)
+    ->ArgName("bytes")
+    ->Arg(int64_t{64} << 20)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+void BM_LimitRead(benchmark::State& state) { CachedRead(state); }
+
+BENCHMARK(BM_LimitRead)
+    ->ArgName("bytes")
+    ->Arg(int64_t{256} << 10)
+    ->Arg(int64_t{4} << 20)
+    ->Arg(int64_t{16} << 20)
+    ->Arg(int64_t{256} << 20)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -12,8 +12,11 @@ Google Benchmark's default; without --filter, every benchmark but the key
 count sweep, which bench/sweep.py runs and draws into docs/sweep.md), then, with --torch, bench/compare_torch.py
 against the CLI BUILD/bin/attnscore on 1 thread. From that one run it writes
 
-  --out     a page with a table per op (masked softmax, dot product,
-            additive, concat): each benchmark's median next to its peer's
+  --out     a page with this machine's limits (fp32 and bf16 matmul, copy,
+            reads from L2, L3 and memory) and each workload's share of
+            the limit that bounds it, then a table per op (masked softmax,
+            dot product, additive, concat, multi-head): each benchmark's
+            median next to its peer's
             median from the same run, and their ratio, then the PyTorch
             comparison; its header names the CPU, the Highway target, oneDNN
             and its ISA, the commit, the date and the command that remakes it;
@@ -27,7 +30,8 @@ faster):
   masked softmax       bytes/s against memcpy of the same bytes, and
                        against memcpy of the op's whole (B, N, M) buffers;
   dot product          GFLOP/s (valid keys only) against one plain oneDNN
-                       matmul of the same FLOPs, inner dimension D + Dv and D;
+                       matmul of the same FLOPs, inner dimension D + Dv and D
+                       (per-query lengths: the mean over the queries);
   additive             the score kernel's (query, key, hidden) triples/ns
                        against Highway's Tanh alone, elements/ns (one tanh a
                        triple); the whole op's peer is PyTorch (compare_torch);
@@ -189,7 +193,8 @@ def run_bench(bench, args, json_path):
     except ValueError as e:
         raise Failure("%s wrote bad JSON: %s" % (bench, e), 1)
     failed = ["%s: %s" % (b.get("name"), b.get("error_message", "error"))
-              for b in data.get("benchmarks", []) if b.get("error_occurred")]
+              for b in data.get("benchmarks", [])
+              if b.get("error_occurred") and not unsupported(b)]
     if failed:
         raise Failure("benchmarks failed:\n  " + "\n  ".join(failed), 1)
     if not data.get("benchmarks"):
@@ -299,11 +304,24 @@ def medians(data):
     """run_name -> its median entry (the run itself with one repetition)."""
     out = {}
     for b in data["benchmarks"]:
+        if b.get("error_occurred"):
+            continue
         name = b.get("run_name", b["name"])
         if b.get("aggregate_name") == "median" or (
                 b.get("run_type") == "iteration" and name not in out):
             out[name] = b
     return out
+
+
+def unsupported(b):
+    """A benchmark that skipped itself because the CPU cannot run it (bf16)."""
+    return b.get("error_message", "").startswith(UNSUPPORTED)
+
+
+def skipped(data):
+    """{benchmark: why} for the benchmarks that skipped themselves."""
+    return {b.get("run_name", b["name"]): b["error_message"]
+            for b in data["benchmarks"] if b.get("error_occurred") and unsupported(b)}
 
 
 def family(name):
@@ -434,7 +452,8 @@ def softmax_section(runs, pairs):
 def dot_section(runs, pairs):
     t = Table(["shape (B, N, M), D = Dv", "median µs", "GFLOP/s"] + PEER_HEAD +
               ["peer GFLOP/s", "ratio"], "lrrlrrr")
-    names = [n for n in runs if family(n) in ("BM_DotProduct", "BM_DotProductToy")]
+    names = [n for n in runs
+             if family(n) in ("BM_DotProduct", "BM_DotProductPerQuery", "BM_DotProductToy")]
     names.sort(key=lambda n: (family(n) == "BM_DotProductToy", seconds(runs[n])))
     for name in names:
         b, a = runs[name], args_of(name)
@@ -446,7 +465,11 @@ def dot_section(runs, pairs):
         shape = "(%d, %d, %d), %d" % (dims + (a["dim"],))
         if dims in DOT_SHAPES:
             shape = DOT_SHAPES[dims] + " " + shape
-        peers = [(name.replace("BM_DotProduct/", "BM_OnednnMatmul/")
+        per_query = family(name) == "BM_DotProductPerQuery"
+        if per_query:
+            shape += ", per-query lengths"
+        peers = [(name.replace(family(name) + "/",
+                               "BM_OnednnMatmulPerQuery/" if per_query else "BM_OnednnMatmul/")
                   .replace("/real_time", "/inner:%d/real_time" % inner), label)
                  for inner, label in ((0, "oneDNN matmul, inner dim D + Dv"),
                                       (1, "oneDNN matmul, inner dim D"))]
@@ -457,7 +480,9 @@ def dot_section(runs, pairs):
             p = runs[peer]
             t.add(shape, us(b), "%.1f" % gflops(b), label, us(p), "%.1f" % gflops(p),
                   pairs.pair(name, peer, gflops(b) / gflops(p)))
-    text = ("Valid lengths are random per batch entry, from 1 to M. Rate: FLOPs over valid "
+    text = ("Valid lengths are random per batch entry, from 1 to M, or per query on the rows "
+            "so marked (the engine sorts such an entry's queries by length, so that its "
+            "blocks of queries are cut by width). Rate: FLOPs over valid "
             "keys only, 2·L·(D + Dv) per query, per second. The peer is one plain oneDNN "
             "matmul doing as many FLOPs (with the mean valid length), with inner dimension "
             "D + Dv or, the op's own Q·Kᵀ widened, D. The one-sequence decode shape and the "
@@ -567,6 +592,103 @@ def multihead_section(runs, pairs):
             "per head; its peer is one batched oneDNN matmul of the heads' Q Kᵀ, (16, 1024, "
             "64) · (16, 64, 1024), and the ratio is op GFLOP/s ÷ peer GFLOP/s.")
     return "Multi-head attention", text, t if names else None
+
+
+# What BM_LimitMatmul says when it skips itself (bench/peers_bench.cc).
+UNSUPPORTED = "this CPU has no bf16 arithmetic"
+LIMITS = [  # (benchmark, the limit's short name, what it measures)
+    ("BM_LimitMatmul/precision:0/real_time", "fp32 matmul",
+     "oneDNN matmul, fp32, (1024, 256) · (256, 1024)"),
+    ("BM_LimitMatmul/precision:1/real_time", "bf16 matmul",
+     "oneDNN matmul, bf16, (1024, 256) · (256, 1024)"),
+    ("BM_LimitCopy/bytes:67108864/real_time", "copy", "memcpy of 64 MiB (read + written)"),
+    ("BM_LimitRead/bytes:262144/real_time", "read, 256 KiB", "read of 256 KiB (L2)"),
+    ("BM_LimitRead/bytes:4194304/real_time", "read, 4 MiB", "read of 4 MiB (L3)"),
+    ("BM_LimitRead/bytes:16777216/real_time", "read, 16 MiB", "read of 16 MiB (L3)"),
+    ("BM_LimitRead/bytes:268435456/real_time", "read, 256 MiB", "read of 256 MiB (memory)"),
+]
+LIMIT_NAMES = {name: short for name, short, _ in LIMITS}
+
+
+def limit_rate(b):
+    return ("%.1f GFLOP/s" % gflops(b)) if gflops(b) is not None else ("%.2f GB/s" % gbps(b))
+
+
+def limits_section(runs, pairs, skipped_runs, bf16):
+    """This machine's limits, and each workload as a share of the one that bounds it."""
+    t = Table(["limit", "median µs", "rate"], "lrr")
+    for name, _, text in LIMITS:
+        if name in runs:
+            pairs.op(name)
+            t.add(text, us(runs[name]), limit_rate(runs[name]))
+        elif name in skipped_runs:
+            t.add(text, "—", "not measured: " + skipped_runs[name])
+    matmul_name = LIMITS[1][0] if bf16 else LIMITS[0][0]
+    matmul = runs.get(matmul_name)
+    copy = runs.get(LIMITS[2][0])
+    reads = sorted((args_of(n)["bytes"], n) for n, _, _ in LIMITS[3:] if n in runs)
+    w = Table(["workload", "median µs", "rate", "limit", "share of the limit"], "lrrlr")
+
+    def read_limit(size):
+        """The read of the smallest buffer that holds `size` bytes."""
+        return next((n for bytes_, n in reads if bytes_ >= size), reads[-1][1] if reads else None)
+
+    for name in sorted(runs, key=lambda n: (family(n), seconds(runs[n]))):
+        b, a = runs[name], args_of(name)
+        f = family(name)
+        if f in ("BM_DotProduct", "BM_DotProductPerQuery"):
+            shape = "dot product (%d, %d, %d), D %d" % (a["batch"], a["queries"], a["keys"],
+                                                       a["dim"])
+            if f == "BM_DotProductPerQuery":
+                shape += ", per-query lengths"
+            if a["queries"] <= 3:  # decode: bound by reading the valid K and V
+                kv = b["bytes_per_second"] * seconds(b)
+                peer = read_limit(kv)
+                if peer:
+                    w.add(shape, us(b), "%.2f GB/s" % gbps(b), LIMIT_NAMES[peer],
+                          "%.0f%%" % (100 * gbps(b) / gbps(runs[peer])))
+                continue
+            if matmul:
+                w.add(shape, us(b), "%.1f GFLOP/s" % gflops(b), LIMIT_NAMES[matmul_name],
+                      "%.0f%%" % (100 * gflops(b) / gflops(matmul)))
+        elif f == "BM_MultiHead" and a["queries"] > 3 and matmul:
+            w.add("multi-head, B %d, N %d, M %d, Hq %d, Hkv %d%s" % (
+                a["batch"], a["queries"], a["keys"], a["heads"], a["kv_heads"],
+                ", causal" if a["causal"] else ""), us(b), "%.1f GFLOP/s" % gflops(b), LIMIT_NAMES[matmul_name],
+                "%.0f%%" % (100 * gflops(b) / gflops(matmul)))
+        elif f == "BM_KvCacheDecode":
+            kv = 4 * a["batch"] * a["keys"] * a["kv_heads"] * 2 * a["dim"]
+            peer = read_limit(kv)
+            if peer:
+                w.add("KvCache decode, B %d, Hq %d, Hkv %d, %d keys" % (
+                    a["batch"], a["heads"], a["kv_heads"], a["keys"]), us(b),
+                    "%.2f GB/s" % gbps(b), LIMIT_NAMES[peer],
+                    "%.0f%%" % (100 * gbps(b) / gbps(runs[peer])))
+        elif f == "BM_MaskedSoftmax" and copy:
+            w.add("masked softmax (%d, %d, %d)" % (a["batch"], a["queries"], a["keys"]), us(b),
+                  "%.2f GB/s" % gbps(b), LIMIT_NAMES[LIMITS[2][0]], "%.0f%%" % (100 * gbps(b) / gbps(copy)))
+    text = ("This machine's limits, measured in the same run: one large oneDNN matmul (the "
+            "products' limit; in bf16 only on a CPU with bf16 arithmetic), a copy past the "
+            "caches, and reads of buffers that stay in a core's L2, in L3 (on CPUs with at "
+            "least 512 KiB of L2 and 16 MiB of L3), or in memory. Below, each "
+            "workload as a share of the limit that bounds it: the products' FLOPs (valid keys "
+            "only) against the %s matmul; decode's bytes (Q, out and the K and V rows it "
+            "reads) against the read of the smallest buffer that holds them, as often "
+            "re-read as the op's own; the masked softmax's bytes against the copy." %
+            ("bf16" if bf16 else "fp32"))
+    tables = t.markdown() + "\n\n" + w.markdown()
+    return "This machine's limits", text, RawTables(tables) if runs else None
+
+
+class RawTables:
+    """Tables already rendered, for a section with more than one."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def markdown(self):
+        return self.text
+
 
 
 def dot_shape(a):
@@ -804,6 +926,8 @@ def main(argv):
     pairs = Pairs()
     sections = [f(runs, pairs) for f in (softmax_section, dot_section, additive_section,
                                         concat_section, multihead_section)]
+    sections.insert(0, limits_section(runs, pairs, skipped(data),
+                                      bf16=ctx.get("precision") == "bf16"))
     page_text = page(facts, command, bench_cmd, args, sections, runs, pairs.used,
                      torch_result)
 
