@@ -72,6 +72,15 @@ Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTe
 Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
                 const ConstTensor& v, const internal::RowLengths& lens, float scale,
                 const Tensor& out, const Tensor& attention_weights);
+// The row path over G groups of rows per entry, each group with K and V of
+// its own (a K/V head and its query heads): q (B, G, R, D), k (B, G, M, D),
+// v (B, G, M, Dv), out (B, G, R, Dv), attention_weights (B, G, R, M) or
+// empty; `lens` has (B, R) rows, each group's row i taking row i's length.
+// Rows and K, V rows contiguous. Each row gets the bits RowPath gives it
+// alone; RowPath is the case G = 1.
+Status GroupedRowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+                      const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                      int64_t key_block, const Tensor& out, const Tensor& attention_weights);
 // The gemm path on queries sorted by length within each entry where that
 // saves work: Q gathered, out and the weights scattered back, row by row.
 // It sorts only when the sorted blocks' FLOPs are below kSortWhenBelow of

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "base/parallel.h"
 #include "base/scratch.h"
@@ -38,21 +39,29 @@ struct BlockPartial {
 // rows of a chunk sharing each K and V row read.
 constexpr int64_t kChunkRows = static_cast<int64_t>(kernels::kMaxSharedRows);
 
-// The row path with each row whole: a task per chunk of an entry's rows.
+// Group g of entry b of a (B, G, R, F) view: its row 0; rows are
+// strides[2] apart, their elements strides[3].
+template <typename T>
+T* GroupOf(const TensorView<T>& t, int64_t b, int64_t g) {
+  return t.data + b * t.strides[0] + g * t.strides[1];
+}
+
+// The row path with each row whole: a task per chunk of a group's rows.
 Status WholeRows(int threads, const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
                  const internal::RowLengths& lens, float scale, const Tensor& out,
                  const Tensor& attention) {
-  const int64_t queries = q.dims[1], depth = q.dims[2], keys = k.dims[1];
-  const int64_t value_dim = v.dims[2];
+  const int64_t groups = q.dims[1], queries = q.dims[2], depth = q.dims[3], keys = k.dims[2];
+  const int64_t value_dim = v.dims[3];
   const int64_t chunks = CeilDiv(queries, kChunkRows);
   const int64_t chunk_rows = std::min(queries, kChunkRows);
   const bool want_attention = !attention.empty();
   // Each task's scratch holds a row of scores per row, then its weights.
   return internal::ForEachRowInParallel(
-      threads, q.dims[0] * chunks, internal::ScratchSlot::kRowTask,
+      threads, q.dims[0] * groups * chunks, internal::ScratchSlot::kRowTask,
       static_cast<size_t>(chunk_rows * keys),
       [&](int64_t task, float* scratch) {
-        const int64_t b = task / chunks, i0 = task % chunks * kChunkRows;
+        const int64_t b = task / chunks / groups, g = task / chunks % groups;
+        const int64_t i0 = task % chunks * kChunkRows;
         const int64_t count = std::min(kChunkRows, queries - i0);
         const float* q_rows[kChunkRows] = {};
         float* scores[kChunkRows] = {};
@@ -60,38 +69,37 @@ Status WholeRows(int threads, const ConstTensor& q, const ConstTensor& k, const 
         size_t valid[kChunkRows] = {}, mixed[kChunkRows] = {};
         for (int64_t r = 0; r < count; ++r) {
           const int64_t i = i0 + r;
-          q_rows[r] = q.data + b * q.strides[0] + i * q.strides[1];
+          q_rows[r] = GroupOf(q, b, g) + i * q.strides[2];
           scores[r] = scratch + r * keys;
-          out_rows[r] = out.data + b * out.strides[0] + i * out.strides[1];
+          out_rows[r] = GroupOf(out, b, g) + i * out.strides[2];
           valid[r] = static_cast<size_t>(lens.row(b, i));
           // A query with length 0 weighs all M keys equally, as the reference does.
           mixed[r] = valid[r] > 0 ? valid[r] : static_cast<size_t>(keys);
         }
         kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
-                           k.data + b * k.strides[0], k.strides[1], valid, scale, scores);
+                           GroupOf(k, b, g), k.strides[2], valid, scale, scores);
         for (int64_t r = 0; r < count; ++r) {
           if (want_attention) {
-            float* row =
-                attention.data + b * attention.strides[0] + (i0 + r) * attention.strides[1];
+            float* row = GroupOf(attention, b, g) + (i0 + r) * attention.strides[2];
             kernels::MaskedSoftmaxRow(scores[r], valid[r], static_cast<size_t>(keys), scores[r]);
-            for (int64_t j = 0; j < keys; ++j) row[j * attention.strides[2]] = scores[r][j];
+            for (int64_t j = 0; j < keys; ++j) row[j * attention.strides[3]] = scores[r][j];
           } else {
             kernels::MaskedSoftmaxRow(scores[r], valid[r], mixed[r], scores[r]);
           }
         }
-        kernels::MixRows(static_cast<size_t>(count), scores, mixed, v.data + b * v.strides[0],
-                         v.strides[1], static_cast<size_t>(value_dim), out_rows);
+        kernels::MixRows(static_cast<size_t>(count), scores, mixed, GroupOf(v, b, g), v.strides[2],
+                         static_cast<size_t>(value_dim), out_rows);
       },
       [] {}, internal::Balance::kDynamic);  // rows' lengths differ
 }
 
 // The row path with the keys in blocks of `key_block`, a task each for all
-// of an entry's rows, then merged row by row.
+// of a group's rows, then merged row by row.
 Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, const ConstTensor& k,
                        const ConstTensor& v, const internal::RowLengths& lens, float scale,
                        const Tensor& out, const Tensor& attention) {
-  const int64_t queries = q.dims[1], depth = q.dims[2], keys = k.dims[1];
-  const int64_t value_dim = v.dims[2], rows = q.dims[0] * queries;
+  const int64_t groups = q.dims[1], queries = q.dims[2], depth = q.dims[3], keys = k.dims[2];
+  const int64_t value_dim = v.dims[3], rows = q.dims[0] * groups * queries;
   const bool want_attention = !attention.empty();
   const int64_t blocks = CeilDiv(keys, key_block);  // per row, at most
   const int64_t partial_floats = BlockPartial::kHeader + value_dim;
@@ -100,23 +108,26 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
   const auto partial = [&](int64_t r, int64_t block) {
     return BlockPartial{partials + (r * blocks + block) * partial_floats};
   };
-  const auto attention_row = [&](int64_t b, int64_t i) {
-    return attention.data + b * attention.strides[0] + i * attention.strides[1];
+  const auto attention_row = [&](int64_t b, int64_t g, int64_t i) {
+    return GroupOf(attention, b, g) + i * attention.strides[2];
   };
   const float nan = std::numeric_limits<float>::quiet_NaN();
 
-  // Each task: one block of keys for every row of one batch entry, so that
-  // rows sharing keys (an entry's queries, a group's heads) read the block's
-  // K and V once for a chunk of rows. Its scratch holds each row's block
-  // scores, then its weights (or, for a row with L = 0, uniform weights over
-  // M keys).
+  // Each task: one block of keys for every row of one group, so that rows
+  // sharing keys (an entry's queries, a group's heads) read the block's K and
+  // V once for a chunk of rows. A block's groups are consecutive tasks: where
+  // the groups' K and V rows interleave (token-major heads), the next task
+  // reads the rest of the lines the last one brought in. Its scratch holds
+  // each row's block scores, then its weights (or, for a row with L = 0,
+  // uniform weights over M keys).
   const int64_t chunk_rows = std::min(queries, kChunkRows);
   Status status = internal::ForEachRowInParallel(
-      threads, q.dims[0] * blocks, internal::ScratchSlot::kRowTask,
+      threads, q.dims[0] * blocks * groups, internal::ScratchSlot::kRowTask,
       static_cast<size_t>(std::max(keys, chunk_rows * key_block)),
       [&](int64_t task, float* scratch) {
-        const int64_t b = task / blocks, block = task % blocks;
-        const float* v_entry = v.data + b * v.strides[0];
+        const int64_t b = task / groups / blocks, block = task / groups % blocks;
+        const int64_t g = task % groups;
+        const float* v_group = GroupOf(v, b, g);
         const int64_t first = block * key_block;
         for (int64_t i0 = 0; i0 < queries; i0 += kChunkRows) {
           // The chunk's rows with keys in this block: scored together, then
@@ -134,17 +145,17 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
               // Uniform weights over all M keys, as the reference's mask gives.
               if (block != 0) continue;
               std::fill(scratch, scratch + keys, 1.0f / static_cast<float>(keys));
-              float* out_row = out.data + b * out.strides[0] + i * out.strides[1];
-              kernels::MixRow(scratch, static_cast<size_t>(keys), v_entry, v.strides[1],
+              float* out_row = GroupOf(out, b, g) + i * out.strides[2];
+              kernels::MixRow(scratch, static_cast<size_t>(keys), v_group, v.strides[2],
                               static_cast<size_t>(value_dim), out_row);
               if (want_attention) {
-                float* w = attention_row(b, i);
-                for (int64_t j = 0; j < keys; ++j) w[j * attention.strides[2]] = scratch[j];
+                float* w = attention_row(b, g, i);
+                for (int64_t j = 0; j < keys; ++j) w[j * attention.strides[3]] = scratch[j];
               }
               continue;
             }
             if (first >= valid) continue;
-            q_rows[count] = q.data + b * q.strides[0] + i * q.strides[1];
+            q_rows[count] = GroupOf(q, b, g) + i * q.strides[2];
             scores[count] = scratch + count * key_block;
             n[count] = static_cast<size_t>(std::min(key_block, valid - first));
             row_of[count] = i;
@@ -152,14 +163,14 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
           }
           if (count == 0) continue;
           kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
-                             k.data + b * k.strides[0] + first * k.strides[1], k.strides[1], n,
-                             scale, scores);
+                             GroupOf(k, b, g) + first * k.strides[2], k.strides[2], n, scale,
+                             scores);
           int64_t mixing = 0;
           for (int64_t c = 0; c < count; ++c) {
             const int64_t i = row_of[c];
             const kernels::SoftmaxBlockStats stats =
                 kernels::MaskedSoftmaxBlock(scores[c], n[c], scores[c]);
-            const BlockPartial p = partial(b * queries + i, block);
+            const BlockPartial p = partial((b * groups + g) * queries + i, block);
             p.max() = stats.max;
             p.sum() = stats.poisoned ? nan : stats.sum;
             if (stats.poisoned) continue;
@@ -168,14 +179,14 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
             mix_n[mixing] = n[c];
             ++mixing;
             if (want_attention) {
-              float* w = attention_row(b, i) + first * attention.strides[2];
+              float* w = attention_row(b, g, i) + first * attention.strides[3];
               for (size_t j = 0; j < n[c]; ++j) {
-                w[static_cast<int64_t>(j) * attention.strides[2]] = scores[c][j];
+                w[static_cast<int64_t>(j) * attention.strides[3]] = scores[c][j];
               }
             }
           }
           kernels::MixRows(static_cast<size_t>(mixing), weights, mix_n,
-                           v_entry + first * v.strides[1], v.strides[1],
+                           v_group + first * v.strides[2], v.strides[2],
                            static_cast<size_t>(value_dim), outs);
         }
       },
@@ -187,13 +198,13 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
   return internal::ForEachRowInParallel(
       threads, rows, internal::ScratchSlot::kRowBuffer, /*scratch_floats=*/0,
       [&](int64_t r, float*) {
-        const int64_t b = r / queries, i = r % queries;
+        const int64_t b = r / queries / groups, g = r / queries % groups, i = r % queries;
         const int64_t valid = lens.row(b, i);
         if (valid == 0) return;  // done whole by its task
         const int64_t used = CeilDiv(valid, key_block);
-        float* out_row = out.data + b * out.strides[0] + i * out.strides[1];
-        float* w = want_attention ? attention_row(b, i) : nullptr;
-        const int64_t ws = want_attention ? attention.strides[2] : 0;
+        float* out_row = GroupOf(out, b, g) + i * out.strides[2];
+        float* w = want_attention ? attention_row(b, g, i) : nullptr;
+        const int64_t ws = want_attention ? attention.strides[3] : 0;
         float max = -std::numeric_limits<float>::infinity();
         bool poisoned = false;
         for (int64_t block = 0; block < used; ++block) {
@@ -203,14 +214,14 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
         // Every valid score -Inf: NaN, as the one-row softmax gives.
         poisoned = poisoned || max == -std::numeric_limits<float>::infinity();
         if (poisoned) {
-          for (int64_t c = 0; c < value_dim; ++c) out_row[c * out.strides[2]] = nan;
+          for (int64_t c = 0; c < value_dim; ++c) out_row[c * out.strides[3]] = nan;
           for (int64_t j = 0; w != nullptr && j < keys; ++j) w[j * ws] = nan;
           return;
         }
         for (int64_t j = valid; w != nullptr && j < keys; ++j) w[j * ws] = 0.0f;
         if (used == 1) {  // the block's weights are the row's
           const float* o = partial(r, 0).out();
-          for (int64_t c = 0; c < value_dim; ++c) out_row[c * out.strides[2]] = o[c];
+          for (int64_t c = 0; c < value_dim; ++c) out_row[c * out.strides[3]] = o[c];
           return;
         }
         // Each block's share replaces its max, which is no longer needed.
@@ -226,7 +237,7 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
           for (int64_t block = 0; block < used; ++block) {
             sum += partial(r, block).max() * partial(r, block).out()[c];
           }
-          out_row[c * out.strides[2]] = sum;
+          out_row[c * out.strides[3]] = sum;
         }
         for (int64_t block = 0; w != nullptr && block < used; ++block) {
           const float share = partial(r, block).max();
@@ -239,14 +250,26 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
 
 }  // namespace
 
+Status GroupedRowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+                      const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                      int64_t key_block, const Tensor& out, const Tensor& attention) {
+  const int64_t keys = k.dims[2], rows = q.dims[0] * q.dims[1] * q.dims[2];
+  const int threads = internal::ThreadsFor(
+      options.threads, 2.0 * static_cast<double>(rows * keys * (q.dims[3] + v.dims[3])));
+  if (key_block >= keys) return WholeRows(threads, q, k, v, lens, scale, out, attention);
+  return RowsInKeyBlocks(threads, key_block, q, k, v, lens, scale, out, attention);
+}
+
 Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
                const ConstTensor& v, const internal::RowLengths& lens, float scale,
                int64_t key_block, const Tensor& out, const Tensor& attention) {
-  const int64_t keys = k.dims[1], rows = q.dims[0] * q.dims[1];
-  const int threads = internal::ThreadsFor(
-      options.threads, 2.0 * static_cast<double>(rows * keys * (q.dims[2] + v.dims[2])));
-  if (key_block >= keys) return WholeRows(threads, q, k, v, lens, scale, out, attention);
-  return RowsInKeyBlocks(threads, key_block, q, k, v, lens, scale, out, attention);
+  // Each entry one group: (B, 1, R, F) views, the group stride never used.
+  const auto grouped = [](const auto& t) {
+    return std::decay_t<decltype(t)>(t.data, {t.dims[0], 1, t.dims[1], t.dims[2]},
+                                     {t.strides[0], 0, t.strides[1], t.strides[2]});
+  };
+  return GroupedRowPath(options, grouped(q), grouped(k), grouped(v), lens, scale, key_block,
+                        grouped(out), attention.empty() ? Tensor() : grouped(attention));
 }
 
 }  // namespace attnscore::ops::dot_product

@@ -87,12 +87,19 @@ TensorView<T> OneHead(const TensorView<T>& t, int64_t h) {
                        {t.strides[0], t.strides[1], t.strides[3]});
 }
 
-// Heads h0.. h0 + count - 1 at query n of a (B, N, H, F) view as a
-// (B, count, F) view: a group's heads as the rows of one entry.
+// Query n of a (B, N, H, F) view as (B, H / group, group, F): each K/V
+// head's group of query heads as the rows of one group.
 template <typename T>
-TensorView<T> HeadsAtQuery(const TensorView<T>& t, int64_t n, int64_t h0, int64_t count) {
-  return TensorView<T>(t.data + n * t.strides[1] + h0 * t.strides[2], {t.dims[0], count, t.dims[3]},
-                       {t.strides[0], t.strides[2], t.strides[3]});
+TensorView<T> GroupsAtQuery(const TensorView<T>& t, int64_t n, int64_t group) {
+  return TensorView<T>(t.data + n * t.strides[1], {t.dims[0], t.dims[2] / group, group, t.dims[3]},
+                       {t.strides[0], group * t.strides[2], t.strides[2], t.strides[3]});
+}
+
+// A (B, M, H, F) view as (B, H, M, F): no copy, strides swapped.
+template <typename T>
+TensorView<T> HeadsOuter(const TensorView<T>& t) {
+  return TensorView<T>(t.data, {t.dims[0], t.dims[2], t.dims[1], t.dims[3]},
+                       {t.strides[0], t.strides[2], t.strides[1], t.strides[3]});
 }
 
 }  // namespace
@@ -140,11 +147,13 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTens
                           ? multihead.scale
                           : static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3])));
 
-  // Decoding (a few queries): for each query position and K/V head, the
-  // group's query heads are the rows of one row-path call, so each block of
-  // their keys is read once for all of them. The key block depends on the
-  // shape and not on the grouping, so a grouped call gives the bits of the
-  // same call with K and V repeated per head.
+  // Decoding (a few queries): for each query position, one row-path call
+  // whose groups are the K/V heads, each with its query heads as rows, so
+  // each block of a head's keys is read once for all of them (and a key
+  // block's heads run one after another, so token-major K and V rows are
+  // read whole). The key block depends on the shape and not on the
+  // grouping, so a grouped call gives the bits of the same call with K and
+  // V repeated per head.
   if (queries <= dot_product::kRowPathMaxQueries && q.strides[3] == 1 && k.strides[3] == 1 &&
       v.strides[3] == 1 && out.strides[3] == 1) {
     const int64_t key_block =
@@ -157,18 +166,16 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTens
       internal::RowLengths lens;
       ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(
           ValidLens::PerBatch(query_lengths.data(), batch), batch, group, keys, &lens));
-      for (int64_t g = 0; g < kv_heads; ++g) {
-        Tensor group_attention;
-        if (!attention.empty()) {
-          group_attention =
-              Tensor(attention.data + g * group * attention.strides[1] + n * attention.strides[2],
-                     {batch, group, keys},
-                     {attention.strides[0], attention.strides[1], attention.strides[3]});
-        }
-        ATTNSCORE_RETURN_IF_ERROR(dot_product::RowPath(
-            options, HeadsAtQuery(q, n, g * group, group), OneHead(k, g), OneHead(v, g), lens,
-            scale, key_block, HeadsAtQuery(out, n, g * group, group), group_attention));
+      Tensor groups_attention;  // (B, Hkv, group, M) at query n
+      if (!attention.empty()) {
+        groups_attention =
+            Tensor(attention.data + n * attention.strides[2], {batch, kv_heads, group, keys},
+                   {attention.strides[0], group * attention.strides[1], attention.strides[1],
+                    attention.strides[3]});
       }
+      ATTNSCORE_RETURN_IF_ERROR(dot_product::GroupedRowPath(
+          options, GroupsAtQuery(q, n, group), HeadsOuter(k), HeadsOuter(v), lens, scale, key_block,
+          GroupsAtQuery(out, n, group), groups_attention));
     }
     return Status::Ok();
   }
