@@ -466,7 +466,8 @@ TEST_P(DotProductBf16, AQueryReadsOnlyItsOwnKeysAndValues) {
       {"gemm, widest below M", {2, 6, 50, 16, 12}, {4, 30, 10, 29, 1, 20, 6, 30, 30, 2, 11, 3}, 20},
       {"gemm, length 0 widens to M", {2, 5, 50, 16, 12}, {4, 9, 0, 12, 1, 6, 0, 10, 2, 11}, 20},
   };
-  // Query blocks of 736 and 264 rows; 8 entries taken whole by each of 2 threads.
+  // Queries sorted by length, cut into query blocks; 8 entries taken whole
+  // by each of 2 threads.
   Case blocks{"gemm, query blocks", {1, 1000, 700, 8, 4}, {}, 500};
   for (int64_t i = 0; i < 1000; ++i) blocks.lens.push_back(i % 5 == 1 ? 700 : i % 97 == 3 ? 0 : 1 + (i * 37) % 400);
   cases.push_back(blocks);
