@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <numeric>
 #include <vector>
 
 #include "base/scratch.h"
@@ -38,6 +37,16 @@ Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const 
                       const Tensor& out, const Tensor& attention_weights) {
   const int64_t batch = q.dims[0], queries = q.dims[1], depth = q.dims[2], value_dim = v.dims[2],
                 keys = k.dims[1];
+  // Entries whose lengths already rise (none, per batch, causal) are in
+  // order; so are all when one length or query index would not fit the
+  // sort keys below.
+  bool rising = true;
+  for (int64_t b = 0; b < batch && rising; ++b) {
+    for (int64_t i = 1; i < queries && rising; ++i) rising = lens.row(b, i - 1) <= lens.row(b, i);
+  }
+  if (rising || keys >= (int64_t{1} << 31) || queries >= (int64_t{1} << 32)) {
+    return GemmPath(options, q, k, v, lens, scale, out, attention_weights);
+  }
   // order[b * queries + r]: the query of entry b that goes r-th, shortest
   // first (ties in the caller's order); sorted_rows: its length.
   thread_local std::vector<int64_t> order, sorted_rows;
@@ -50,20 +59,20 @@ Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const 
   } catch (const std::bad_alloc&) {
     return Status::Internal("out of memory for the queries' order");
   }
-  bool reordered = false;
   for (int64_t b = 0; b < batch; ++b) {
     int64_t* const entry = order.data() + b * queries;
-    std::iota(entry, entry + queries, int64_t{0});
-    std::stable_sort(entry, entry + queries,
-                     [&](int64_t i, int64_t j) { return lens.row(b, i) < lens.row(b, j); });
+    // Keys of the length above the query: all distinct, so a plain sort
+    // gives the stable order.
+    for (int64_t i = 0; i < queries; ++i) entry[i] = lens.row(b, i) << 32 | i;
+    std::sort(entry, entry + queries);
     for (int64_t r = 0; r < queries; ++r) {
-      sorted_rows[static_cast<size_t>(b * queries + r)] = lens.row(b, entry[r]);
-      reordered = reordered || entry[r] != r;
+      sorted_rows[static_cast<size_t>(b * queries + r)] = entry[r] >> 32;
+      entry[r] &= 0xFFFFFFFF;
     }
   }
   const internal::RowLengths sorted = lens.WithRows(sorted_rows.data());
-  if (!reordered || GemmFlops(sorted, batch, depth, value_dim) >
-                        kSortWhenBelow * GemmFlops(lens, batch, depth, value_dim)) {
+  if (GemmFlops(sorted, batch, depth, value_dim) >
+      kSortWhenBelow * GemmFlops(lens, batch, depth, value_dim)) {
     return GemmPath(options, q, k, v, lens, scale, out, attention_weights);
   }
 
