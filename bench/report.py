@@ -665,7 +665,10 @@ def limits_section(runs, pairs, skipped_runs, bf16):
                     "%.2f GB/s" % gbps(b), LIMIT_NAMES[peer],
                     "%.0f%%" % (100 * gbps(b) / gbps(runs[peer])))
         elif f == "BM_MaskedSoftmax" and copy:
-            w.add("masked softmax (%d, %d, %d)" % (a["batch"], a["queries"], a["keys"]), us(b),
+            w.add("masked softmax (%d, %d, %d)%s" % (
+                a["batch"], a["queries"], a["keys"],
+                ", buffers %d B past a cache line" % (4 * a["misaligned"])
+                if a.get("misaligned") else ""), us(b),
                   "%.2f GB/s" % gbps(b), LIMIT_NAMES[LIMITS[2][0]], "%.0f%%" % (100 * gbps(b) / gbps(copy)))
     text = ("This machine's limits, measured in the same run: one large oneDNN matmul (the "
             "products' limit; in bf16 only on a CPU with bf16 arithmetic), a copy past the "
