@@ -13,20 +13,25 @@
 namespace attnscore::bench {
 namespace {
 
+// memcpy of `bytes` bytes between two buffers, timed over the state's
+// iterations; the bytes processed count them read and written.
+void CopyBytes(benchmark::State& state, size_t bytes) {
+  SharedEngine();  // same context as the other benchmarks
+  std::vector<char> src(bytes, 1), dst(bytes);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::DoNotOptimize(dst.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(2 * bytes) * state.iterations());
+}
+
 // Copies half the softmax's byte count, so reads + writes equal its bytes.
 void BM_Memcpy(benchmark::State& state) {
   const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2);
-  SharedEngine();  // same context as the other benchmarks
   const std::vector<int64_t> lens = RandomLengths(batch * queries, keys, 2);
   const double bytes =
       4.0 * (ValidKeys(lens, 1, keys) + static_cast<double>(batch * queries * keys));
-  const size_t copied = static_cast<size_t>(bytes / 2);
-  std::vector<char> src(copied, 1), dst(copied);
-  for (auto _ : state) {
-    std::memcpy(dst.data(), src.data(), copied);
-    benchmark::DoNotOptimize(dst.data());
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(2 * copied) * state.iterations());
+  CopyBytes(state, static_cast<size_t>(bytes / 2));
 }
 
 BENCHMARK(BM_Memcpy)
@@ -38,15 +43,8 @@ BENCHMARK(BM_Memcpy)
 // Copies a (B, N, M) float array into another: the op's own footprint (x and
 // y), which no longer fits in L3, where BM_Memcpy's half-size copy does.
 void BM_MemcpyOpBuffers(benchmark::State& state) {
-  const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2);
-  SharedEngine();
-  const size_t bytes = static_cast<size_t>(batch * queries * keys) * sizeof(float);
-  std::vector<char> src(bytes, 1), dst(bytes);
-  for (auto _ : state) {
-    std::memcpy(dst.data(), src.data(), bytes);
-    benchmark::DoNotOptimize(dst.data());
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(2 * bytes) * state.iterations());
+  CopyBytes(state,
+            static_cast<size_t>(state.range(0) * state.range(1) * state.range(2)) * sizeof(float));
 }
 
 BENCHMARK(BM_MemcpyOpBuffers)
@@ -123,14 +121,7 @@ BENCHMARK(BM_LimitMatmul)
     ->UseRealTime();
 
 void BM_LimitCopy(benchmark::State& state) {
-  SharedEngine();
-  const auto bytes = static_cast<size_t>(state.range(0));
-  std::vector<char> src(bytes, 1), dst(bytes);
-  for (auto _ : state) {
-    std::memcpy(dst.data(), src.data(), bytes);
-    benchmark::DoNotOptimize(dst.data());
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(2 * bytes) * state.iterations());
+  CopyBytes(state, static_cast<size_t>(state.range(0)));
 }
 
 BENCHMARK(BM_LimitCopy)
