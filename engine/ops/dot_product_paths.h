@@ -93,10 +93,13 @@ Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const 
                       const ConstTensor& v, const internal::RowLengths& lens, float scale,
                       const Tensor& out, const Tensor& attention_weights);
 
+// Copies the `cols` elements of a row from `src` (elements `src_step`
+// apart) to `dst` (`dst_step` apart).
+void CopyRow(const float* src, int64_t src_step, float* dst, int64_t dst_step, int64_t cols);
+
 // The FLOPs the gemm path's products spend on `batch` entries with these
 // lengths: each block of queries over its own widths.
-double GemmFlops(const internal::RowLengths& lens, int64_t batch, int64_t depth,
-                 int64_t value_dim);
+double GemmFlops(const internal::RowLengths& lens, int64_t batch, int64_t depth, int64_t value_dim);
 
 }  // namespace attnscore::ops::dot_product
 

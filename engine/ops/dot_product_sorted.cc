@@ -18,10 +18,7 @@
 #include "ops/dot_product_paths.h"
 
 namespace attnscore::ops::dot_product {
-namespace {
 
-// Copies the `cols` elements of a row from `src` (elements `src_step`
-// apart) to `dst` (`dst_step` apart).
 void CopyRow(const float* src, int64_t src_step, float* dst, int64_t dst_step, int64_t cols) {
   if (src_step == 1 && dst_step == 1) {
     std::memcpy(dst, src, static_cast<size_t>(cols) * sizeof(float));
@@ -29,8 +26,6 @@ void CopyRow(const float* src, int64_t src_step, float* dst, int64_t dst_step, i
   }
   for (int64_t j = 0; j < cols; ++j) dst[j * dst_step] = src[j * src_step];
 }
-
-}  // namespace
 
 Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
                       const ConstTensor& v, const internal::RowLengths& lens, float scale,

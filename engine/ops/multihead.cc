@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <new>
 #include <string>
 #include <vector>
@@ -109,14 +108,9 @@ TensorView<T> HeadsOuter(const TensorView<T>& t) {
 void CopyRows(const ConstTensor& from, const Tensor& to) {
   for (int64_t b = 0; b < from.dims[0]; ++b) {
     for (int64_t r = 0; r < from.dims[1]; ++r) {
-      const float* src = from.data + b * from.strides[0] + r * from.strides[1];
-      float* dst = to.data + b * to.strides[0] + r * to.strides[1];
-      if (from.strides[2] == 1 && to.strides[2] == 1) {
-        std::memcpy(dst, src, static_cast<size_t>(from.dims[2]) * sizeof(float));
-      } else {
-        for (int64_t c = 0; c < from.dims[2]; ++c)
-          dst[c * to.strides[2]] = src[c * from.strides[2]];
-      }
+      dot_product::CopyRow(from.data + b * from.strides[0] + r * from.strides[1], from.strides[2],
+                           to.data + b * to.strides[0] + r * to.strides[1], to.strides[2],
+                           from.dims[2]);
     }
   }
 }
