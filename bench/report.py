@@ -481,8 +481,9 @@ def dot_section(runs, pairs):
             t.add(shape, us(b), "%.1f" % gflops(b), label, us(p), "%.1f" % gflops(p),
                   pairs.pair(name, peer, gflops(b) / gflops(p)))
     text = ("Valid lengths are random per batch entry, from 1 to M, or per query on the rows "
-            "so marked (the engine sorts such an entry's queries by length, so that its "
-            "blocks of queries are cut by width). Rate: FLOPs over valid "
+            "so marked. Beyond 3 queries an entry, the engine's tile kernels take an entry's "
+            "queries shortest first, 6 at a time, each tile over its own longest length. "
+            "Rate: FLOPs over valid "
             "keys only, 2·L·(D + Dv) per query, per second. The peer is one plain oneDNN "
             "matmul doing as many FLOPs (with the mean valid length), with inner dimension "
             "D + Dv or, the op's own Q·Kᵀ widened, D. The one-sequence decode shape and the "

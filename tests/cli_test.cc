@@ -251,8 +251,12 @@ TEST_F(CliTest, BenchPrintsJson) {
 }
 
 TEST_F(CliTest, BenchJsonNamesTheHighwayTargetAndOnednnImplementations) {
-  // 8 queries an entry: the matmul path (3 or fewer take the row path).
+  // In fp32 the dot product runs its own kernels: no matmul.
   Result r = Run("bench dot --batch 2 --queries 8 --keys 40 --repeat 2 --json --isa best");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"onednn_implementations\": []"), std::string::npos) << r.out;
+  // In bf16, 8 queries an entry take the matmul path (3 or fewer the row path).
+  r = Run("bench dot --batch 2 --queries 8 --keys 40 --repeat 2 --json --isa best --precision bf16");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string target = Run("info").out;  // "highway target in use: X"
   const size_t at = target.find("in use: ");
@@ -450,7 +454,9 @@ TEST_F(CliTest, RunInfoNamesEachMatmulAndItsImplementation) {
     SCOPED_TRACE(isa);
     if (isa == "avx2" && !avx2) continue;
     const std::string out = Temp("o.npy");
-    const Result r = Run(DotArgs("dot_odd_per_query", out) + " --info --isa " + isa);
+    // bf16: the dot product's matmul path (fp32 runs the tile kernels).
+    const Result r =
+        Run(DotArgs("dot_odd_per_query", out) + " --info --precision bf16 --isa " + isa);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_TRUE(fs::exists(out));
     EXPECT_NE(r.out.find("isa cap: " + isa + "\n"), std::string::npos) << r.out;

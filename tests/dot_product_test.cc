@@ -11,6 +11,7 @@
 #include <numeric>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/valid_lens.h"
@@ -89,6 +90,31 @@ void CheckAgainstReference(const Shape& s, const std::vector<int64_t>& lens, boo
                                            Tensor(out2.data(), {s.batch, s.queries, s.value_dim}));
   ASSERT_TRUE(st.ok()) << st.message();
   EXPECT_LE(MaxAbsDiff(out2.data(), want_out), OutTolerance(v));
+
+  // Every path the op may take, run directly: one the op's choice passes
+  // over for this call must be right all the same.
+  internal::RowLengths resolved;
+  ASSERT_TRUE(internal::RowLengths::Resolve(valid, s.batch, s.queries, s.keys, &resolved).ok());
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.depth)));
+  using Path = Status (*)(const EngineOptions&, const ConstTensor&, const ConstTensor&,
+                          const ConstTensor&, const internal::RowLengths&, float, const Tensor&,
+                          const Tensor&);
+  const std::pair<const char*, Path> paths[] = {{"gemm", &ops::dot_product::GemmPath},
+                                                {"sorted gemm", &ops::dot_product::SortedGemmPath},
+                                                {"tile", &ops::dot_product::TilePath}};
+  for (const auto& [name, path] : paths) {
+    if (path == &ops::dot_product::TilePath &&
+        !ops::dot_product::UseTilePath(EngineOptions(), qv, kv, vv)) {
+      continue;
+    }
+    std::vector<float> path_out(out.size(), kSentinel), path_weights(weights.size(), kSentinel);
+    st = path(EngineOptions(), qv, kv, vv, resolved, scale,
+              Tensor(path_out.data(), {s.batch, s.queries, s.value_dim}),
+              Tensor(path_weights.data(), {s.batch, s.queries, s.keys}));
+    ASSERT_TRUE(st.ok()) << name << ": " << st.message();
+    EXPECT_LE(MaxAbsDiff(path_out.data(), want_out), OutTolerance(v)) << name;
+    EXPECT_LE(MaxAbsDiff(path_weights.data(), want_weights), kWeightTolerance) << name;
+  }
 }
 
 TEST_P(DotProductTest, OddShapesAndEveryLengthKind) {
@@ -455,13 +481,15 @@ TEST_P(DotProductThreads, ResultsIdenticalForAnyThreadCount) {
 // docs/semantics.md section 2.2: a query's output depends on its own valid
 // keys and values alone, whatever its batch entry's other queries see.
 
-// One engine per thread count (1 or 2), fp32.
-const Engine& EngineWithThreads(int threads) {
-  static std::unique_ptr<Engine> engines[3];
-  std::unique_ptr<Engine>& engine = engines[threads];
+// One engine per thread count (1 or 2), fp32 (the tile path) or bf16 (the
+// oneDNN path).
+const Engine& EngineWithThreads(int threads, Precision precision = Precision::kFp32) {
+  static std::unique_ptr<Engine> engines[2][3];
+  std::unique_ptr<Engine>& engine = engines[precision == Precision::kBf16][threads];
   if (!engine) {
     EngineOptions options;
     options.threads = threads;
+    options.precision = precision;
     EXPECT_TRUE(Engine::Create(options, &engine).ok());
   }
   return *engine;
@@ -564,10 +592,11 @@ void ExpectOnlyOwnKeysCount(const Engine& engine, const Shape& s, const std::vec
   }
 }
 
-// Every path: the row kernels (whole rows, and rows cut into key blocks),
-// the oneDNN path with an entry's widest query or a query of length 0 (all
-// M keys) setting the product's width, query blocks of a long entry, and
-// batch chunks taken whole by each of 2 threads.
+// Every path: the row kernels (whole rows, and rows cut into key blocks);
+// the tile kernels in fp32 and the oneDNN path in bf16, each with an
+// entry's widest query or a query of length 0 (all M keys) setting a
+// product's width, queries sorted by length, query blocks of a long entry,
+// and batch chunks taken whole by each of 2 threads.
 struct OwnKeysCase {
   const char* path;
   Shape shape;
@@ -580,30 +609,30 @@ std::vector<OwnKeysCase> OwnKeysCases() {
       {"row path, 3 queries", {2, 3, 40, 16, 12}, {5, 40, 0, 7, 30, 12}, 20},
       {"row path, 2 queries", {3, 2, 40, 16, 12}, {5, 25, 3, 40, 1, 1}, 20},
       {"row path, key blocks", {1, 2, 1100, 16, 8}, {300, 1100}, 700},
-      {"gemm, 4 queries", {2, 4, 40, 16, 12}, {5, 40, 8, 20, 3, 33, 0, 7}, 20},
-      {"gemm, widest below M", {2, 6, 50, 16, 12}, {4, 30, 10, 29, 1, 20, 6, 30, 30, 2, 11, 3}, 20},
-      {"gemm, length 0 widens to M", {2, 5, 50, 16, 12}, {4, 9, 0, 12, 1, 6, 0, 10, 2, 11}, 20},
+      {"4 queries", {2, 4, 40, 16, 12}, {5, 40, 8, 20, 3, 33, 0, 7}, 20},
+      {"widest below M", {2, 6, 50, 16, 12}, {4, 30, 10, 29, 1, 20, 6, 30, 30, 2, 11, 3}, 20},
+      {"length 0 widens to M", {2, 5, 50, 16, 12}, {4, 9, 0, 12, 1, 6, 0, 10, 2, 11}, 20},
   };
   // 1000 queries by 700 keys, a fifth of them 700 long and the rest at most
   // 400: sorted by length, then cut into query blocks of their own widths.
-  OwnKeysCase blocks{"gemm, query blocks", {1, 1000, 700, 8, 4}, {}, 500};
+  OwnKeysCase blocks{"query blocks", {1, 1000, 700, 8, 4}, {}, 500};
   for (int64_t i = 0; i < 1000; ++i) blocks.lens.push_back(i % 5 == 1 ? 700 : i % 97 == 3 ? 0 : 1 + (i * 37) % 400);
   cases.push_back(blocks);
   // Causal lengths 1..300: the entry is cut into blocks of 64 queries with
   // widths of their own; rows 128..149 compute key 150 but must not see it.
-  OwnKeysCase causal{"gemm, an entry cut into query blocks", {2, 300, 300, 16, 8}, {}, 150};
+  OwnKeysCase causal{"an entry cut into query blocks", {2, 300, 300, 16, 8}, {}, 150};
   for (int64_t b = 0; b < 2; ++b)
     for (int64_t i = 0; i < 300; ++i) causal.lens.push_back(b == 1 && i % 50 == 7 ? 0 : i + 1);
   cases.push_back(causal);
   // Causal lengths 1..200 shuffled, and a 0: the queries are sorted by
   // length before the blocks are cut (ops/dot_product_sorted.cc), so rows
   // computed beside key 100 come from all over the entry.
-  OwnKeysCase sorted{"gemm, queries sorted by length", {2, 200, 200, 16, 8}, {}, 100};
+  OwnKeysCase sorted{"queries sorted by length", {2, 200, 200, 16, 8}, {}, 100};
   for (int64_t b = 0; b < 2; ++b)
     for (int64_t i = 0; i < 200; ++i) sorted.lens.push_back(b == 1 && i == 11 ? 0 : i * 73 % 200 + 1);
   cases.push_back(sorted);
   // 8 entries of the same widths: 8 chunks, whole ones per thread on 2.
-  OwnKeysCase chunks{"gemm, batch chunks", {8, 8, 64, 16, 8}, {}, 25};
+  OwnKeysCase chunks{"batch chunks", {8, 8, 64, 16, 8}, {}, 25};
   for (int64_t b = 0; b < 8; ++b) chunks.lens.insert(chunks.lens.end(), {3, 64, 10, 40, 2, 33, 12, 20});
   cases.push_back(chunks);
   return cases;
@@ -616,8 +645,13 @@ TEST_P(DotProductTest, AQueryReadsOnlyItsOwnKeysAndValuesOnEveryPath) {
       SCOPED_TRACE(std::string(c.path) + ", " + std::to_string(threads) + " thread(s)");
       ExpectOnlyOwnKeysCount(EngineWithThreads(threads), c.shape, c.lens, c.key, seed += 10);
     }
-    SCOPED_TRACE(std::string(c.path) + ", strided out and weights (oneDNN path)");
-    ExpectOnlyOwnKeysCount(EngineWithThreads(1), c.shape, c.lens, c.key, seed += 10, /*step=*/2);
+    {
+      SCOPED_TRACE(std::string(c.path) + ", strided out and weights");
+      ExpectOnlyOwnKeysCount(EngineWithThreads(1), c.shape, c.lens, c.key, seed += 10, /*step=*/2);
+    }
+    SCOPED_TRACE(std::string(c.path) + ", bf16");
+    ExpectOnlyOwnKeysCount(EngineWithThreads(1, Precision::kBf16), c.shape, c.lens, c.key,
+                           seed += 10);
   }
 }
 

@@ -18,13 +18,14 @@ enum class ScratchSlot {
   kKeyFeatures,  // additive attention: one chunk of keys' features, per thread
   kSortedRows,   // the dot product's gemm path: Q, out and weights with queries sorted by length
   kHeadCopies,   // multi-head attention: one head's Q, K, V and out, dense
+  kPackedKeys,   // the dot product's tile path: each entry's K packed in panels
   kCount,
 };
 
 // A slot keeps its buffer between calls up to this size, so the steady state
 // of ordinary calls does not allocate. A larger buffer is mapped for the call
 // and unmapped by TrimThreadScratch at its end: one huge request does not pin
-// memory for the thread's life. Kept at most: 10 slots x 4 MiB per thread.
+// memory for the thread's life. Kept at most: 11 slots x 4 MiB per thread.
 constexpr size_t kKeptScratchBytes = size_t{4} << 20;
 
 // A buffer of at least `count` floats for `slot` on this thread, starting on

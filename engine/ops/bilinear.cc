@@ -1,6 +1,6 @@
 // The bilinear score (docs/semantics.md section 6): the queries projected by
 // W into key space, Q' = Q W (B, N, Dk), then softmax(Q' Kᵀ) V by the dot
-// product's row or gemm path with scale 1.
+// product's paths (ops/dot_product_paths.h) with scale 1.
 #include "ops/bilinear.h"
 
 #include <memory>

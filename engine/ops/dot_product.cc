@@ -1,6 +1,6 @@
 // Scaled dot-product attention (docs/semantics.md section 2): checks a
-// call, resolves its valid lengths and hands it to the row path or the gemm
-// path (dot_product_paths.h).
+// call, resolves its valid lengths and hands it to the row path, the tile
+// path or the gemm path (dot_product_paths.h).
 #include "ops/dot_product.h"
 
 #include <cmath>
@@ -56,6 +56,9 @@ Status RunDotProduct(const EngineOptions& options, const ConstTensor& q, const C
     const int64_t key_block = dot_product::RowKeyBlock(q.dims[0] * q.dims[1], q.dims[1] > 1,
                                                        k.dims[1], q.dims[2] + v.dims[2]);
     return dot_product::RowPath(options, q, k, v, lens, scale, key_block, out, attention_weights);
+  }
+  if (dot_product::UseTilePath(options, q, k, v)) {
+    return dot_product::TilePath(options, q, k, v, lens, scale, out, attention_weights);
   }
   return dot_product::SortedGemmPath(options, q, k, v, lens, scale, out, attention_weights);
 }

@@ -1,22 +1,28 @@
-// The two ways the dot-product attention runs (docs/semantics.md section 2),
-// private to the op and the op built on it: ops/dot_product.cc checks a
+// The ways the dot-product attention runs (docs/semantics.md section 2),
+// private to the op and the ops built on it: ops/dot_product.cc checks a
 // call, resolves its lengths and picks one; ops/multihead.cc runs the row
 // path over a group of query heads.
 //
 // The row path (dot_product_rows.cc): a few queries per batch entry, each
 // query row through the row kernels, its keys split into blocks when rows
 // are too few to share among threads, merged in a fixed order.
-// The gemm path (dot_product_gemm.cc): batch entries grouped by their
-// widths, oneDNN matmuls for Q Kᵀ and W V, the masked softmax in between,
-// chunk by chunk so the scores stay in cache; fp32 or bf16 products. W V
-// runs over the group's widest query; a row that values past its own
-// query's width made NaN or Inf is redone over its own (ops/remix_rows.h).
-// Before it (dot_product_sorted.cc), an entry whose per-query lengths are
-// out of order has its queries sorted by length, so that its blocks of
-// queries are cut by width: the work follows the sum of the lengths.
+// The tile path (dot_product_tiles.cc): every other fp32 call whose packed
+// keys fit in scratch. Each entry's queries sorted by length, a few at a
+// time through the tile kernels: scores, softmax and W V over the tile's
+// own longest length, so the work follows the lengths and no call pays a
+// matmul's set-up.
+// The gemm path (dot_product_gemm.cc): bf16 calls, and fp32 ones too large
+// for the tile path. Batch entries grouped by their widths, oneDNN matmuls
+// for Q Kᵀ and W V, the masked softmax in between, chunk by chunk so the
+// scores stay in cache. Before it (dot_product_sorted.cc), an entry whose
+// per-query lengths are out of order has its queries sorted by length, so
+// that its blocks of queries are cut by width.
 //
-// On both paths a query's output depends on its own valid keys and values
-// alone, whatever the other queries of its entry see.
+// On the tile and gemm paths W V runs over more keys than a short query's
+// own (its tile's, or its group's, widest); a row that values past its own
+// width made NaN or Inf is redone over its own keys. On every path a
+// query's output depends on its own valid keys and values alone, whatever
+// the other queries of its entry see.
 #ifndef ATTNSCORE_OPS_DOT_PRODUCT_PATHS_H_
 #define ATTNSCORE_OPS_DOT_PRODUCT_PATHS_H_
 
@@ -63,7 +69,7 @@ constexpr int64_t kSharedKeyBlockBytes = int64_t{128} << 10;
 // same bits; a block of `keys` or more means each row whole, one task each.
 int64_t RowKeyBlock(int64_t rows, bool rows_share_keys, int64_t keys, int64_t features);
 
-// Both take checked arguments, the call's resolved lengths and the factor
+// The paths take checked arguments, the call's resolved lengths and the factor
 // the scores are multiplied by (1/sqrt(D) for the op); an empty
 // `attention_weights` is not written.
 Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
@@ -92,6 +98,20 @@ constexpr double kSortWhenBelow = 0.8;
 Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
                       const ConstTensor& v, const internal::RowLengths& lens, float scale,
                       const Tensor& out, const Tensor& attention_weights);
+
+// The tile path (dot_product_tiles.cc): each entry's queries sorted by
+// length and taken a few rows at a time through the tile kernels
+// (kernels/attention_tile.h), scores, softmax and W V in one pass per tile
+// over the tile's own longest length: no oneDNN call, so small problems pay
+// no set-up, and the work follows each few rows' lengths. For fp32 calls
+// whose entries' K packed (and V, where its columns are strided, copied
+// dense) take at most kTilePathMaxPackedFloats: a thread's kept scratch.
+constexpr int64_t kTilePathMaxPackedFloats = int64_t{1} << 20;
+bool UseTilePath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+                 const ConstTensor& v);
+Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+                const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                const Tensor& out, const Tensor& attention_weights);
 
 // Copies the `cols` elements of a row from `src` (elements `src_step`
 // apart) to `dst` (`dst_step` apart).

@@ -1,0 +1,181 @@
+// The dot product's tile path: see dot_product_paths.h.
+//
+// Each entry's queries are taken shortest first, kernels::kTileRows at a
+// time: a tile scores its rows over its own longest length (rounded up to a
+// vector of keys), softmaxes each row over its own length, and mixes V over
+// that same width, all while the tile's scores stay in cache. A row's scores
+// and weights are its own alone; its output sums V over the tile's width,
+// the keys past its own length weighing exactly 0, which leaves its bits as
+// if the sum had stopped at its own length. A NaN or Inf in those values
+// would not: such a row is mixed again over its own keys.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <new>
+#include <vector>
+
+#include "base/parallel.h"
+#include "base/scratch.h"
+#include "kernels/attention_tile.h"
+#include "kernels/masked_softmax.h"
+#include "ops/dot_product_paths.h"
+
+namespace attnscore::ops::dot_product {
+namespace {
+
+constexpr auto kTileRows = static_cast<int64_t>(kernels::kTileRows);
+
+// The floats of the packed K (and, where V's columns are strided, of V
+// copied dense) for every entry of a call.
+int64_t PackedFloats(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v) {
+  const int64_t entry_keys = static_cast<int64_t>(
+      kernels::PackedKeysFloats(static_cast<size_t>(k.dims[1]), static_cast<size_t>(q.dims[2])));
+  return q.dims[0] * (entry_keys + (v.strides[2] == 1 ? 0 : k.dims[1] * v.dims[2]));
+}
+
+}  // namespace
+
+bool UseTilePath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+                 const ConstTensor& v) {
+  // Lengths and query indices share one 64-bit sort key below.
+  return options.precision == Precision::kFp32 && k.dims[1] > 0 && q.dims[2] > 0 &&
+         k.dims[1] < (int64_t{1} << 31) && q.dims[1] < (int64_t{1} << 32) &&
+         PackedFloats(q, k, v) <= kTilePathMaxPackedFloats;
+}
+
+Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+                const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                const Tensor& out, const Tensor& attention_weights) {
+  const int64_t batch = q.dims[0], queries = q.dims[1], depth = q.dims[2], keys = k.dims[1],
+                value_dim = v.dims[2];
+  const bool want_weights = !attention_weights.empty();
+  // Rows that a kernel cannot read or write in place go through the tile's
+  // scratch: Q rows gathered, out and weight rows scattered after.
+  const bool gather_q = q.strides[2] != 1, scatter_out = out.strides[2] != 1,
+             scatter_weights = want_weights && attention_weights.strides[2] != 1;
+  const bool dense_v = v.strides[2] != 1;
+  // order[b * queries + r]: the query of entry b that goes r-th, shortest
+  // first, ties in the caller's order (the sort keys are all distinct).
+  thread_local std::vector<int64_t> order;
+  const auto rows = static_cast<size_t>(batch * queries);
+  const auto entry_keys = static_cast<int64_t>(
+      kernels::PackedKeysFloats(static_cast<size_t>(keys), static_cast<size_t>(depth)));
+  float* packed = nullptr;
+  try {
+    if (order.size() < rows) order.resize(rows);
+    packed = internal::ThreadScratch(internal::ScratchSlot::kPackedKeys,
+                                     static_cast<size_t>(PackedFloats(q, k, v)));
+  } catch (const std::bad_alloc&) {
+    return Status::Internal("out of memory for the tile path's packed keys");
+  }
+  float* const dense_values = packed + batch * entry_keys;  // (B, M, Dv) when dense_v
+  // The workers read the order through this: `order` is the caller's.
+  int64_t* const sorted = order.data();
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t* const entry = sorted + b * queries;
+    for (int64_t i = 0; i < queries; ++i) entry[i] = lens.row(b, i) << 32 | i;
+    std::sort(entry, entry + queries);
+    for (int64_t r = 0; r < queries; ++r) entry[r] &= 0xFFFFFFFF;
+  }
+
+  double flops = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    flops += 2.0 * static_cast<double>(queries * lens.entry(b).longest * (depth + value_dim));
+  }
+  const int threads = internal::ThreadsFor(options.threads, flops);
+  // Each entry's K rows below its longest length packed (and its V rows
+  // below its mix width copied dense): rows past them are never read.
+  ATTNSCORE_RETURN_IF_ERROR(internal::ForEachRowInParallel(
+      static_cast<int>(std::min<int64_t>(threads, batch)), batch,
+      internal::ScratchSlot::kPackedKeys, 0,
+      [&](int64_t b, float*) {
+        kernels::PackKeys(k.data + b * k.strides[0], k.strides[1], k.strides[2],
+                          static_cast<size_t>(lens.entry(b).longest), static_cast<size_t>(depth),
+                          packed + b * entry_keys);
+        if (dense_v) {
+          for (int64_t j = 0; j < lens.entry(b).mix; ++j) {
+            CopyRow(v.data + b * v.strides[0] + j * v.strides[1], v.strides[2],
+                    dense_values + (b * keys + j) * value_dim, 1, value_dim);
+          }
+        }
+      },
+      [] {}));
+  const int64_t v_row_stride = dense_v ? value_dim : v.strides[1];
+
+  // Each tile's scratch: per row, its scores (then its weights), and where
+  // needed its gathered query and its output.
+  const int64_t score_row =
+      static_cast<int64_t>(kernels::PaddedTileKeys(static_cast<size_t>(keys)));
+  const int64_t q_floats = gather_q ? kTileRows * depth : 0;
+  const int64_t out_floats = scatter_out ? kTileRows * value_dim : 0;
+  const int64_t tiles_per_entry = CeilDiv(queries, kTileRows);
+  return internal::ForEachRowInParallel(
+      threads, batch * tiles_per_entry, internal::ScratchSlot::kWorkspace,
+      static_cast<size_t>(kTileRows * score_row + q_floats + out_floats),
+      [&](int64_t tile, float* scratch) {
+        const int64_t b = tile / tiles_per_entry, first = tile % tiles_per_entry * kTileRows;
+        const int64_t count = std::min(kTileRows, queries - first);
+        float* const q_scratch = scratch + kTileRows * score_row;
+        float* const out_scratch = q_scratch + q_floats;
+        int64_t query[kTileRows] = {}, valid[kTileRows] = {};
+        const float* q_rows[kTileRows] = {};
+        float* scores[kTileRows] = {};
+        const float* weights[kTileRows] = {};
+        float* out_rows[kTileRows] = {};
+        for (int64_t r = 0; r < count; ++r) {
+          const int64_t i = query[r] = sorted[b * queries + first + r];
+          valid[r] = lens.row(b, i);
+          q_rows[r] = q.data + b * q.strides[0] + i * q.strides[1];
+          if (gather_q) {
+            CopyRow(q_rows[r], q.strides[2], q_scratch + r * depth, 1, depth);
+            q_rows[r] = q_scratch + r * depth;
+          }
+          scores[r] = scratch + r * score_row;
+          out_rows[r] = scatter_out ? out_scratch + r * value_dim
+                                    : out.data + b * out.strides[0] + i * out.strides[1];
+        }
+        // Rows rise in length: the last is the longest. A query of length 0
+        // weighs all M keys equally, as the reference does.
+        const int64_t longest = valid[count - 1];
+        const int64_t mix_width = valid[0] == 0 ? keys : longest;
+        if (longest > 0) {
+          kernels::ScoreTile(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
+                             packed + b * entry_keys, static_cast<size_t>(longest), scale, scores);
+        }
+        for (int64_t r = 0; r < count; ++r) {
+          // The weights go straight to the caller's row where it is dense,
+          // else to the scores' row (M wide) and are copied out.
+          float* y = scores[r];
+          int64_t width = mix_width;
+          float* weights_row = nullptr;
+          if (want_weights) {
+            weights_row = attention_weights.data + b * attention_weights.strides[0] +
+                          query[r] * attention_weights.strides[1];
+            if (!scatter_weights) y = weights_row;
+            width = keys;
+          }
+          kernels::MaskedSoftmaxRow(scores[r], static_cast<size_t>(valid[r]),
+                                    static_cast<size_t>(width), y);
+          if (scatter_weights) CopyRow(y, 1, weights_row, attention_weights.strides[2], keys);
+          weights[r] = y;
+        }
+        const float* v_entry =
+            dense_v ? dense_values + b * keys * value_dim : v.data + b * v.strides[0];
+        const uint32_t non_finite =
+            kernels::MixTile(static_cast<size_t>(count), weights, static_cast<size_t>(mix_width),
+                             v_entry, v_row_stride, static_cast<size_t>(value_dim), out_rows);
+        for (int64_t r = 0; r < count; ++r) {
+          if ((non_finite >> r & 1) != 0 && valid[r] > 0 && valid[r] < mix_width) {
+            kernels::MixTile(1, &weights[r], static_cast<size_t>(valid[r]), v_entry, v_row_stride,
+                             static_cast<size_t>(value_dim), &out_rows[r]);
+          }
+          if (scatter_out) {
+            CopyRow(out_rows[r], 1, out.data + b * out.strides[0] + query[r] * out.strides[1],
+                    out.strides[2], value_dim);
+          }
+        }
+      },
+      [] {}, internal::Balance::kDynamic);
+}
+
+}  // namespace attnscore::ops::dot_product
