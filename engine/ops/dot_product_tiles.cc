@@ -9,9 +9,12 @@
 // if the sum had stopped at its own length. A NaN or Inf in those values
 // would not: such a row is mixed again over its own keys.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <new>
+#include <thread>
 #include <vector>
 
 #include "base/parallel.h"
@@ -24,6 +27,9 @@ namespace attnscore::ops::dot_product {
 namespace {
 
 constexpr auto kTileRows = static_cast<int64_t>(kernels::kTileRows);
+
+// An entry's packed K (and dense V): not yet made, being made, made.
+constexpr int kUnpacked = 0, kPacking = 1, kPacked = 2;
 
 // The floats of the packed K (and, where V's columns are strided, of V
 // copied dense) for every entry of a call.
@@ -60,15 +66,22 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
   const auto rows = static_cast<size_t>(batch * queries);
   const auto entry_keys = static_cast<int64_t>(
       kernels::PackedKeysFloats(static_cast<size_t>(keys), static_cast<size_t>(depth)));
+  thread_local std::unique_ptr<std::atomic<int>[]> pack_states;
+  thread_local int64_t pack_states_size = 0;
   float* packed = nullptr;
   try {
     if (order.size() < rows) order.resize(rows);
+    if (pack_states_size < batch) {
+      pack_states = std::make_unique<std::atomic<int>[]>(static_cast<size_t>(batch));
+      pack_states_size = batch;
+    }
     packed = internal::ThreadScratch(internal::ScratchSlot::kPackedKeys,
                                      static_cast<size_t>(PackedFloats(q, k, v)));
   } catch (const std::bad_alloc&) {
     return Status::Internal("out of memory for the tile path's packed keys");
   }
   float* const dense_values = packed + batch * entry_keys;  // (B, M, Dv) when dense_v
+  std::atomic<int>* const pack_state = pack_states.get();   // the caller's, like `order`
   // The workers read the order through this: `order` is the caller's.
   int64_t* const sorted = order.data();
   for (int64_t b = 0; b < batch; ++b) {
@@ -84,22 +97,31 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
   }
   const int threads = internal::ThreadsFor(options.threads, flops);
   // Each entry's K rows below its longest length packed (and its V rows
-  // below its mix width copied dense): rows past them are never read.
-  ATTNSCORE_RETURN_IF_ERROR(internal::ForEachRowInParallel(
-      static_cast<int>(std::min<int64_t>(threads, batch)), batch,
-      internal::ScratchSlot::kPackedKeys, 0,
-      [&](int64_t b, float*) {
-        kernels::PackKeys(k.data + b * k.strides[0], k.strides[1], k.strides[2],
-                          static_cast<size_t>(lens.entry(b).longest), static_cast<size_t>(depth),
-                          packed + b * entry_keys);
-        if (dense_v) {
-          for (int64_t j = 0; j < lens.entry(b).mix; ++j) {
-            CopyRow(v.data + b * v.strides[0] + j * v.strides[1], v.strides[2],
-                    dense_values + (b * keys + j) * value_dim, 1, value_dim);
-          }
+  // below its mix width copied dense; rows past them are never read) by
+  // the first tile of it a thread takes, while the other tiles of the entry
+  // wait. The first tile of every entry goes first, so that threads pack
+  // different entries at once rather than wait for one another.
+  for (int64_t b = 0; b < batch; ++b) pack_state[b].store(kUnpacked, std::memory_order_relaxed);
+  const auto pack = [&](int64_t b) {
+    std::atomic<int>& state = pack_state[b];
+    int expected = kUnpacked;
+    if (state.load(std::memory_order_acquire) == kPacked) return;
+    if (state.compare_exchange_strong(expected, kPacking, std::memory_order_acquire)) {
+      kernels::PackKeys(k.data + b * k.strides[0], k.strides[1], k.strides[2],
+                        static_cast<size_t>(lens.entry(b).longest), static_cast<size_t>(depth),
+                        packed + b * entry_keys);
+      if (dense_v) {
+        for (int64_t j = 0; j < lens.entry(b).mix; ++j) {
+          CopyRow(v.data + b * v.strides[0] + j * v.strides[1], v.strides[2],
+                  dense_values + (b * keys + j) * value_dim, 1, value_dim);
         }
-      },
-      [] {}));
+      }
+      state.store(kPacked, std::memory_order_release);
+      return;
+    }
+    // Another thread is packing it, and will be done in microseconds.
+    while (state.load(std::memory_order_acquire) != kPacked) std::this_thread::yield();
+  };
   const int64_t v_row_stride = dense_v ? value_dim : v.strides[1];
 
   // Each tile's scratch: per row, its scores (then its weights), and where
@@ -112,8 +134,12 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
   return internal::ForEachRowInParallel(
       threads, batch * tiles_per_entry, internal::ScratchSlot::kWorkspace,
       static_cast<size_t>(kTileRows * score_row + q_floats + out_floats),
-      [&](int64_t tile, float* scratch) {
-        const int64_t b = tile / tiles_per_entry, first = tile % tiles_per_entry * kTileRows;
+      [&](int64_t task, float* scratch) {
+        // Tasks [0, batch): each entry's first tile; then the others, entry by entry.
+        const int64_t later = task - batch;
+        const int64_t b = later < 0 ? task : later / (tiles_per_entry - 1);
+        const int64_t first = (later < 0 ? 0 : 1 + later % (tiles_per_entry - 1)) * kTileRows;
+        pack(b);
         const int64_t count = std::min(kTileRows, queries - first);
         float* const q_scratch = scratch + kTileRows * score_row;
         float* const out_scratch = q_scratch + q_floats;
