@@ -20,8 +20,12 @@ namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Keys per packed panel (attention_tile.h).
+// Keys per packed panel (attention_tile.h). A vector of keys never crosses
+// a panel, and two vectors fit in kTileKeyPad: at most 16 lanes (x86).
 constexpr size_t kPanelKeys = 16;
+static_assert(hn::MaxLanes(hn::ScalableTag<float>()) <= kPanelKeys &&
+                  kernels::kTileKeyPad % kPanelKeys == 0,
+              "a vector of keys must fit in one panel");
 
 // Packs K (attention_tile.h), where its columns are contiguous four keys by
 // four features at a time: a 4x4 transpose in 128-bit vectors, each
@@ -177,10 +181,11 @@ HWY_INLINE uint32_t MixStrip(D d, const float* const* HWY_RESTRICT weights, size
   }
   uint32_t non_finite = 0;
   for (size_t r = 0; r < kRows; ++r) {
-    // Lanes past `rest` summed zeros: finite.
+    // Lanes past `rest` summed zeros times the row's weights: non-finite
+    // only where the row's own columns are too.
     auto finite = hn::IsFinite(acc[r][0]);
+    for (size_t vec = 1; vec < kVecs; ++vec) finite = hn::And(finite, hn::IsFinite(acc[r][vec]));
     for (size_t vec = 0; vec < kVecs; ++vec) {
-      finite = hn::And(finite, hn::IsFinite(acc[r][vec]));
       if (kTail && vec + 1 == kVecs) {
         StoreTail(d, acc[r][vec], rest, out[r] + c + vec * lanes);
       } else {

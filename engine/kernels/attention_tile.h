@@ -45,9 +45,10 @@ void ScoreTile(size_t rows, const float* const* q, size_t depth, const float* pa
 // out[r][c] = Σ_{j < width} weights[r][j] · v_j[c] for r < rows <=
 // kTileRows, c < value_dim; value rows are `value_dim` contiguous floats,
 // `v_row_stride` apart. Sums run over j in order from 0: a row whose
-// weights are 0 from some key on gets the bits of the sum that stops there
-// (while its values are finite). Returns bit r set where row r's output
-// holds a NaN or Inf.
+// weights are 0 from some key on gets the value of the sum that stops there
+// while its values are finite (the same bits, but that a sum of zero may
+// come out +0 where it stopped at -0). Returns bit r set where row r's
+// output holds a NaN or Inf.
 uint32_t MixTile(size_t rows, const float* const* weights, size_t width, const float* v,
                  int64_t v_row_stride, size_t value_dim, float* const* out);
 

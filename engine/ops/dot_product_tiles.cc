@@ -3,11 +3,12 @@
 // Each entry's queries are taken shortest first, kernels::kTileRows at a
 // time: a tile scores its rows over its own longest length (rounded up to a
 // vector of keys), softmaxes each row over its own length, and mixes V over
-// that same width, all while the tile's scores stay in cache. A row's scores
-// and weights are its own alone; its output sums V over the tile's width,
-// the keys past its own length weighing exactly 0, which leaves its bits as
-// if the sum had stopped at its own length. A NaN or Inf in those values
-// would not: such a row is mixed again over its own keys.
+// that same width (all M keys if a row has L = 0), all while the tile's
+// scores stay in cache. A row's scores and weights are its own alone; its
+// output sums V over the tile's width, the keys past its own length
+// weighing exactly 0, which leaves its value as if the sum had stopped at
+// its own length (its bits too, but for the sign of a zero). A NaN or Inf
+// in those values would not: such a row is mixed again over its own keys.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -93,7 +94,8 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
 
   double flops = 0;
   for (int64_t b = 0; b < batch; ++b) {
-    flops += 2.0 * static_cast<double>(queries * lens.entry(b).longest * (depth + value_dim));
+    const internal::EntryWidths& widths = lens.entry(b);
+    flops += 2.0 * static_cast<double>(queries * (widths.longest * depth + widths.mix * value_dim));
   }
   const int threads = internal::ThreadsFor(options.threads, flops);
   // Each entry's K rows below its longest length packed (and its V rows
@@ -119,7 +121,8 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
       state.store(kPacked, std::memory_order_release);
       return;
     }
-    // Another thread is packing it, and will be done in microseconds.
+    // Another thread is packing it (a thread that could not get its
+    // scratch takes no tile, so never claims an entry).
     while (state.load(std::memory_order_acquire) != kPacked) std::this_thread::yield();
   };
   const int64_t v_row_stride = dense_v ? value_dim : v.strides[1];
