@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kernels/attention_tile.h"
@@ -26,6 +27,27 @@ constexpr size_t kPanelKeys = 16;
 static_assert(hn::MaxLanes(hn::ScalableTag<float>()) <= kPanelKeys &&
                   kernels::kTileKeyPad % kPanelKeys == 0,
               "a vector of keys must fit in one panel");
+
+// f(std::integral_constant<size_t, rows>()) for a tile of `rows` in [1,
+// kTileRows]: the kernels' loops over rows unrolled for each count.
+template <class F>
+HWY_INLINE auto WithRowCount(size_t rows, F f) {
+  switch (rows) {
+    case 1:
+      return f(std::integral_constant<size_t, 1>());
+    case 2:
+      return f(std::integral_constant<size_t, 2>());
+    case 3:
+      return f(std::integral_constant<size_t, 3>());
+    case 4:
+      return f(std::integral_constant<size_t, 4>());
+    case 5:
+      return f(std::integral_constant<size_t, 5>());
+    default:
+      static_assert(kernels::kTileRows == 6, "one case per row count");
+      return f(std::integral_constant<size_t, kernels::kTileRows>());
+  }
+}
 
 // Packs K (attention_tile.h), where its columns are contiguous four keys by
 // four features at a time: a 4x4 transpose in 128-bit vectors, each
@@ -136,20 +158,9 @@ HWY_INLINE void ScoreRowsOfTile(const float* const* HWY_RESTRICT q, size_t depth
 void ScoreTile(size_t rows, const float* const* HWY_RESTRICT q, size_t depth,
                const float* HWY_RESTRICT packed, size_t width, float scale,
                float* const* HWY_RESTRICT scores) {
-  switch (rows) {
-    case 1:
-      return ScoreRowsOfTile<1>(q, depth, packed, width, scale, scores);
-    case 2:
-      return ScoreRowsOfTile<2>(q, depth, packed, width, scale, scores);
-    case 3:
-      return ScoreRowsOfTile<3>(q, depth, packed, width, scale, scores);
-    case 4:
-      return ScoreRowsOfTile<4>(q, depth, packed, width, scale, scores);
-    case 5:
-      return ScoreRowsOfTile<5>(q, depth, packed, width, scale, scores);
-    default:
-      return ScoreRowsOfTile<kernels::kTileRows>(q, depth, packed, width, scale, scores);
-  }
+  WithRowCount(rows, [&](auto count) HWY_ATTR {
+    ScoreRowsOfTile<decltype(count)::value>(q, depth, packed, width, scale, scores);
+  });
 }
 
 // Columns [c, c + kVecs vectors) of kRows rows' out, the last vector `rest`
@@ -223,20 +234,9 @@ HWY_INLINE uint32_t MixRowsOfTile(const float* const* HWY_RESTRICT weights, size
 uint32_t MixTile(size_t rows, const float* const* HWY_RESTRICT weights, size_t width,
                  const float* HWY_RESTRICT v, int64_t v_row_stride, size_t value_dim,
                  float* const* HWY_RESTRICT out) {
-  switch (rows) {
-    case 1:
-      return MixRowsOfTile<1>(weights, width, v, v_row_stride, value_dim, out);
-    case 2:
-      return MixRowsOfTile<2>(weights, width, v, v_row_stride, value_dim, out);
-    case 3:
-      return MixRowsOfTile<3>(weights, width, v, v_row_stride, value_dim, out);
-    case 4:
-      return MixRowsOfTile<4>(weights, width, v, v_row_stride, value_dim, out);
-    case 5:
-      return MixRowsOfTile<5>(weights, width, v, v_row_stride, value_dim, out);
-    default:
-      return MixRowsOfTile<kernels::kTileRows>(weights, width, v, v_row_stride, value_dim, out);
-  }
+  return WithRowCount(rows, [&](auto count) HWY_ATTR {
+    return MixRowsOfTile<decltype(count)::value>(weights, width, v, v_row_stride, value_dim, out);
+  });
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
