@@ -27,6 +27,18 @@ void CopyRow(const float* src, int64_t src_step, float* dst, int64_t dst_step, i
   for (int64_t j = 0; j < cols; ++j) dst[j * dst_step] = src[j * src_step];
 }
 
+void OrderByLength(const internal::RowLengths& lens, int64_t batch, int64_t* order) {
+  const int64_t queries = lens.queries();
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t* const entry = order + b * queries;
+    // Keys of the length above the query: all distinct, so a plain sort
+    // gives the stable order.
+    for (int64_t i = 0; i < queries; ++i) entry[i] = lens.row(b, i) << 32 | i;
+    std::sort(entry, entry + queries);
+    for (int64_t r = 0; r < queries; ++r) entry[r] &= 0xFFFFFFFF;
+  }
+}
+
 Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
                       const ConstTensor& v, const internal::RowLengths& lens, float scale,
                       const Tensor& out, const Tensor& attention_weights) {
@@ -54,16 +66,9 @@ Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const 
   } catch (const std::bad_alloc&) {
     return Status::Internal("out of memory for the queries' order");
   }
-  for (int64_t b = 0; b < batch; ++b) {
-    int64_t* const entry = order.data() + b * queries;
-    // Keys of the length above the query: all distinct, so a plain sort
-    // gives the stable order.
-    for (int64_t i = 0; i < queries; ++i) entry[i] = lens.row(b, i) << 32 | i;
-    std::sort(entry, entry + queries);
-    for (int64_t r = 0; r < queries; ++r) {
-      sorted_rows[static_cast<size_t>(b * queries + r)] = entry[r] >> 32;
-      entry[r] &= 0xFFFFFFFF;
-    }
+  OrderByLength(lens, batch, order.data());
+  for (size_t r = 0; r < rows; ++r) {
+    sorted_rows[r] = lens.row(static_cast<int64_t>(r) / queries, order[r]);
   }
   const internal::RowLengths sorted = lens.WithRows(sorted_rows.data());
   if (GemmFlops(sorted, batch, depth, value_dim) >

@@ -44,7 +44,7 @@ int64_t PackedFloats(const ConstTensor& q, const ConstTensor& k, const ConstTens
 
 bool UseTilePath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
                  const ConstTensor& v) {
-  // Lengths and query indices share one 64-bit sort key below.
+  // Lengths and query indices share one 64-bit sort key (OrderByLength).
   return options.precision == Precision::kFp32 && k.dims[1] > 0 && q.dims[2] > 0 &&
          k.dims[1] < (int64_t{1} << 31) && q.dims[1] < (int64_t{1} << 32) &&
          PackedFloats(q, k, v) <= kTilePathMaxPackedFloats;
@@ -61,8 +61,7 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
   const bool gather_q = q.strides[2] != 1, scatter_out = out.strides[2] != 1,
              scatter_weights = want_weights && attention_weights.strides[2] != 1;
   const bool dense_v = v.strides[2] != 1;
-  // order[b * queries + r]: the query of entry b that goes r-th, shortest
-  // first, ties in the caller's order (the sort keys are all distinct).
+  // order[b * queries + r]: the query of entry b that goes r-th (OrderByLength).
   thread_local std::vector<int64_t> order;
   const auto rows = static_cast<size_t>(batch * queries);
   const auto entry_keys = static_cast<int64_t>(
@@ -84,13 +83,8 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
   float* const dense_values = packed + batch * entry_keys;  // (B, M, Dv) when dense_v
   std::atomic<int>* const pack_state = pack_states.get();   // the caller's, like `order`
   // The workers read the order through this: `order` is the caller's.
-  int64_t* const sorted = order.data();
-  for (int64_t b = 0; b < batch; ++b) {
-    int64_t* const entry = sorted + b * queries;
-    for (int64_t i = 0; i < queries; ++i) entry[i] = lens.row(b, i) << 32 | i;
-    std::sort(entry, entry + queries);
-    for (int64_t r = 0; r < queries; ++r) entry[r] &= 0xFFFFFFFF;
-  }
+  const int64_t* const sorted = order.data();
+  OrderByLength(lens, batch, order.data());
 
   double flops = 0;
   for (int64_t b = 0; b < batch; ++b) {
