@@ -6,7 +6,10 @@ Runs BEFORE's and AFTER's attnscore_bench in turn, ROUNDS times each (A B A B
 prints for every benchmark both medians over all of its repetitions and
 their ratio after / before (> 1: AFTER is slower), and the same ratio for
 each op's peer from the same binaries, so a ratio that moves with its peer
-shows the machine's drift rather than the change.
+shows the machine's drift rather than the change. Beside each ratio, the
+range of the per-round ratios (round r's AFTER median over its BEFORE
+median, the two runs next to each other): a range that straddles 1 is a
+change the machine's noise can hide.
 
     bench/compare_builds.py BEFORE/bin/attnscore_bench AFTER/bin/attnscore_bench \\
         [--rounds 3] [--repetitions 5] [--min-time 0.2] [--filter REGEX]
@@ -36,13 +39,27 @@ def run(binary, args, out):
         return json.load(f)
 
 
-def times(data, into):
-    """Adds each iteration run's real time (ns per iteration) to into[name]."""
+def times(data, into, round_index):
+    """Adds each iteration run's real time (ns per iteration) to
+    into[name][round_index]."""
     for b in data["benchmarks"]:
         if b.get("run_type") != "iteration" or b.get("error_occurred"):
             continue
         scale = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[b.get("time_unit", "ns")]
-        into.setdefault(b["run_name"], []).append(b["real_time"] * scale)
+        into.setdefault(b["run_name"], {}).setdefault(round_index, []).append(
+            b["real_time"] * scale)
+
+
+def compare(before, after):
+    """For per-round times {round: [ns, ...]} of one benchmark in each build:
+    (before median, after median, after / before, lowest and highest
+    per-round ratio over the rounds both builds ran), medians over all
+    repetitions."""
+    b = statistics.median(t for runs in before.values() for t in runs)
+    a = statistics.median(t for runs in after.values() for t in runs)
+    per_round = [statistics.median(after[r]) / statistics.median(before[r])
+                 for r in sorted(set(before) & set(after))]
+    return b, a, a / b, min(per_round), max(per_round)
 
 
 def cpu_model():
@@ -76,18 +93,18 @@ def main():
             for label, binary, into in (("before", args.before, before), ("after", args.after, after)):
                 data = run(binary, args, os.path.join(tmp, f"{label}{r}.json"))
                 context = data.get("context", context)
-                times(data, into)
+                times(data, into, r)
                 print(f"round {r + 1}/{args.rounds}: {label} done", file=sys.stderr)
     print(f"CPU: {cpu_model()}; highway target {context.get('highway_target', '?')}, "
           f"oneDNN ISA {context.get('onednn_isa', '?')}; {args.rounds} alternated rounds of "
           f"{args.repetitions} repetitions each; medians over all repetitions.\n")
-    print("| benchmark | before µs | after µs | after / before |")
-    print("|---|---:|---:|---:|")
+    print("| benchmark | before µs | after µs | after / before | per round |")
+    print("|---|---:|---:|---:|---:|")
     ratios = []
     for name in sorted(set(before) & set(after)):
-        b, a = statistics.median(before[name]), statistics.median(after[name])
-        ratios.append(a / b)
-        print(f"| {name} | {b / 1e3:.2f} | {a / 1e3:.2f} | {a / b:.3f} |")
+        b, a, ratio, low, high = compare(before[name], after[name])
+        ratios.append(ratio)
+        print(f"| {name} | {b / 1e3:.2f} | {a / 1e3:.2f} | {ratio:.3f} | {low:.3f} to {high:.3f} |")
     if ratios:
         print(f"\nmedian ratio {statistics.median(ratios):.3f}, range {min(ratios):.3f} to "
               f"{max(ratios):.3f} over {len(ratios)} benchmarks")
