@@ -113,11 +113,10 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
                 const ConstTensor& v, const internal::RowLengths& lens, float scale,
                 const Tensor& out, const Tensor& attention_weights);
 
-// order[b * N + r] = the query of entry b that goes r-th, shortest first,
-// ties in the caller's order, for `batch` entries of N = lens.queries().
-// Lengths and query indices share one 64-bit sort key: lens.keys() < 2^31
-// and N < 2^32.
-void OrderByLength(const internal::RowLengths& lens, int64_t batch, int64_t* order);
+// order[r] = the query of entry b that goes r-th, shortest first, ties in
+// the caller's order, for r < N = lens.queries(). Lengths and query indices
+// share one 64-bit sort key: lens.keys() < 2^31 and N < 2^32.
+void OrderByLength(const internal::RowLengths& lens, int64_t b, int64_t* order);
 
 // Copies the `cols` elements of a row from `src` (elements `src_step`
 // apart) to `dst` (`dst_step` apart).

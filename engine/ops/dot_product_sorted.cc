@@ -27,16 +27,13 @@ void CopyRow(const float* src, int64_t src_step, float* dst, int64_t dst_step, i
   for (int64_t j = 0; j < cols; ++j) dst[j * dst_step] = src[j * src_step];
 }
 
-void OrderByLength(const internal::RowLengths& lens, int64_t batch, int64_t* order) {
+void OrderByLength(const internal::RowLengths& lens, int64_t b, int64_t* order) {
   const int64_t queries = lens.queries();
-  for (int64_t b = 0; b < batch; ++b) {
-    int64_t* const entry = order + b * queries;
-    // Keys of the length above the query: all distinct, so a plain sort
-    // gives the stable order.
-    for (int64_t i = 0; i < queries; ++i) entry[i] = lens.row(b, i) << 32 | i;
-    std::sort(entry, entry + queries);
-    for (int64_t r = 0; r < queries; ++r) entry[r] &= 0xFFFFFFFF;
-  }
+  // Keys of the length above the query: all distinct, so a plain sort gives
+  // the stable order.
+  for (int64_t i = 0; i < queries; ++i) order[i] = lens.row(b, i) << 32 | i;
+  std::sort(order, order + queries);
+  for (int64_t r = 0; r < queries; ++r) order[r] &= 0xFFFFFFFF;
 }
 
 Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
@@ -66,7 +63,7 @@ Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const 
   } catch (const std::bad_alloc&) {
     return Status::Internal("out of memory for the queries' order");
   }
-  OrderByLength(lens, batch, order.data());
+  for (int64_t b = 0; b < batch; ++b) OrderByLength(lens, b, order.data() + b * queries);
   for (size_t r = 0; r < rows; ++r) {
     sorted_rows[r] = lens.row(static_cast<int64_t>(r) / queries, order[r]);
   }

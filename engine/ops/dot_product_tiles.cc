@@ -82,9 +82,8 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
   }
   float* const dense_values = packed + batch * entry_keys;  // (B, M, Dv) when dense_v
   std::atomic<int>* const pack_state = pack_states.get();   // the caller's, like `order`
-  // The workers read the order through this: `order` is the caller's.
-  const int64_t* const sorted = order.data();
-  OrderByLength(lens, batch, order.data());
+  // The workers use the order through this: `order` is the caller's.
+  int64_t* const sorted = order.data();
 
   double flops = 0;
   for (int64_t b = 0; b < batch; ++b) {
@@ -92,17 +91,19 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
     flops += 2.0 * static_cast<double>(queries * (widths.longest * depth + widths.mix * value_dim));
   }
   const int threads = internal::ThreadsFor(options.threads, flops);
-  // Each entry's K rows below its longest length packed (and its V rows
-  // below its mix width copied dense; rows past them are never read) by
-  // the first tile of it a thread takes, while the other tiles of the entry
-  // wait. The first tile of every entry goes first, so that threads pack
-  // different entries at once rather than wait for one another.
+  // Each entry's queries sorted, its K rows below its longest length packed
+  // (and its V rows below its mix width copied dense; rows past them are
+  // never read) by the first tile of it a thread takes, while the other
+  // tiles of the entry wait. The first tile of every entry goes first, so
+  // that threads prepare different entries at once rather than wait for
+  // one another.
   for (int64_t b = 0; b < batch; ++b) pack_state[b].store(kUnpacked, std::memory_order_relaxed);
   const auto pack = [&](int64_t b) {
     std::atomic<int>& state = pack_state[b];
     int expected = kUnpacked;
     if (state.load(std::memory_order_acquire) == kPacked) return;
     if (state.compare_exchange_strong(expected, kPacking, std::memory_order_acquire)) {
+      OrderByLength(lens, b, sorted + b * queries);
       kernels::PackKeys(k.data + b * k.strides[0], k.strides[1], k.strides[2],
                         static_cast<size_t>(lens.entry(b).longest), static_cast<size_t>(depth),
                         packed + b * entry_keys);
