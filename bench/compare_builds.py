@@ -18,6 +18,7 @@ Exit status: 0, or 2 when a binary is missing or a run fails.
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -53,12 +54,12 @@ def times(data, into, round_index):
 def compare(before, after):
     """For per-round times {round: [ns, ...]} of one benchmark in each build:
     (before median, after median, after / before, lowest and highest
-    per-round ratio over the rounds both builds ran), medians over all
-    repetitions."""
+    per-round ratio over the rounds both builds ran, NaN if none), medians
+    over all repetitions."""
     b = statistics.median(t for runs in before.values() for t in runs)
     a = statistics.median(t for runs in after.values() for t in runs)
     per_round = [statistics.median(after[r]) / statistics.median(before[r])
-                 for r in sorted(set(before) & set(after))]
+                 for r in sorted(set(before) & set(after))] or [math.nan]
     return b, a, a / b, min(per_round), max(per_round)
 
 

@@ -7,6 +7,7 @@ Run: /usr/bin/python3 tests/compare_builds_test.py BENCH_BINARY [-v]
 """
 
 import importlib.util
+import math
 import os
 import re
 import subprocess
@@ -38,6 +39,11 @@ class CompareTest(unittest.TestCase):
         self.assertAlmostEqual(ratio, 145.0 / 102.0)
         self.assertAlmostEqual(low, 0.9)
         self.assertAlmostEqual(high, 1.1)
+        # No round with both (a benchmark that failed in every other round):
+        # the overall ratio still, no per-round range.
+        b, a, ratio, low, high = compare({0: [100.0]}, {1: [50.0]})
+        self.assertEqual(ratio, 0.5)
+        self.assertTrue(math.isnan(low) and math.isnan(high))
 
 
 class RunTest(unittest.TestCase):
