@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/aligned_floats.h"
 #include "base/call_scope.h"
 #include "base/checks.h"
 
@@ -25,8 +26,12 @@ using internal::kAnyDim;
 
 struct KvCache::Storage {
   KvCacheShape shape;
-  std::vector<float> keys, values;  // (B, Hkv, capacity, D) and (B, Hkv, capacity, Dv)
-  std::vector<int64_t> lengths;     // (B)
+  // (B, Hkv, capacity, D) and (B, Hkv, capacity, Dv), on cache lines and
+  // huge pages: with D a multiple of 16, no vector load of a row splits a
+  // line (rows 16 bytes off a line made decoding's kernels a fifth slower
+  // in cache).
+  internal::AlignedFloats keys, values;
+  std::vector<int64_t> lengths;  // (B)
 
   // Where position t of head h of sequence b starts.
   float* key(int64_t b, int64_t h, int64_t t) {
@@ -36,7 +41,7 @@ struct KvCache::Storage {
     return values.data() + ((b * shape.kv_heads + h) * shape.capacity + t) * shape.value_dim;
   }
   // The first `keys` positions of every sequence, (B, keys, Hkv, F) by strides.
-  ConstTensor View(const std::vector<float>& data, int64_t keys, int64_t features) const {
+  ConstTensor View(const internal::AlignedFloats& data, int64_t keys, int64_t features) const {
     return ConstTensor(
         data.data(), {shape.batch, keys, shape.kv_heads, features},
         {shape.kv_heads * shape.capacity * features, features, shape.capacity * features, 1});
@@ -99,9 +104,9 @@ Status KvCache::Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cach
   return internal::Guarded("KvCache::Create", [&] {
     auto storage = std::make_unique<Storage>();
     storage->shape = shape;
-    storage->keys.resize(
+    storage->keys = internal::AlignedFloats(
         static_cast<size_t>(shape.batch * shape.kv_heads * shape.capacity * shape.key_dim));
-    storage->values.resize(
+    storage->values = internal::AlignedFloats(
         static_cast<size_t>(shape.batch * shape.kv_heads * shape.capacity * shape.value_dim));
     storage->lengths.assign(static_cast<size_t>(shape.batch), 0);
     cache->reset(new KvCache(std::move(storage)));
