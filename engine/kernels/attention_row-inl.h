@@ -107,16 +107,16 @@ HWY_INLINE void StoreSums4(D d, const V* HWY_RESTRICT sums, float scale, size_t 
 #endif
 }
 
-// Rows a kernel asks the caches for ahead of the four it works on: far
+// Rows a kernel asks the caches for ahead of the ones it works on: far
 // enough to cover memory's latency at the rate the FMAs consume rows.
 constexpr size_t kPrefetchKeys = 32;
 
-// Prefetches rows [first, first + 4) below `limit` of `columns` floats each,
-// a cache line at a time.
-HWY_INLINE void PrefetchRows(const float* HWY_RESTRICT base, size_t first, size_t limit,
-                             int64_t row_stride, size_t columns) {
+// Prefetches rows [first, first + count) below `limit` of `columns` floats
+// each, a cache line at a time.
+HWY_INLINE void PrefetchRows(const float* HWY_RESTRICT base, size_t first, size_t count,
+                             size_t limit, int64_t row_stride, size_t columns) {
   constexpr size_t kLineFloats = 16;
-  for (size_t j = first; j < first + 4 && j < limit; ++j) {
+  for (size_t j = first; j < first + count && j < limit; ++j) {
     const float* row = base + static_cast<int64_t>(j) * row_stride;
     for (size_t c = 0; c < columns; c += kLineFloats) hwy::Prefetch(row + c);
   }
@@ -139,7 +139,7 @@ void ScoreRows(size_t rows, const float* const* HWY_RESTRICT q, size_t depth,
   for (size_t j = 0; j < longest; j += 4) {
     // One row's keys are a single stream the hardware prefetcher follows;
     // rows sharing them keep the core busier, and miss more without this.
-    if (rows > 1) PrefetchRows(k, j + kPrefetchKeys, longest, k_row_stride, depth);
+    if (rows > 1) PrefetchRows(k, j + kPrefetchKeys, 4, longest, k_row_stride, depth);
     for (size_t r = 0; r < rows; ++r) {
       if (j >= keys[r]) continue;
       const size_t count = keys[r] - j < 4 ? keys[r] - j : 4;
@@ -160,136 +160,196 @@ void ScoreRow(const float* HWY_RESTRICT q, size_t depth, const float* HWY_RESTRI
   ScoreRows(1, query, depth, k, k_row_stride, &keys, scale, out);
 }
 
-// The columns a MixColumns call covers at most: four vectors, the most whose
-// two accumulators each fit in registers beside the loads.
-template <class D>
-HWY_INLINE size_t StripColumns(D d) {
-  return 4 * hn::Lanes(d);
-}
+// MixRows' arithmetic: each output float is one sum of w_j · v_j over the
+// keys j in order, by FMA from 0, so it has the same bits whatever rows or
+// columns share its tile and wherever the keys are cut into passes. Speed
+// comes from tiles of such sums side by side: each V vector loaded once for
+// a tile's rows, eight or more accumulators in flight to cover the FMA's
+// latency.
 
-// A row's running sums over one strip of at most four vectors of columns:
-// two accumulators per vector, `a` for even keys and `b` for odd ones (the
-// last key of an odd count goes to `a`), added only at the end.
-template <class D>
-struct MixState {
-  hn::Vec<D> a[4], b[4];
-};
-
-// Adds keys [first, last) of one row's weights times V's rows to `state`,
-// over kVectors vectors of columns from column 0 of `v`, the last of them
-// `rest` lanes wide when kTail. `first` is even, so key pairs fall where
-// they fall over the whole row. With `prefetch_columns` > 0, it asks for
-// that many floats of the V rows kPrefetchKeys ahead, below `limit`.
-template <size_t kVectors, bool kTail, class D>
-HWY_INLINE void MixVectors(D d, const float* HWY_RESTRICT weights, size_t first, size_t last,
-                           const float* HWY_RESTRICT v, int64_t v_row_stride, size_t rest,
-                           size_t prefetch_columns, size_t limit, MixState<D>& state) {
+// out[r] += Σ_{first <= j < last} w[r][j] · v_j over kVectors vectors of
+// columns (the last `rest` lanes wide when kTail), for kRows rows: each V
+// vector loaded once for all the rows, each row's weight broadcast once per
+// key. The sums stay in registers over the keys; out holds them between
+// calls, so splitting the keys does not change a bit. With
+// `prefetch_columns` > 0, it asks for that many floats of V's rows
+// kPrefetchKeys ahead, below `limit`.
+template <size_t kRows, size_t kVectors, bool kTail, class D>
+HWY_INLINE void MixTile(D d, const float* const* HWY_RESTRICT w, size_t first, size_t last,
+                        const float* HWY_RESTRICT v, int64_t v_row_stride, size_t rest,
+                        size_t prefetch_columns, size_t limit, float* const* HWY_RESTRICT out) {
   using V = hn::Vec<D>;
   const size_t lanes = hn::Lanes(d);
-  const auto load = [&](const float* row, size_t vec) HWY_ATTR {
-    return kTail && vec + 1 == kVectors ? LoadTail(d, row + vec * lanes, rest, 0.0f)
-                                        : hn::LoadU(d, row + vec * lanes);
+  const auto load = [&](const float* x, size_t vec) HWY_ATTR {
+    return kTail && vec + 1 == kVectors ? LoadTail(d, x + vec * lanes, rest, 0.0f)
+                                        : hn::LoadU(d, x + vec * lanes);
   };
-  V a[kVectors], b[kVectors];
-  for (size_t vec = 0; vec < kVectors; ++vec) a[vec] = state.a[vec], b[vec] = state.b[vec];
-  size_t j = first;
-  for (; j + 2 <= last; j += 2) {
-    const float* row0 = v + static_cast<int64_t>(j) * v_row_stride;
-    const float* row1 = row0 + v_row_stride;
-    if (prefetch_columns != 0 && (j & 3) == 0) {
-      PrefetchRows(v, j + kPrefetchKeys, limit, v_row_stride, prefetch_columns);
+  V acc[kRows * kVectors];
+  HWY_UNROLL(8)
+  for (size_t r = 0; r < kRows; ++r) {
+    HWY_UNROLL(8)
+    for (size_t vec = 0; vec < kVectors; ++vec) acc[r * kVectors + vec] = load(out[r], vec);
+  }
+  for (size_t j = first; j < last; ++j) {
+    const float* row = v + static_cast<int64_t>(j) * v_row_stride;
+    if (prefetch_columns != 0) {
+      PrefetchRows(v, j + kPrefetchKeys, 1, limit, v_row_stride, prefetch_columns);
     }
-    const V w0 = hn::Set(d, weights[j]), w1 = hn::Set(d, weights[j + 1]);
+    V vv[kVectors];
+    HWY_UNROLL(8)
+    for (size_t vec = 0; vec < kVectors; ++vec) vv[vec] = load(row, vec);
+    HWY_UNROLL(8)
+    for (size_t r = 0; r < kRows; ++r) {
+      const V weight = hn::Set(d, w[r][j]);
+      HWY_UNROLL(8)
+      for (size_t vec = 0; vec < kVectors; ++vec) {
+        acc[r * kVectors + vec] = hn::MulAdd(weight, vv[vec], acc[r * kVectors + vec]);
+      }
+    }
+  }
+  HWY_UNROLL(8)
+  for (size_t r = 0; r < kRows; ++r) {
+    HWY_UNROLL(8)
     for (size_t vec = 0; vec < kVectors; ++vec) {
-      a[vec] = hn::MulAdd(w0, load(row0, vec), a[vec]);
-      b[vec] = hn::MulAdd(w1, load(row1, vec), b[vec]);
-    }
-  }
-  if (j < last) {
-    const float* row0 = v + static_cast<int64_t>(j) * v_row_stride;
-    const V w0 = hn::Set(d, weights[j]);
-    for (size_t vec = 0; vec < kVectors; ++vec) a[vec] = hn::MulAdd(w0, load(row0, vec), a[vec]);
-  }
-  for (size_t vec = 0; vec < kVectors; ++vec) state.a[vec] = a[vec], state.b[vec] = b[vec];
-}
-
-// MixVectors over a strip of `columns` <= StripColumns, its shape chosen
-// once here rather than tested in the loop.
-template <class D>
-HWY_INLINE void MixColumns(D d, const float* HWY_RESTRICT weights, size_t first, size_t last,
-                           const float* HWY_RESTRICT v, int64_t v_row_stride, size_t columns,
-                           size_t prefetch_columns, size_t limit, MixState<D>& state) {
-  const size_t lanes = hn::Lanes(d);
-  const size_t rest = columns % lanes;
-  const size_t vectors = columns / lanes + (rest ? 1 : 0);
-#define ATTNSCORE_MIX(n, tail)                                                                 \
-  return MixVectors<n, tail>(d, weights, first, last, v, v_row_stride, rest, prefetch_columns, \
-                             limit, state)
-  if (rest == 0) {
-    if (vectors == 4) ATTNSCORE_MIX(4, false);
-    if (vectors == 3) ATTNSCORE_MIX(3, false);
-    if (vectors == 2) ATTNSCORE_MIX(2, false);
-    ATTNSCORE_MIX(1, false);
-  }
-  if (vectors == 4) ATTNSCORE_MIX(4, true);
-  if (vectors == 3) ATTNSCORE_MIX(3, true);
-  if (vectors == 2) ATTNSCORE_MIX(2, true);
-  ATTNSCORE_MIX(1, true);
-#undef ATTNSCORE_MIX
-}
-
-// Stores a + b of a strip's state: its `columns` output floats.
-template <class D>
-HWY_INLINE void StoreMix(D d, const MixState<D>& state, size_t columns, float* HWY_RESTRICT out) {
-  const size_t lanes = hn::Lanes(d);
-  for (size_t vec = 0; vec * lanes < columns; ++vec) {
-    const auto sum = hn::Add(state.a[vec], state.b[vec]);
-    if ((vec + 1) * lanes <= columns) {
-      hn::StoreU(sum, d, out + vec * lanes);
-    } else {
-      StoreTail(d, sum, columns - vec * lanes, out + vec * lanes);
+      if (kTail && vec + 1 == kVectors) {
+        StoreTail(d, acc[r * kVectors + vec], rest, out[r] + vec * lanes);
+      } else {
+        hn::StoreU(acc[r * kVectors + vec], d, out[r] + vec * lanes);
+      }
     }
   }
 }
 
-// Keys per pass of MixRows: each row takes this many V rows of a strip while
-// they are in L1 (64 rows of a four-vector strip: 8 KiB at AVX2, 16 KiB at
-// AVX-512). Even, so a pass never splits a pair of keys.
+// MixTile over the last strip of columns: `vectors` <= kVectors of them,
+// the last one partial when `rest` > 0, the tile's shape chosen once here
+// rather than tested in the loop.
+template <size_t kRows, size_t kVectors, class D>
+HWY_INLINE void MixLastStrip(D d, size_t vectors, const float* const* HWY_RESTRICT w, size_t first,
+                             size_t last, const float* HWY_RESTRICT v, int64_t v_row_stride,
+                             size_t rest, size_t prefetch_columns, size_t limit,
+                             float* const* HWY_RESTRICT out) {
+  if (vectors == kVectors) {
+    if (rest != 0) {
+      return MixTile<kRows, kVectors, true>(d, w, first, last, v, v_row_stride, rest,
+                                            prefetch_columns, limit, out);
+    }
+    return MixTile<kRows, kVectors, false>(d, w, first, last, v, v_row_stride, 0, prefetch_columns,
+                                           limit, out);
+  }
+  if constexpr (kVectors > 1) {
+    MixLastStrip<kRows, kVectors - 1>(d, vectors, w, first, last, v, v_row_stride, rest,
+                                      prefetch_columns, limit, out);
+  }
+}
+
+// Vectors of columns per tile of kRows rows: one accumulator per row and
+// vector, at least eight of them to cover the FMA's latency, as many as 16
+// registers hold beside the tile's V vectors and its broadcast weight. Four
+// rows by three vectors: twelve chains in flight, where four by two only
+// matched the latency (four rows of D 64 in L2: 7.3 ns per key, against
+// 8.2 for four by two and 10.3 for the earlier kernel's even and odd keys;
+// minima of alternated runs on a Zen 3). Two rows by four; one by eight
+// (its V loads fold into its FMAs). A row alone over fewer columns than
+// that (Dv < 64 at AVX2) has fewer chains than the latency wants, and pays
+// an FMA's latency per key: the price of one order for every tile.
+template <size_t kRows>
+constexpr size_t StripVectors() {
+  return kRows == 4 ? 3 : kRows == 2 ? 4 : 8;
+}
+
+// MixTile over all `value_dim` columns, keys [first, last), for the kRows
+// rows whose indices are `rows`: strips of full vectors, then the rest in
+// one strip of fewer. Only the first strip prefetches.
+template <size_t kRows, class D>
+HWY_INLINE void MixStrips(D d, const size_t* HWY_RESTRICT rows,
+                          const float* const* HWY_RESTRICT weights, size_t first, size_t last,
+                          const float* HWY_RESTRICT v, int64_t v_row_stride, size_t value_dim,
+                          size_t prefetch_columns, size_t limit, float* const* HWY_RESTRICT out) {
+  constexpr size_t kVectors = StripVectors<kRows>();
+  const size_t strip = kVectors * hn::Lanes(d);
+  const float* w[kRows];
+  float* o[kRows];
+  for (size_t r = 0; r < kRows; ++r) w[r] = weights[rows[r]];
+  size_t c = 0;
+  for (; c + strip <= value_dim; c += strip) {
+    for (size_t r = 0; r < kRows; ++r) o[r] = out[rows[r]] + c;
+    MixTile<kRows, kVectors, false>(d, w, first, last, v + c, v_row_stride, 0, prefetch_columns,
+                                    limit, o);
+    prefetch_columns = 0;
+  }
+  if (c == value_dim) return;
+  for (size_t r = 0; r < kRows; ++r) o[r] = out[rows[r]] + c;
+  const size_t rest = (value_dim - c) % hn::Lanes(d);
+  const size_t vectors = (value_dim - c + hn::Lanes(d) - 1) / hn::Lanes(d);
+  MixLastStrip<kRows, kVectors>(d, vectors, w, first, last, v + c, v_row_stride, rest,
+                                prefetch_columns, limit, o);
+}
+
+// MixStrips for the kRows rows `rows` over their keys of [first, pass_end):
+// together over the keys all of them have, then each row's further keys
+// alone.
+template <size_t kRows, class D>
+HWY_INLINE void MixRowTile(D d, const size_t* HWY_RESTRICT rows,
+                           const float* const* HWY_RESTRICT weights,
+                           const size_t* HWY_RESTRICT keys, size_t first, size_t pass_end,
+                           const float* HWY_RESTRICT v, int64_t v_row_stride, size_t value_dim,
+                           size_t prefetch_columns, size_t limit, float* const* HWY_RESTRICT out) {
+  size_t common = pass_end;
+  for (size_t r = 0; r < kRows; ++r) common = keys[rows[r]] < common ? keys[rows[r]] : common;
+  MixStrips<kRows>(d, rows, weights, first, common, v, v_row_stride, value_dim, prefetch_columns,
+                   limit, out);
+  if constexpr (kRows > 1) {
+    for (size_t r = 0; r < kRows; ++r) {
+      const size_t own = keys[rows[r]] < pass_end ? keys[rows[r]] : pass_end;
+      if (own > common) {
+        MixStrips<1>(d, rows + r, weights, common, own, v, v_row_stride, value_dim, 0, limit, out);
+      }
+    }
+  }
+}
+
+// Keys per pass of MixRows: every tile of rows takes this many V rows while
+// they are in L1 (64 rows of D 64: 16 KiB).
 constexpr size_t kMixPassKeys = 64;
 
 // out[r][c] = Σ_{j < keys[r]} weights[r][j] · v_j[c] for up to
-// kMaxSharedRows rows over the same values, strip by strip of columns; each
-// pass of kMixPassKeys keys serves every row while its V rows are in L1, so
-// V is read from memory once for all rows. A row's sums do not depend on
-// the rows beside it: each is MixColumns' order over all its keys.
+// kMaxSharedRows rows over the same values. Pass by pass of kMixPassKeys
+// keys, the rows that still have keys go in tiles of four, two, one, so V
+// is read from memory once for all rows.
 void MixRows(size_t rows, const float* const* HWY_RESTRICT weights, const size_t* HWY_RESTRICT keys,
              const float* HWY_RESTRICT v, int64_t v_row_stride, size_t value_dim,
              float* const* HWY_RESTRICT out) {
   using D = hn::ScalableTag<float>;
   const D d;
-  const size_t strip = StripColumns(d);
   size_t longest = 0;
-  for (size_t r = 0; r < rows; ++r) longest = keys[r] > longest ? keys[r] : longest;
-  const size_t pass = rows == 1 ? longest : kMixPassKeys;
-  MixState<D> states[kernels::kMaxSharedRows];
-  for (size_t c = 0; c < value_dim; c += strip) {
-    const size_t columns = value_dim - c < strip ? value_dim - c : strip;
+  for (size_t r = 0; r < rows; ++r) {
+    longest = keys[r] > longest ? keys[r] : longest;
+    for (size_t c = 0; c < value_dim; ++c) out[r][c] = 0.0f;
+  }
+  for (size_t first = 0; first < longest; first += kMixPassKeys) {
+    const size_t pass_end = longest - first < kMixPassKeys ? longest : first + kMixPassKeys;
+    size_t active[kernels::kMaxSharedRows];
+    size_t count = 0;
     for (size_t r = 0; r < rows; ++r) {
-      for (size_t vec = 0; vec < 4; ++vec) states[r].a[vec] = states[r].b[vec] = hn::Zero(d);
+      if (keys[r] > first) active[count++] = r;
     }
-    for (size_t first = 0; first < longest; first += pass) {
-      // With rows sharing V, the first row of the first strip asks for the
-      // rows ahead, whole: the other rows and strips find them in cache.
-      size_t prefetch_columns = c == 0 && rows > 1 ? value_dim : 0;
-      for (size_t r = 0; r < rows; ++r) {
-        if (first >= keys[r]) continue;
-        const size_t last = keys[r] - first < pass ? keys[r] : first + pass;
-        MixColumns(d, weights[r], first, last, v + c, v_row_stride, columns, prefetch_columns,
-                   longest, states[r]);
-        prefetch_columns = 0;
-      }
+    // With rows sharing V, the first tile asks for the rows ahead, whole:
+    // the other tiles find them in cache.
+    const size_t prefetch_columns = rows > 1 ? value_dim : 0;
+    size_t a = 0;
+    for (; a + 4 <= count; a += 4) {
+      MixRowTile<4>(d, active + a, weights, keys, first, pass_end, v, v_row_stride, value_dim,
+                    a == 0 ? prefetch_columns : 0, longest, out);
     }
-    for (size_t r = 0; r < rows; ++r) StoreMix(d, states[r], columns, out[r] + c);
+    if (a + 2 <= count) {
+      MixRowTile<2>(d, active + a, weights, keys, first, pass_end, v, v_row_stride, value_dim,
+                    a == 0 ? prefetch_columns : 0, longest, out);
+      a += 2;
+    }
+    if (a < count) {
+      MixRowTile<1>(d, active + a, weights, keys, first, pass_end, v, v_row_stride, value_dim,
+                    a == 0 ? prefetch_columns : 0, longest, out);
+    }
   }
 }
 
