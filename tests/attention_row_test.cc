@@ -21,9 +21,11 @@ bool SameBits(const float* a, const float* b, size_t n) {
   return std::memcmp(a, b, n * sizeof(float)) == 0;
 }
 
-// Shapes that cross every boundary: D and Dv off the vector width and the
-// four-vector strip, key counts off the four-key groups, the even pairs and
-// the 64-key passes, a row with no keys, rows of unequal lengths.
+// Shapes that cross every boundary: D and Dv off the vector width and off
+// the mix's strips (24, 32 and 64 columns at AVX2; 48, 64 and 128 at
+// AVX-512), key counts off the score's four-key groups and the mix's 64-key
+// passes, a row with no keys, rows of unequal lengths, every row count from
+// one to eight (tiles of four, two and one row).
 struct Case {
   size_t depth, value_dim;
   std::vector<size_t> keys;  // per row
@@ -35,6 +37,11 @@ const Case kCases[] = {
     {13, 37, {7, 5}},
     {100, 129, {300, 299, 2}},
     {1, 1, {9}},
+    {64, 24, {5, 300, 7, 299, 64}},
+    {64, 48, {130, 128, 129, 127, 2, 3}},
+    {32, 128, {70, 70, 70}},
+    {16, 200, {3, 129, 128, 1, 0, 2, 77, 64}},
+    {8, 16, {65, 66, 67, 68, 69, 70, 71}},
 };
 
 TEST_P(AttentionRowTest, SharedRowsGiveEachRowItsOwnBits) {

@@ -5,10 +5,10 @@
 namespace attnscore::internal {
 namespace {
 
-// One slot's buffer, kept between calls up to kKeptScratchBytes. From 2 MiB
-// up it is whole huge pages (AlignedFloats): mapped anew for each call, a
-// multi-head decoder step's projections (16 MiB) spent a fifth of its time
-// in 4 KiB page faults.
+// One slot's buffer (AlignedFloats: whole huge pages from 2 MiB up), kept
+// between calls up to kKeptScratchBytes and mapped anew for each call
+// beyond. Mapped in 4 KiB pages for each call, a multi-head decoder step's
+// projections (16 MiB) spent a fifth of its time in page faults.
 class Buffer {
  public:
   float* Get(size_t count) {

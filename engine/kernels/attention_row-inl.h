@@ -161,11 +161,11 @@ void ScoreRow(const float* HWY_RESTRICT q, size_t depth, const float* HWY_RESTRI
 }
 
 // MixRows' arithmetic: each output float is one sum of w_j · v_j over the
-// keys j in order, by FMA from 0, so it has the same bits whatever rows or
-// columns share its tile and wherever the keys are cut into passes. Speed
-// comes from tiles of such sums side by side: each V vector loaded once for
-// a tile's rows, eight or more accumulators in flight to cover the FMA's
-// latency.
+// keys j in order, by MulAdd from 0 (fused where the target has FMA), so it
+// has the same bits whatever rows or columns share its tile and wherever the
+// keys are cut into passes. Speed comes from tiles of such sums side by
+// side: each V vector loaded once for a tile's rows, eight or more
+// accumulators in flight to cover the FMA's latency.
 
 // out[r] += Σ_{first <= j < last} w[r][j] · v_j over kVectors vectors of
 // columns (the last `rest` lanes wide when kTail), for kRows rows: each V
@@ -249,9 +249,10 @@ HWY_INLINE void MixLastStrip(D d, size_t vectors, const float* const* HWY_RESTRI
 // matched the latency (four rows of D 64 in L2: 7.3 ns per key, against
 // 8.2 for four by two and 10.3 for the earlier kernel's even and odd keys;
 // minima of alternated runs on a Zen 3). Two rows by four; one by eight
-// (its V loads fold into its FMAs). A row alone over fewer columns than
-// that (Dv < 64 at AVX2) has fewer chains than the latency wants, and pays
-// an FMA's latency per key: the price of one order for every tile.
+// (its V loads fold into its FMAs, so eight accumulators and the weight
+// fit). A row alone over fewer columns than that (Dv < 64 at AVX2) has
+// fewer chains than the latency wants and pays an FMA latency per key: the
+// price of one order for every tile.
 template <size_t kRows>
 constexpr size_t StripVectors() {
   return kRows == 4 ? 3 : kRows == 2 ? 4 : 8;
@@ -259,12 +260,13 @@ constexpr size_t StripVectors() {
 
 // MixTile over all `value_dim` columns, keys [first, last), for the kRows
 // rows whose indices are `rows`: strips of full vectors, then the rest in
-// one strip of fewer. Only the first strip prefetches.
+// one strip of fewer. Only the first strip prefetches. A function of its own
+// per tile height: inlined, MixRows held every tile shape of every height.
 template <size_t kRows, class D>
-HWY_INLINE void MixStrips(D d, const size_t* HWY_RESTRICT rows,
-                          const float* const* HWY_RESTRICT weights, size_t first, size_t last,
-                          const float* HWY_RESTRICT v, int64_t v_row_stride, size_t value_dim,
-                          size_t prefetch_columns, size_t limit, float* const* HWY_RESTRICT out) {
+HWY_NOINLINE void MixStrips(D d, const size_t* HWY_RESTRICT rows,
+                            const float* const* HWY_RESTRICT weights, size_t first, size_t last,
+                            const float* HWY_RESTRICT v, int64_t v_row_stride, size_t value_dim,
+                            size_t prefetch_columns, size_t limit, float* const* HWY_RESTRICT out) {
   constexpr size_t kVectors = StripVectors<kRows>();
   const size_t strip = kVectors * hn::Lanes(d);
   const float* w[kRows];
@@ -309,7 +311,7 @@ HWY_INLINE void MixRowTile(D d, const size_t* HWY_RESTRICT rows,
 }
 
 // Keys per pass of MixRows: every tile of rows takes this many V rows while
-// they are in L1 (64 rows of D 64: 16 KiB).
+// they are in L1 (64 rows of Dv 64: 16 KiB; much wider V rows spill to L2).
 constexpr size_t kMixPassKeys = 64;
 
 // out[r][c] = Σ_{j < keys[r]} weights[r][j] · v_j[c] for up to
@@ -333,8 +335,8 @@ void MixRows(size_t rows, const float* const* HWY_RESTRICT weights, const size_t
     for (size_t r = 0; r < rows; ++r) {
       if (keys[r] > first) active[count++] = r;
     }
-    // With rows sharing V, the first tile asks for the rows ahead, whole:
-    // the other tiles find them in cache.
+    // With rows sharing V, the first tile asks for the rows ahead, whole, over
+    // the keys its rows share: the other tiles find them in cache.
     const size_t prefetch_columns = rows > 1 ? value_dim : 0;
     size_t a = 0;
     for (; a + 4 <= count; a += 4) {
