@@ -1,8 +1,10 @@
 // The row kernels (engine/kernels/attention_row.h) on every target: rows
-// that share their keys give each row the bits it gets alone, and both
-// kernels agree with sums in double.
+// that share their keys give each row the bits it gets alone, both kernels
+// agree with sums in double, and AddMixes over the keys cut into ranges
+// gives MixRows' bits.
 #include "kernels/attention_row.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -97,6 +99,46 @@ TEST_P(AttentionRowTest, SharedRowsGiveEachRowItsOwnBits) {
       // Scores past a row's own keys are not written.
       if (n < longest) {
         EXPECT_EQ(score_rows[r][n], -1.0f) << "row " << r;
+      }
+    }
+  }
+}
+
+// AddMixes over consecutive ranges of the keys, each call going on from the
+// sums the last one left, gives every row MixRows' bits over all its keys;
+// a row with no keys in a range is left as it is.
+TEST_P(AttentionRowTest, AddMixesOverRangesOfKeysGivesMixRowsBits) {
+  for (const Case& c : kCases) {
+    for (size_t range : {size_t{1}, size_t{5}, size_t{64}, size_t{100}}) {
+      const size_t rows = c.keys.size();
+      size_t longest = 0;
+      for (size_t n : c.keys) longest = std::max(longest, n);
+      const int64_t v_stride = static_cast<int64_t>(c.value_dim) + 5;
+      const std::vector<float> v = RandomFloats(longest * static_cast<size_t>(v_stride) + 1, 3);
+      const std::vector<float> w = RandomFloats(rows * longest + 1, 4);
+      std::vector<float> whole(rows * c.value_dim, -1.0f), ranged(rows * c.value_dim, 0.0f);
+      std::vector<const float*> w_rows(rows), w_range(rows);
+      std::vector<float*> whole_rows(rows), ranged_rows(rows);
+      for (size_t r = 0; r < rows; ++r) {
+        w_rows[r] = w.data() + r * longest;
+        whole_rows[r] = whole.data() + r * c.value_dim;
+        ranged_rows[r] = ranged.data() + r * c.value_dim;
+      }
+      kernels::MixRows(rows, w_rows.data(), c.keys.data(), v.data(), v_stride, c.value_dim,
+                       whole_rows.data());
+      std::vector<size_t> in_range(rows);
+      for (size_t first = 0; first < longest; first += range) {
+        for (size_t r = 0; r < rows; ++r) {
+          in_range[r] = c.keys[r] > first ? std::min(range, c.keys[r] - first) : 0;
+          w_range[r] = w_rows[r] + first;
+        }
+        kernels::AddMixes(rows, w_range.data(), in_range.data(),
+                          v.data() + static_cast<int64_t>(first) * v_stride, v_stride, c.value_dim,
+                          ranged_rows.data());
+      }
+      for (size_t r = 0; r < rows; ++r) {
+        EXPECT_TRUE(SameBits(whole_rows[r], ranged_rows[r], c.value_dim))
+            << "row " << r << " of " << c.keys[r] << " keys, ranges of " << range;
       }
     }
   }

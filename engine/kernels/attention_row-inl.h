@@ -314,20 +314,18 @@ HWY_INLINE void MixRowTile(D d, const size_t* HWY_RESTRICT rows,
 // they are in L1 (64 rows of Dv 64: 16 KiB; much wider V rows spill to L2).
 constexpr size_t kMixPassKeys = 64;
 
-// out[r][c] = Σ_{j < keys[r]} weights[r][j] · v_j[c] for up to
-// kMaxSharedRows rows over the same values. Pass by pass of kMixPassKeys
-// keys, the rows that still have keys go in tiles of four, two, one, so V
-// is read from memory once for all rows.
-void MixRows(size_t rows, const float* const* HWY_RESTRICT weights, const size_t* HWY_RESTRICT keys,
-             const float* HWY_RESTRICT v, int64_t v_row_stride, size_t value_dim,
-             float* const* HWY_RESTRICT out) {
+// out[r][c] += Σ_{j < keys[r]} weights[r][j] · v_j[c] for up to
+// kMaxSharedRows rows over the same values, each sum going on from the
+// value out holds. Pass by pass of kMixPassKeys keys, the rows that still
+// have keys go in tiles of four, two, one, so V is read from memory once for
+// all rows.
+void AddMixes(size_t rows, const float* const* HWY_RESTRICT weights,
+              const size_t* HWY_RESTRICT keys, const float* HWY_RESTRICT v, int64_t v_row_stride,
+              size_t value_dim, float* const* HWY_RESTRICT out) {
   using D = hn::ScalableTag<float>;
   const D d;
   size_t longest = 0;
-  for (size_t r = 0; r < rows; ++r) {
-    longest = keys[r] > longest ? keys[r] : longest;
-    for (size_t c = 0; c < value_dim; ++c) out[r][c] = 0.0f;
-  }
+  for (size_t r = 0; r < rows; ++r) longest = keys[r] > longest ? keys[r] : longest;
   for (size_t first = 0; first < longest; first += kMixPassKeys) {
     const size_t pass_end = longest - first < kMixPassKeys ? longest : first + kMixPassKeys;
     size_t active[kernels::kMaxSharedRows];
@@ -353,6 +351,15 @@ void MixRows(size_t rows, const float* const* HWY_RESTRICT weights, const size_t
                     a == 0 ? prefetch_columns : 0, longest, out);
     }
   }
+}
+
+void MixRows(size_t rows, const float* const* HWY_RESTRICT weights, const size_t* HWY_RESTRICT keys,
+             const float* HWY_RESTRICT v, int64_t v_row_stride, size_t value_dim,
+             float* const* HWY_RESTRICT out) {
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t c = 0; c < value_dim; ++c) out[r][c] = 0.0f;
+  }
+  AddMixes(rows, weights, keys, v, v_row_stride, value_dim, out);
 }
 
 void MixRow(const float* HWY_RESTRICT weights, size_t keys, const float* HWY_RESTRICT v,

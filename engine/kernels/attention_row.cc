@@ -14,6 +14,7 @@ HWY_EXPORT(ScoreRow);
 HWY_EXPORT(MixRow);
 HWY_EXPORT(ScoreRows);
 HWY_EXPORT(MixRows);
+HWY_EXPORT(AddMixes);
 
 void ScoreRow(const float* q, size_t depth, const float* k, int64_t k_row_stride, size_t keys,
               float scale, float* scores) {
@@ -33,6 +34,11 @@ void ScoreRows(size_t rows, const float* const* q, size_t depth, const float* k,
 void MixRows(size_t rows, const float* const* weights, const size_t* keys, const float* v,
              int64_t v_row_stride, size_t value_dim, float* const* out) {
   HWY_DYNAMIC_DISPATCH(MixRows)(rows, weights, keys, v, v_row_stride, value_dim, out);
+}
+
+void AddMixes(size_t rows, const float* const* weights, const size_t* keys, const float* v,
+              int64_t v_row_stride, size_t value_dim, float* const* out) {
+  HWY_DYNAMIC_DISPATCH(AddMixes)(rows, weights, keys, v, v_row_stride, value_dim, out);
 }
 
 }  // namespace attnscore::kernels

@@ -35,6 +35,15 @@ void ScoreRows(size_t rows, const float* const* q, size_t depth, const float* k,
 void MixRows(size_t rows, const float* const* weights, const size_t* keys, const float* v,
              int64_t v_row_stride, size_t value_dim, float* const* out);
 
+// MixRows going on from what out holds: out[r][c] += Σ_{j < keys[r]}
+// weights[r][j] · v[j·v_row_stride + c], each sum continued term by term in
+// the same order. So with out first set to +0, a row's keys cut into
+// consecutive ranges, one call per range (weights, v advanced to the
+// range's first key), give the bits of MixRows over them all. A row with
+// keys[r] = 0 is left as it is.
+void AddMixes(size_t rows, const float* const* weights, const size_t* keys, const float* v,
+              int64_t v_row_stride, size_t value_dim, float* const* out);
+
 }  // namespace attnscore::kernels
 
 #endif  // ATTNSCORE_KERNELS_ATTENTION_ROW_H_
