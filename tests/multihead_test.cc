@@ -172,8 +172,11 @@ TEST_P(MultiHeadTest, AGivenScaleReplacesOneOverRootD) {
 // K and V with Hkv heads against the same call with each repeated Hq / Hkv
 // times (head h reads head h / group): the same bits.
 TEST_P(MultiHeadTest, GroupedAndMultiQueryEqualKeysAndValuesRepeatedPerHead) {
+  // The last two: 16 heads a group, more than a chunk of rows; one in whole
+  // rows, one in key blocks.
   for (const Shape& s :
-       {Shape{2, 5, 17, 8, 2, 16, 8}, Shape{2, 2, 30, 4, 1, 8, 8}, Shape{1, 40, 50, 6, 3, 8, 4}}) {
+       {Shape{2, 5, 17, 8, 2, 16, 8}, Shape{2, 2, 30, 4, 1, 8, 8}, Shape{1, 40, 50, 6, 3, 8, 4},
+        Shape{2, 1, 300, 16, 1, 64, 64}, Shape{2, 2, 700, 16, 1, 32, 32}}) {
     SCOPED_TRACE(s.Name());
     const Inputs in(s, 21);
     Shape full = s;
@@ -203,9 +206,12 @@ TEST_P(MultiHeadTest, GroupedAndMultiQueryEqualKeysAndValuesRepeatedPerHead) {
 }
 
 // Heads-first memory (B, H, N, D), viewed as (B, N, H, D) by strides, gives
-// the bits of the token-major call; so do heads-first outputs.
+// the bits of the token-major call; so do heads-first outputs. The third
+// shape decodes with whole rows, token-major heads side by side through
+// ranges of their keys, heads-first ones a head at a time.
 TEST_P(MultiHeadTest, HeadsFirstLayoutGivesTheSameBitsAsTokenMajor) {
-  for (const Shape& s : {Shape{2, 3, 21, 4, 2, 8, 8}, Shape{2, 33, 40, 4, 4, 16, 8}}) {
+  for (const Shape& s : {Shape{2, 3, 21, 4, 2, 8, 8}, Shape{2, 33, 40, 4, 4, 16, 8},
+                         Shape{4, 2, 300, 8, 4, 64, 64}}) {
     SCOPED_TRACE(s.Name());
     const Inputs in(s, 41);
     const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, false, 5);
@@ -280,7 +286,8 @@ TEST(MultiHeadThreads, ResultsIdenticalForAnyThreadCount) {
   options.threads = 2;
   std::unique_ptr<Engine> two;
   ASSERT_TRUE(Engine::Create(options, &two).ok());
-  for (const Shape& s : {Shape{4, 1, 700, 8, 2, 64, 64}, Shape{2, 64, 300, 4, 4, 32, 32}}) {
+  for (const Shape& s : {Shape{4, 1, 700, 8, 2, 64, 64}, Shape{4, 1, 300, 8, 4, 64, 64},
+                         Shape{2, 64, 300, 4, 4, 32, 32}}) {
     SCOPED_TRACE(s.Name());
     const Inputs in(s, 81);
     const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, true, 11);
@@ -291,6 +298,13 @@ TEST(MultiHeadThreads, ResultsIdenticalForAnyThreadCount) {
     const Result two_threads = RunMultiHead(*two, s, in, valid, causal);
     EXPECT_EQ(one_thread.out, two_threads.out);
     EXPECT_EQ(one_thread.weights, two_threads.weights);
+    // Without the weights, the same out.
+    std::vector<float> out(s.out(), kSentinel);
+    ASSERT_TRUE(two->MultiHeadAttention(
+                       QueriesOf(s, in.q), KeysOf(s, in.k), ValuesOf(s, in.v), valid, causal,
+                       Tensor(out.data(), {s.batch, s.queries, s.heads, s.value_dim}))
+                    .ok());
+    EXPECT_EQ(out, one_thread.out);
   }
 }
 

@@ -53,8 +53,8 @@ Status RunDotProduct(const EngineOptions& options, const ConstTensor& q, const C
                      const ConstTensor& v, const internal::RowLengths& lens, float scale,
                      const Tensor& out, const Tensor& attention_weights) {
   if (dot_product::UseRowPath(q, k, v, out)) {
-    const int64_t key_block = dot_product::RowKeyBlock(q.dims[0] * q.dims[1], q.dims[1] > 1,
-                                                       k.dims[1], q.dims[2] + v.dims[2]);
+    const int64_t key_block =
+        dot_product::RowKeyBlock(q.dims[0], q.dims[1], k.dims[1], q.dims[2] + v.dims[2]);
     return dot_product::RowPath(options, q, k, v, lens, scale, key_block, out, attention_weights);
   }
   if (dot_product::UseTilePath(options, q, k, v)) {

@@ -52,22 +52,31 @@ inline bool UseRowPath(const ConstTensor& q, const ConstTensor& k, const ConstTe
          v.strides[2] == 1 && out.strides[2] == 1;
 }
 
-// Tasks of the row path: with fewer rows than kRowTasks, the keys are cut
-// into blocks, each a task of its own, so that threads share even one long
-// row; the blocks are merged in a fixed order. Blocks have at least about
-// kMinRowKeyBlock keys: each costs its own reductions and merge (256-key
-// blocks made (8, 1, 1024) 10-15% slower on one thread). Rows that share
-// their keys (an entry's queries, a group's query heads) take blocks whose
-// K and V rows fit in kSharedKeyBlockBytes, so that each row after the first
-// finds them in L2: their keys are read from memory once, not once per row.
+// Tasks of the row path: up to kernels::kMaxSharedRows rows that share
+// their keys (an entry's queries, a group's query heads) go together, a
+// chunk, reading each K and V row once for all of them. Where whole rows
+// would make fewer than kRowTasks tasks (counted as the fewest chunks an
+// entry's rows make, whatever shares keys), the keys are cut into blocks,
+// each a task of its own, so that threads share even one long row; the
+// blocks are merged in a fixed order. Blocks cut for threads have at least
+// about kMinRowKeyBlock keys: each costs its own reductions and merge
+// (256-key blocks made (8, 1, 1024) 10-15% slower on one thread). Where an
+// entry has more rows than a chunk, cut blocks hold at most
+// kSharedKeyBlockBytes of K and V rows, so that each chunk after the first
+// finds them in L2: their keys are read from memory once, not once per
+// chunk. (Before, a GQA group's four heads were cut so too: KvCache decode
+// of 2,048 keys in whole rows took 0.87-0.93x the time on one thread,
+// alternated, on a Zen 3.)
 constexpr int64_t kRowTasks = 8;
 constexpr int64_t kMinRowKeyBlock = 256;
 constexpr int64_t kSharedKeyBlockBytes = int64_t{128} << 10;
 
-// The key block for `rows` rows over `keys` keys of D + Dv = `features`
-// floats. It depends on the shape alone, so every thread count gives the
-// same bits; a block of `keys` or more means each row whole, one task each.
-int64_t RowKeyBlock(int64_t rows, bool rows_share_keys, int64_t keys, int64_t features);
+// The key block for `entries` batch entries of `entry_rows` rows each (an
+// entry's queries, or its query heads), over `keys` keys of D + Dv =
+// `features` floats. It depends on these alone, not on how rows share keys
+// nor on the layout, so every thread count, layout and grouping of the
+// heads gives the same bits; a block of `keys` or more means each row whole.
+int64_t RowKeyBlock(int64_t entries, int64_t entry_rows, int64_t keys, int64_t features);
 
 // The paths take checked arguments, the call's resolved lengths and the factor
 // the scores are multiplied by (1/sqrt(D) for the op); an empty

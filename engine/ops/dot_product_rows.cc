@@ -13,9 +13,13 @@
 
 namespace attnscore::ops::dot_product {
 
-int64_t RowKeyBlock(int64_t rows, bool rows_share_keys, int64_t keys, int64_t features) {
-  int64_t blocks = std::max<int64_t>(1, std::min(CeilDiv(kRowTasks, rows), keys / kMinRowKeyBlock));
-  if (rows_share_keys) {
+int64_t RowKeyBlock(int64_t entries, int64_t entry_rows, int64_t keys, int64_t features) {
+  // Tasks in whole rows, at the fewest: an entry's rows in chunks.
+  const int64_t tasks =
+      entries * CeilDiv(entry_rows, static_cast<int64_t>(kernels::kMaxSharedRows));
+  int64_t blocks =
+      std::max<int64_t>(1, std::min(CeilDiv(kRowTasks, tasks), keys / kMinRowKeyBlock));
+  if (blocks > 1 && entry_rows > static_cast<int64_t>(kernels::kMaxSharedRows)) {
     const int64_t shared = std::max<int64_t>(16, kSharedKeyBlockBytes / (4 * features));
     blocks = std::max(blocks, CeilDiv(keys, shared));
   }
@@ -89,6 +93,132 @@ Status WholeRows(int threads, const ConstTensor& q, const ConstTensor& k, const 
         }
         kernels::MixRows(static_cast<size_t>(count), scores, mixed, GroupOf(v, b, g), v.strides[2],
                          static_cast<size_t>(value_dim), out_rows);
+      },
+      [] {}, internal::Balance::kDynamic);  // rows' lengths differ
+}
+
+// True where the groups' K or V rows interleave (token-major heads: a key's
+// rows of every group side by side) rather than lie apart, each group's
+// rows a block of their own (heads-first, as in a KvCache). It picks how
+// the work is read, never a bit of the result.
+bool GroupsInterleave(const ConstTensor& k, const ConstTensor& v) {
+  const int64_t keys = k.dims[2];
+  return k.dims[1] > 1 &&
+         (k.strides[1] < keys * k.strides[2] || v.strides[1] < keys * v.strides[2]);
+}
+
+// Keys per range of WholeRowsInRanges: every group's K rows of a range (and
+// then its V rows) take at most this many bytes, half of a 512 KiB L2, or
+// the range is 16 keys. Token-major decode (B 4, Hq 16, Hkv 4, D 64, 2,048
+// keys) on 2 threads took 1.06-1.08x the time of key blocks with ranges of
+// a quarter of this (64 keys), its rows' prefetches stopping at each
+// range's end; 0.88-1.01x with these (256 keys); alternated, on a Zen 3.
+constexpr int64_t kRangeBytes = int64_t{256} << 10;
+
+// WholeRows where one task should read K and V for several chunks of rows:
+// an entry's groups interleave (token-major heads), or a group has more rows
+// than a chunk. An entry's chunks, group by group, are cut into runs; a task
+// takes a run through the keys range by range, every chunk of the run
+// scoring (then mixing) a range before the next, so that the K and V lines
+// one chunk brings in serve the others while in cache. Each row gets
+// WholeRows' bits: its scores are its own, its softmax runs over the whole
+// row, and AddMixes continues its sums range by range. Runs are as long as
+// leaves four tasks a thread, where there are chunks for that: they only
+// share out the work, so the thread count may choose them.
+Status WholeRowsInRanges(int threads, const ConstTensor& q, const ConstTensor& k,
+                         const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                         const Tensor& out, const Tensor& attention) {
+  const int64_t groups = q.dims[1], queries = q.dims[2], depth = q.dims[3], keys = k.dims[2];
+  const int64_t value_dim = v.dims[3];
+  const int64_t chunks = CeilDiv(queries, kChunkRows);
+  const int64_t chunk_rows = std::min(queries, kChunkRows);
+  const int64_t entry_chunks = groups * chunks;
+  const int64_t run =
+      CeilDiv(entry_chunks, std::min(entry_chunks, CeilDiv(4 * int64_t{threads}, q.dims[0])));
+  const int64_t runs = CeilDiv(entry_chunks, run);
+  const int64_t range =
+      std::max<int64_t>(16, kRangeBytes / (4 * groups * std::max(depth, value_dim)) / 16 * 16);
+  const bool want_attention = !attention.empty();
+  // Each task's scratch: a row of scores per row of its run, then its weights.
+  return internal::ForEachRowInParallel(
+      threads, q.dims[0] * runs, internal::ScratchSlot::kRowTask,
+      static_cast<size_t>(run * chunk_rows * keys),
+      [&](int64_t task, float* scratch) {
+        const int64_t b = task / runs;
+        const int64_t first_chunk = task % runs * run;
+        const int64_t last_chunk = std::min(entry_chunks, first_chunk + run);
+        // Chunk c of the entry: group c / chunks, rows from (c % chunks) * kChunkRows.
+        const auto group_of = [&](int64_t c) { return c / chunks; };
+        const auto row0_of = [&](int64_t c) { return c % chunks * kChunkRows; };
+        const auto count_of = [&](int64_t c) { return std::min(kChunkRows, queries - row0_of(c)); };
+        const auto row_scratch = [&](int64_t c, int64_t r) {
+          return scratch + ((c - first_chunk) * chunk_rows + r) * keys;
+        };
+        // Every group's row i has row i's length; a query with length 0
+        // weighs all M keys equally, as the reference does.
+        const auto valid = [&](int64_t i) { return lens.row(b, i); };
+        const auto mixed = [&](int64_t i) { return valid(i) > 0 ? valid(i) : keys; };
+        int64_t longest = 0, widest = 0;
+        for (int64_t c = first_chunk; c < last_chunk; ++c) {
+          for (int64_t r = 0; r < count_of(c); ++r) {
+            longest = std::max(longest, valid(row0_of(c) + r));
+            widest = std::max(widest, mixed(row0_of(c) + r));
+          }
+        }
+        const float* q_rows[kChunkRows] = {};
+        const float* weights[kChunkRows] = {};
+        float* rows[kChunkRows] = {};
+        size_t n[kChunkRows] = {};
+        // n[r]: row r's keys of the range from `first`, of `length(i)` in all.
+        const auto in_range = [&](int64_t c, int64_t first, auto length) {
+          for (int64_t r = 0; r < count_of(c); ++r) {
+            const int64_t left = length(row0_of(c) + r) - first;
+            n[r] = static_cast<size_t>(std::clamp<int64_t>(left, 0, range));
+          }
+        };
+        for (int64_t first = 0; first < longest; first += range) {
+          for (int64_t c = first_chunk; c < last_chunk; ++c) {
+            const int64_t g = group_of(c), count = count_of(c);
+            in_range(c, first, valid);
+            for (int64_t r = 0; r < count; ++r) {
+              q_rows[r] = GroupOf(q, b, g) + (row0_of(c) + r) * q.strides[2];
+              rows[r] = row_scratch(c, r) + first;
+            }
+            kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
+                               GroupOf(k, b, g) + first * k.strides[2], k.strides[2], n, scale,
+                               rows);
+          }
+        }
+        for (int64_t c = first_chunk; c < last_chunk; ++c) {
+          const int64_t g = group_of(c);
+          for (int64_t r = 0; r < count_of(c); ++r) {
+            const int64_t i = row0_of(c) + r;
+            float* scores = row_scratch(c, r);
+            const auto n_valid = static_cast<size_t>(valid(i));
+            if (want_attention) {
+              float* w = GroupOf(attention, b, g) + i * attention.strides[2];
+              kernels::MaskedSoftmaxRow(scores, n_valid, static_cast<size_t>(keys), scores);
+              for (int64_t j = 0; j < keys; ++j) w[j * attention.strides[3]] = scores[j];
+            } else {
+              kernels::MaskedSoftmaxRow(scores, n_valid, static_cast<size_t>(mixed(i)), scores);
+            }
+            float* out_row = GroupOf(out, b, g) + i * out.strides[2];
+            std::fill(out_row, out_row + value_dim, 0.0f);
+          }
+        }
+        for (int64_t first = 0; first < widest; first += range) {
+          for (int64_t c = first_chunk; c < last_chunk; ++c) {
+            const int64_t g = group_of(c), count = count_of(c);
+            in_range(c, first, mixed);
+            for (int64_t r = 0; r < count; ++r) {
+              weights[r] = row_scratch(c, r) + first;
+              rows[r] = GroupOf(out, b, g) + (row0_of(c) + r) * out.strides[2];
+            }
+            kernels::AddMixes(static_cast<size_t>(count), weights, n,
+                              GroupOf(v, b, g) + first * v.strides[2], v.strides[2],
+                              static_cast<size_t>(value_dim), rows);
+          }
+        }
       },
       [] {}, internal::Balance::kDynamic);  // rows' lengths differ
 }
@@ -256,7 +386,12 @@ Status GroupedRowPath(const EngineOptions& options, const ConstTensor& q, const 
   const int64_t keys = k.dims[2], rows = q.dims[0] * q.dims[1] * q.dims[2];
   const int threads = internal::ThreadsFor(
       options.threads, 2.0 * static_cast<double>(rows * keys * (q.dims[3] + v.dims[3])));
-  if (key_block >= keys) return WholeRows(threads, q, k, v, lens, scale, out, attention);
+  if (key_block >= keys) {
+    if (GroupsInterleave(k, v) || q.dims[2] > kChunkRows) {
+      return WholeRowsInRanges(threads, q, k, v, lens, scale, out, attention);
+    }
+    return WholeRows(threads, q, k, v, lens, scale, out, attention);
+  }
   return RowsInKeyBlocks(threads, key_block, q, k, v, lens, scale, out, attention);
 }
 

@@ -167,15 +167,14 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTens
 
   // Decoding (a few queries): for each query position, one row-path call
   // whose groups are the K/V heads, each with its query heads as rows, so
-  // each block of a head's keys is read once for all of them (and a key
-  // block's heads run one after another, so token-major K and V rows are
-  // read whole). The key block depends on the shape and not on the
-  // grouping, so a grouped call gives the bits of the same call with K and
-  // V repeated per head.
+  // each of a head's keys is read once for all of them (and token-major
+  // heads go through the keys side by side, so their K and V rows are read
+  // whole). The key block depends on the shape and not on the grouping or
+  // the layout, so a grouped call gives the bits of the same call with K
+  // and V repeated per head.
   if (queries <= dot_product::kRowPathMaxQueries && q.strides[3] == 1 && k.strides[3] == 1 &&
       v.strides[3] == 1 && out.strides[3] == 1) {
-    const int64_t key_block =
-        dot_product::RowKeyBlock(batch * heads * queries, true, keys, q.dims[3] + v.dims[3]);
+    const int64_t key_block = dot_product::RowKeyBlock(batch, heads, keys, q.dims[3] + v.dims[3]);
     std::vector<int64_t> query_lengths(static_cast<size_t>(batch));
     for (int64_t n = 0; n < queries; ++n) {
       for (int64_t b = 0; b < batch; ++b) {
