@@ -50,53 +50,6 @@ T* GroupOf(const TensorView<T>& t, int64_t b, int64_t g) {
   return t.data + b * t.strides[0] + g * t.strides[1];
 }
 
-// The row path with each row whole: a task per chunk of a group's rows.
-Status WholeRows(int threads, const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
-                 const internal::RowLengths& lens, float scale, const Tensor& out,
-                 const Tensor& attention) {
-  const int64_t groups = q.dims[1], queries = q.dims[2], depth = q.dims[3], keys = k.dims[2];
-  const int64_t value_dim = v.dims[3];
-  const int64_t chunks = CeilDiv(queries, kChunkRows);
-  const int64_t chunk_rows = std::min(queries, kChunkRows);
-  const bool want_attention = !attention.empty();
-  // Each task's scratch holds a row of scores per row, then its weights.
-  return internal::ForEachRowInParallel(
-      threads, q.dims[0] * groups * chunks, internal::ScratchSlot::kRowTask,
-      static_cast<size_t>(chunk_rows * keys),
-      [&](int64_t task, float* scratch) {
-        const int64_t b = task / chunks / groups, g = task / chunks % groups;
-        const int64_t i0 = task % chunks * kChunkRows;
-        const int64_t count = std::min(kChunkRows, queries - i0);
-        const float* q_rows[kChunkRows] = {};
-        float* scores[kChunkRows] = {};
-        float* out_rows[kChunkRows] = {};
-        size_t valid[kChunkRows] = {}, mixed[kChunkRows] = {};
-        for (int64_t r = 0; r < count; ++r) {
-          const int64_t i = i0 + r;
-          q_rows[r] = GroupOf(q, b, g) + i * q.strides[2];
-          scores[r] = scratch + r * keys;
-          out_rows[r] = GroupOf(out, b, g) + i * out.strides[2];
-          valid[r] = static_cast<size_t>(lens.row(b, i));
-          // A query with length 0 weighs all M keys equally, as the reference does.
-          mixed[r] = valid[r] > 0 ? valid[r] : static_cast<size_t>(keys);
-        }
-        kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
-                           GroupOf(k, b, g), k.strides[2], valid, scale, scores);
-        for (int64_t r = 0; r < count; ++r) {
-          if (want_attention) {
-            float* row = GroupOf(attention, b, g) + (i0 + r) * attention.strides[2];
-            kernels::MaskedSoftmaxRow(scores[r], valid[r], static_cast<size_t>(keys), scores[r]);
-            for (int64_t j = 0; j < keys; ++j) row[j * attention.strides[3]] = scores[r][j];
-          } else {
-            kernels::MaskedSoftmaxRow(scores[r], valid[r], mixed[r], scores[r]);
-          }
-        }
-        kernels::MixRows(static_cast<size_t>(count), scores, mixed, GroupOf(v, b, g), v.strides[2],
-                         static_cast<size_t>(value_dim), out_rows);
-      },
-      [] {}, internal::Balance::kDynamic);  // rows' lengths differ
-}
-
 // True where the groups' K or V rows interleave (token-major heads: a key's
 // rows of every group side by side) rather than lie apart, each group's
 // rows a block of their own (heads-first, as in a KvCache). It picks how
@@ -107,37 +60,46 @@ bool GroupsInterleave(const ConstTensor& k, const ConstTensor& v) {
          (k.strides[1] < keys * k.strides[2] || v.strides[1] < keys * v.strides[2]);
 }
 
-// Keys per range of WholeRowsInRanges: every group's K rows of a range (and
-// then its V rows) take at most this many bytes, half of a 512 KiB L2, or
-// the range is 16 keys. Token-major decode (B 4, Hq 16, Hkv 4, D 64, 2,048
-// keys) on 2 threads took 1.06-1.08x the time of key blocks with ranges of
-// a quarter of this (64 keys), its rows' prefetches stopping at each
-// range's end; 0.88-1.01x with these (256 keys); alternated, on a Zen 3.
+// Keys per range of WholeRows where its chunks go together: every group's
+// K rows of a range (and then its V rows) take at most this many bytes,
+// half of a 512 KiB L2, or the range is 16 keys. Token-major decode (B 4,
+// Hq 16, Hkv 4, D 64, 2,048 keys) on 2 threads took 1.06-1.08x the time of
+// key blocks with ranges of a quarter of this (64 keys), its rows'
+// prefetches stopping at each range's end; 0.88-1.01x with these (256
+// keys); alternated, on a Zen 3.
 constexpr int64_t kRangeBytes = int64_t{256} << 10;
 
-// WholeRows where one task should read K and V for several chunks of rows:
-// an entry's groups interleave (token-major heads), or a group has more rows
-// than a chunk. An entry's chunks, group by group, are cut into runs; a task
-// takes a run through the keys range by range, every chunk of the run
-// scoring (then mixing) a range before the next, so that the K and V lines
-// one chunk brings in serve the others while in cache. Each row gets
-// WholeRows' bits: its scores are its own, its softmax runs over the whole
-// row, and AddMixes continues its sums range by range. Runs are as long as
-// leaves four tasks a thread, where there are chunks for that: they only
-// share out the work, so the thread count may choose them.
-Status WholeRowsInRanges(int threads, const ConstTensor& q, const ConstTensor& k,
-                         const ConstTensor& v, const internal::RowLengths& lens, float scale,
-                         const Tensor& out, const Tensor& attention) {
+// The row path with each row whole. A task takes a run of an entry's
+// chunks (group by group) through the keys range by range, every chunk of
+// the run scoring (then mixing) a range before the next. Where one chunk's
+// K and V rows lie apart from the others' (heads-first groups of at most a
+// chunk of rows), a run is one chunk and a range all the keys. Where an
+// entry's groups interleave (token-major heads) or a group has more rows
+// than a chunk, runs take several chunks and ranges kRangeBytes, so that
+// the K and V lines one chunk brings in serve the others while in cache.
+// Runs are then as long as leaves four tasks a thread, where there are
+// chunks for that. Either way a row gets the same bits: its scores are its
+// own, its softmax runs over the whole row, and AddMixes continues its sums
+// range by range; runs only share out the work, so the thread count may
+// choose them.
+Status WholeRows(int threads, const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                 const internal::RowLengths& lens, float scale, const Tensor& out,
+                 const Tensor& attention) {
   const int64_t groups = q.dims[1], queries = q.dims[2], depth = q.dims[3], keys = k.dims[2];
   const int64_t value_dim = v.dims[3];
   const int64_t chunks = CeilDiv(queries, kChunkRows);
   const int64_t chunk_rows = std::min(queries, kChunkRows);
   const int64_t entry_chunks = groups * chunks;
+  const bool together = GroupsInterleave(k, v) || queries > kChunkRows;
   const int64_t run =
-      CeilDiv(entry_chunks, std::min(entry_chunks, CeilDiv(4 * int64_t{threads}, q.dims[0])));
+      together
+          ? CeilDiv(entry_chunks, std::min(entry_chunks, CeilDiv(4 * int64_t{threads}, q.dims[0])))
+          : 1;
   const int64_t runs = CeilDiv(entry_chunks, run);
   const int64_t range =
-      std::max<int64_t>(16, kRangeBytes / (4 * groups * std::max(depth, value_dim)) / 16 * 16);
+      together
+          ? std::max<int64_t>(16, kRangeBytes / (4 * groups * std::max(depth, value_dim)) / 16 * 16)
+          : keys;
   const bool want_attention = !attention.empty();
   // Each task's scratch: a row of scores per row of its run, then its weights.
   return internal::ForEachRowInParallel(
@@ -386,12 +348,7 @@ Status GroupedRowPath(const EngineOptions& options, const ConstTensor& q, const 
   const int64_t keys = k.dims[2], rows = q.dims[0] * q.dims[1] * q.dims[2];
   const int threads = internal::ThreadsFor(
       options.threads, 2.0 * static_cast<double>(rows * keys * (q.dims[3] + v.dims[3])));
-  if (key_block >= keys) {
-    if (GroupsInterleave(k, v) || q.dims[2] > kChunkRows) {
-      return WholeRowsInRanges(threads, q, k, v, lens, scale, out, attention);
-    }
-    return WholeRows(threads, q, k, v, lens, scale, out, attention);
-  }
+  if (key_block >= keys) return WholeRows(threads, q, k, v, lens, scale, out, attention);
   return RowsInKeyBlocks(threads, key_block, q, k, v, lens, scale, out, attention);
 }
 
