@@ -1,8 +1,10 @@
 // The tile kernels (engine/kernels/attention_tile.h) on every target: packed
 // keys score as sums in double do, a row's bits do not depend on the tile
-// it shares, and MixTile flags exactly the rows it made non-finite.
+// it shares, MixTile flags exactly the rows it made non-finite, and
+// MixPackedTile gives MixTile's bits for any panel width.
 #include "kernels/attention_tile.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -95,6 +97,66 @@ TEST_P(AttentionTileTest, PacksStridedColumnsAsDenseOnes) {
     for (size_t f = 0; f < depth; ++f) {
       const float want = j < keys ? dense[j * depth + f] : 0.0f;
       ASSERT_EQ(from_dense[j / 16 * 16 * depth + f * 16 + j % 16], want) << j << " " << f;
+    }
+  }
+}
+
+// Packing V with strided columns gives the panels of its dense copy, each
+// panel its columns of every key, key after key, the last one narrower.
+TEST_P(AttentionTileTest, PacksValuesInPanelsOfColumns) {
+  const size_t keys = 7, value_dim = 11, panel = 4;
+  const std::vector<float> v = RandomFloats(keys * value_dim * 3, 12);
+  std::vector<float> dense(keys * value_dim);
+  for (size_t i = 0; i < dense.size(); ++i) dense[i] = v[3 * i];
+  std::vector<float> from_strided(keys * value_dim, -1.0f), from_dense(keys * value_dim, -2.0f);
+  kernels::PackValues(v.data(), 3 * static_cast<int64_t>(value_dim), 3, keys, value_dim, panel,
+                      from_strided.data());
+  kernels::PackValues(dense.data(), static_cast<int64_t>(value_dim), 1, keys, value_dim, panel,
+                      from_dense.data());
+  ASSERT_EQ(from_strided, from_dense);
+  // Column c of key j: panel c / 4 starts at c / 4 * 4 * keys, its keys
+  // min(4, 11 - c / 4 * 4) floats apart.
+  for (size_t j = 0; j < keys; ++j) {
+    for (size_t c = 0; c < value_dim; ++c) {
+      const size_t first = c / panel * panel, width = std::min(panel, value_dim - first);
+      ASSERT_EQ(from_dense[first * keys + j * width + c - first], dense[j * value_dim + c])
+          << j << " " << c;
+    }
+  }
+}
+
+// MixPackedTile over V packed in panels of any width gives MixTile's bits
+// and flags, with NaN and Inf in the values among them.
+TEST_P(AttentionTileTest, MixPackedTileGivesMixTileBitsForAnyPanelWidth) {
+  for (const Case& c : kCases) {
+    const int64_t v_stride = static_cast<int64_t>(c.value_dim) + 5;
+    std::vector<float> v = RandomFloats(c.keys * static_cast<size_t>(v_stride), 13);
+    const std::vector<float> w = RandomFloats(c.rows * c.keys, 14);
+    if (c.keys > 2) v[2 * static_cast<size_t>(v_stride) + c.value_dim - 1] = std::nanf("");
+    std::vector<const float*> w_rows(c.rows);
+    std::vector<float*> want_rows(c.rows), got_rows(c.rows);
+    std::vector<float> want(c.rows * c.value_dim), got(want.size());
+    for (size_t r = 0; r < c.rows; ++r) {
+      w_rows[r] = w.data() + r * c.keys;
+      want_rows[r] = want.data() + r * c.value_dim, got_rows[r] = got.data() + r * c.value_dim;
+    }
+    for (const size_t panel : {size_t{1}, size_t{3}, size_t{16}, size_t{32}, c.value_dim,
+                               kernels::ValuePanelColumns()}) {
+      SCOPED_TRACE(::testing::Message() << "rows " << c.rows << " M " << c.keys << " Dv "
+                                        << c.value_dim << " panels of " << panel);
+      std::vector<float> packed(c.keys * c.value_dim);
+      kernels::PackValues(v.data(), v_stride, 1, c.keys, c.value_dim, panel, packed.data());
+      // Over all keys (key 2's NaN reaches every row) and over the first two.
+      for (const size_t width : {c.keys, std::min<size_t>(2, c.keys)}) {
+        std::fill(got.begin(), got.end(), -1.0f);
+        const uint32_t want_flags = kernels::MixTile(c.rows, w_rows.data(), width, v.data(),
+                                                     v_stride, c.value_dim, want_rows.data());
+        EXPECT_EQ(kernels::MixPackedTile(c.rows, w_rows.data(), width, packed.data(), c.keys,
+                                         c.value_dim, panel, got_rows.data()),
+                  want_flags)
+            << width;
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << width;
+      }
     }
   }
 }

@@ -118,8 +118,11 @@ void CheckAgainstReference(const Shape& s, const std::vector<int64_t>& lens, boo
 }
 
 TEST_P(DotProductTest, OddShapesAndEveryLengthKind) {
-  const Shape shapes[] = {{1, 1, 1, 1, 1},   {2, 3, 17, 5, 7},   {3, 7, 33, 33, 5},
-                          {2, 16, 16, 16, 16}, {1, 5, 100, 64, 3}, {4, 9, 31, 8, 40}};
+  // The last: V of 67,100 floats an entry, which the tile path packs in
+  // panels of columns, the last panel narrower.
+  const Shape shapes[] = {{1, 1, 1, 1, 1},     {2, 3, 17, 5, 7},   {3, 7, 33, 33, 5},
+                          {2, 16, 16, 16, 16}, {1, 5, 100, 64, 3}, {4, 9, 31, 8, 40},
+                          {2, 7, 1100, 5, 61}};
   uint32_t seed = 100;
   for (const Shape& s : shapes) {
     seed += 10;
@@ -612,6 +615,10 @@ std::vector<OwnKeysCase> OwnKeysCases() {
       {"4 queries", {2, 4, 40, 16, 12}, {5, 40, 8, 20, 3, 33, 0, 7}, 20},
       {"widest below M", {2, 6, 50, 16, 12}, {4, 30, 10, 29, 1, 20, 6, 30, 30, 2, 11, 3}, 20},
       {"length 0 widens to M", {2, 5, 50, 16, 12}, {4, 9, 0, 12, 1, 6, 0, 10, 2, 11}, 20},
+      {"values packed in panels",
+       {2, 6, 1100, 8, 60},
+       {300, 1100, 20, 699, 1, 800, 1100, 7, 0, 650, 900, 33},
+       700},
   };
   // 1000 queries by 700 keys, a fifth of them 700 long and the rest at most
   // 400: sorted by length, then cut into query blocks of their own widths.

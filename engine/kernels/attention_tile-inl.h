@@ -164,11 +164,12 @@ void ScoreTile(size_t rows, const float* const* HWY_RESTRICT q, size_t depth,
 }
 
 // Columns [c, c + kVecs vectors) of kRows rows' out, the last vector `rest`
-// lanes wide when kTail: each V row's vectors loaded once for all rows.
-// Returns bit r set where row r's columns hold a NaN or Inf.
+// lanes wide when kTail, from `values` (those columns of key 0, key j's
+// `v_row_stride` floats further on): each key's vectors loaded once for all
+// rows. Returns bit r set where row r's columns hold a NaN or Inf.
 template <size_t kRows, size_t kVecs, bool kTail, class D>
 HWY_INLINE uint32_t MixStrip(D d, const float* const* HWY_RESTRICT weights, size_t width,
-                             const float* HWY_RESTRICT v, int64_t v_row_stride, size_t c,
+                             const float* HWY_RESTRICT values, int64_t v_row_stride, size_t c,
                              size_t rest, float* const* HWY_RESTRICT out) {
   using V = hn::Vec<D>;
   const size_t lanes = hn::Lanes(d);
@@ -178,7 +179,7 @@ HWY_INLINE uint32_t MixStrip(D d, const float* const* HWY_RESTRICT weights, size
     rows[r] = weights[r];
     for (size_t vec = 0; vec < kVecs; ++vec) acc[r][vec] = hn::Zero(d);
   }
-  const float* value = v + c;
+  const float* value = values;
   for (size_t j = 0; j < width; ++j, value += v_row_stride) {
     V x[kVecs];
     for (size_t vec = 0; vec < kVecs; ++vec) {
@@ -208,24 +209,32 @@ HWY_INLINE uint32_t MixStrip(D d, const float* const* HWY_RESTRICT weights, size
   return non_finite;
 }
 
+// Columns [first, first + columns) of kRows rows' out, two vectors a strip,
+// from `values` (column `first` of key 0, key j's `v_row_stride` floats
+// further on).
 template <size_t kRows>
-HWY_INLINE uint32_t MixRowsOfTile(const float* const* HWY_RESTRICT weights, size_t width,
-                                  const float* HWY_RESTRICT v, int64_t v_row_stride,
-                                  size_t value_dim, float* const* HWY_RESTRICT out) {
+HWY_INLINE uint32_t MixColumnsOfTile(const float* const* HWY_RESTRICT weights, size_t width,
+                                     const float* HWY_RESTRICT values, int64_t v_row_stride,
+                                     size_t first, size_t columns, float* const* HWY_RESTRICT out) {
   const hn::ScalableTag<float> d;
   const size_t lanes = hn::Lanes(d);
   uint32_t non_finite = 0;
-  for (size_t c = 0; c < value_dim; c += 2 * lanes) {
-    const size_t columns = value_dim - c < 2 * lanes ? value_dim - c : 2 * lanes;
-    if (columns == 2 * lanes) {
-      non_finite |= MixStrip<kRows, 2, false>(d, weights, width, v, v_row_stride, c, 0, out);
-    } else if (columns > lanes) {
+  for (size_t done = 0; done < columns; done += 2 * lanes) {
+    const size_t strip = columns - done < 2 * lanes ? columns - done : 2 * lanes;
+    const float* strip_values = values + done;
+    const size_t c = first + done;
+    if (strip == 2 * lanes) {
       non_finite |=
-          MixStrip<kRows, 2, true>(d, weights, width, v, v_row_stride, c, columns - lanes, out);
-    } else if (columns == lanes) {
-      non_finite |= MixStrip<kRows, 1, false>(d, weights, width, v, v_row_stride, c, 0, out);
+          MixStrip<kRows, 2, false>(d, weights, width, strip_values, v_row_stride, c, 0, out);
+    } else if (strip > lanes) {
+      non_finite |= MixStrip<kRows, 2, true>(d, weights, width, strip_values, v_row_stride, c,
+                                             strip - lanes, out);
+    } else if (strip == lanes) {
+      non_finite |=
+          MixStrip<kRows, 1, false>(d, weights, width, strip_values, v_row_stride, c, 0, out);
     } else {
-      non_finite |= MixStrip<kRows, 1, true>(d, weights, width, v, v_row_stride, c, columns, out);
+      non_finite |=
+          MixStrip<kRows, 1, true>(d, weights, width, strip_values, v_row_stride, c, strip, out);
     }
   }
   return non_finite;
@@ -235,7 +244,27 @@ uint32_t MixTile(size_t rows, const float* const* HWY_RESTRICT weights, size_t w
                  const float* HWY_RESTRICT v, int64_t v_row_stride, size_t value_dim,
                  float* const* HWY_RESTRICT out) {
   return WithRowCount(rows, [&](auto count) HWY_ATTR {
-    return MixRowsOfTile<decltype(count)::value>(weights, width, v, v_row_stride, value_dim, out);
+    return MixColumnsOfTile<decltype(count)::value>(weights, width, v, v_row_stride, 0, value_dim,
+                                                    out);
+  });
+}
+
+size_t ValuePanelColumns() { return 2 * hn::Lanes(hn::ScalableTag<float>()); }
+
+// Panel by panel (attention_tile.h): each a dense (packed_keys, its
+// columns) matrix, read front to back once per strip of it.
+uint32_t MixPackedTile(size_t rows, const float* const* HWY_RESTRICT weights, size_t width,
+                       const float* HWY_RESTRICT packed, size_t packed_keys, size_t value_dim,
+                       size_t panel_columns, float* const* HWY_RESTRICT out) {
+  return WithRowCount(rows, [&](auto count) HWY_ATTR {
+    uint32_t non_finite = 0;
+    for (size_t first = 0; first < value_dim; first += panel_columns) {
+      const size_t columns = value_dim - first < panel_columns ? value_dim - first : panel_columns;
+      non_finite |= MixColumnsOfTile<decltype(count)::value>(
+          weights, width, packed + first * packed_keys, static_cast<int64_t>(columns), first,
+          columns, out);
+    }
+    return non_finite;
   });
 }
 

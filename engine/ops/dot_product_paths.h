@@ -113,8 +113,8 @@ Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const 
 // (kernels/attention_tile.h), scores, softmax and W V in one pass per tile
 // over the tile's own longest length: no oneDNN call, so small problems pay
 // no set-up, and the work follows each few rows' lengths. For fp32 calls
-// whose entries' K packed (and V, where its columns are strided, copied
-// dense) take at most kTilePathMaxPackedFloats: a thread's kept scratch.
+// whose entries' K packed (and V, where its columns are strided, packed
+// too) take at most kTilePathMaxPackedFloats: a thread's kept scratch.
 constexpr int64_t kTilePathMaxPackedFloats = int64_t{1} << 20;
 bool UseTilePath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
                  const ConstTensor& v);

@@ -9,6 +9,8 @@
 // weighing exactly 0, which leaves its value as if the sum had stopped at
 // its own length (its bits too, but for the sign of a zero). A NaN or Inf
 // in those values would not: such a row is mixed again over its own keys.
+// K is packed per entry for the scores; V is read in place, or packed in
+// panels of columns where it is large or strided (PacksValues).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -29,15 +31,40 @@ namespace {
 
 constexpr auto kTileRows = static_cast<int64_t>(kernels::kTileRows);
 
-// An entry's packed K (and dense V): not yet made, being made, made.
+// An entry's packed K (and V): not yet made, being made, made.
 constexpr int kUnpacked = 0, kPacking = 1, kPacked = 2;
 
-// The floats of the packed K (and, where V's columns are strided, of V
-// copied dense) for every entry of a call.
-int64_t PackedFloats(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v) {
-  const int64_t entry_keys = static_cast<int64_t>(
+// The floats of an entry's packed K.
+int64_t EntryKeysFloats(const ConstTensor& q, const ConstTensor& k) {
+  return static_cast<int64_t>(
       kernels::PackedKeysFloats(static_cast<size_t>(k.dims[1]), static_cast<size_t>(q.dims[2])));
-  return q.dims[0] * (entry_keys + (v.strides[2] == 1 ? 0 : k.dims[1] * v.dims[2]));
+}
+
+// Where an entry's V is larger than this (256 KiB, half a Zen 3's L2), or
+// its rows are not dense, the tile path packs V (kernels::PackValues) if K
+// and V packed fit in kTilePathMaxPackedFloats. Read in place, each strip
+// of columns strides through V's rows, which a prefetcher follows worse
+// than a stream. Measured on a Zen 3, alternated in one process, time in
+// place ÷ packed: (1, 1024, 4096) 1.13-1.28, (1, 512, 2048) 1.13-1.21,
+// (2, 256, 2048) with per-query lengths 1.06-1.07, all D 64; (1, 1024,
+// 1024) 1.00 and (4, 128, 512) with per-query lengths 0.93, where V stays
+// in L2 and the copy costs more than it saves. Rows 4 KiB apart (a head of
+// token-major K/V) gained 1.16-1.23 even at 128 keys (tile loop alone).
+constexpr int64_t kInPlaceValuesMaxFloats = int64_t{64} << 10;
+
+// Whether the tile path packs V: where it must (strided columns) or where
+// that pays and fits in the kept scratch.
+bool PacksValues(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v) {
+  if (v.strides[2] != 1) return true;
+  const bool pays = v.strides[1] != v.dims[2] || v.dims[1] * v.dims[2] > kInPlaceValuesMaxFloats;
+  return pays &&
+         q.dims[0] * (EntryKeysFloats(q, k) + k.dims[1] * v.dims[2]) <= kTilePathMaxPackedFloats;
+}
+
+// The floats of the packed K (and, where PacksValues, of the packed V) for
+// every entry of a call.
+int64_t PackedFloats(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v) {
+  return q.dims[0] * (EntryKeysFloats(q, k) + (PacksValues(q, k, v) ? k.dims[1] * v.dims[2] : 0));
 }
 
 }  // namespace
@@ -60,12 +87,12 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
   // scratch: Q rows gathered, out and weight rows scattered after.
   const bool gather_q = q.strides[2] != 1, scatter_out = out.strides[2] != 1,
              scatter_weights = want_weights && attention_weights.strides[2] != 1;
-  const bool dense_v = v.strides[2] != 1;
+  const bool pack_values = PacksValues(q, k, v);
+  const size_t panel_columns = kernels::ValuePanelColumns();
   // order[b * queries + r]: the query of entry b that goes r-th (OrderByLength).
   thread_local std::vector<int64_t> order;
   const auto rows = static_cast<size_t>(batch * queries);
-  const auto entry_keys = static_cast<int64_t>(
-      kernels::PackedKeysFloats(static_cast<size_t>(keys), static_cast<size_t>(depth)));
+  const int64_t entry_keys = EntryKeysFloats(q, k);
   thread_local std::unique_ptr<std::atomic<int>[]> pack_states;
   thread_local int64_t pack_states_size = 0;
   float* packed = nullptr;
@@ -80,8 +107,8 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
   } catch (const std::bad_alloc&) {
     return Status::Internal("out of memory for the tile path's packed keys");
   }
-  float* const dense_values = packed + batch * entry_keys;  // (B, M, Dv) when dense_v
-  std::atomic<int>* const pack_state = pack_states.get();   // the caller's, like `order`
+  float* const packed_values = packed + batch * entry_keys;  // M · Dv an entry, if pack_values
+  std::atomic<int>* const pack_state = pack_states.get();    // the caller's, like `order`
   // The workers use the order through this: `order` is the caller's.
   int64_t* const sorted = order.data();
 
@@ -92,8 +119,8 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
   }
   const int threads = internal::ThreadsFor(options.threads, flops);
   // Each entry's queries sorted, its K rows below its longest length packed
-  // (and its V rows below its mix width copied dense; rows past them are
-  // never read) by the first tile of it a thread takes, while the other
+  // (and its V rows below its mix width, where pack_values; rows past them
+  // are never read) by the first tile of it a thread takes, while the other
   // tiles of the entry wait. The first tile of every entry goes first, so
   // that threads prepare different entries at once rather than wait for
   // one another.
@@ -107,11 +134,10 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
       kernels::PackKeys(k.data + b * k.strides[0], k.strides[1], k.strides[2],
                         static_cast<size_t>(lens.entry(b).longest), static_cast<size_t>(depth),
                         packed + b * entry_keys);
-      if (dense_v) {
-        for (int64_t j = 0; j < lens.entry(b).mix; ++j) {
-          CopyRow(v.data + b * v.strides[0] + j * v.strides[1], v.strides[2],
-                  dense_values + (b * keys + j) * value_dim, 1, value_dim);
-        }
+      if (pack_values) {
+        kernels::PackValues(v.data + b * v.strides[0], v.strides[1], v.strides[2],
+                            static_cast<size_t>(lens.entry(b).mix), static_cast<size_t>(value_dim),
+                            panel_columns, packed_values + b * keys * value_dim);
       }
       state.store(kPacked, std::memory_order_release);
       return;
@@ -120,7 +146,18 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
     // scratch takes no tile, so never claims an entry).
     while (state.load(std::memory_order_acquire) != kPacked) std::this_thread::yield();
   };
-  const int64_t v_row_stride = dense_v ? value_dim : v.strides[1];
+  // W V over `width` keys for `rows` rows of entry b: the kernels' flags.
+  const auto mix = [&](int64_t b, size_t rows, const float* const* weights, int64_t width,
+                       float* const* out_rows) {
+    if (pack_values) {
+      return kernels::MixPackedTile(rows, weights, static_cast<size_t>(width),
+                                    packed_values + b * keys * value_dim,
+                                    static_cast<size_t>(lens.entry(b).mix),
+                                    static_cast<size_t>(value_dim), panel_columns, out_rows);
+    }
+    return kernels::MixTile(rows, weights, static_cast<size_t>(width), v.data + b * v.strides[0],
+                            v.strides[1], static_cast<size_t>(value_dim), out_rows);
+  };
 
   // Each tile's scratch: per row, its scores (then its weights), and where
   // needed its gathered query and its output.
@@ -183,15 +220,11 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
           if (scatter_weights) CopyRow(y, 1, weights_row, attention_weights.strides[2], keys);
           weights[r] = y;
         }
-        const float* v_entry =
-            dense_v ? dense_values + b * keys * value_dim : v.data + b * v.strides[0];
         const uint32_t non_finite =
-            kernels::MixTile(static_cast<size_t>(count), weights, static_cast<size_t>(mix_width),
-                             v_entry, v_row_stride, static_cast<size_t>(value_dim), out_rows);
+            mix(b, static_cast<size_t>(count), weights, mix_width, out_rows);
         for (int64_t r = 0; r < count; ++r) {
           if ((non_finite >> r & 1) != 0 && valid[r] > 0 && valid[r] < mix_width) {
-            kernels::MixTile(1, &weights[r], static_cast<size_t>(valid[r]), v_entry, v_row_stride,
-                             static_cast<size_t>(value_dim), &out_rows[r]);
+            mix(b, 1, &weights[r], valid[r], &out_rows[r]);
           }
           if (scatter_out) {
             CopyRow(out_rows[r], 1, out.data + b * out.strides[0] + query[r] * out.strides[1],
