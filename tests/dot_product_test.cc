@@ -417,6 +417,45 @@ TEST_P(DotProductTest, QueriesInAnyOrderGetTheBitsOfTheSortedOrder) {
   }
 }
 
+// OrderByLength is the stable sort by length (L > M counting as M), by
+// counting up to kCountingSortMaxKeys keys and by sorting above.
+TEST(OrderByLength, GivesTheStableSortByLength) {
+  const int64_t counted = ops::dot_product::kCountingSortMaxKeys;
+  struct Case {
+    int64_t keys, queries;
+    bool rising;
+  };
+  const Case cases[] = {{1, 9, false},         {5, 50, false},
+                        {counted, 300, false}, {counted + 1, 300, false},
+                        {4096, 1000, false},   {700, 64, true}};
+  uint32_t state = 5;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message()
+                 << "M " << c.keys << " N " << c.queries << (c.rising ? " rising" : ""));
+    std::vector<int64_t> lens(static_cast<size_t>(2 * c.queries));
+    for (size_t i = 0; i < lens.size(); ++i) {
+      state = state * 1664525u + 1013904223u;
+      lens[i] = static_cast<int64_t>(state >> 8) % (c.keys + 3);  // 0 to M + 2
+    }
+    if (c.rising) std::sort(lens.begin() + c.queries, lens.end());
+    internal::RowLengths resolved;
+    ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::PerQuery(lens.data(), 2, c.queries), 2,
+                                              c.queries, c.keys, &resolved)
+                    .ok());
+    for (int64_t b = 0; b < 2; ++b) {
+      const auto length = [&](int64_t i) {
+        return std::min(lens[static_cast<size_t>(b * c.queries + i)], c.keys);
+      };
+      std::vector<int64_t> want(static_cast<size_t>(c.queries)), got(want.size(), -1);
+      std::iota(want.begin(), want.end(), int64_t{0});
+      std::stable_sort(want.begin(), want.end(),
+                       [&](int64_t i, int64_t j) { return length(i) < length(j); });
+      ops::dot_product::OrderByLength(resolved, b, got.data());
+      EXPECT_EQ(got, want) << "entry " << b;
+    }
+  }
+}
+
 class DotProductThreads : public ::testing::TestWithParam<Shape> {};
 INSTANTIATE_TEST_SUITE_P(MatmulAndRowPaths, DotProductThreads,
                          ::testing::Values(Shape{3, 40, 300, 32, 16},   // oneDNN path, tasks

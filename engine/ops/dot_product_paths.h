@@ -123,8 +123,11 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
                 const Tensor& out, const Tensor& attention_weights);
 
 // order[r] = the query of entry b that goes r-th, shortest first, ties in
-// the caller's order, for r < N = lens.queries(). Lengths and query indices
-// share one 64-bit sort key: lens.keys() < 2^31 and N < 2^32.
+// the caller's order, for r < N = lens.queries(). Up to
+// kCountingSortMaxKeys keys, by counting lengths on the stack; above, by a
+// sort whose 64-bit keys hold a length and a query index: lens.keys() <
+// 2^31 and N < 2^32.
+constexpr int64_t kCountingSortMaxKeys = 1024;
 void OrderByLength(const internal::RowLengths& lens, int64_t b, int64_t* order);
 
 // Copies the `cols` elements of a row from `src` (elements `src_step`
