@@ -102,6 +102,30 @@ void PackKeys(const float* HWY_RESTRICT k, int64_t k_row_stride, int64_t k_colum
   }
 }
 
+// Packs V (attention_tile.h) key by key: each row read once, front to
+// back, its columns a vector at a time into their panels' next slots.
+void PackValues(const float* HWY_RESTRICT v, int64_t v_row_stride, int64_t v_column_stride,
+                size_t keys, size_t value_dim, size_t panel_columns, float* HWY_RESTRICT packed) {
+  const hn::ScalableTag<float> d;
+  const size_t lanes = hn::Lanes(d);
+  for (size_t j = 0; j < keys; ++j) {
+    const float* row = v + static_cast<int64_t>(j) * v_row_stride;
+    for (size_t first = 0; first < value_dim; first += panel_columns) {
+      const size_t columns = value_dim - first < panel_columns ? value_dim - first : panel_columns;
+      const float* from = row + static_cast<int64_t>(first) * v_column_stride;
+      float* to = packed + first * keys + j * columns;
+      if (v_column_stride != 1) {
+        for (size_t c = 0; c < columns; ++c)
+          to[c] = from[static_cast<int64_t>(c) * v_column_stride];
+        continue;
+      }
+      size_t c = 0;
+      for (; c + lanes <= columns; c += lanes) hn::StoreU(hn::LoadU(d, from + c), d, to + c);
+      for (; c < columns; ++c) to[c] = from[c];
+    }
+  }
+}
+
 // Scores of kRows rows over kVecs (1 or 2) vectors of keys from `first` (a
 // multiple of two vectors): each key vector of a feature loaded once for
 // all rows, each query feature broadcast once for all key vectors.

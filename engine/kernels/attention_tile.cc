@@ -1,8 +1,5 @@
-// Run-time dispatch of the attention tile kernels (attention_tile-inl.h), and
-// PackValues, a plain copy.
+// Run-time dispatch of the attention tile kernels (attention_tile-inl.h).
 #include "kernels/attention_tile.h"
-
-#include <algorithm>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/attention_tile.cc"
@@ -14,6 +11,7 @@
 namespace attnscore::kernels {
 
 HWY_EXPORT(PackKeys);
+HWY_EXPORT(PackValues);
 HWY_EXPORT(ScoreTile);
 HWY_EXPORT(MixTile);
 HWY_EXPORT(MixPackedTile);
@@ -40,20 +38,8 @@ size_t ValuePanelColumns() { return HWY_DYNAMIC_DISPATCH(ValuePanelColumns)(); }
 
 void PackValues(const float* v, int64_t v_row_stride, int64_t v_column_stride, size_t keys,
                 size_t value_dim, size_t panel_columns, float* packed) {
-  for (size_t first = 0; first < value_dim; first += panel_columns) {
-    const size_t columns = std::min(panel_columns, value_dim - first);
-    float* panel = packed + first * keys;
-    for (size_t j = 0; j < keys; ++j, panel += columns) {
-      const float* row = v + static_cast<int64_t>(j) * v_row_stride +
-                         static_cast<int64_t>(first) * v_column_stride;
-      if (v_column_stride == 1) {
-        std::copy_n(row, columns, panel);
-      } else {
-        for (size_t c = 0; c < columns; ++c)
-          panel[c] = row[static_cast<int64_t>(c) * v_column_stride];
-      }
-    }
-  }
+  HWY_DYNAMIC_DISPATCH(PackValues)
+  (v, v_row_stride, v_column_stride, keys, value_dim, panel_columns, packed);
 }
 
 void PackKeys(const float* k, int64_t k_row_stride, int64_t k_column_stride, size_t keys,

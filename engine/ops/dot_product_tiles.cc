@@ -40,17 +40,20 @@ int64_t EntryKeysFloats(const ConstTensor& q, const ConstTensor& k) {
       kernels::PackedKeysFloats(static_cast<size_t>(k.dims[1]), static_cast<size_t>(q.dims[2])));
 }
 
-// Where an entry's V is larger than this (256 KiB, half a Zen 3's L2), or
-// its rows are not dense, the tile path packs V (kernels::PackValues) if K
-// and V packed fit in kTilePathMaxPackedFloats. Read in place, each strip
-// of columns strides through V's rows, which a prefetcher follows worse
-// than a stream. Measured on a Zen 3, alternated in one process, time in
-// place ÷ packed: (1, 1024, 4096) 1.13-1.28, (1, 512, 2048) 1.13-1.21,
-// (2, 256, 2048) with per-query lengths 1.06-1.07, all D 64; (1, 1024,
-// 1024) 1.00 and (4, 128, 512) with per-query lengths 0.93, where V stays
-// in L2 and the copy costs more than it saves. Rows 4 KiB apart (a head of
-// token-major K/V) gained 1.16-1.23 even at 128 keys (tile loop alone).
-constexpr int64_t kInPlaceValuesMaxFloats = int64_t{64} << 10;
+// Where an entry's V is larger than this (128 KiB, a quarter of a Zen 3's
+// L2), or its rows are not dense, the tile path packs V
+// (kernels::PackValues) if K and V packed fit in kTilePathMaxPackedFloats.
+// Read in place, each strip of columns strides through V's rows, which the
+// prefetchers follow worse than a stream: 6-row MixTile, D 64, V in cache,
+// 61 GFLOP/s at 1,024 keys and 41 at 4,096, against 83 and 76 packed. In
+// the op, alternated in one process on a Zen 3, time in place ÷ packed:
+// (1, 1024, 4096) 1.13-1.28, (1, 512, 2048) 1.13-1.21, (4, 128, 1024)
+// 1.06-1.11, (2, 128, 2048) per-query 1.09-1.10, (1, 1024, 1024) 1.04-1.06;
+// at 512 keys or fewer the copy costs as much as it saves or more: (2, 512,
+// 512) 0.99-1.00, (4, 128, 512) per-query 0.96-0.98, (8, 128, 128)
+// per-query 0.93. Rows 4 KiB apart (a head of token-major K/V) gained
+// 1.16-1.23 even at 128 keys (tile loop alone).
+constexpr int64_t kInPlaceValuesMaxFloats = int64_t{32} << 10;
 
 // Whether the tile path packs V: where it must (strided columns) or where
 // that pays and fits in the kept scratch.
