@@ -115,8 +115,9 @@ void PackValues(const float* HWY_RESTRICT v, int64_t v_row_stride, int64_t v_col
       const float* from = row + static_cast<int64_t>(first) * v_column_stride;
       float* to = packed + first * keys + j * columns;
       if (v_column_stride != 1) {
-        for (size_t c = 0; c < columns; ++c)
+        for (size_t c = 0; c < columns; ++c) {
           to[c] = from[static_cast<int64_t>(c) * v_column_stride];
+        }
         continue;
       }
       size_t c = 0;
