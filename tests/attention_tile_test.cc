@@ -132,7 +132,10 @@ TEST_P(AttentionTileTest, MixPackedTileGivesMixTileBitsForAnyPanelWidth) {
     const int64_t v_stride = static_cast<int64_t>(c.value_dim) + 5;
     std::vector<float> v = RandomFloats(c.keys * static_cast<size_t>(v_stride), 13);
     const std::vector<float> w = RandomFloats(c.rows * c.keys, 14);
+    // A NaN in the last column (the last panel) of key 2, an Inf in the
+    // first column (the first panel) of key 1.
     if (c.keys > 2) v[2 * static_cast<size_t>(v_stride) + c.value_dim - 1] = std::nanf("");
+    if (c.keys > 2) v[static_cast<size_t>(v_stride)] = std::numeric_limits<float>::infinity();
     std::vector<const float*> w_rows(c.rows);
     std::vector<float*> want_rows(c.rows), got_rows(c.rows);
     std::vector<float> want(c.rows * c.value_dim), got(want.size());
@@ -146,7 +149,8 @@ TEST_P(AttentionTileTest, MixPackedTileGivesMixTileBitsForAnyPanelWidth) {
                                         << c.value_dim << " panels of " << panel);
       std::vector<float> packed(c.keys * c.value_dim);
       kernels::PackValues(v.data(), v_stride, 1, c.keys, c.value_dim, panel, packed.data());
-      // Over all keys (key 2's NaN reaches every row) and over the first two.
+      // Over all keys (key 2's NaN reaches every row) and over the first
+      // two (key 1's Inf, in another panel where the columns are many).
       for (const size_t width : {c.keys, std::min<size_t>(2, c.keys)}) {
         std::fill(got.begin(), got.end(), -1.0f);
         const uint32_t want_flags = kernels::MixTile(c.rows, w_rows.data(), width, v.data(),

@@ -18,7 +18,7 @@ enum class ScratchSlot {
   kKeyFeatures,  // additive attention: one chunk of keys' features, per thread
   kSortedRows,   // the dot product's gemm path: Q, out and weights with queries sorted by length
   kHeadCopies,   // multi-head attention: one head's Q, K, V and out, dense
-  kPackedKeys,   // the dot product's tile path: each entry's K packed in panels
+  kPackedKeys,   // the dot product's tile path: each entry's K (and V) packed in panels
   kCount,
 };
 

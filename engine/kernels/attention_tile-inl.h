@@ -106,6 +106,7 @@ void PackKeys(const float* HWY_RESTRICT k, int64_t k_row_stride, int64_t k_colum
 // back, its columns a vector at a time into their panels' next slots.
 void PackValues(const float* HWY_RESTRICT v, int64_t v_row_stride, int64_t v_column_stride,
                 size_t keys, size_t value_dim, size_t panel_columns, float* HWY_RESTRICT packed) {
+  HWY_DASSERT(panel_columns > 0);
   const hn::ScalableTag<float> d;
   const size_t lanes = hn::Lanes(d);
   for (size_t j = 0; j < keys; ++j) {
@@ -281,6 +282,7 @@ size_t ValuePanelColumns() { return 2 * hn::Lanes(hn::ScalableTag<float>()); }
 uint32_t MixPackedTile(size_t rows, const float* const* HWY_RESTRICT weights, size_t width,
                        const float* HWY_RESTRICT packed, size_t packed_keys, size_t value_dim,
                        size_t panel_columns, float* const* HWY_RESTRICT out) {
+  HWY_DASSERT(panel_columns > 0);
   return WithRowCount(rows, [&](auto count) HWY_ATTR {
     uint32_t non_finite = 0;
     for (size_t first = 0; first < value_dim; first += panel_columns) {

@@ -52,11 +52,12 @@ void ScoreTile(size_t rows, const float* const* q, size_t depth, const float* pa
 uint32_t MixTile(size_t rows, const float* const* weights, size_t width, const float* v,
                  int64_t v_row_stride, size_t value_dim, float* const* out);
 
-// V packed in panels of P = `panel_columns` columns, so that MixPackedTile
-// reads each strip of columns as one stream rather than a stride through
-// V's rows: panel p holds columns [p·P, p·P + P_p), P_p = min(P, value_dim
-// - p·P), of keys 0 to `keys` - 1, key after key (P_p floats each), and
-// starts at packed + p·P·keys. keys · value_dim floats in all.
+// V packed in panels of P = `panel_columns` (>= 1) columns, so that
+// MixPackedTile, where P is ValuePanelColumns(), reads each strip of
+// columns as one stream rather than a stride through V's rows: panel p
+// holds columns [p·P, p·P + P_p), P_p = min(P, value_dim - p·P), of keys 0
+// to `keys` - 1, key after key (P_p floats each), and starts at packed +
+// p·P·keys. keys · value_dim floats in all.
 void PackValues(const float* v, int64_t v_row_stride, int64_t v_column_stride, size_t keys,
                 size_t value_dim, size_t panel_columns, float* packed);
 

@@ -123,10 +123,10 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
                 const Tensor& out, const Tensor& attention_weights);
 
 // order[r] = the query of entry b that goes r-th, shortest first, ties in
-// the caller's order, for r < N = lens.queries(). Up to
-// kCountingSortMaxKeys keys, by counting lengths on the stack; above, by a
-// sort whose 64-bit keys hold a length and a query index: lens.keys() <
-// 2^31 and N < 2^32.
+// the caller's order, for r < N = lens.queries(). Lengths that already
+// rise keep their order; else, up to kCountingSortMaxKeys keys, lengths are
+// counted (in 8 KiB of stack); above, sorted as 64-bit keys that hold a
+// length and a query index: lens.keys() < 2^31 and N < 2^32.
 constexpr int64_t kCountingSortMaxKeys = 1024;
 void OrderByLength(const internal::RowLengths& lens, int64_t b, int64_t* order);
 

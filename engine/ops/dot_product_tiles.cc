@@ -10,7 +10,7 @@
 // its own length (its bits too, but for the sign of a zero). A NaN or Inf
 // in those values would not: such a row is mixed again over its own keys.
 // K is packed per entry for the scores; V is read in place, or packed in
-// panels of columns where it is large or strided (PacksValues).
+// panels of columns where that pays or its columns are strided (PacksValues).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -34,10 +34,22 @@ constexpr auto kTileRows = static_cast<int64_t>(kernels::kTileRows);
 // An entry's packed K (and V): not yet made, being made, made.
 constexpr int kUnpacked = 0, kPacking = 1, kPacked = 2;
 
-// The floats of an entry's packed K.
+// a · b and a + b, or INT64_MAX where they overflow: views with zero
+// strides may have dims whose packed copies no memory could hold, and those
+// compare as too large.
+int64_t SaturatedProduct(int64_t a, int64_t b) {
+  int64_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? INT64_MAX : product;
+}
+int64_t SaturatedSum(int64_t a, int64_t b) {
+  int64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? INT64_MAX : sum;
+}
+
+// The floats of an entry's packed K (M < 2^31, as UseTilePath requires).
 int64_t EntryKeysFloats(const ConstTensor& q, const ConstTensor& k) {
-  return static_cast<int64_t>(
-      kernels::PackedKeysFloats(static_cast<size_t>(k.dims[1]), static_cast<size_t>(q.dims[2])));
+  return SaturatedProduct(
+      static_cast<int64_t>(kernels::PaddedTileKeys(static_cast<size_t>(k.dims[1]))), q.dims[2]);
 }
 
 // Where an entry's V is larger than this (128 KiB, a quarter of a Zen 3's
@@ -57,17 +69,20 @@ constexpr int64_t kInPlaceValuesMaxFloats = int64_t{32} << 10;
 
 // Whether the tile path packs V: where it must (strided columns) or where
 // that pays and fits in the kept scratch.
+// V's M · Dv never overflows: CheckTensor counted its elements.
 bool PacksValues(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v) {
   if (v.strides[2] != 1) return true;
-  const bool pays = v.strides[1] != v.dims[2] || v.dims[1] * v.dims[2] > kInPlaceValuesMaxFloats;
-  return pays &&
-         q.dims[0] * (EntryKeysFloats(q, k) + k.dims[1] * v.dims[2]) <= kTilePathMaxPackedFloats;
+  const int64_t values = v.dims[1] * v.dims[2];
+  const bool pays = v.strides[1] != v.dims[2] || values > kInPlaceValuesMaxFloats;
+  return pays && SaturatedProduct(q.dims[0], SaturatedSum(EntryKeysFloats(q, k), values)) <=
+                     kTilePathMaxPackedFloats;
 }
 
 // The floats of the packed K (and, where PacksValues, of the packed V) for
 // every entry of a call.
 int64_t PackedFloats(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v) {
-  return q.dims[0] * (EntryKeysFloats(q, k) + (PacksValues(q, k, v) ? k.dims[1] * v.dims[2] : 0));
+  const int64_t values = PacksValues(q, k, v) ? v.dims[1] * v.dims[2] : 0;
+  return SaturatedProduct(q.dims[0], SaturatedSum(EntryKeysFloats(q, k), values));
 }
 
 }  // namespace
@@ -108,7 +123,7 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
     packed = internal::ThreadScratch(internal::ScratchSlot::kPackedKeys,
                                      static_cast<size_t>(PackedFloats(q, k, v)));
   } catch (const std::bad_alloc&) {
-    return Status::Internal("out of memory for the tile path's packed keys");
+    return Status::Internal("out of memory for the tile path's packed keys and values");
   }
   float* const packed_values = packed + batch * entry_keys;  // M · Dv an entry, if pack_values
   std::atomic<int>* const pack_state = pack_states.get();    // the caller's, like `order`
@@ -149,17 +164,18 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
     // scratch takes no tile, so never claims an entry).
     while (state.load(std::memory_order_acquire) != kPacked) std::this_thread::yield();
   };
-  // W V over `width` keys for `rows` rows of entry b: the kernels' flags.
-  const auto mix = [&](int64_t b, size_t rows, const float* const* weights, int64_t width,
+  // W V over `width` keys for `tile_rows` rows of entry b: the kernels' flags.
+  const auto mix = [&](int64_t b, size_t tile_rows, const float* const* weights, int64_t width,
                        float* const* out_rows) {
     if (pack_values) {
-      return kernels::MixPackedTile(rows, weights, static_cast<size_t>(width),
+      return kernels::MixPackedTile(tile_rows, weights, static_cast<size_t>(width),
                                     packed_values + b * keys * value_dim,
                                     static_cast<size_t>(lens.entry(b).mix),
                                     static_cast<size_t>(value_dim), panel_columns, out_rows);
     }
-    return kernels::MixTile(rows, weights, static_cast<size_t>(width), v.data + b * v.strides[0],
-                            v.strides[1], static_cast<size_t>(value_dim), out_rows);
+    return kernels::MixTile(tile_rows, weights, static_cast<size_t>(width),
+                            v.data + b * v.strides[0], v.strides[1], static_cast<size_t>(value_dim),
+                            out_rows);
   };
 
   // Each tile's scratch: per row, its scores (then its weights), and where
