@@ -28,11 +28,22 @@ void CopyRow(const float* src, int64_t src_step, float* dst, int64_t dst_step, i
   for (int64_t j = 0; j < cols; ++j) dst[j * dst_step] = src[j * src_step];
 }
 
+namespace {
+
+// Whether entry b's lengths never fall from one query to the next (none,
+// per batch, causal): its queries are in order already.
+bool LengthsRise(const internal::RowLengths& lens, int64_t b) {
+  for (int64_t i = 1; i < lens.queries(); ++i) {
+    if (lens.row(b, i - 1) > lens.row(b, i)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void OrderByLength(const internal::RowLengths& lens, int64_t b, int64_t* order) {
   const int64_t queries = lens.queries(), keys = lens.keys();
-  bool rising = true;
-  for (int64_t i = 1; i < queries && rising; ++i) rising = lens.row(b, i - 1) <= lens.row(b, i);
-  if (rising) {  // none, per batch, causal: already in order
+  if (LengthsRise(lens, b)) {
     for (int64_t i = 0; i < queries; ++i) order[i] = i;
     return;
   }
@@ -65,9 +76,7 @@ Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const 
   // order; so are all when one length or query index would not fit the
   // sort keys below.
   bool rising = true;
-  for (int64_t b = 0; b < batch && rising; ++b) {
-    for (int64_t i = 1; i < queries && rising; ++i) rising = lens.row(b, i - 1) <= lens.row(b, i);
-  }
+  for (int64_t b = 0; b < batch && rising; ++b) rising = LengthsRise(lens, b);
   if (rising || keys >= (int64_t{1} << 31) || queries >= (int64_t{1} << 32)) {
     return GemmPath(options, q, k, v, lens, scale, out, attention_weights);
   }
