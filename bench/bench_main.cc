@@ -4,7 +4,8 @@
 //                   [--precision fp32|bf16] [--benchmark_... flags]
 //
 // --isa defaults to best, which yields to $ATTNSCORE_ISA; --threads to
-// $ATTNSCORE_BENCH_THREADS, else 1; --precision to fp32 (bf16 also gives
+// $ATTNSCORE_BENCH_THREADS, else 1 (the *TwoThreads benchmarks set 1 and 2
+// threads side by side, whatever it says); --precision to fp32 (bf16 also gives
 // the plain oneDNN peer bf16 inputs, where oneDNN has bf16 arithmetic).
 // With --benchmark_out (JSON), the file's context also names, for every
 // benchmark, the Highway target and the oneDNN implementations that ran it
@@ -28,7 +29,8 @@ constexpr char kUsage[] =
     "attnscore_bench [--isa scalar|sse4|avx2|avx512|best] [--threads T] [--precision fp32|bf16]\n"
     "                [benchmark flags]\n"
     "  --isa        the process's ISA cap (default best, which yields to $ATTNSCORE_ISA)\n"
-    "  --threads    engine threads (default $ATTNSCORE_BENCH_THREADS, else 1)\n"
+    "  --threads    engine threads (default $ATTNSCORE_BENCH_THREADS, else 1); the\n"
+    "               *TwoThreads benchmarks set 1 and 2 side by side, whatever it says\n"
     "  --precision  the engine's precision (default fp32); bf16 gives the plain oneDNN\n"
     "               matmul peer bf16 inputs too, where the CPU has bf16 arithmetic\n";
 

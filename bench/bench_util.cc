@@ -3,6 +3,8 @@
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,6 +13,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "kernels/additive_scores.h"
 #include "kernels/masked_softmax.h"
@@ -60,6 +63,19 @@ const Engine& SharedEngine() {
     return created;
   }();
   return *engine;
+}
+
+std::unique_ptr<Engine> EngineWithThreads(int threads) {
+  SharedEngine();  // the process's context and OpenMP thread count first
+  EngineOptions options = ConfiguredOptions();
+  options.threads = threads;
+  std::unique_ptr<Engine> created;
+  Status s = Engine::Create(options, &created);
+  if (!s.ok()) {
+    std::fprintf(stderr, "attnscore_bench: error: %s\n", s.message().c_str());
+    std::exit(2);
+  }
+  return created;
 }
 
 ImplementationLabel::ImplementationLabel() : runs_(PlanRuns()) {}
@@ -118,6 +134,59 @@ void CachedRead(benchmark::State& state) {
     benchmark::DoNotOptimize(kernels::MaxAbs(data.data(), static_cast<size_t>(floats)));
   }
   state.SetBytesProcessed(state.range(0) * state.iterations());
+}
+
+namespace {
+double Median(std::vector<double> x) {
+  std::sort(x.begin(), x.end());
+  return x[x.size() / 2];
+}
+
+// The calls on each side of a round: as many as 1 thread makes in this time, at least one.
+constexpr double kRoundSideSeconds = 2e-3;
+}  // namespace
+
+void TwoThreadsAgainstOne(benchmark::State& state, const std::function<double(int)>& timed) {
+  // Both sides warmed (scratch, threads), then the rounds sized from 1 thread.
+  for (int threads : {1, 2, 1, 2}) timed(threads);
+  const auto calls =
+      static_cast<size_t>(std::clamp(std::ceil(kRoundSideSeconds / timed(1)), 1.0, 1000.0));
+  std::vector<double> medians[2], speedups;
+  size_t round = 0;
+  for (auto _ : state) {
+    double median[2];
+    for (size_t turn = 0; turn < 2; ++turn) {
+      const size_t side = (round + turn) % 2;  // 0: 1 thread
+      std::vector<double> times(calls);
+      for (double& t : times) t = timed(static_cast<int>(side) + 1);
+      median[side] = Median(times);
+      medians[side].push_back(median[side] * 1e6);
+    }
+    speedups.push_back(median[0] / median[1]);
+    ++round;
+  }
+  if (speedups.empty()) return;
+  state.counters["one_thread_us"] = Median(medians[0]);
+  state.counters["two_threads_us"] = Median(medians[1]);
+  state.counters["speedup"] = Median(speedups);
+}
+
+void CachedReadTwoThreads(benchmark::State& state) {
+  SharedEngine();
+  const int64_t floats = state.range(0) / 4;
+  const std::vector<float> data = RandomFloats(floats, 5);
+  TwoThreadsAgainstOne(state, [&](int threads) {
+    const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+      // Thread t reads floats [t·n/T, (t+1)·n/T).
+      const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+      const int64_t first = floats * t / n, last = floats * (t + 1) / n;
+      benchmark::DoNotOptimize(
+          kernels::MaxAbs(data.data() + first, static_cast<size_t>(last - first)));
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
 }
 
 void OnednnMatmul(benchmark::State& state, int64_t batch, int64_t rows, int64_t inner,

@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,6 +22,10 @@ namespace attnscore::bench {
 // context; main makes it before the first benchmark runs.
 void SetEngineOptions(const EngineOptions& options);
 const Engine& SharedEngine();
+
+// A further engine with the shared one's options (ISA cap, precision) but
+// `threads` threads, for a benchmark that sets thread counts side by side.
+std::unique_ptr<Engine> EngineWithThreads(int threads);
 
 // Labels a benchmark with what ran it: the Highway target in use and the
 // implementations oneDNN chose for the engine's matmuls that ran between
@@ -53,6 +58,22 @@ double ValidKeys(const std::vector<int64_t>& lens, int64_t queries, int64_t keys
 // with one vector load and max per vector (kernels::MaxAbs at the Highway
 // target in use), which outruns the caches beyond L1. Bytes/s is the rate.
 void CachedRead(benchmark::State& state);
+
+// A call on 2 threads against the same call on 1, alternated within one
+// process: on a shared, noisy machine two separate runs differ by more than
+// the speed-up measured. `timed(threads)` makes the call on that many
+// threads and returns its seconds. Each iteration of the state is a round:
+// about 2 ms of calls on 1 thread, then as many on 2, back to back as a
+// server makes them (which side goes first alternates). Sets the counters
+// one_thread_us and two_threads_us, the medians over rounds of each side's
+// median call, and speedup, the median of the rounds' ratios of the two
+// (above 1: 2 threads are faster).
+void TwoThreadsAgainstOne(benchmark::State& state, const std::function<double(int)>& timed);
+
+// CachedRead's read of state.range(0) bytes through TwoThreadsAgainstOne,
+// each of 2 threads reading its half: how far this machine's caches let
+// 2 threads outrun 1 on a read alone.
+void CachedReadTwoThreads(benchmark::State& state);
 
 // One batched oneDNN fp32 matmul, (batch, rows, inner) · (batch, inner,
 // cols), random inputs, timed over the state's iterations: the matmul rate

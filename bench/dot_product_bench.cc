@@ -3,36 +3,62 @@
 // query (BM_DotProductPerQuery). GFLOP/s counts only valid keys:
 // 2·L·(D + Dv) per query; BM_OnednnMatmul (PerQuery) in peers_bench.cc runs
 // one oneDNN matmul of the same FLOPs. bytes/s counts Q, out and the K, V
-// rows some query of the entry attends to.
+// rows some query of the entry attends to. BM_DotProductTwoThreads times
+// the decode, encoder and long calls on 2 threads against 1.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
+#include <vector>
 
 #include "bench_util.h"
 
 namespace attnscore::bench {
 namespace {
 
+// One dot-product call on random inputs: (B, N, D) queries, (B, M, D) keys
+// and values, lengths random in [1, M] per batch entry or per query.
+struct DotProductCall {
+  DotProductCall(int64_t batch, int64_t queries, int64_t keys, int64_t depth, bool per_query)
+      : batch(batch),
+        queries(queries),
+        keys(keys),
+        depth(depth),
+        rows_per_length(per_query ? 1 : queries),
+        q(RandomFloats(batch * queries * depth, 1)),
+        k(RandomFloats(batch * keys * depth, 2)),
+        v(RandomFloats(batch * keys * depth, 3)),
+        out(static_cast<size_t>(batch * queries * depth)),
+        lens(RandomLengths(batch * queries / rows_per_length, keys, 4)) {}
+
+  Status Run(const Engine& engine) {
+    const ValidLens valid = rows_per_length == 1 ? ValidLens::PerQuery(lens.data(), batch, queries)
+                                                 : ValidLens::PerBatch(lens.data(), batch);
+    Status s = engine.DotProductAttention(ConstTensor(q.data(), {batch, queries, depth}),
+                                          ConstTensor(k.data(), {batch, keys, depth}),
+                                          ConstTensor(v.data(), {batch, keys, depth}), valid,
+                                          Tensor(out.data(), {batch, queries, depth}));
+    benchmark::DoNotOptimize(out.data());
+    return s;
+  }
+
+  const int64_t batch, queries, keys, depth, rows_per_length;
+  const std::vector<float> q, k, v;
+  std::vector<float> out;
+  const std::vector<int64_t> lens;
+};
+
 void DotProduct(benchmark::State& state, bool per_query) {
-  const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),
-                depth = state.range(3), value_dim = depth;
+  DotProductCall call(state.range(0), state.range(1), state.range(2), state.range(3), per_query);
+  const int64_t batch = call.batch, queries = call.queries, keys = call.keys;
+  const int64_t depth = call.depth, value_dim = depth, rows_per_length = call.rows_per_length;
+  const std::vector<int64_t>& lens = call.lens;
   const Engine& engine = SharedEngine();
-  const std::vector<float> q = RandomFloats(batch * queries * depth, 1);
-  const std::vector<float> k = RandomFloats(batch * keys * depth, 2);
-  const std::vector<float> v = RandomFloats(batch * keys * value_dim, 3);
-  std::vector<float> out(static_cast<size_t>(batch * queries * value_dim));
-  const int64_t rows_per_length = per_query ? 1 : queries;
-  const std::vector<int64_t> lens = RandomLengths(batch * queries / rows_per_length, keys, 4);
-  const ValidLens valid = per_query ? ValidLens::PerQuery(lens.data(), batch, queries)
-                                    : ValidLens::PerBatch(lens.data(), batch);
   const ImplementationLabel label;
   for (auto _ : state) {
-    Status s = engine.DotProductAttention(
-        ConstTensor(q.data(), {batch, queries, depth}), ConstTensor(k.data(), {batch, keys, depth}),
-        ConstTensor(v.data(), {batch, keys, value_dim}), valid,
-        Tensor(out.data(), {batch, queries, value_dim}));
+    Status s = call.Run(engine);
     if (!s.ok()) state.SkipWithError(s.message().c_str());
-    benchmark::DoNotOptimize(out.data());
   }
   label.Apply(state);
   // (query, key) pairs attended, and K, V rows read: each entry's longest.
@@ -68,6 +94,31 @@ BENCHMARK(BM_DotProductPerQuery)
     ->Args({4, 128, 128, 64})    // encoder
     ->Args({1, 1024, 4096, 64})  // long
     ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// BM_DotProduct's call (or, with per_query, BM_DotProductPerQuery's) on 2
+// threads against 1 (TwoThreadsAgainstOne). Decode's peer is
+// BM_CachedReadTwoThreads in peers_bench.cc: a read alone, 2 threads against 1.
+void BM_DotProductTwoThreads(benchmark::State& state) {
+  DotProductCall call(state.range(0), state.range(1), state.range(2), state.range(3),
+                      state.range(4) != 0);
+  const std::unique_ptr<Engine> engines[2] = {EngineWithThreads(1), EngineWithThreads(2)};
+  TwoThreadsAgainstOne(state, [&](int threads) {
+    const auto start = std::chrono::steady_clock::now();
+    Status s = call.Run(*engines[threads - 1]);
+    if (!s.ok()) state.SkipWithError(s.message().c_str());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
+}
+
+BENCHMARK(BM_DotProductTwoThreads)
+    ->ArgNames({"batch", "queries", "keys", "dim", "per_query"})
+    ->Args({8, 1, 1024, 64, 0})     // decode
+    ->Args({4, 128, 128, 64, 0})    // encoder
+    ->Args({4, 128, 128, 64, 1})    // encoder, per-query lengths
+    ->Args({1, 1024, 4096, 64, 0})  // long
+    ->Iterations(7)
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 // d2l's toy call, as the seed makes it: queries (2, 1, 2), keys of ones

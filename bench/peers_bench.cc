@@ -141,5 +141,16 @@ BENCHMARK(BM_LimitRead)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// BM_DotProductTwoThreads' peer: the read of 4 MiB (decode's bytes) on 2
+// threads against 1.
+void BM_CachedReadTwoThreads(benchmark::State& state) { CachedReadTwoThreads(state); }
+
+BENCHMARK(BM_CachedReadTwoThreads)
+    ->ArgName("bytes")
+    ->Arg(int64_t{4} << 20)
+    ->Iterations(7)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 }  // namespace
 }  // namespace attnscore::bench

@@ -17,7 +17,8 @@ against the CLI BUILD/bin/attnscore on 1 thread. From that one run it writes
             the limit that bounds it, then a table per op (masked softmax,
             dot product, additive, concat, multi-head): each benchmark's
             median next to its peer's
-            median from the same run, and their ratio, then the PyTorch
+            median from the same run, and their ratio, with the dot
+            product's speed-up on 2 threads against 1, then the PyTorch
             comparison; its header names the CPU, the Highway target, oneDNN
             and its ISA, the commit, the date and the command that remakes it;
   --readme  the lines between "<!-- performance:begin -->" and
@@ -31,7 +32,9 @@ faster):
                        against memcpy of the op's whole (B, N, M) buffers;
   dot product          GFLOP/s (valid keys only) against one plain oneDNN
                        matmul of the same FLOPs, inner dimension D + Dv and D
-                       (per-query lengths: the mean over the queries);
+                       (per-query lengths: the mean over the queries); on 2
+                       threads against 1, decode's speed-up against that of
+                       a read of 4 MiB alone;
   additive             the score kernel's (query, key, hidden) triples/ns
                        against Highway's Tanh alone, elements/ns (one tanh a
                        triple); the whole op's peer is PyTorch (compare_torch);
@@ -333,7 +336,11 @@ def args_of(name):
 
 
 def us(b):
-    t = b["real_time"] * {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b.get("time_unit", "us")]
+    return us_text(b["real_time"] *
+                   {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b.get("time_unit", "us")])
+
+
+def us_text(t):
     if t < 10:
         return "%.2f" % t
     return "%.1f" % t if t < 1000 else "%.0f" % t
@@ -593,6 +600,41 @@ def multihead_section(runs, pairs):
             "per head; its peer is one batched oneDNN matmul of the heads' Q Kᵀ, (16, 1024, "
             "64) · (16, 64, 1024), and the ratio is op GFLOP/s ÷ peer GFLOP/s.")
     return "Multi-head attention", text, t if names else None
+
+
+def threads_section(runs, pairs):
+    t = Table(["workload", "1 thread µs", "2 threads µs", "speed-up"] + PEER_HEAD[:1] +
+              ["peer speed-up"], "lrrrlr")
+    names = [n for n in runs if family(n) == "BM_DotProductTwoThreads"]
+    names.sort(key=lambda n: runs[n]["one_thread_us"])
+    peer = next((n for n in runs if family(n) == "BM_CachedReadTwoThreads"), None)
+    for name in names:
+        b, a = runs[name], args_of(name)
+        pairs.op(name)
+        dims = (a["batch"], a["queries"], a["keys"])
+        shape = "(%d, %d, %d), %d" % (dims + (a["dim"],))
+        if dims in DOT_SHAPES:
+            shape = DOT_SHAPES[dims] + " " + shape
+        if a["per_query"]:
+            shape += ", per-query lengths"
+        cells = [shape, us_text(b["one_thread_us"]), us_text(b["two_threads_us"]),
+                 ratio(b["speedup"])]
+        if a["queries"] <= 3 and peer is not None:
+            pairs.op(peer)
+            t.add(*cells, "read of %d MiB" % (args_of(peer)["bytes"] >> 20),
+                  ratio(runs[peer]["speedup"]))
+        else:
+            t.add(*cells, "—", "—")
+    text = ("The dot product on 2 threads against 1, on the shapes and valid lengths of its "
+            "table above, timed in one process: each round makes about 2 ms of calls on an "
+            "engine of 1 thread, then as many on an engine of 2 (which goes first alternates), "
+            "and the speed-up is the median over the rounds of 1-thread median ÷ 2-thread "
+            "median (above 1×: 2 threads are faster); the times are the medians of the rounds' "
+            "medians. Decode is bound by reading K and V, so its peer is the read of as many "
+            "bytes alone, split in halves between 2 threads, timed the same way: how far this "
+            "machine's caches let a second thread help at all. On a shared machine the second "
+            "core may be busy with other work, which lowers every speed-up here.")
+    return "Two threads against one", text, t if names else None
 
 
 # What BM_LimitMatmul says when it skips itself (bench/peers_bench.cc).
@@ -928,8 +970,8 @@ def main(argv):
     command = regenerate_command(args, build, out, readme, torch)
     runs = medians(data)
     pairs = Pairs()
-    sections = [f(runs, pairs) for f in (softmax_section, dot_section, additive_section,
-                                        concat_section, multihead_section)]
+    sections = [f(runs, pairs) for f in (softmax_section, dot_section, threads_section,
+                                        additive_section, concat_section, multihead_section)]
     sections.insert(0, limits_section(runs, pairs, skipped(data),
                                       bf16=ctx.get("precision") == "bf16"))
     page_text = page(facts, command, bench_cmd, args, sections, runs, pairs.used,
