@@ -12,6 +12,8 @@ import sys
 import tempfile
 import unittest
 
+from sweep_test import table_rows  # beside this file
+
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "bench",
                       "report.py")
 BUILD = None  # from the command line: the benchmark binary's build directory
@@ -23,18 +25,6 @@ ENCODER = "BM_DotProductTwoThreads/batch:4/queries:128/keys:128/dim:64/per_query
 LONG = "BM_DotProductTwoThreads/batch:1/queries:1024/keys:4096/dim:64/per_query:0/" \
        "iterations:7/real_time"
 READ = "BM_CachedReadTwoThreads/bytes:4194304/iterations:7/real_time"
-
-
-def table_rows(text, heading):
-    """The body rows of the first table after `heading`, as lists of cells."""
-    lines = text.split(heading, 1)[1].splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    table = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        table.append(line)
-    return [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
 
 
 def result(one, two, speedup):
