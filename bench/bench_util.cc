@@ -65,17 +65,11 @@ const Engine& SharedEngine() {
   return *engine;
 }
 
-std::unique_ptr<Engine> EngineWithThreads(int threads) {
+Status EngineWithThreads(int threads, std::unique_ptr<Engine>* engine) {
   SharedEngine();  // the process's context and OpenMP thread count first
   EngineOptions options = ConfiguredOptions();
   options.threads = threads;
-  std::unique_ptr<Engine> created;
-  Status s = Engine::Create(options, &created);
-  if (!s.ok()) {
-    std::fprintf(stderr, "attnscore_bench: error: %s\n", s.message().c_str());
-    std::exit(2);
-  }
-  return created;
+  return Engine::Create(options, engine);
 }
 
 ImplementationLabel::ImplementationLabel() : runs_(PlanRuns()) {}
@@ -137,20 +131,28 @@ void CachedRead(benchmark::State& state) {
 }
 
 namespace {
+// The middle value (the upper of the two middle ones for an even count).
 double Median(std::vector<double> x) {
   std::sort(x.begin(), x.end());
   return x[x.size() / 2];
 }
 
-// The calls on each side of a round: as many as 1 thread makes in this time, at least one.
+// The calls on each side of a round: as many as 1 thread makes in this
+// time, at least one and at most kMaxRoundSideCalls.
 constexpr double kRoundSideSeconds = 2e-3;
+constexpr double kMaxRoundSideCalls = 1000;
 }  // namespace
 
 void TwoThreadsAgainstOne(benchmark::State& state, const std::function<double(int)>& timed) {
   // Both sides warmed (scratch, threads), then the rounds sized from 1 thread.
-  for (int threads : {1, 2, 1, 2}) timed(threads);
-  const auto calls =
-      static_cast<size_t>(std::clamp(std::ceil(kRoundSideSeconds / timed(1)), 1.0, 1000.0));
+  std::vector<double> warm;
+  for (int i = 0; i < 3 && !state.error_occurred(); ++i) {
+    warm.push_back(timed(1));
+    timed(2);
+  }
+  if (state.error_occurred()) return;
+  const auto calls = static_cast<size_t>(
+      std::clamp(std::ceil(kRoundSideSeconds / Median(warm)), 1.0, kMaxRoundSideCalls));
   std::vector<double> medians[2], speedups;
   size_t round = 0;
   for (auto _ : state) {
@@ -162,6 +164,7 @@ void TwoThreadsAgainstOne(benchmark::State& state, const std::function<double(in
       median[side] = Median(times);
       medians[side].push_back(median[side] * 1e6);
     }
+    if (state.error_occurred()) break;
     speedups.push_back(median[0] / median[1]);
     ++round;
   }
@@ -177,13 +180,24 @@ void CachedReadTwoThreads(benchmark::State& state) {
   const std::vector<float> data = RandomFloats(floats, 5);
   TwoThreadsAgainstOne(state, [&](int threads) {
     const auto start = std::chrono::steady_clock::now();
+    if (threads == 1) {  // no OpenMP region, as the engine on 1 thread
+      benchmark::DoNotOptimize(kernels::MaxAbs(data.data(), static_cast<size_t>(floats)));
+    } else {
+      int team = 0;
 #pragma omp parallel num_threads(threads)
-    {
-      // Thread t reads floats [t·n/T, (t+1)·n/T).
-      const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
-      const int64_t first = floats * t / n, last = floats * (t + 1) / n;
-      benchmark::DoNotOptimize(
-          kernels::MaxAbs(data.data() + first, static_cast<size_t>(last - first)));
+      {
+        // Thread t of the n reads floats [floats·t/n, floats·(t + 1)/n).
+        const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+        const int64_t first = floats * t / n, last = floats * (t + 1) / n;
+        benchmark::DoNotOptimize(
+            kernels::MaxAbs(data.data() + first, static_cast<size_t>(last - first)));
+        if (t == 0) team = static_cast<int>(n);
+      }
+      if (team != threads && !state.error_occurred()) {
+        state.SkipWithError(("OpenMP gave " + std::to_string(team) + " threads of the " +
+                             std::to_string(threads) + " asked for")
+                                .c_str());
+      }
     }
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   });

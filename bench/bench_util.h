@@ -25,7 +25,7 @@ const Engine& SharedEngine();
 
 // A further engine with the shared one's options (ISA cap, precision) but
 // `threads` threads, for a benchmark that sets thread counts side by side.
-std::unique_ptr<Engine> EngineWithThreads(int threads);
+Status EngineWithThreads(int threads, std::unique_ptr<Engine>* engine);
 
 // Labels a benchmark with what ran it: the Highway target in use and the
 // implementations oneDNN chose for the engine's matmuls that ran between
@@ -62,17 +62,18 @@ void CachedRead(benchmark::State& state);
 // A call on 2 threads against the same call on 1, alternated within one
 // process: on a shared, noisy machine two separate runs differ by more than
 // the speed-up measured. `timed(threads)` makes the call on that many
-// threads and returns its seconds. Each iteration of the state is a round:
-// about 2 ms of calls on 1 thread, then as many on 2, back to back as a
-// server makes them (which side goes first alternates). Sets the counters
-// one_thread_us and two_threads_us, the medians over rounds of each side's
-// median call, and speedup, the median of the rounds' ratios of the two
-// (above 1: 2 threads are faster).
+// threads and returns its seconds (or skips the state with an error). Each
+// iteration of the state is a round: about 2 ms of calls on 1 thread (at
+// least one call), then as many on 2, back to back as a server makes them
+// (which side goes first alternates). Sets the counters one_thread_us and
+// two_threads_us, the medians over rounds of each side's median call, and
+// speedup, the median of the rounds' ratios of the two (above 1: 2 threads
+// are faster).
 void TwoThreadsAgainstOne(benchmark::State& state, const std::function<double(int)>& timed);
 
-// CachedRead's read of state.range(0) bytes through TwoThreadsAgainstOne,
-// each of 2 threads reading its half: how far this machine's caches let
-// 2 threads outrun 1 on a read alone.
+// CachedRead's read of state.range(0) bytes through TwoThreadsAgainstOne:
+// on 2 threads each reads its half. How far this machine's caches let 2
+// threads outrun 1 on a read alone.
 void CachedReadTwoThreads(benchmark::State& state);
 
 // One batched oneDNN fp32 matmul, (batch, rows, inner) · (batch, inner,

@@ -25,6 +25,7 @@ struct DotProductCall {
         queries(queries),
         keys(keys),
         depth(depth),
+        per_query(per_query),
         rows_per_length(per_query ? 1 : queries),
         q(RandomFloats(batch * queries * depth, 1)),
         k(RandomFloats(batch * keys * depth, 2)),
@@ -33,8 +34,8 @@ struct DotProductCall {
         lens(RandomLengths(batch * queries / rows_per_length, keys, 4)) {}
 
   Status Run(const Engine& engine) {
-    const ValidLens valid = rows_per_length == 1 ? ValidLens::PerQuery(lens.data(), batch, queries)
-                                                 : ValidLens::PerBatch(lens.data(), batch);
+    const ValidLens valid = per_query ? ValidLens::PerQuery(lens.data(), batch, queries)
+                                      : ValidLens::PerBatch(lens.data(), batch);
     Status s = engine.DotProductAttention(ConstTensor(q.data(), {batch, queries, depth}),
                                           ConstTensor(k.data(), {batch, keys, depth}),
                                           ConstTensor(v.data(), {batch, keys, depth}), valid,
@@ -43,7 +44,9 @@ struct DotProductCall {
     return s;
   }
 
-  const int64_t batch, queries, keys, depth, rows_per_length;
+  const int64_t batch, queries, keys, depth;
+  const bool per_query;
+  const int64_t rows_per_length;  // rows sharing each length
   const std::vector<float> q, k, v;
   std::vector<float> out;
   const std::vector<int64_t> lens;
@@ -97,23 +100,33 @@ BENCHMARK(BM_DotProductPerQuery)
     ->UseRealTime();
 
 // BM_DotProduct's call (or, with per_query, BM_DotProductPerQuery's) on 2
-// threads against 1 (TwoThreadsAgainstOne). Decode's peer is
+// threads against 1 (TwoThreadsAgainstOne). The decode rows' peers are
 // BM_CachedReadTwoThreads in peers_bench.cc: a read alone, 2 threads against 1.
 void BM_DotProductTwoThreads(benchmark::State& state) {
   DotProductCall call(state.range(0), state.range(1), state.range(2), state.range(3),
                       state.range(4) != 0);
-  const std::unique_ptr<Engine> engines[2] = {EngineWithThreads(1), EngineWithThreads(2)};
+  std::unique_ptr<Engine> engines[2];
+  for (int threads = 1; threads <= 2; ++threads) {
+    Status s = EngineWithThreads(threads, &engines[threads - 1]);
+    if (!s.ok()) {
+      state.SkipWithError(s.message().c_str());
+      return;
+    }
+  }
+  const ImplementationLabel label;
   TwoThreadsAgainstOne(state, [&](int threads) {
     const auto start = std::chrono::steady_clock::now();
     Status s = call.Run(*engines[threads - 1]);
-    if (!s.ok()) state.SkipWithError(s.message().c_str());
+    if (!s.ok() && !state.error_occurred()) state.SkipWithError(s.message().c_str());
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   });
+  label.Apply(state);
 }
 
 BENCHMARK(BM_DotProductTwoThreads)
     ->ArgNames({"batch", "queries", "keys", "dim", "per_query"})
     ->Args({8, 1, 1024, 64, 0})     // decode
+    ->Args({1, 1, 4096, 64, 0})     // decode, one sequence: its keys split among threads
     ->Args({4, 128, 128, 64, 0})    // encoder
     ->Args({4, 128, 128, 64, 1})    // encoder, per-query lengths
     ->Args({1, 1024, 4096, 64, 0})  // long

@@ -141,13 +141,14 @@ BENCHMARK(BM_LimitRead)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
-// BM_DotProductTwoThreads' peer: the read of 4 MiB (decode's bytes) on 2
-// threads against 1.
+// The peer of BM_DotProductTwoThreads' decode rows: a read of as many bytes
+// as their K and V, on 2 threads against 1.
 void BM_CachedReadTwoThreads(benchmark::State& state) { CachedReadTwoThreads(state); }
 
 BENCHMARK(BM_CachedReadTwoThreads)
     ->ArgName("bytes")
-    ->Arg(int64_t{4} << 20)
+    ->Arg(int64_t{4} * 8 * 1024 * 2 * 64)  // decode (8, 1, 1024): B M (D + Dv) floats
+    ->Arg(int64_t{4} * 1 * 4096 * 2 * 64)  // decode (1, 1, 4096)
     ->Iterations(7)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

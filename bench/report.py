@@ -34,7 +34,7 @@ faster):
                        matmul of the same FLOPs, inner dimension D + Dv and D
                        (per-query lengths: the mean over the queries); on 2
                        threads against 1, decode's speed-up against that of
-                       a read of 4 MiB alone;
+                       a read of as many bytes as its K and V alone;
   additive             the score kernel's (query, key, hidden) triples/ns
                        against Highway's Tanh alone, elements/ns (one tanh a
                        triple); the whole op's peer is PyTorch (compare_torch);
@@ -603,11 +603,11 @@ def multihead_section(runs, pairs):
 
 
 def threads_section(runs, pairs):
-    t = Table(["workload", "1 thread µs", "2 threads µs", "speed-up"] + PEER_HEAD[:1] +
-              ["peer speed-up"], "lrrrlr")
+    t = Table(["workload", "1 thread µs", "2 threads µs", "speed-up", "peer",
+               "peer speed-up"], "lrrrlr")
     names = [n for n in runs if family(n) == "BM_DotProductTwoThreads"]
     names.sort(key=lambda n: runs[n]["one_thread_us"])
-    peer = next((n for n in runs if family(n) == "BM_CachedReadTwoThreads"), None)
+    read = {args_of(n)["bytes"]: n for n in runs if family(n) == "BM_CachedReadTwoThreads"}
     for name in names:
         b, a = runs[name], args_of(name)
         pairs.op(name)
@@ -619,21 +619,24 @@ def threads_section(runs, pairs):
             shape += ", per-query lengths"
         cells = [shape, us_text(b["one_thread_us"]), us_text(b["two_threads_us"]),
                  ratio(b["speedup"])]
-        if a["queries"] <= 3 and peer is not None:
-            pairs.op(peer)
-            t.add(*cells, "read of %d MiB" % (args_of(peer)["bytes"] >> 20),
-                  ratio(runs[peer]["speedup"]))
-        else:
+        # Decode's peer: the read of as many bytes as its K and V (D = Dv).
+        peer = read.get(4 * a["batch"] * a["keys"] * 2 * a["dim"]) if a["queries"] <= 3 else None
+        if peer is None:
             t.add(*cells, "—", "—")
-    text = ("The dot product on 2 threads against 1, on the shapes and valid lengths of its "
-            "table above, timed in one process: each round makes about 2 ms of calls on an "
-            "engine of 1 thread, then as many on an engine of 2 (which goes first alternates), "
-            "and the speed-up is the median over the rounds of 1-thread median ÷ 2-thread "
-            "median (above 1×: 2 threads are faster); the times are the medians of the rounds' "
-            "medians. Decode is bound by reading K and V, so its peer is the read of as many "
-            "bytes alone, split in halves between 2 threads, timed the same way: how far this "
-            "machine's caches let a second thread help at all. On a shared machine the second "
-            "core may be busy with other work, which lowers every speed-up here.")
+            continue
+        pairs.op(peer)
+        t.add(*cells, "read of %s MiB" % ("%g" % (args_of(peer)["bytes"] / 2**20)),
+              ratio(runs[peer]["speedup"]))
+    text = ("The dot product on 2 threads against 1, on some shapes of its table above with "
+            "the same valid lengths, timed in one process: each round makes about 2 ms of "
+            "calls (at least one) on an engine of 1 thread, then as many on an engine of 2 "
+            "(which goes first alternates), and the speed-up is the median over the rounds of "
+            "1-thread median ÷ 2-thread median (above 1×: 2 threads are faster); the times are "
+            "the medians of the rounds' medians. Decode is bound by reading K and V, so its "
+            "peer is a read of as many bytes as its K and V buffers alone, timed the same way, "
+            "on 2 threads each reading half: how far this machine's caches let a second thread "
+            "help at all. On a shared machine the second core may be busy with other work, "
+            "which lowers every speed-up here.")
     return "Two threads against one", text, t if names else None
 
 
@@ -842,7 +845,8 @@ def page(facts, command, bench_cmd, args, sections, runs, used, torch):
              "work and noisy: absolute times move between runs by tens of percent and ratios by "
              "less, so compare figures only within one run of this page, never across runs or "
              "machines. The peers run on the engine's thread count, so an op and its peer use "
-             "the same cores."),
+             "the same cores (but for the table of 2 threads against 1, which sets both "
+             "counts side by side)."),
         "",
     ]
     for title, text, table in sections:

@@ -13,7 +13,8 @@ import sys
 import tempfile
 import unittest
 
-from show_heatmaps_test import png_text_chunks  # beside this file
+from markdown_tables import table_rows  # beside this file
+from show_heatmaps_test import png_text_chunks
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "bench", "sweep.py")
 BUILD = None  # from the command line: the benchmark binary's build directory
@@ -22,18 +23,6 @@ KEYS = [64, 128, 256]
 
 def run(*args):
     return subprocess.run(["/usr/bin/python3", SCRIPT, *args], capture_output=True, text=True)
-
-
-def table_rows(text, heading):
-    """The body rows of the first table after `heading`, as lists of cells."""
-    lines = text.split(heading, 1)[1].splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    table = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        table.append(line)
-    return [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
 
 
 class Trend(unittest.TestCase):
