@@ -267,6 +267,22 @@ void CheckAgainstReference(const Problem& p, const std::vector<int64_t>& lens, b
   EXPECT_LE(MaxAbsDiff(out2.data(), want_out), OutTolerance(p.v));
 }
 
+// MaxAbs, which picks the tanh path: the largest magnitude wherever it lies
+// (in any of its running maxima, or past the whole vectors), either sign.
+TEST_P(AdditiveTest, MaxAbsFindsTheLargestMagnitudeAnywhere) {
+  EXPECT_EQ(kernels::MaxAbs(nullptr, 0), 0.0f);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> small(-1.0f, 1.0f);
+  for (size_t count = 1; count <= 70; ++count) {
+    std::vector<float> x(count);
+    for (size_t at = 0; at < count; ++at) {
+      for (float& v : x) v = small(rng);
+      x[at] = at % 2 == 0 ? -5.5f : 5.5f;
+      EXPECT_EQ(kernels::MaxAbs(x.data(), count), 5.5f) << "count " << count << ", at " << at;
+    }
+  }
+}
+
 TEST_P(AdditiveTest, OddShapesAndEveryLengthKind) {
   // H = 1, 7, 31, 300; M = 1, 17, 700 (700 keys with H = 300 span two key chunks).
   const Shape shapes[] = {{1, 1, 1, 1, 1, 1, 1},     {2, 3, 17, 5, 7, 7, 6},
