@@ -625,7 +625,7 @@ def threads_section(runs, pairs):
             t.add(*cells, "—", "—")
             continue
         pairs.op(peer)
-        t.add(*cells, "read of %s MiB" % ("%g" % (args_of(peer)["bytes"] / 2**20)),
+        t.add(*cells, "read of %g MiB" % (args_of(peer)["bytes"] / 2**20),
               ratio(runs[peer]["speedup"]))
     text = ("The dot product on 2 threads against 1, on some shapes of its table above with "
             "the same valid lengths, timed in one process: each round makes about 2 ms of "
