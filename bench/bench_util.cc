@@ -7,12 +7,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/additive_scores.h"
@@ -65,11 +66,16 @@ const Engine& SharedEngine() {
   return *engine;
 }
 
-Status EngineWithThreads(int threads, std::unique_ptr<Engine>* engine) {
+std::unique_ptr<Engine> EngineOrSkip(benchmark::State& state, int threads) {
   SharedEngine();  // the process's context and OpenMP thread count first
   EngineOptions options = ConfiguredOptions();
   options.threads = threads;
-  return Engine::Create(options, engine);
+  std::unique_ptr<Engine> engine;
+  if (Status s = Engine::Create(options, &engine); !s.ok()) {
+    state.SkipWithError(s.message().c_str());
+    return nullptr;
+  }
+  return engine;
 }
 
 ImplementationLabel::ImplementationLabel() : runs_(PlanRuns()) {}
@@ -137,41 +143,125 @@ double Median(std::vector<double> x) {
   return x[x.size() / 2];
 }
 
-// The calls on each side of a round: as many as 1 thread makes in this
-// time, at least one and at most kMaxRoundSideCalls.
+// The calls on each side of a round: as many as that side makes in this
+// time, at least kMinRoundSideCalls (so that their median leaves out a
+// first call slowed by the other side) and at most kMaxRoundSideCalls.
 constexpr double kRoundSideSeconds = 2e-3;
+constexpr double kMinRoundSideCalls = 3;
 constexpr double kMaxRoundSideCalls = 1000;
 }  // namespace
 
-void TwoThreadsAgainstOne(benchmark::State& state, const std::function<double(int)>& timed) {
-  // Both sides warmed (scratch, threads), then the rounds sized from 1 thread.
-  std::vector<double> warm;
+bool TimeAlternated(benchmark::State& state, const std::function<double(int side)>& timed,
+                    AlternatedTimes* times) {
+  // Both sides warmed (scratch, threads, caches), then each side's calls
+  // a round sized from its own time.
+  std::vector<double> warm[2];
   for (int i = 0; i < 3 && !state.error_occurred(); ++i) {
-    warm.push_back(timed(1));
-    timed(2);
+    for (int side = 0; side < 2; ++side) warm[side].push_back(timed(side));
   }
-  if (state.error_occurred()) return;
-  const auto calls = static_cast<size_t>(
-      std::clamp(std::ceil(kRoundSideSeconds / Median(warm)), 1.0, kMaxRoundSideCalls));
-  std::vector<double> medians[2], speedups;
+  if (state.error_occurred()) return false;
+  size_t calls[2];
+  for (int side = 0; side < 2; ++side) {
+    calls[side] = static_cast<size_t>(std::clamp(std::ceil(kRoundSideSeconds / Median(warm[side])),
+                                                 kMinRoundSideCalls, kMaxRoundSideCalls));
+  }
+  std::vector<double> medians[2], ratios;
   size_t round = 0;
   for (auto _ : state) {
     double median[2];
     for (size_t turn = 0; turn < 2; ++turn) {
-      const size_t side = (round + turn) % 2;  // 0: 1 thread
-      std::vector<double> times(calls);
-      for (double& t : times) t = timed(static_cast<int>(side) + 1);
-      median[side] = Median(times);
+      const size_t side = (round + turn) % 2;
+      std::vector<double> call_times(calls[side]);
+      for (double& t : call_times) t = timed(static_cast<int>(side));
+      median[side] = Median(call_times);
       medians[side].push_back(median[side] * 1e6);
     }
     if (state.error_occurred()) break;
-    speedups.push_back(median[0] / median[1]);
+    ratios.push_back(median[0] / median[1]);
     ++round;
   }
-  if (speedups.empty()) return;
-  state.counters["one_thread_us"] = Median(medians[0]);
-  state.counters["two_threads_us"] = Median(medians[1]);
-  state.counters["speedup"] = Median(speedups);
+  if (ratios.empty()) return false;
+  *times = {{Median(medians[0]), Median(medians[1])}, Median(ratios)};
+  return true;
+}
+
+void TwoThreadsAgainstOne(benchmark::State& state, const std::function<double(int)>& timed) {
+  AlternatedTimes t;
+  const auto on_threads = [&](int side) { return timed(side + 1); };  // side 0: 1 thread
+  if (!TimeAlternated(state, on_threads, &t)) return;
+  state.counters["one_thread_us"] = t.median_us[0];
+  state.counters["two_threads_us"] = t.median_us[1];
+  state.counters["speedup"] = t.ratio;
+}
+
+namespace {
+// The process's OpenMP thread count set to `threads` for the scope's life,
+// then restored.
+class OmpThreadsScope {
+ public:
+  explicit OmpThreadsScope(int threads) : saved_(omp_get_max_threads()) {
+    omp_set_num_threads(threads);
+  }
+  ~OmpThreadsScope() { omp_set_num_threads(saved_); }
+  OmpThreadsScope(const OmpThreadsScope&) = delete;
+  OmpThreadsScope& operator=(const OmpThreadsScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+// AgainstItsRead and AgainstLimitMatmul: limit_share is the median of the
+// rounds' limit ÷ call times, times `scale`.
+void AgainstLimit(benchmark::State& state, const std::function<double()>& call,
+                  const std::function<double()>& limit, double scale) {
+  AlternatedTimes t;
+  const auto limit_then_call = [&](int side) { return side == 0 ? limit() : call(); };
+  if (!TimeAlternated(state, limit_then_call, &t)) return;
+  state.counters["limit_us"] = t.median_us[0];
+  state.counters["op_us"] = t.median_us[1];
+  state.counters["limit_share"] = t.ratio * scale;
+}
+}  // namespace
+
+void AgainstItsRead(benchmark::State& state, const std::function<double()>& call,
+                    const std::function<double()>& read) {
+  AgainstLimit(state, call, read, 1.0);
+}
+
+void AgainstLimitMatmul(benchmark::State& state, const std::function<double()>& call,
+                        double call_flops) {
+  const bool bf16 = ConfiguredOptions().precision == Precision::kBf16;
+  if (bf16 && !matmul::NativeBf16()) {
+    state.SkipWithError(kNoBf16Arithmetic);
+    return;
+  }
+  // The call runs on 1 thread, so does its limit: oneDNN splits a matmul
+  // among the OpenMP threads it sees when the primitive is made and run.
+  const OmpThreadsScope one_thread(1);
+  OnednnMatmulCall matmul(1, kLimitMatmulRows, kLimitMatmulInner, kLimitMatmulCols, bf16);
+  const auto limit = [&] {
+    return SecondsOf(state, [&] {
+      matmul.Run();
+      return Status::Ok();
+    });
+  };
+  // Rates: call_flops / call time ÷ matmul flops / matmul time.
+  AgainstLimit(state, call, limit, call_flops / matmul.Flops());
+}
+
+double SecondsOf(benchmark::State& state, const std::function<Status()>& call) {
+  const auto start = std::chrono::steady_clock::now();
+  const Status s = call();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!s.ok() && !state.error_occurred()) state.SkipWithError(s.message().c_str());
+  return seconds;
+}
+
+double SecondsToRead(const std::vector<std::pair<const float*, size_t>>& spans) {
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& [first, count] : spans) benchmark::DoNotOptimize(kernels::MaxAbs(first, count));
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void CachedReadTwoThreads(benchmark::State& state) {
@@ -203,12 +293,24 @@ void CachedReadTwoThreads(benchmark::State& state) {
   });
 }
 
-void OnednnMatmul(benchmark::State& state, int64_t batch, int64_t rows, int64_t inner,
-                  int64_t cols, bool bf16) {
-  SharedEngine();  // the OpenMP thread count
-  std::vector<float> a = RandomFloats(batch * rows * inner, 1),
-                     b = RandomFloats(batch * inner * cols, 2);
-  std::vector<float> c(static_cast<size_t>(batch * rows * cols));
+struct OnednnMatmulCall::Parts {
+  std::vector<float> a, b, c;
+  std::vector<uint16_t> a16, b16;  // bf16 inputs
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  dnnl::matmul matmul;
+  std::unordered_map<int, dnnl::memory> args;
+};
+
+OnednnMatmulCall::OnednnMatmulCall(int64_t batch, int64_t rows, int64_t inner, int64_t cols,
+                                   bool bf16)
+    : flops_(2.0 * static_cast<double>(batch * rows * cols * inner)) {
+  SharedEngine();  // the process's OpenMP thread count, before oneDNN starts
+  parts_ = std::make_unique<Parts>();
+  Parts& p = *parts_;
+  p.a = RandomFloats(batch * rows * inner, 1);
+  p.b = RandomFloats(batch * inner * cols, 2);
+  p.c.resize(static_cast<size_t>(batch * rows * cols));
   // bf16 inputs: each float's upper half (truncated; the time does not
   // depend on the rounding).
   const auto upper_halves = [](const std::vector<float>& x) {
@@ -220,35 +322,38 @@ void OnednnMatmul(benchmark::State& state, int64_t batch, int64_t rows, int64_t 
     }
     return words;
   };
-  std::vector<uint16_t> a16, b16;
-  if (bf16) a16 = upper_halves(a), b16 = upper_halves(b);
+  if (bf16) p.a16 = upper_halves(p.a), p.b16 = upper_halves(p.b);
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
   const dt input = bf16 ? dt::bf16 : dt::f32;
-  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(engine);
   dnnl::memory::desc a_md({batch, rows, inner}, input, tag::abc),
       b_md({batch, inner, cols}, input, tag::abc), c_md({batch, rows, cols}, dt::f32, tag::abc);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine);
-  dnnl::matmul matmul(pd);
-  dnnl::memory a_mem(a_md, engine, bf16 ? static_cast<void*>(a16.data()) : a.data()),
-      b_mem(b_md, engine, bf16 ? static_cast<void*>(b16.data()) : b.data()),
-      c_mem(c_md, engine, c.data());
-  // One run before the timed ones: a process's first oneDNN gemm makes its
-  // kernels just in time, which is not the matmul's time (nothing else in
-  // the suite need have run one before).
-  matmul.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
-  stream.wait();
-  for (auto _ : state) {
-    matmul.execute(stream,
-                   {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
-    stream.wait();
-    benchmark::DoNotOptimize(c.data());
-  }
-  state.SetLabel(pd.impl_info_str());
-  const double flops = 2.0 * static_cast<double>(batch * rows * cols * inner);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), p.engine);
+  p.matmul = dnnl::matmul(pd);
+  implementation_ = pd.impl_info_str();
+  p.args = {{DNNL_ARG_SRC,
+             dnnl::memory(a_md, p.engine, bf16 ? static_cast<void*>(p.a16.data()) : p.a.data())},
+            {DNNL_ARG_WEIGHTS,
+             dnnl::memory(b_md, p.engine, bf16 ? static_cast<void*>(p.b16.data()) : p.b.data())},
+            {DNNL_ARG_DST, dnnl::memory(c_md, p.engine, p.c.data())}};
+  Run();
+}
+
+OnednnMatmulCall::~OnednnMatmulCall() = default;
+
+void OnednnMatmulCall::Run() {
+  parts_->matmul.execute(parts_->stream, parts_->args);
+  parts_->stream.wait();
+  benchmark::DoNotOptimize(parts_->c.data());
+}
+
+void OnednnMatmul(benchmark::State& state, int64_t batch, int64_t rows, int64_t inner, int64_t cols,
+                  bool bf16) {
+  OnednnMatmulCall matmul(batch, rows, inner, cols, bf16);
+  for (auto _ : state) matmul.Run();
+  state.SetLabel(matmul.Implementation());
   state.counters["GFLOPS"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+      benchmark::Counter(matmul.Flops() * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 }  // namespace attnscore::bench

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnscore/engine.h"
@@ -24,8 +25,9 @@ void SetEngineOptions(const EngineOptions& options);
 const Engine& SharedEngine();
 
 // A further engine with the shared one's options (ISA cap, precision) but
-// `threads` threads, for a benchmark that sets thread counts side by side.
-Status EngineWithThreads(int threads, std::unique_ptr<Engine>* engine);
+// `threads` threads, for a benchmark that sets its own thread counts; null,
+// the state skipped with the reason, if it cannot be made.
+std::unique_ptr<Engine> EngineOrSkip(benchmark::State& state, int threads);
 
 // Labels a benchmark with what ran it: the Highway target in use and the
 // implementations oneDNN chose for the engine's matmuls that ran between
@@ -59,16 +61,28 @@ double ValidKeys(const std::vector<int64_t>& lens, int64_t queries, int64_t keys
 // target in use), which outruns the caches beyond L1. Bytes/s is the rate.
 void CachedRead(benchmark::State& state);
 
-// A call on 2 threads against the same call on 1, alternated within one
-// process: on a shared, noisy machine two separate runs differ by more than
-// the speed-up measured. `timed(threads)` makes the call on that many
-// threads and returns its seconds (or skips the state with an error). Each
-// iteration of the state is a round: about 2 ms of calls on 1 thread (at
-// least one call), then as many on 2, back to back as a server makes them
-// (which side goes first alternates). Sets the counters one_thread_us and
-// two_threads_us, the medians over rounds of each side's median call, and
-// speedup, the median of the rounds' ratios of the two (above 1: 2 threads
-// are faster).
+// Two calls timed against each other, alternated within one process: on a
+// shared, noisy machine two separate runs differ by more than the ratios
+// measured here. `timed(side)` makes side 0's or side 1's call and returns
+// its seconds (or skips the state with an error). Each iteration of the
+// state is a round: about 2 ms of side 0's calls (at least three), then
+// about 2 ms of side 1's, back to back as a server makes them (which side
+// goes first alternates); a side's median call in a round leaves out a
+// first call slowed by the other side's use of the caches. Gives each
+// side's median over rounds of its median call, in µs, and the median of
+// the rounds' ratios side 0 ÷ side 1; false (and no times) when no round
+// ran.
+struct AlternatedTimes {
+  double median_us[2];
+  double ratio;
+};
+bool TimeAlternated(benchmark::State& state, const std::function<double(int side)>& timed,
+                    AlternatedTimes* times);
+
+// A call on 2 threads against the same call on 1 (TimeAlternated).
+// `timed(threads)` makes the call on that many threads and returns its
+// seconds. Sets the counters one_thread_us and two_threads_us, and speedup,
+// 1-thread ÷ 2-thread (above 1: 2 threads are faster).
 void TwoThreadsAgainstOne(benchmark::State& state, const std::function<double(int)>& timed);
 
 // CachedRead's read of state.range(0) bytes through TwoThreadsAgainstOne:
@@ -76,9 +90,59 @@ void TwoThreadsAgainstOne(benchmark::State& state, const std::function<double(in
 // threads outrun 1 on a read alone.
 void CachedReadTwoThreads(benchmark::State& state);
 
-// One batched oneDNN fp32 matmul, (batch, rows, inner) · (batch, inner,
-// cols), random inputs, timed over the state's iterations: the matmul rate
-// a workload's products could reach. Labels the state with oneDNN's
+// A call against the limit that bounds it, alternated on 1 thread
+// (TimeAlternated): `call()` makes the call and returns its seconds. Sets
+// the counters op_us and limit_us, the medians of the two sides, and
+// limit_share, the call's rate as a share of the limit's (1: as fast as the
+// limit), the median over the rounds.
+//
+// AgainstItsRead: the limit is `read()`, a read with CachedRead's kernel of
+// the bytes the call must read (SecondsToRead); the share is read ÷ call.
+void AgainstItsRead(benchmark::State& state, const std::function<double()>& call,
+                    const std::function<double()>& read);
+// The shape of BM_LimitMatmul's matmul, (rows, inner) · (inner, cols), and
+// what it says where it skips bf16.
+inline constexpr int64_t kLimitMatmulRows = 1024, kLimitMatmulInner = 256, kLimitMatmulCols = 1024;
+inline constexpr char kNoBf16Arithmetic[] =
+    "this CPU has no bf16 arithmetic (no avx512_bf16 or AMX)";
+// AgainstLimitMatmul: the limit is a oneDNN matmul of BM_LimitMatmul's
+// shape, on 1 OpenMP thread (whatever --threads says), in the engine's
+// precision (skipped, saying so as BM_LimitMatmul does, for bf16
+// on a CPU without bf16 arithmetic); the share is of GFLOP/s, the call
+// credited with `call_flops`.
+void AgainstLimitMatmul(benchmark::State& state, const std::function<double()>& call,
+                        double call_flops);
+
+// Seconds `call` takes; a failed call skips the state with its message
+// (the first failure's).
+double SecondsOf(benchmark::State& state, const std::function<Status()>& call);
+
+// Seconds to read `spans` (first float, count) once with CachedRead's
+// kernel: the read side of AgainstItsRead.
+double SecondsToRead(const std::vector<std::pair<const float*, size_t>>& spans);
+
+// One batched oneDNN matmul, (batch, rows, inner) · (batch, inner, cols),
+// fp32 output, on random fp32 inputs or (bf16) their upper halves, made
+// once on the process's OpenMP threads and run on demand. Before the first
+// Run(), it has run once: a process's first oneDNN gemm makes its kernels
+// just in time, which is not the matmul's time.
+class OnednnMatmulCall {
+ public:
+  OnednnMatmulCall(int64_t batch, int64_t rows, int64_t inner, int64_t cols, bool bf16);
+  ~OnednnMatmulCall();
+  void Run();  // returns once the product is written
+  double Flops() const { return flops_; }
+  const std::string& Implementation() const { return implementation_; }
+
+ private:
+  struct Parts;
+  std::unique_ptr<Parts> parts_;
+  double flops_;
+  std::string implementation_;
+};
+
+// OnednnMatmulCall timed over the state's iterations: the matmul rate a
+// workload's products could reach. Labels the state with oneDNN's
 // implementation and sets its GFLOPS counter.
 void OnednnMatmul(benchmark::State& state, int64_t batch, int64_t rows, int64_t inner,
                   int64_t cols, bool bf16 = false);

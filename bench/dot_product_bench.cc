@@ -4,12 +4,13 @@
 // 2·L·(D + Dv) per query; BM_OnednnMatmul (PerQuery) in peers_bench.cc runs
 // one oneDNN matmul of the same FLOPs. bytes/s counts Q, out and the K, V
 // rows some query of the entry attends to. BM_DotProductTwoThreads times
-// the decode, encoder and long calls on 2 threads against 1.
+// the decode, encoder and long calls on 2 threads against 1;
+// BM_DotProductAgainstLimit, some of them against their limits.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "bench_util.h"
@@ -44,6 +45,26 @@ struct DotProductCall {
     return s;
   }
 
+  // 2·L·(D + Dv) per query over its L valid keys (Dv = D here).
+  double Flops() const {
+    return 2.0 * ValidKeys(lens, rows_per_length, keys) * static_cast<double>(2 * depth);
+  }
+
+  // The K and V rows entry b reads: those below its longest length.
+  int64_t RowsRead(int64_t b) const {
+    const int64_t lengths = queries / rows_per_length;  // per entry
+    const auto first = lens.begin() + b * lengths;
+    return std::min(keys, *std::max_element(first, first + lengths));
+  }
+
+  // Q, out and each entry's K and V rows read.
+  double Bytes() const {
+    double rows_read = 0;
+    for (int64_t b = 0; b < batch; ++b) rows_read += static_cast<double>(RowsRead(b));
+    return 4.0 * static_cast<double>(2 * depth) *
+           (static_cast<double>(batch * queries) + rows_read);
+  }
+
   const int64_t batch, queries, keys, depth;
   const bool per_query;
   const int64_t rows_per_length;  // rows sharing each length
@@ -54,9 +75,6 @@ struct DotProductCall {
 
 void DotProduct(benchmark::State& state, bool per_query) {
   DotProductCall call(state.range(0), state.range(1), state.range(2), state.range(3), per_query);
-  const int64_t batch = call.batch, queries = call.queries, keys = call.keys;
-  const int64_t depth = call.depth, value_dim = depth, rows_per_length = call.rows_per_length;
-  const std::vector<int64_t>& lens = call.lens;
   const Engine& engine = SharedEngine();
   const ImplementationLabel label;
   for (auto _ : state) {
@@ -64,20 +82,9 @@ void DotProduct(benchmark::State& state, bool per_query) {
     if (!s.ok()) state.SkipWithError(s.message().c_str());
   }
   label.Apply(state);
-  // (query, key) pairs attended, and K, V rows read: each entry's longest.
-  const double valid_keys = ValidKeys(lens, rows_per_length, keys);
-  double rows_read = 0;
-  for (int64_t b = 0; b < batch; ++b) {
-    const auto first = lens.begin() + b * (queries / rows_per_length);
-    rows_read += static_cast<double>(
-        std::min(keys, *std::max_element(first, first + queries / rows_per_length)));
-  }
-  const double flops = 2.0 * valid_keys * static_cast<double>(depth + value_dim);
   state.counters["GFLOPS"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  const double bytes = 4.0 * (static_cast<double>(batch * queries * (depth + value_dim)) +
-                              rows_read * static_cast<double>(depth + value_dim));
-  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+      benchmark::Counter(call.Flops() * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetBytesProcessed(static_cast<int64_t>(call.Bytes()) * state.iterations());
 }
 
 void BM_DotProduct(benchmark::State& state) { DotProduct(state, /*per_query=*/false); }
@@ -105,20 +112,11 @@ BENCHMARK(BM_DotProductPerQuery)
 void BM_DotProductTwoThreads(benchmark::State& state) {
   DotProductCall call(state.range(0), state.range(1), state.range(2), state.range(3),
                       state.range(4) != 0);
-  std::unique_ptr<Engine> engines[2];
-  for (int threads = 1; threads <= 2; ++threads) {
-    Status s = EngineWithThreads(threads, &engines[threads - 1]);
-    if (!s.ok()) {
-      state.SkipWithError(s.message().c_str());
-      return;
-    }
-  }
+  const std::unique_ptr<Engine> engines[2] = {EngineOrSkip(state, 1), EngineOrSkip(state, 2)};
+  if (!engines[0] || !engines[1]) return;
   const ImplementationLabel label;
   TwoThreadsAgainstOne(state, [&](int threads) {
-    const auto start = std::chrono::steady_clock::now();
-    Status s = call.Run(*engines[threads - 1]);
-    if (!s.ok() && !state.error_occurred()) state.SkipWithError(s.message().c_str());
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return SecondsOf(state, [&] { return call.Run(*engines[threads - 1]); });
   });
   label.Apply(state);
 }
@@ -131,6 +129,42 @@ BENCHMARK(BM_DotProductTwoThreads)
     ->Args({4, 128, 128, 64, 1})    // encoder, per-query lengths
     ->Args({1, 1024, 4096, 64, 0})  // long
     ->Iterations(7)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// BM_DotProduct's call (or, with per_query, BM_DotProductPerQuery's)
+// against the limit that bounds it, alternated on 1 thread: decode (at most
+// 3 queries) against a read of the K and V rows it reads, each entry's below
+// its longest length, from the call's own buffers (AgainstItsRead); the
+// others against the matmul limit (AgainstLimitMatmul).
+void BM_DotProductAgainstLimit(benchmark::State& state) {
+  DotProductCall call(state.range(0), state.range(1), state.range(2), state.range(3),
+                      state.range(4) != 0);
+  const std::unique_ptr<Engine> engine = EngineOrSkip(state, 1);
+  if (!engine) return;
+  const auto timed_call = [&] { return SecondsOf(state, [&] { return call.Run(*engine); }); };
+  const ImplementationLabel label;
+  if (call.queries <= 3) {  // as report.py tells decode: the engine's row path
+    std::vector<std::pair<const float*, size_t>> rows;
+    for (int64_t b = 0; b < call.batch; ++b) {
+      const auto floats = static_cast<size_t>(call.RowsRead(b) * call.depth);
+      rows.emplace_back(call.k.data() + b * call.keys * call.depth, floats);
+      rows.emplace_back(call.v.data() + b * call.keys * call.depth, floats);
+    }
+    AgainstItsRead(state, timed_call, [&] { return SecondsToRead(rows); });
+  } else {
+    AgainstLimitMatmul(state, timed_call, call.Flops());
+  }
+  label.Apply(state);
+}
+
+BENCHMARK(BM_DotProductAgainstLimit)
+    ->ArgNames({"batch", "queries", "keys", "dim", "per_query"})
+    ->Args({8, 1, 1024, 64, 0})     // decode
+    ->Args({1, 1, 4096, 64, 0})     // decode, one sequence
+    ->Args({4, 128, 128, 64, 1})    // encoder, per-query lengths
+    ->Args({1, 1024, 4096, 64, 0})  // long
+    ->Iterations(15)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

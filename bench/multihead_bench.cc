@@ -3,14 +3,19 @@
 //   decode   (B 4, N 1, Hq 16, Hkv 4, D 64) over 2,048 keys in a KvCache:
 //            bytes/s counts K and V read once; BM_CachedRead reads as many
 //            bytes. The same over 256 keys (2 MiB, cache-resident) shows
-//            the arithmetic's own cost per key.
+//            the arithmetic's own cost per key. BM_KvCacheDecodeAgainstRead
+//            times the 2,048-key step alternated with a read of its bytes.
 //   prefill  (B 1, N 1,024, H 16, D 64), causal: GFLOP/s counts the unmasked
 //            half only, 2 (D + Dv) per (query, visible key) per head;
-//            BM_OnednnMatmulHeads is one oneDNN matmul of the heads' Q Kᵀ.
+//            BM_OnednnMatmulHeads is one oneDNN matmul of the heads' Q Kᵀ;
+//            BM_MultiHeadAgainstMatmul times it alternated with the matmul
+//            limit.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "attnscore/kv_cache.h"
@@ -19,42 +24,69 @@
 namespace attnscore::bench {
 namespace {
 
-// Args: batch, queries, keys, heads, kv_heads, dim, causal (0 none, 1
-// top-left, 2 bottom-right). Token-major Q (B, N, Hq, D), K/V (B, M, Hkv, D).
-void BM_MultiHead(benchmark::State& state) {
-  const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),
-                heads = state.range(3), kv_heads = state.range(4), depth = state.range(5);
-  MultiHeadOptions options;
-  options.causal = static_cast<Causal>(state.range(6));
-  const Engine& engine = SharedEngine();
-  const std::vector<float> q = RandomFloats(batch * queries * heads * depth, 1);
-  const std::vector<float> k = RandomFloats(batch * keys * kv_heads * depth, 2);
-  const std::vector<float> v = RandomFloats(batch * keys * kv_heads * depth, 3);
-  std::vector<float> out(static_cast<size_t>(batch * queries * heads * depth));
-  const ImplementationLabel label;
-  for (auto _ : state) {
+// One multi-head call on random token-major Q (B, N, Hq, D), K and V (B, M,
+// Hkv, D), no valid lengths, the causal option given.
+struct MultiHeadCall {
+  MultiHeadCall(int64_t batch, int64_t queries, int64_t keys, int64_t heads, int64_t kv_heads,
+                int64_t depth, Causal causal)
+      : batch(batch),
+        queries(queries),
+        keys(keys),
+        heads(heads),
+        kv_heads(kv_heads),
+        depth(depth),
+        q(RandomFloats(batch * queries * heads * depth, 1)),
+        k(RandomFloats(batch * keys * kv_heads * depth, 2)),
+        v(RandomFloats(batch * keys * kv_heads * depth, 3)),
+        out(static_cast<size_t>(batch * queries * heads * depth)) {
+    options.causal = causal;
+  }
+
+  Status Run(const Engine& engine) {
     Status s = engine.MultiHeadAttention(ConstTensor(q.data(), {batch, queries, heads, depth}),
                                          ConstTensor(k.data(), {batch, keys, kv_heads, depth}),
                                          ConstTensor(v.data(), {batch, keys, kv_heads, depth}),
                                          ValidLens::None(), options,
                                          Tensor(out.data(), {batch, queries, heads, depth}));
-    if (!s.ok()) state.SkipWithError(s.message().c_str());
     benchmark::DoNotOptimize(out.data());
+    return s;
+  }
+
+  // 2·(D + Dv) per visible (query, key) pair per head.
+  double Flops() const {
+    double visible = 0;  // summed over queries; each head sees the same
+    for (int64_t i = 0; i < queries; ++i) {
+      const int64_t bound = options.causal == Causal::kTopLeft       ? i + 1
+                            : options.causal == Causal::kBottomRight ? keys - queries + i + 1
+                                                                     : keys;
+      visible += static_cast<double>(std::min(bound, keys));
+    }
+    return 2.0 * static_cast<double>(batch * heads * 2 * depth) * visible;
+  }
+
+  const int64_t batch, queries, keys, heads, kv_heads, depth;
+  MultiHeadOptions options;
+  const std::vector<float> q, k, v;
+  std::vector<float> out;
+};
+
+// Args: batch, queries, keys, heads, kv_heads, dim, causal (0 none, 1
+// top-left, 2 bottom-right).
+void BM_MultiHead(benchmark::State& state) {
+  MultiHeadCall call(state.range(0), state.range(1), state.range(2), state.range(3), state.range(4),
+                     state.range(5), static_cast<Causal>(state.range(6)));
+  const Engine& engine = SharedEngine();
+  const ImplementationLabel label;
+  for (auto _ : state) {
+    Status s = call.Run(engine);
+    if (!s.ok()) state.SkipWithError(s.message().c_str());
   }
   label.Apply(state);
-  // Visible keys summed over queries (each head sees the same).
-  double visible = 0;
-  for (int64_t i = 0; i < queries; ++i) {
-    const int64_t bound = options.causal == Causal::kTopLeft       ? i + 1
-                          : options.causal == Causal::kBottomRight ? keys - queries + i + 1
-                                                                   : keys;
-    visible += static_cast<double>(std::min(bound, keys));
-  }
-  const double flops = 2.0 * static_cast<double>(batch * heads * 2 * depth) * visible;
   state.counters["GFLOPS"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+      benchmark::Counter(call.Flops() * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   // What it must read at least: K and V once (Q and out are small here).
-  const double bytes = 4.0 * static_cast<double>(batch * keys * kv_heads * 2 * depth);
+  const double bytes =
+      4.0 * static_cast<double>(call.batch * call.keys * call.kv_heads * 2 * call.depth);
   state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
 }
 
@@ -65,34 +97,75 @@ BENCHMARK(BM_MultiHead)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
-// One decoding step over a KvCache holding `keys` positions per sequence.
-void BM_KvCacheDecode(benchmark::State& state) {
-  const int64_t batch = state.range(0), keys = state.range(1), heads = state.range(2),
-                kv_heads = state.range(3), depth = state.range(4);
-  const Engine& engine = SharedEngine();
-  KvCacheShape shape;
-  shape.batch = batch, shape.capacity = keys, shape.kv_heads = kv_heads;
-  shape.key_dim = depth, shape.value_dim = depth;
-  std::unique_ptr<KvCache> cache;
-  Status s = KvCache::Create(shape, &cache);
-  const std::vector<float> k = RandomFloats(batch * keys * kv_heads * depth, 2);
-  const std::vector<float> v = RandomFloats(batch * keys * kv_heads * depth, 3);
-  if (s.ok()) {
-    s = cache->Append(ConstTensor(k.data(), {batch, keys, kv_heads, depth}),
-                      ConstTensor(v.data(), {batch, keys, kv_heads, depth}));
+// BM_MultiHead's prefill against the matmul limit, alternated on 1 thread
+// (AgainstLimitMatmul), credited with its visible pairs' FLOPs only.
+void BM_MultiHeadAgainstMatmul(benchmark::State& state) {
+  MultiHeadCall call(state.range(0), state.range(1), state.range(2), state.range(3), state.range(4),
+                     state.range(5), static_cast<Causal>(state.range(6)));
+  const std::unique_ptr<Engine> engine = EngineOrSkip(state, 1);
+  if (!engine) return;
+  const ImplementationLabel label;
+  AgainstLimitMatmul(
+      state, [&] { return SecondsOf(state, [&] { return call.Run(*engine); }); }, call.Flops());
+  label.Apply(state);
+}
+
+BENCHMARK(BM_MultiHeadAgainstMatmul)
+    ->ArgNames({"batch", "queries", "keys", "heads", "kv_heads", "dim", "causal"})
+    ->Args({1, 1024, 1024, 16, 16, 64, 1})  // prefill, causal
+    ->Iterations(15)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// One decoding step over a KvCache holding `keys` positions per sequence,
+// filled with random K and V (B, M, Hkv, D); one random query per head.
+struct KvCacheDecodeCall {
+  KvCacheDecodeCall(int64_t batch, int64_t keys, int64_t heads, int64_t kv_heads, int64_t depth)
+      : batch(batch),
+        heads(heads),
+        depth(depth),
+        k(RandomFloats(batch * keys * kv_heads * depth, 2)),
+        v(RandomFloats(batch * keys * kv_heads * depth, 3)),
+        q(RandomFloats(batch * heads * depth, 1)),
+        out(static_cast<size_t>(batch * heads * depth)) {
+    KvCacheShape shape;
+    shape.batch = batch, shape.capacity = keys, shape.kv_heads = kv_heads;
+    shape.key_dim = depth, shape.value_dim = depth;
+    status = KvCache::Create(shape, &cache);
+    if (status.ok()) {
+      status = cache->Append(ConstTensor(k.data(), {batch, keys, kv_heads, depth}),
+                             ConstTensor(v.data(), {batch, keys, kv_heads, depth}));
+    }
   }
-  if (!s.ok()) {
-    state.SkipWithError(s.message().c_str());
+
+  Status Run(const Engine& engine) {
+    Status s = cache->Attend(engine, ConstTensor(q.data(), {batch, 1, heads, depth}),
+                             Tensor(out.data(), {batch, 1, heads, depth}));
+    benchmark::DoNotOptimize(out.data());
+    return s;
+  }
+
+  const int64_t batch, heads, depth;
+  const std::vector<float> k, v;  // what the cache holds, as appended
+  const std::vector<float> q;
+  std::vector<float> out;
+  std::unique_ptr<KvCache> cache;
+  Status status;  // of filling the cache
+};
+
+void BM_KvCacheDecode(benchmark::State& state) {
+  const int64_t batch = state.range(0), keys = state.range(1), kv_heads = state.range(3),
+                depth = state.range(4);
+  KvCacheDecodeCall call(batch, keys, state.range(2), kv_heads, depth);
+  if (!call.status.ok()) {
+    state.SkipWithError(call.status.message().c_str());
     return;
   }
-  const std::vector<float> q = RandomFloats(batch * heads * depth, 1);
-  std::vector<float> out(static_cast<size_t>(batch * heads * depth));
+  const Engine& engine = SharedEngine();
   const ImplementationLabel label;
   for (auto _ : state) {
-    s = cache->Attend(engine, ConstTensor(q.data(), {batch, 1, heads, depth}),
-                      Tensor(out.data(), {batch, 1, heads, depth}));
+    Status s = call.Run(engine);
     if (!s.ok()) state.SkipWithError(s.message().c_str());
-    benchmark::DoNotOptimize(out.data());
   }
   label.Apply(state);
   const double bytes = 4.0 * static_cast<double>(batch * keys * kv_heads * 2 * depth);
@@ -104,6 +177,35 @@ BENCHMARK(BM_KvCacheDecode)
     ->Args({4, 2048, 16, 4, 64})
     ->Args({4, 256, 16, 4, 64})
     ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// BM_KvCacheDecode's step against a read of as many bytes, alternated on 1
+// thread (AgainstItsRead). The cache's storage is private to the engine, so
+// the read is of the K and V as appended, in the caller's buffers: the same
+// values and bytes.
+void BM_KvCacheDecodeAgainstRead(benchmark::State& state) {
+  KvCacheDecodeCall call(state.range(0), state.range(1), state.range(2), state.range(3),
+                         state.range(4));
+  if (!call.status.ok()) {
+    state.SkipWithError(call.status.message().c_str());
+    return;
+  }
+  const std::unique_ptr<Engine> engine = EngineOrSkip(state, 1);
+  if (!engine) return;
+  const std::vector<std::pair<const float*, size_t>> appended = {{call.k.data(), call.k.size()},
+                                                                 {call.v.data(), call.v.size()}};
+  const ImplementationLabel label;
+  AgainstItsRead(
+      state, [&] { return SecondsOf(state, [&] { return call.Run(*engine); }); },
+      [&] { return SecondsToRead(appended); });
+  label.Apply(state);
+}
+
+BENCHMARK(BM_KvCacheDecodeAgainstRead)
+    ->ArgNames({"batch", "keys", "heads", "kv_heads", "dim"})
+    ->Args({4, 2048, 16, 4, 64})
+    ->Iterations(15)
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 // Reads the decode's K and V bytes as often as the op does (bench_util.h).

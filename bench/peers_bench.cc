@@ -108,10 +108,10 @@ BENCHMARK(BM_OnednnMatmulPerQuery)
 void BM_LimitMatmul(benchmark::State& state) {
   const bool bf16 = state.range(0) != 0;
   if (bf16 && !matmul::NativeBf16()) {
-    state.SkipWithError("this CPU has no bf16 arithmetic (no avx512_bf16 or AMX)");
+    state.SkipWithError(kNoBf16Arithmetic);
     return;
   }
-  OnednnMatmul(state, 1, 1024, 256, 1024, bf16);
+  OnednnMatmul(state, 1, kLimitMatmulRows, kLimitMatmulInner, kLimitMatmulCols, bf16);
 }
 
 BENCHMARK(BM_LimitMatmul)

@@ -14,7 +14,8 @@ against the CLI BUILD/bin/attnscore on 1 thread. From that one run it writes
 
   --out     a page with this machine's limits (fp32 and bf16 matmul, copy,
             reads from L2, L3 and memory) and each workload's share of
-            the limit that bounds it, then a table per op (masked softmax,
+            the limit that bounds it, the issues' workloads timed
+            alternated with their limits, then a table per op (masked softmax,
             dot product, additive, concat, multi-head): each benchmark's
             median next to its peer's
             median from the same run, and their ratio, with the dot
@@ -629,18 +630,71 @@ def threads_section(runs, pairs):
               ratio(runs[peer]["speedup"]))
     text = ("The dot product on 2 threads against 1, on some shapes of its table above with "
             "the same valid lengths, timed in one process: each round makes about 2 ms of "
-            "calls (at least one) on an engine of 1 thread, then as many on an engine of 2 "
-            "(which goes first alternates), and the speed-up is the median over the rounds of "
-            "1-thread median ÷ 2-thread median (above 1×: 2 threads are faster); the times are "
-            "the medians of the rounds' medians. Decode is bound by reading K and V, so its "
-            "peer is a read of as many bytes as its K and V buffers alone, timed the same way, "
-            "on 2 threads each reading half: how far this machine's caches let a second thread "
-            "help at all. On a shared machine the second core may be busy with other work, "
-            "which lowers every speed-up here.")
+            "calls on an engine of 1 thread, then about 2 ms on an engine of 2 (at least three "
+            "calls each; which goes first alternates), and the speed-up is the median over the "
+            "rounds of 1-thread median ÷ 2-thread median (above 1×: 2 threads are faster); the "
+            "times are the medians of the rounds' medians. Decode is bound by reading K and V, "
+            "so its peer is a read of as many bytes as its K and V buffers alone, timed the "
+            "same way, on 2 threads each reading half: how far this machine's caches let a "
+            "second thread help at all. On a shared machine the second core may be busy with "
+            "other work, which lowers every speed-up here.")
     return "Two threads against one", text, t if names else None
 
 
-# What BM_LimitMatmul says when it skips itself (bench/peers_bench.cc).
+ALTERNATED_FAMILIES = ("BM_DotProductAgainstLimit", "BM_MultiHeadAgainstMatmul",
+                      "BM_KvCacheDecodeAgainstRead")
+
+
+def alternated_section(runs, pairs, bf16, skipped_runs):
+    """Workloads against their limits, each timed alternated with it in one process."""
+    t = Table(["workload", "call µs", "limit", "limit µs", "share of the limit"], "lrlrr")
+    names = [n for n in list(runs) + list(skipped_runs) if family(n) in ALTERNATED_FAMILIES]
+    names.sort(key=lambda n: (ALTERNATED_FAMILIES.index(family(n)),
+                              runs[n]["op_us"] if n in runs else float("inf")))
+    matmul = "%s matmul (1024, 256) · (256, 1024)" % ("bf16" if bf16 else "fp32")
+    for name in names:
+        a, f = args_of(name), family(name)
+        if f == "BM_DotProductAgainstLimit":
+            dims = (a["batch"], a["queries"], a["keys"])
+            shape = "dot product %s(%d, %d, %d), D %d%s" % (
+                DOT_SHAPES[dims] + " " if dims in DOT_SHAPES else "", *dims, a["dim"],
+                ", per-query lengths" if a["per_query"] else "")
+            limit = "read of its K and V rows" if a["queries"] <= 3 else matmul
+        elif f == "BM_MultiHeadAgainstMatmul":
+            shape = "multi-head, B %d, N %d, M %d, Hq %d, Hkv %d, D %d%s" % (
+                a["batch"], a["queries"], a["keys"], a["heads"], a["kv_heads"], a["dim"],
+                {0: "", 1: ", causal top-left", 2: ", causal bottom-right"}[a["causal"]])
+            limit = matmul
+        else:
+            shape = "KvCache decode, B %d, Hq %d, Hkv %d, D %d, %d keys" % (
+                a["batch"], a["heads"], a["kv_heads"], a["dim"], a["keys"])
+            limit = "read of K and V as appended"
+        if name not in runs:
+            t.add(shape, "—", limit, "—", "not measured: " + skipped_runs[name])
+            continue
+        b = runs[name]
+        pairs.op(name)
+        t.add(shape, us_text(b["op_us"]), limit, us_text(b["limit_us"]),
+              "%.0f%%" % (100 * b["limit_share"]))
+    text = ("Decode, the encoder with per-query lengths, the long call and the causal "
+            "prefill against the limits that bound them, each timed on 1 thread alternated "
+            "with its limit in one process, so that both meet the machine at the same "
+            "moments: each round makes about 2 ms of the limit's calls (at least three), then "
+            "about 2 ms of the workload's (which goes first alternates), and the share is the "
+            "median over the rounds of the workload's rate in its median call as a share of "
+            "the limit's; the times are the medians of the rounds' medians. Decode's limit is "
+            "a read of its K and V bytes: for the dot product, each entry's K and V rows below "
+            "its longest length, from the call's own buffers; for a KvCache, whose storage is "
+            "private to the engine, the K and V as appended, the same bytes in the caller's "
+            "buffers. Its share is read time ÷ call time. The others' limit is a matmul of the "
+            "limits table's shape, also on 1 thread, and the share is of GFLOP/s, the workload "
+            "credited with 2·(D + Dv) FLOPs per valid (query, key) pair, per head. The limits "
+            "table above sets the same workloads against limits timed apart from them.")
+    return "Against their limits, alternated", text, t if names else None
+
+
+# What BM_LimitMatmul and the benchmarks alternated with its matmul say when
+# they skip themselves (kNoBf16Arithmetic, bench/bench_util.h).
 UNSUPPORTED = "this CPU has no bf16 arithmetic"
 LIMITS = [  # (benchmark, the limit's short name, what it measures)
     ("BM_LimitMatmul/precision:0/real_time", "fp32 matmul",
@@ -846,7 +900,7 @@ def page(facts, command, bench_cmd, args, sections, runs, used, torch):
              "less, so compare figures only within one run of this page, never across runs or "
              "machines. The peers run on the engine's thread count, so an op and its peer use "
              "the same cores (but for the table of 2 threads against 1, which sets both "
-             "counts side by side)."),
+             "counts side by side, and the alternated one, on 1 thread)."),
         "",
     ]
     for title, text, table in sections:
@@ -976,8 +1030,9 @@ def main(argv):
     pairs = Pairs()
     sections = [f(runs, pairs) for f in (softmax_section, dot_section, threads_section,
                                         additive_section, concat_section, multihead_section)]
-    sections.insert(0, limits_section(runs, pairs, skipped(data),
-                                      bf16=ctx.get("precision") == "bf16"))
+    bf16 = ctx.get("precision") == "bf16"
+    sections[:0] = [limits_section(runs, pairs, skipped(data), bf16),
+                    alternated_section(runs, pairs, bf16, skipped(data))]
     page_text = page(facts, command, bench_cmd, args, sections, runs, pairs.used,
                      torch_result)
 

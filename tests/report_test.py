@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Tests for bench/report.py's table of 2 threads against 1: the table from
-given benchmark results, and a short run of the real attnscore_bench
-(the *TwoThreads benchmarks, one repetition, no PyTorch) into a page.
+"""Tests for bench/report.py's tables of calls timed alternated in one process
+(2 threads against 1; workloads against their limits): each table from
+given benchmark results, and from a short run of the real attnscore_bench
+(those benchmarks only, one repetition, no PyTorch) into a page.
 
 Run: /usr/bin/python3 tests/report_test.py BENCH_BINARY [-v]
 """
@@ -25,6 +26,14 @@ ENCODER = "BM_DotProductTwoThreads/batch:4/queries:128/keys:128/dim:64/per_query
 LONG = "BM_DotProductTwoThreads/batch:1/queries:1024/keys:4096/dim:64/per_query:0/" \
        "iterations:7/real_time"
 READ = "BM_CachedReadTwoThreads/bytes:4194304/iterations:7/real_time"
+DECODE_LIMIT = "BM_DotProductAgainstLimit/batch:8/queries:1/keys:1024/dim:64/per_query:0/" \
+               "iterations:15/real_time"
+ENCODER_LIMIT = "BM_DotProductAgainstLimit/batch:4/queries:128/keys:128/dim:64/per_query:1/" \
+                "iterations:15/real_time"
+PREFILL_LIMIT = "BM_MultiHeadAgainstMatmul/batch:1/queries:1024/keys:1024/heads:16/" \
+                "kv_heads:16/dim:64/causal:1/iterations:15/real_time"
+KV_LIMIT = "BM_KvCacheDecodeAgainstRead/batch:4/keys:2048/heads:16/kv_heads:4/dim:64/" \
+           "iterations:15/real_time"
 
 
 def result(one, two, speedup):
@@ -59,19 +68,92 @@ class ThreadsTable(unittest.TestCase):
                                                      self.report.Pairs())[2], None)
 
 
+def against_limit(op, limit, share):
+    return {"op_us": op, "limit_us": limit, "limit_share": share}
+
+
+class AlternatedTable(unittest.TestCase):
+    def setUp(self):
+        sys.path.insert(0, os.path.dirname(SCRIPT))
+        import report
+        self.report = report
+
+    def test_rows_by_family_then_time_each_with_its_limit(self):
+        runs = {KV_LIMIT: against_limit(1216.0, 1030.7, 0.8003),
+                PREFILL_LIMIT: against_limit(31753.4, 5929.1, 0.7484),
+                ENCODER_LIMIT: against_limit(144.4, 5929.4, 0.6486),
+                DECODE_LIMIT: against_limit(62.8, 60.4, 0.9217),
+                DECODE: result(60.3, 40.0, 1.5)}
+        pairs = self.report.Pairs()
+        title, _, table = self.report.alternated_section(runs, pairs, False, {})
+        self.assertEqual(title, "Against their limits, alternated")
+        matmul = "fp32 matmul (1024, 256) · (256, 1024)"
+        self.assertEqual(table.rows, [
+            ["dot product decode (8, 1, 1024), D 64", "62.8", "read of its K and V rows",
+             "60.4", "92%"],
+            ["dot product encoder (4, 128, 128), D 64, per-query lengths", "144.4", matmul,
+             "5929", "65%"],
+            ["multi-head, B 1, N 1024, M 1024, Hq 16, Hkv 16, D 64, causal top-left", "31753",
+             matmul, "5929", "75%"],
+            ["KvCache decode, B 4, Hq 16, Hkv 4, D 64, 2048 keys", "1216",
+             "read of K and V as appended", "1031", "80%"]])
+        self.assertEqual(pairs.used, {DECODE_LIMIT, ENCODER_LIMIT, PREFILL_LIMIT, KV_LIMIT})
+
+    def test_bf16_skipped_where_the_cpu_has_none_and_no_rows(self):
+        why = "this CPU has no bf16 arithmetic (no avx512_bf16 or AMX)"
+        table = self.report.alternated_section(
+            {DECODE_LIMIT: against_limit(62.8, 60.4, 0.9217)}, self.report.Pairs(), True,
+            {ENCODER_LIMIT: why})[2]
+        self.assertEqual(table.rows, [
+            ["dot product decode (8, 1, 1024), D 64", "62.8", "read of its K and V rows",
+             "60.4", "92%"],
+            ["dot product encoder (4, 128, 128), D 64, per-query lengths", "—",
+             "bf16 matmul (1024, 256) · (256, 1024)", "—", "not measured: " + why]])
+        self.assertEqual(self.report.alternated_section({DECODE: result(1.0, 1.0, 1.0)},
+                                                        self.report.Pairs(), False, {})[2],
+                         None)
+
+
+def short_run_rows(regex, title):
+    """The rows under `title` on a page from a short run of the benchmarks
+    matching `regex`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        readme = os.path.join(tmp, "README.md")
+        with open(readme, "w") as f:
+            f.write("# x\n<!-- performance:begin -->\n<!-- performance:end -->\n")
+        out = os.path.join(tmp, "performance.md")
+        r = subprocess.run(["/usr/bin/python3", SCRIPT, "--build", BUILD, "--filter", regex,
+                            "--repetitions", "1", "--no-torch", "--out", out, "--readme",
+                            readme], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise AssertionError("report.py exited %d: %s" % (r.returncode, r.stderr))
+        with open(out) as f:
+            return table_rows(f.read(), title)
+
+
 class ShortRun(unittest.TestCase):
+    def test_workloads_against_their_limits(self):
+        rows = short_run_rows("Against", "## Against their limits, alternated")
+        self.assertEqual(sorted((r[0], r[2]) for r in rows), [
+            ("KvCache decode, B 4, Hq 16, Hkv 4, D 64, 2048 keys", "read of K and V as appended"),
+            ("dot product decode (8, 1, 1024), D 64", "read of its K and V rows"),
+            ("dot product decode, one sequence (1, 1, 4096), D 64", "read of its K and V rows"),
+            ("dot product encoder (4, 128, 128), D 64, per-query lengths",
+             "fp32 matmul (1024, 256) · (256, 1024)"),
+            ("dot product long (1, 1024, 4096), D 64", "fp32 matmul (1024, 256) · (256, 1024)"),
+            ("multi-head, B 1, N 1024, M 1024, Hq 16, Hkv 16, D 64, causal top-left",
+             "fp32 matmul (1024, 256) · (256, 1024)")])
+        for row in rows:
+            self.assertGreater(float(row[1]), 0)
+            self.assertGreater(float(row[3]), 0)
+            # A median of per-round shares of a limit; no call outruns a read
+            # of its own bytes by half as much again.
+            share = float(row[4].rstrip("%"))
+            self.assertGreater(share, 5)
+            self.assertLess(share, 150 if row[2].startswith("read") else 1000)
+
     def test_the_page_tables_every_workload(self):
-        with tempfile.TemporaryDirectory() as tmp:
-            readme = os.path.join(tmp, "README.md")
-            with open(readme, "w") as f:
-                f.write("# x\n<!-- performance:begin -->\n<!-- performance:end -->\n")
-            out = os.path.join(tmp, "performance.md")
-            r = subprocess.run(["/usr/bin/python3", SCRIPT, "--build", BUILD, "--filter",
-                                "TwoThreads", "--repetitions", "1", "--no-torch", "--out", out,
-                                "--readme", readme], capture_output=True, text=True)
-            self.assertEqual(r.returncode, 0, r.stderr)
-            with open(out) as f:
-                rows = table_rows(f.read(), "## Two threads against one")
+        rows = short_run_rows("TwoThreads", "## Two threads against one")
         self.assertEqual(sorted(r[0] for r in rows), [
             "decode (8, 1, 1024), 64", "decode, one sequence (1, 1, 4096), 64",
             "encoder (4, 128, 128), 64", "encoder (4, 128, 128), 64, per-query lengths",
