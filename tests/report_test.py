@@ -40,11 +40,16 @@ def result(one, two, speedup):
     return {"one_thread_us": one, "two_threads_us": two, "speedup": speedup}
 
 
-class ThreadsTable(unittest.TestCase):
+class ReportTables(unittest.TestCase):
+    """Tests of report.py's functions, imported as self.report."""
+
     def setUp(self):
         sys.path.insert(0, os.path.dirname(SCRIPT))
         import report
         self.report = report
+
+
+class ThreadsTable(ReportTables):
 
     def test_rows_by_time_with_the_read_beside_decode_only(self):
         runs = {LONG: result(15000.0, 8000.0, 1.87), DECODE: result(60.3, 40.0, 1.5),
@@ -72,12 +77,7 @@ def against_limit(op, limit, share):
     return {"op_us": op, "limit_us": limit, "limit_share": share}
 
 
-class AlternatedTable(unittest.TestCase):
-    def setUp(self):
-        sys.path.insert(0, os.path.dirname(SCRIPT))
-        import report
-        self.report = report
-
+class AlternatedTable(ReportTables):
     def test_rows_by_family_then_time_each_with_its_limit(self):
         runs = {KV_LIMIT: against_limit(1216.0, 1030.7, 0.8003),
                 PREFILL_LIMIT: against_limit(31753.4, 5929.1, 0.7484),
