@@ -14,12 +14,12 @@ against the CLI BUILD/bin/attnscore on 1 thread. From that one run it writes
 
   --out     a page with this machine's limits (fp32 and bf16 matmul, copy,
             reads from L2, L3 and memory) and each workload's share of
-            the limit that bounds it, the issues' workloads timed
-            alternated with their limits, then a table per op (masked softmax,
-            dot product, additive, concat, multi-head): each benchmark's
-            median next to its peer's
-            median from the same run, and their ratio, with the dot
-            product's speed-up on 2 threads against 1, then the PyTorch
+            the limit that bounds it, decode, encoder, long and prefill
+            timed alternated with their limits, then a table per op
+            (masked softmax, dot product, additive, concat, multi-head):
+            each benchmark's median next to its peer's median from the
+            same run, and their ratio, with the dot product's speed-up on
+            2 threads against 1, then the PyTorch
             comparison; its header names the CPU, the Highway target, oneDNN
             and its ISA, the commit, the date and the command that remakes it;
   --readme  the lines between "<!-- performance:begin -->" and
