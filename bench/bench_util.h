@@ -42,6 +42,19 @@ class ImplementationLabel {
   std::map<std::string, int64_t> runs_;  // by problem and implementation
 };
 
+// Times call.Run(engine), a Status, once per iteration of the state (a
+// failure skips the state with its message), and labels the state
+// (ImplementationLabel). A template, so the loop holds no indirect call.
+template <class Call>
+void RunEachIteration(benchmark::State& state, const Engine& engine, Call& call) {
+  const ImplementationLabel label;
+  for (auto _ : state) {
+    Status s = call.Run(engine);
+    if (!s.ok()) state.SkipWithError(s.message().c_str());
+  }
+  label.Apply(state);
+}
+
 // n floats ~ N(0, 1), fixed seed.
 std::vector<float> RandomFloats(int64_t n, uint32_t seed);
 

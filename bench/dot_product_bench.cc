@@ -75,13 +75,7 @@ struct DotProductCall {
 
 void DotProduct(benchmark::State& state, bool per_query) {
   DotProductCall call(state.range(0), state.range(1), state.range(2), state.range(3), per_query);
-  const Engine& engine = SharedEngine();
-  const ImplementationLabel label;
-  for (auto _ : state) {
-    Status s = call.Run(engine);
-    if (!s.ok()) state.SkipWithError(s.message().c_str());
-  }
-  label.Apply(state);
+  RunEachIteration(state, SharedEngine(), call);
   state.counters["GFLOPS"] =
       benchmark::Counter(call.Flops() * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.SetBytesProcessed(static_cast<int64_t>(call.Bytes()) * state.iterations());

@@ -75,13 +75,7 @@ struct MultiHeadCall {
 void BM_MultiHead(benchmark::State& state) {
   MultiHeadCall call(state.range(0), state.range(1), state.range(2), state.range(3), state.range(4),
                      state.range(5), static_cast<Causal>(state.range(6)));
-  const Engine& engine = SharedEngine();
-  const ImplementationLabel label;
-  for (auto _ : state) {
-    Status s = call.Run(engine);
-    if (!s.ok()) state.SkipWithError(s.message().c_str());
-  }
-  label.Apply(state);
+  RunEachIteration(state, SharedEngine(), call);
   state.counters["GFLOPS"] =
       benchmark::Counter(call.Flops() * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   // What it must read at least: K and V once (Q and out are small here).
@@ -161,13 +155,7 @@ void BM_KvCacheDecode(benchmark::State& state) {
     state.SkipWithError(call.status.message().c_str());
     return;
   }
-  const Engine& engine = SharedEngine();
-  const ImplementationLabel label;
-  for (auto _ : state) {
-    Status s = call.Run(engine);
-    if (!s.ok()) state.SkipWithError(s.message().c_str());
-  }
-  label.Apply(state);
+  RunEachIteration(state, SharedEngine(), call);
   const double bytes = 4.0 * static_cast<double>(batch * keys * kv_heads * 2 * depth);
   state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
 }
