@@ -269,27 +269,27 @@ void CachedReadTwoThreads(benchmark::State& state) {
   const int64_t floats = state.range(0) / 4;
   const std::vector<float> data = RandomFloats(floats, 5);
   TwoThreadsAgainstOne(state, [&](int threads) {
+    // On 1 thread, no OpenMP region, as the engine on 1 thread.
+    if (threads == 1) return SecondsToRead({{data.data(), static_cast<size_t>(floats)}});
     const auto start = std::chrono::steady_clock::now();
-    if (threads == 1) {  // no OpenMP region, as the engine on 1 thread
-      benchmark::DoNotOptimize(kernels::MaxAbs(data.data(), static_cast<size_t>(floats)));
-    } else {
-      int team = 0;
+    int team = 0;
 #pragma omp parallel num_threads(threads)
-      {
-        // Thread t of the n reads floats [floats·t/n, floats·(t + 1)/n).
-        const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
-        const int64_t first = floats * t / n, last = floats * (t + 1) / n;
-        benchmark::DoNotOptimize(
-            kernels::MaxAbs(data.data() + first, static_cast<size_t>(last - first)));
-        if (t == 0) team = static_cast<int>(n);
-      }
-      if (team != threads && !state.error_occurred()) {
-        state.SkipWithError(("OpenMP gave " + std::to_string(team) + " threads of the " +
-                             std::to_string(threads) + " asked for")
-                                .c_str());
-      }
+    {
+      // Thread t of the n reads floats [floats·t/n, floats·(t + 1)/n).
+      const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+      const int64_t first = floats * t / n, last = floats * (t + 1) / n;
+      benchmark::DoNotOptimize(
+          kernels::MaxAbs(data.data() + first, static_cast<size_t>(last - first)));
+      if (t == 0) team = static_cast<int>(n);
     }
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (team != threads && !state.error_occurred()) {
+      state.SkipWithError(("OpenMP gave " + std::to_string(team) + " threads of the " +
+                           std::to_string(threads) + " asked for")
+                              .c_str());
+    }
+    return seconds;
   });
 }
 
