@@ -207,6 +207,14 @@ Status CheckBenchSizes(const std::string& op, const BenchShape& s, bool weights)
   return Status::Ok();
 }
 
+// --info prints after the results, so not with --json's one line.
+Status CheckInfoWithoutJson(const Args& args) {
+  if (!args.has("--json") || !args.has("--info")) return Status::Ok();
+  return Status::InvalidArgument(
+      "--info and --json both print to stdout; the JSON already has highway_target and "
+      "onednn_implementations");
+}
+
 // bench multihead: Engine::MultiHeadAttention on token-major Q (B, N, H, D)
 // and K, V (B, M, Hkv, D); --decode attends over a KvCache of M keys per
 // sequence instead; --module times d2l's MultiHeadAttention module with
@@ -215,8 +223,9 @@ int BenchMultiHead(const Args& args) {
   Status s = CheckFlags(args,
                         {"--batch", "--queries", "--keys", "--query-dim", "--heads", "--kv-heads",
                          "--causal", "--decode", "--module", "--bias", "--valid-lens", "--weights",
-                         "--repeat", "--json", "--threads", "--isa", "--precision"},
+                         "--repeat", "--json", "--threads", "--isa", "--precision", "--info"},
                         {"--batch", "--queries", "--keys"}, "bench multihead");
+  if (s.ok()) s = CheckInfoWithoutJson(args);
   BenchShape shape{};
   int64_t heads = 0, kv_heads = 0, repeat = 0;
   std::string causal_name = args.get("--causal", "none");
@@ -398,6 +407,7 @@ int BenchMultiHead(const Args& args) {
     std::printf("median %.2f us, min %.2f us over %lld runs; %.2f GFLOP/s, %.2f GB/s\n", median,
                 min, static_cast<long long>(repeat), flops / (median * 1e3),
                 bytes / (median * 1e3));
+    if (args.has("--info")) PrintInfo(*engine);
   }
   return kExitOk;
 }
@@ -417,11 +427,7 @@ int BenchCommand(const Args& args) {
   if (op == "additive") allowed.insert({"--key-dim", "--hidden"});
   if (op == "concat") allowed.insert({"--key-dim", "--out-dim"});
   Status s = CheckFlags(args, allowed, {"--batch", "--queries", "--keys"}, "bench " + op);
-  if (s.ok() && args.has("--json") && args.has("--info")) {
-    s = Status::InvalidArgument(
-        "--info and --json both print to stdout; the JSON already has highway_target and "
-        "onednn_implementations");
-  }
+  if (s.ok()) s = CheckInfoWithoutJson(args);
   BenchShape shape{};
   int64_t repeat = 0;
   if (!s.ok() || !(s = ParseBenchShape(args, &shape)).ok() ||
