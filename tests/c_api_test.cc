@@ -276,6 +276,86 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
             "KvCache::Create: batch is 0; it must be at least 1");
 }
 
+// The multi-head *_check twins: the C++ checks' shapes for a good call; for
+// a bad one the forward call's refusal, shapes untouched.
+TEST_F(CApi, MultiHeadChecksReportShapesAndRefuseAsTheOps) {
+  const int64_t b = 2, n = 3, m = 5, hq = 4, hkv = 2, d = 8, dv = 6;
+  const std::vector<float> q(b * n * hq * d), k(b * m * hkv * d), v(b * m * hkv * dv);
+  const attnscore_tensor_view qv = CView4(q, b, n, hq, d), kv = CView4(k, b, m, hkv, d),
+                              vv = CView4(v, b, m, hkv, dv),
+                              short_vv = CView4(v, b, m - 1, hkv, dv);
+  const int64_t lens[] = {5, 2};
+  const attnscore_valid_lens cl = {ATTNSCORE_LENS_PER_BATCH, ATTNSCORE_LENS_INT64, lens, {b, 0}};
+  const attnscore_multihead_options causal = {ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.0f};
+  attnscore_multihead_shapes shapes = {};
+  ASSERT_EQ(
+      Message(attnscore_check_multihead_attention(engine_, &qv, &kv, &vv, &cl, &causal, &shapes)),
+      "");
+  MultiHeadShapes cpp;
+  MultiHeadOptions cpp_options;
+  cpp_options.causal = Causal::kBottomRight;
+  ASSERT_TRUE(DefaultEngine()
+                  .CheckMultiHeadAttention(ConstTensor(q.data(), {b, n, hq, d}),
+                                           ConstTensor(k.data(), {b, m, hkv, d}),
+                                           ConstTensor(v.data(), {b, m, hkv, dv}),
+                                           ValidLens::PerBatch(lens, b), cpp_options, &cpp)
+                  .ok());
+  EXPECT_EQ(std::vector<int64_t>(shapes.out, shapes.out + 4), std::vector<int64_t>({b, n, hq, dv}));
+  EXPECT_EQ(std::vector<int64_t>(shapes.attention_weights, shapes.attention_weights + 4),
+            std::vector<int64_t>({b, hq, n, m}));
+  EXPECT_EQ(std::vector<int64_t>(shapes.out, shapes.out + 4),
+            std::vector<int64_t>(cpp.out.begin(), cpp.out.end()));
+
+  attnscore_multihead_shapes untouched = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
+  std::vector<float> out(b * n * hq * dv);
+  const attnscore_tensor ov = COut4(out, b, n, hq, dv);
+  const std::string refused = Message(
+      attnscore_check_multihead_attention(engine_, &qv, &kv, &short_vv, &cl, nullptr, &untouched));
+  EXPECT_NE(refused.find("values"), std::string::npos) << refused;
+  EXPECT_EQ(refused, Message(attnscore_multihead_attention(engine_, &qv, &kv, &short_vv, &cl,
+                                                           nullptr, &ov, nullptr)));
+  EXPECT_EQ(untouched.out[0], -1);
+  EXPECT_EQ(untouched.attention_weights[3], -1);
+  const attnscore_multihead_options bogus = {5, 0.0f};
+  EXPECT_EQ(
+      Message(attnscore_check_multihead_attention(engine_, &qv, &kv, &vv, &cl, &bogus, &shapes)),
+      "attnscore_check_multihead_attention: options->causal is outside attnscore_causal");
+  EXPECT_EQ(
+      Message(attnscore_check_multihead_attention(engine_, &qv, &kv, &vv, &cl, nullptr, nullptr)),
+      "attnscore_check_multihead_attention: queries, keys, values and shapes must not be null");
+
+  // The module: (B, N, Dq) queries, num_hiddens H = 8 over 2 heads.
+  const std::vector<float> w(8 * 8, 0.1f);
+  const attnscore_tensor_view wv = {w.data(), 2, {8, 8, 0, 0}, {8, 1, 0, 0}};
+  attnscore_multihead* model = nullptr;
+  ASSERT_EQ(Message(attnscore_multihead_create(2, &wv, &wv, &wv, &wv, nullptr, nullptr, nullptr,
+                                               nullptr, &model)),
+            "");
+  const std::vector<float> x(b * m * 8);
+  const attnscore_tensor_view xq = CView(x, b, n, 8), xk = CView(x, b, m, 8),
+                              xk_short = CView(x, b, m - 1, 8);
+  ASSERT_EQ(
+      Message(attnscore_multihead_check(model, &xq, &xk, &xk, &cl, ATTNSCORE_CAUSAL_NONE, &shapes)),
+      "");
+  EXPECT_EQ(std::vector<int64_t>(shapes.out, shapes.out + 4), std::vector<int64_t>({b, n, 8, 0}));
+  EXPECT_EQ(std::vector<int64_t>(shapes.attention_weights, shapes.attention_weights + 4),
+            std::vector<int64_t>({b, 2, n, m}));
+  std::vector<float> module_out(b * n * 8);
+  const attnscore_tensor mo = COut(module_out, b, n, 8);
+  const std::string module_refused = Message(attnscore_multihead_check(
+      model, &xq, &xk, &xk_short, &cl, ATTNSCORE_CAUSAL_NONE, &untouched));
+  EXPECT_FALSE(module_refused.empty());
+  EXPECT_EQ(module_refused,
+            Message(attnscore_multihead_forward(model, engine_, &xq, &xk, &xk_short, &cl,
+                                                ATTNSCORE_CAUSAL_NONE, &mo, nullptr)));
+  EXPECT_EQ(untouched.out[0], -1);
+  EXPECT_EQ(Message(attnscore_multihead_check(model, &xq, &xk, &xk, &cl, 9, &shapes)),
+            "attnscore_multihead_check: causal is outside attnscore_causal");
+  EXPECT_EQ(Message(attnscore_multihead_check(nullptr, &xq, &xk, &xk, &cl, 0, &shapes)),
+            "attnscore_multihead_check: the engine or model is null");
+  attnscore_multihead_destroy(model);
+}
+
 TEST_F(CApi, MultiHeadAndBilinearModelsMatchTheirGoldenCases) {
   GoldenAttention g;
   LoadGoldenAttention("multihead_causal_self", &g);

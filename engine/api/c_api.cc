@@ -2,7 +2,10 @@
 // structs to views, statuses to heap objects, and no exception across.
 #include "attnscore/c_api.h"
 
+#include <algorithm>
+#include <array>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <string>
@@ -114,13 +117,16 @@ bool LensOf(const attnscore_valid_lens* lens, attnscore::ValidLens* out) {
   return false;
 }
 
-// A *_check call: `check(q, k, v, lens, &shapes)` after the null and enum
-// checks, its shapes copied out on success. `owner` is the engine or model.
-template <typename Check>
-attnscore_status* CheckCall(const char* call, const void* owner, const attnscore_tensor_view* queries,
-                            const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
-                            const attnscore_valid_lens* valid_lens, attnscore_output_shapes* shapes,
-                            Check check) {
+// A *_check call: `check(q, k, v, lens, &found)` after the null and enum
+// checks, found (a Found: OutputShapes, or MultiHeadShapes for Shapes
+// attnscore_multihead_shapes) copied out on success. `owner` is the engine
+// or model.
+template <typename Found = attnscore::OutputShapes, typename Shapes, typename Check>
+attnscore_status* CheckCall(const char* call, const void* owner,
+                            const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
+                            const attnscore_tensor_view* values,
+                            const attnscore_valid_lens* valid_lens, Shapes* shapes, Check check) {
+  static_assert(std::size(Shapes{}.out) == std::tuple_size_v<decltype(Found::out)>);
   if (owner == nullptr) return Invalid(call, "the engine or model is null");
   if (queries == nullptr || keys == nullptr || values == nullptr || shapes == nullptr) {
     return Invalid(call, "queries, keys, values and shapes must not be null");
@@ -128,12 +134,11 @@ attnscore_status* CheckCall(const char* call, const void* owner, const attnscore
   attnscore::ValidLens lens;
   if (!LensOf(valid_lens, &lens)) return Invalid(call, "valid_lens has a kind or type outside its enum");
   return Guarded(call, [&] {
-    attnscore::OutputShapes found;
+    Found found;
     ATTNSCORE_RETURN_IF_ERROR(check(In(queries), In(keys), In(values), lens, &found));
-    for (int d = 0; d < 3; ++d) {
-      shapes->out[d] = found.out[d];
-      shapes->attention_weights[d] = found.attention_weights[d];
-    }
+    std::copy(found.out.begin(), found.out.end(), shapes->out);
+    std::copy(found.attention_weights.begin(), found.attention_weights.end(),
+              shapes->attention_weights);
     return Status::Ok();
   });
 }
@@ -466,6 +471,29 @@ attnscore_status* attnscore_multihead_attention(
   });
 }
 
+attnscore_status* attnscore_check_multihead_attention(const attnscore_engine* engine,
+                                                      const attnscore_tensor_view* queries,
+                                                      const attnscore_tensor_view* keys,
+                                                      const attnscore_tensor_view* values,
+                                                      const attnscore_valid_lens* valid_lens,
+                                                      const attnscore_multihead_options* options,
+                                                      attnscore_multihead_shapes* shapes) {
+  constexpr const char* kCall = "attnscore_check_multihead_attention";
+  attnscore::MultiHeadOptions multihead;
+  if (options != nullptr) {
+    if (!CausalOf(options->causal, &multihead.causal)) {
+      return Invalid(kCall, "options->causal is outside attnscore_causal");
+    }
+    multihead.scale = options->scale;
+  }
+  return CheckCall<attnscore::MultiHeadShapes>(
+      kCall, engine, queries, keys, values, valid_lens, shapes,
+      [&](ConstTensor q, ConstTensor k, ConstTensor v, const attnscore::ValidLens& lens,
+          attnscore::MultiHeadShapes* found) {
+        return engine->engine->CheckMultiHeadAttention(q, k, v, lens, multihead, found);
+      });
+}
+
 attnscore_status* attnscore_multihead_create(
     int64_t num_heads, const attnscore_tensor_view* w_q, const attnscore_tensor_view* w_k,
     const attnscore_tensor_view* w_v, const attnscore_tensor_view* w_o,
@@ -505,6 +533,23 @@ void attnscore_multihead_destroy(attnscore_multihead* model) { delete model; }
 
 int64_t attnscore_multihead_num_heads(const attnscore_multihead* m) { return m ? m->model->num_heads() : 0; }
 int64_t attnscore_multihead_num_hiddens(const attnscore_multihead* m) { return m ? m->model->num_hiddens() : 0; }
+
+attnscore_status* attnscore_multihead_check(const attnscore_multihead* model,
+                                            const attnscore_tensor_view* queries,
+                                            const attnscore_tensor_view* keys,
+                                            const attnscore_tensor_view* values,
+                                            const attnscore_valid_lens* valid_lens, int32_t causal,
+                                            attnscore_multihead_shapes* shapes) {
+  constexpr const char* kCall = "attnscore_multihead_check";
+  attnscore::Causal mask;
+  if (!CausalOf(causal, &mask)) return Invalid(kCall, "causal is outside attnscore_causal");
+  return CheckCall<attnscore::MultiHeadShapes>(
+      kCall, model, queries, keys, values, valid_lens, shapes,
+      [&](ConstTensor q, ConstTensor k, ConstTensor v, const attnscore::ValidLens& lens,
+          attnscore::MultiHeadShapes* found) {
+        return model->model->Check(q, k, v, lens, mask, found);
+      });
+}
 
 attnscore_status* attnscore_multihead_forward(
     const attnscore_multihead* model, const attnscore_engine* engine,

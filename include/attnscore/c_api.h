@@ -239,6 +239,20 @@ ATTNSCORE_API attnscore_status* attnscore_multihead_attention(
     const attnscore_valid_lens* valid_lens, const attnscore_multihead_options* options,
     const attnscore_tensor* out, const attnscore_tensor* attention_weights);
 
+/* The shapes a multi-head call's outputs must have: out (B, N, Hq, Dv), or
+ * for the module (B, N, H, 0); attention_weights (B, Hq, N, M). */
+typedef struct attnscore_multihead_shapes {
+  int64_t out[4];
+  int64_t attention_weights[4];
+} attnscore_multihead_shapes;
+
+/* attnscore_multihead_attention's checks, as the other *_check calls. */
+ATTNSCORE_API attnscore_status* attnscore_check_multihead_attention(
+    const attnscore_engine* engine, const attnscore_tensor_view* queries,
+    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
+    const attnscore_valid_lens* valid_lens, const attnscore_multihead_options* options,
+    attnscore_multihead_shapes* shapes);
+
 /* d2l's MultiHeadAttention: W_q.weight (H, Dq), W_k.weight (H, Dk),
  * W_v.weight (H, Dv), W_o.weight (H, H), and the four biases (H) or all
  * four NULL; copied. */
@@ -256,6 +270,11 @@ ATTNSCORE_API void attnscore_multihead_destroy(attnscore_multihead* model);
 /* num_heads and num_hiddens H; 0 for a NULL model. */
 ATTNSCORE_API int64_t attnscore_multihead_num_heads(const attnscore_multihead* model);
 ATTNSCORE_API int64_t attnscore_multihead_num_hiddens(const attnscore_multihead* model);
+/* attnscore_multihead_forward's checks, as the other *_check calls. */
+ATTNSCORE_API attnscore_status* attnscore_multihead_check(
+    const attnscore_multihead* model, const attnscore_tensor_view* queries,
+    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
+    const attnscore_valid_lens* valid_lens, int32_t causal, attnscore_multihead_shapes* shapes);
 /* Q (B, N, Dq), K (B, M, Dk), V (B, M, Dv), out (B, N, H),
  * attention_weights (B, num_heads, N, M) or NULL; causal: attnscore_causal. */
 ATTNSCORE_API attnscore_status* attnscore_multihead_forward(
