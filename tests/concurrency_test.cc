@@ -7,7 +7,10 @@
 #include <vector>
 
 #include "attnscore/additive.h"
+#include "attnscore/bilinear.h"
 #include "attnscore/concat.h"
+#include "attnscore/kv_cache.h"
+#include "attnscore/multihead.h"
 #include "test_util.h"
 
 namespace attnscore::test {
@@ -212,6 +215,102 @@ TEST(Concurrency, EightThreadsTenThousandMixedCallsGiveTheSerialResults) {
   const std::vector<Call> calls = MakeCalls();
   ExpectSerialResultsUnderLoad(MixedCalls(calls, *concat, *additive, DefaultEngine()),
                                /*thread_count=*/8, /*rounds=*/1250);
+}
+
+// The ops and models with heads, and bilinear attention, shared by 4
+// threads: the engine's multi-head op (GQA, causal), one d2l
+// MultiHeadAttention module (H = 8, 2 heads, biases), one KvCache (filled
+// first; threads only attend) and one BilinearAttention (Dq 6, Dk 5), on
+// mixed shapes, with out and weights.
+TEST(Concurrency, SharedHeadsCacheAndBilinearGiveTheSerialResults) {
+  const Engine& engine = DefaultEngine();
+  const std::vector<float> w = RandomFloats(8 * 8, 70, 0.3f), bias = RandomFloats(8, 71, 0.3f),
+                           bilinear_w = RandomFloats(6 * 5, 72, 0.3f);
+  MultiHeadWeights weights;
+  weights.w_q = weights.w_k = weights.w_v = weights.w_o = ConstTensor(w.data(), {8, 8});
+  weights.b_q = weights.b_k = weights.b_v = weights.b_o = ConstTensor(bias.data(), {8});
+  std::unique_ptr<MultiHeadAttention> module;
+  std::unique_ptr<BilinearAttention> bilinear;
+  std::unique_ptr<KvCache> cache;
+  ASSERT_TRUE(MultiHeadAttention::Create(2, weights, &module).ok());
+  ASSERT_TRUE(BilinearAttention::Create(ConstTensor(bilinear_w.data(), {6, 5}), &bilinear).ok());
+  constexpr int64_t kSequences = 2, kCached = 37, kHq = 4, kHkv = 2, kD = 8;
+  KvCacheShape shape;
+  shape.batch = kSequences, shape.capacity = 64, shape.kv_heads = kHkv, shape.key_dim = kD,
+  shape.value_dim = kD;
+  ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
+  const std::vector<float> cached_k = RandomFloats(kSequences * kCached * kHkv * kD, 73),
+                           cached_v = RandomFloats(kSequences * kCached * kHkv * kD, 74);
+  ASSERT_TRUE(cache
+                  ->Append(ConstTensor(cached_k.data(), {kSequences, kCached, kHkv, kD}),
+                           ConstTensor(cached_v.data(), {kSequences, kCached, kHkv, kD}))
+                  .ok());
+
+  struct Inputs {
+    int64_t batch, queries, keys;
+    std::vector<float> q, k, v, cache_q;
+    std::vector<int64_t> lens;
+  };
+  Calls runs;
+  for (int n = 0; n < 6; ++n) {
+    auto in = std::make_shared<Inputs>(
+        Inputs{1 + n % 2, 1 + 5 * (n % 3), 3 + 17 * (n % 3), {}, {}, {}, {}, {}});
+    const int64_t b = in->batch, queries = in->queries, keys = in->keys;
+    in->q = RandomFloats(static_cast<size_t>(b * queries * 8), 80 + n);
+    in->k = RandomFloats(static_cast<size_t>(b * keys * 8), 90 + n);
+    in->v = RandomFloats(static_cast<size_t>(b * keys * 8), 100 + n);
+    in->cache_q = RandomFloats(static_cast<size_t>(kSequences * queries * kHq * kD), 110 + n);
+    for (int64_t e = 0; e < b; ++e) in->lens.push_back((e * 5 + n) % (keys + 2));
+    const ValidLens lens = ValidLens::PerBatch(in->lens.data(), b);
+    // The op: Q (B, N, 4, 2), K (B, M, 2, 2), V (B, M, 2, 4), causal from the bottom right
+    // where M >= N.
+    runs.push_back([in, lens, &engine] {
+      const int64_t b = in->batch, n = in->queries, m = in->keys;
+      std::vector<float> out(static_cast<size_t>(b * n * 4 * 4 + b * 4 * n * m));
+      MultiHeadOptions options;
+      options.causal = m >= n ? Causal::kBottomRight : Causal::kTopLeft;
+      const Status s = engine.MultiHeadAttention(
+          ConstTensor(in->q.data(), {b, n, 4, 2}), ConstTensor(in->k.data(), {b, m, 2, 2}),
+          ConstTensor(in->v.data(), {b, m, 2, 4}), lens, options, Tensor(out.data(), {b, n, 4, 4}),
+          Tensor(out.data() + b * n * 16, {b, 4, n, m}));
+      EXPECT_TRUE(s.ok()) << s.message();
+      return out;
+    });
+    runs.push_back([in, lens, &engine, &module] {
+      const int64_t b = in->batch, n = in->queries, m = in->keys;
+      std::vector<float> out(static_cast<size_t>(b * n * 8 + b * 2 * n * m));
+      const Status s = module->Forward(
+          engine, ConstTensor(in->q.data(), {b, n, 8}), ConstTensor(in->k.data(), {b, m, 8}),
+          ConstTensor(in->v.data(), {b, m, 8}), lens, Causal::kNone, Tensor(out.data(), {b, n, 8}),
+          Tensor(out.data() + b * n * 8, {b, 2, n, m}));
+      EXPECT_TRUE(s.ok()) << s.message();
+      return out;
+    });
+    // Bilinear: Q (B, N, 6) and K (B, M, 5) taken from the same floats, V (B, M, 8).
+    runs.push_back([in, lens, &engine, &bilinear] {
+      const int64_t b = in->batch, n = in->queries, m = in->keys;
+      std::vector<float> out(static_cast<size_t>(b * n * 8 + b * n * m));
+      const Status s = bilinear->Forward(
+          engine, ConstTensor(in->q.data(), {b, n, 6}), ConstTensor(in->k.data(), {b, m, 5}),
+          ConstTensor(in->v.data(), {b, m, 8}), lens, Tensor(out.data(), {b, n, 8}),
+          Tensor(out.data() + b * n * 8, {b, n, m}));
+      EXPECT_TRUE(s.ok()) << s.message();
+      return out;
+    });
+    // The cache: the last N of each sequence's cached keys attend (N < 37).
+    runs.push_back([in, &engine, &cache] {
+      const int64_t n = in->queries;
+      std::vector<float> out(
+          static_cast<size_t>(kSequences * n * kHq * kD + kSequences * kHq * n * kCached));
+      const Status s = cache->Attend(
+          engine, ConstTensor(in->cache_q.data(), {kSequences, n, kHq, kD}),
+          Tensor(out.data(), {kSequences, n, kHq, kD}),
+          Tensor(out.data() + kSequences * n * kHq * kD, {kSequences, kHq, n, kCached}));
+      EXPECT_TRUE(s.ok()) << s.message();
+      return out;
+    });
+  }
+  ExpectSerialResultsUnderLoad(runs);
 }
 
 // The same load on a 2-thread engine gives the 1-thread results bit for bit,
