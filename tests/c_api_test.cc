@@ -4,6 +4,7 @@
 #include "attnscore/c_api.h"
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -305,6 +306,8 @@ TEST_F(CApi, MultiHeadChecksReportShapesAndRefuseAsTheOps) {
             std::vector<int64_t>({b, hq, n, m}));
   EXPECT_EQ(std::vector<int64_t>(shapes.out, shapes.out + 4),
             std::vector<int64_t>(cpp.out.begin(), cpp.out.end()));
+  EXPECT_EQ(std::vector<int64_t>(shapes.attention_weights, shapes.attention_weights + 4),
+            std::vector<int64_t>(cpp.attention_weights.begin(), cpp.attention_weights.end()));
 
   attnscore_multihead_shapes untouched = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
   std::vector<float> out(b * n * hq * dv);
@@ -323,14 +326,21 @@ TEST_F(CApi, MultiHeadChecksReportShapesAndRefuseAsTheOps) {
   EXPECT_EQ(
       Message(attnscore_check_multihead_attention(engine_, &qv, &kv, &vv, &cl, nullptr, nullptr)),
       "attnscore_check_multihead_attention: queries, keys, values and shapes must not be null");
+  // A null engine is named before a bad enum, as the op names it.
+  EXPECT_EQ(
+      Message(attnscore_check_multihead_attention(nullptr, &qv, &kv, &vv, &cl, &bogus, &shapes)),
+      "attnscore_check_multihead_attention: the engine or model is null");
 
   // The module: (B, N, Dq) queries, num_hiddens H = 8 over 2 heads.
   const std::vector<float> w(8 * 8, 0.1f);
   const attnscore_tensor_view wv = {w.data(), 2, {8, 8, 0, 0}, {8, 1, 0, 0}};
-  attnscore_multihead* model = nullptr;
+  attnscore_multihead* created = nullptr;
   ASSERT_EQ(Message(attnscore_multihead_create(2, &wv, &wv, &wv, &wv, nullptr, nullptr, nullptr,
-                                               nullptr, &model)),
+                                               nullptr, &created)),
             "");
+  const std::unique_ptr<attnscore_multihead, void (*)(attnscore_multihead*)> owner(
+      created, attnscore_multihead_destroy);
+  const attnscore_multihead* model = created;
   const std::vector<float> x(b * m * 8);
   const attnscore_tensor_view xq = CView(x, b, n, 8), xk = CView(x, b, m, 8),
                               xk_short = CView(x, b, m - 1, 8);
@@ -353,7 +363,6 @@ TEST_F(CApi, MultiHeadChecksReportShapesAndRefuseAsTheOps) {
             "attnscore_multihead_check: causal is outside attnscore_causal");
   EXPECT_EQ(Message(attnscore_multihead_check(nullptr, &xq, &xk, &xk, &cl, 0, &shapes)),
             "attnscore_multihead_check: the engine or model is null");
-  attnscore_multihead_destroy(model);
 }
 
 TEST_F(CApi, MultiHeadAndBilinearModelsMatchTheirGoldenCases) {

@@ -118,15 +118,16 @@ bool LensOf(const attnscore_valid_lens* lens, attnscore::ValidLens* out) {
 }
 
 // A *_check call: `check(q, k, v, lens, &found)` after the null and enum
-// checks, found (a Found: OutputShapes, or MultiHeadShapes for Shapes
-// attnscore_multihead_shapes) copied out on success. `owner` is the engine
-// or model.
+// checks, `found` (the C++ shapes that the C struct Shapes mirrors) copied
+// into *shapes on success. `owner` is the engine or model.
 template <typename Found = attnscore::OutputShapes, typename Shapes, typename Check>
 attnscore_status* CheckCall(const char* call, const void* owner,
                             const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
                             const attnscore_tensor_view* values,
                             const attnscore_valid_lens* valid_lens, Shapes* shapes, Check check) {
-  static_assert(std::size(Shapes{}.out) == std::tuple_size_v<decltype(Found::out)>);
+  static_assert(std::size(Shapes{}.out) == std::tuple_size_v<decltype(Found::out)> &&
+                std::size(Shapes{}.attention_weights) ==
+                    std::tuple_size_v<decltype(Found::attention_weights)>);
   if (owner == nullptr) return Invalid(call, "the engine or model is null");
   if (queries == nullptr || keys == nullptr || values == nullptr || shapes == nullptr) {
     return Invalid(call, "queries, keys, values and shapes must not be null");
@@ -479,17 +480,20 @@ attnscore_status* attnscore_check_multihead_attention(const attnscore_engine* en
                                                       const attnscore_multihead_options* options,
                                                       attnscore_multihead_shapes* shapes) {
   constexpr const char* kCall = "attnscore_check_multihead_attention";
-  attnscore::MultiHeadOptions multihead;
-  if (options != nullptr) {
-    if (!CausalOf(options->causal, &multihead.causal)) {
-      return Invalid(kCall, "options->causal is outside attnscore_causal");
-    }
-    multihead.scale = options->scale;
-  }
+  // The options' enum is checked after the pointers and lengths, as
+  // attnscore_multihead_attention does.
   return CheckCall<attnscore::MultiHeadShapes>(
       kCall, engine, queries, keys, values, valid_lens, shapes,
       [&](ConstTensor q, ConstTensor k, ConstTensor v, const attnscore::ValidLens& lens,
           attnscore::MultiHeadShapes* found) {
+        attnscore::MultiHeadOptions multihead;
+        if (options != nullptr) {
+          if (!CausalOf(options->causal, &multihead.causal)) {
+            return Status::InvalidArgument(std::string(kCall) +
+                                           ": options->causal is outside attnscore_causal");
+          }
+          multihead.scale = options->scale;
+        }
         return engine->engine->CheckMultiHeadAttention(q, k, v, lens, multihead, found);
       });
 }
@@ -541,12 +545,15 @@ attnscore_status* attnscore_multihead_check(const attnscore_multihead* model,
                                             const attnscore_valid_lens* valid_lens, int32_t causal,
                                             attnscore_multihead_shapes* shapes) {
   constexpr const char* kCall = "attnscore_multihead_check";
-  attnscore::Causal mask;
-  if (!CausalOf(causal, &mask)) return Invalid(kCall, "causal is outside attnscore_causal");
   return CheckCall<attnscore::MultiHeadShapes>(
       kCall, model, queries, keys, values, valid_lens, shapes,
       [&](ConstTensor q, ConstTensor k, ConstTensor v, const attnscore::ValidLens& lens,
           attnscore::MultiHeadShapes* found) {
+        attnscore::Causal mask;
+        if (!CausalOf(causal, &mask)) {
+          return Status::InvalidArgument(std::string(kCall) +
+                                         ": causal is outside attnscore_causal");
+        }
         return model->model->Check(q, k, v, lens, mask, found);
       });
 }
