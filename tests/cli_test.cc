@@ -781,40 +781,51 @@ TEST_F(CliTest, BenchPrintsTwoLinesAndInfo) {
 // bench multihead in its three modes (docs/cli.md), and a clear refusal
 // for each flag that does not apply.
 TEST_F(CliTest, BenchMultiHeadTimesEachModeAndRefusesWhatDoesNotApply) {
-  Result r = Run("bench multihead --batch 2 --queries 3 --keys 9 --query-dim 8 --heads 4 --kv-heads 2 "
-                 "--causal bottom-right --valid-lens random --repeat 2 --weights");
+  Result r =
+      Run("bench multihead --batch 2 --queries 3 --keys 9 --query-dim 8 --heads 4 --kv-heads 2 "
+          "--causal bottom-right --valid-lens random --repeat 2 --weights");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out.rfind("multihead op (2, 3, 9) heads 4 kv-heads 2 D 8 causal bottom-right valid-lens "
-                        "random, 1 thread(s), isa ", 0),
-            0u)
+  EXPECT_EQ(
+      r.out.rfind("multihead op (2, 3, 9) heads 4 kv-heads 2 D 8 causal bottom-right valid-lens "
+                  "random, 1 thread(s), isa ",
+                  0),
+      0u)
       << r.out;
   EXPECT_NE(r.out.find(", fp32\nmedian "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" GFLOP/s, "), std::string::npos) << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
-  r = Run("bench multihead --batch 2 --queries 1 --keys 40 --heads 4 --kv-heads 1 --decode --repeat 2 --json");
+  r =
+      Run("bench multihead --batch 2 --queries 1 --keys 40 --heads 4 --kv-heads 1 --decode "
+          "--repeat 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* field : {"\"op\": \"multihead\"", "\"mode\": \"decode\"", "\"heads\": 4",
                             "\"kv_heads\": 1", "\"causal\": \"none\"", "\"highway_target\": "}) {
     EXPECT_NE(r.out.find(field), std::string::npos) << field << " in " << r.out;
   }
-  r = Run("bench multihead --batch 1 --queries 2 --keys 5 --query-dim 4 --heads 2 --module --bias "
+  r =
+      Run("bench multihead --batch 1 --queries 2 --keys 5 --query-dim 4 --heads 2 --module --bias "
           "--repeat 2 --info");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.rfind("multihead module (1, 2, 5) heads 2 ", 0), 0u) << r.out;
-  EXPECT_NE(r.out.find(" GB/s\nattnscore " ATTNSCORE_VERSION_STRING "\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" GB/s\nattnscore " ATTNSCORE_VERSION_STRING "\n"), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("onednn matmuls: "), std::string::npos) << r.out;
 
   const std::string shape = "bench multihead --batch 1 --queries 2 --keys 5 ";
-  ExpectBadInput(Run(shape + "--heads 8 --kv-heads 3"), "must be a multiple of the key-value heads");
+  ExpectBadInput(Run(shape + "--heads 8 --kv-heads 3"),
+                 "must be a multiple of the key-value heads");
   ExpectBadInput(Run(shape + "--module --kv-heads 2"), "which has neither --kv-heads nor --decode");
-  ExpectBadInput(Run(shape + "--decode --causal top-left"), "--causal and --valid-lens do not apply");
-  ExpectBadInput(Run(shape + "--decode --valid-lens full"), "--causal and --valid-lens do not apply");
+  ExpectBadInput(Run(shape + "--decode --causal top-left"),
+                 "--causal and --valid-lens do not apply");
+  ExpectBadInput(Run(shape + "--decode --valid-lens full"),
+                 "--causal and --valid-lens do not apply");
   ExpectBadInput(Run(shape + "--bias"), "--bias is for --module");
   ExpectBadInput(Run("bench multihead --batch 1 --queries 6 --keys 5 --decode"),
                  "the 6 new queries must be among the 5 cached keys");
   ExpectBadInput(Run(shape + "--causal sideways"), "--causal wants none, top-left or bottom-right");
   ExpectBadInput(Run(shape + "--json --info"), "--info and --json both print to stdout");
-  ExpectBadInput(Run(shape + "--precision bf16"), "only dot has a bf16 mode; multihead runs in fp32");
+  ExpectBadInput(Run(shape + "--precision bf16"),
+                 "only dot has a bf16 mode; multihead runs in fp32");
   ExpectBadInput(Run(shape + "--hidden 8"), "--hidden");
 }
 

@@ -169,25 +169,12 @@ double PhysicalMemoryBytes() {
 
 // Checks the tensors the bench allocates for `op` on `s`: none may exceed
 // kMaxOutputFloats, and together they must fit in the machine's memory.
-Status CheckBenchSizes(const std::string& op, const BenchShape& s, bool weights) {
-  const bool concat = op == "concat";
-  const int64_t key_dim = op == "dot" ? s.depth : s.key_dim;
-  const int64_t out_dim = concat ? s.out_dim : s.value_dim;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> buffers;
-  if (op == "softmax") {
-    buffers = {{"scores", {s.batch, s.queries, s.keys}}, {"out", {s.batch, s.queries, s.keys}}};
-  } else {
-    buffers = {{"queries", {s.batch, s.queries, s.depth}},
-               {"keys", {s.batch, concat ? s.queries : s.keys, key_dim}},
-               {"values", {s.batch, s.keys, s.value_dim}},
-               {"out", {s.batch, s.queries, out_dim}}};
-    if (weights) buffers.push_back({"attention weights", {s.batch, s.queries, s.keys}});
-    if (op == "additive") buffers.push_back({"parameters", {s.hidden, s.depth + key_dim + 1}});
-    if (concat) {
-      buffers.push_back(
-          {"parameters", {s.keys + out_dim, s.depth + std::max(key_dim, s.value_dim) + 1}});
-    }
-  }
+// A bench's tensors, by name and dims.
+using BenchBuffers = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
+// Each of bench `op`'s tensors within CheckOutputSize's bounds, and all of
+// them within this machine's memory.
+Status CheckBenchBuffers(const std::string& op, const BenchBuffers& buffers) {
   double total_bytes = 0;
   for (const auto& [name, dims] : buffers) {
     ATTNSCORE_RETURN_IF_ERROR(CheckOutputSize("bench " + name, dims));
@@ -205,6 +192,28 @@ Status CheckBenchSizes(const std::string& op, const BenchShape& s, bool weights)
     return Status::InvalidArgument(text);
   }
   return Status::Ok();
+}
+
+Status CheckBenchSizes(const std::string& op, const BenchShape& s, bool weights) {
+  const bool concat = op == "concat";
+  const int64_t key_dim = op == "dot" ? s.depth : s.key_dim;
+  const int64_t out_dim = concat ? s.out_dim : s.value_dim;
+  BenchBuffers buffers;
+  if (op == "softmax") {
+    buffers = {{"scores", {s.batch, s.queries, s.keys}}, {"out", {s.batch, s.queries, s.keys}}};
+  } else {
+    buffers = {{"queries", {s.batch, s.queries, s.depth}},
+               {"keys", {s.batch, concat ? s.queries : s.keys, key_dim}},
+               {"values", {s.batch, s.keys, s.value_dim}},
+               {"out", {s.batch, s.queries, out_dim}}};
+    if (weights) buffers.push_back({"attention weights", {s.batch, s.queries, s.keys}});
+    if (op == "additive") buffers.push_back({"parameters", {s.hidden, s.depth + key_dim + 1}});
+    if (concat) {
+      buffers.push_back(
+          {"parameters", {s.keys + out_dim, s.depth + std::max(key_dim, s.value_dim) + 1}});
+    }
+  }
+  return CheckBenchBuffers(op, buffers);
 }
 
 // --info prints after the results, so not with --json's one line.
@@ -266,14 +275,14 @@ int BenchMultiHead(const Args& args) {
                                         " cached keys (--queries <= --keys)"));
   }
   const bool weights = args.has("--weights");
-  std::vector<std::pair<std::string, std::vector<int64_t>>> buffers = {
-      {"queries", {B, N, heads, D}}, {"keys", {B, M, kv_heads, D}},
-      {"values", {B, M, kv_heads, D}}, {"out", {B, N, heads, D}}};
+  BenchBuffers buffers = {{"queries", {B, N, heads, D}},
+                          {"keys", {B, M, kv_heads, D}},
+                          {"values", {B, M, kv_heads, D}},
+                          {"out", {B, N, heads, D}}};
   if (weights) buffers.push_back({"attention weights", {B, heads, N, M}});
   if (module) buffers.push_back({"parameters", {4, hidden, hidden}});
-  for (const auto& [name, dims] : buffers) {
-    if (!(s = CheckOutputSize("bench " + name, dims)).ok()) return Fail(s);
-  }
+  if (decode) buffers.push_back({"cache", {2, B, M, kv_heads, D}});
+  if (!(s = CheckBenchBuffers("multihead", buffers)).ok()) return Fail(s);
   std::unique_ptr<Engine> engine;
   if (!(s = MakeEngine(args, "multihead", &engine)).ok()) return Fail(s);
 
@@ -285,6 +294,42 @@ int BenchMultiHead(const Args& args) {
   const ValidLens lens = lens_data.empty() ? ValidLens::None()
                          : per_query      ? ValidLens::PerQuery(lens_data.data(), B, N)
                                           : ValidLens::PerBatch(lens_data.data(), B);
+  std::unique_ptr<MultiHeadAttention> model;
+  if (module) {
+    std::vector<std::vector<float>> parameters;
+    MultiHeadWeights w;
+    for (int layer = 0; layer < 8; ++layer) {
+      parameters.push_back(layer < 4 ? LinearInit(&rng, hidden, hidden)
+                                     : LinearInit(&rng, 1, hidden));
+    }
+    w.w_q = ConstTensor(parameters[0].data(), {hidden, hidden});
+    w.w_k = ConstTensor(parameters[1].data(), {hidden, hidden});
+    w.w_v = ConstTensor(parameters[2].data(), {hidden, hidden});
+    w.w_o = ConstTensor(parameters[3].data(), {hidden, hidden});
+    if (args.has("--bias")) {
+      w.b_q = ConstTensor(parameters[4].data(), {hidden});
+      w.b_k = ConstTensor(parameters[5].data(), {hidden});
+      w.b_v = ConstTensor(parameters[6].data(), {hidden});
+      w.b_o = ConstTensor(parameters[7].data(), {hidden});
+    }
+    if (!(s = MultiHeadAttention::Create(heads, w, &model)).ok()) return Fail(s);  // copies w
+  }
+  // The checks read views, not data: one float stands in for every tensor,
+  // so that the call's own checks refuse bad input before any is allocated.
+  // Decode's are the op's with the mask it applies.
+  const float stand_in = 0.0f;
+  MultiHeadShapes checked;
+  if (module) {
+    s = model->Check(ConstTensor(&stand_in, {B, N, hidden}), ConstTensor(&stand_in, {B, M, hidden}),
+                     ConstTensor(&stand_in, {B, M, hidden}), lens, causal, &checked);
+  } else {
+    MultiHeadOptions options;
+    options.causal = decode ? Causal::kBottomRight : causal;
+    s = engine->CheckMultiHeadAttention(
+        ConstTensor(&stand_in, {B, N, heads, D}), ConstTensor(&stand_in, {B, M, kv_heads, D}),
+        ConstTensor(&stand_in, {B, M, kv_heads, D}), lens, options, &checked);
+  }
+  if (!s.ok()) return Fail(s);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const auto random_vector = [&](int64_t n) {
     std::vector<float> v(static_cast<size_t>(n));
@@ -297,28 +342,10 @@ int BenchMultiHead(const Args& args) {
   const std::vector<float> v = random_vector(B * M * kv_heads * D);
   std::vector<float> out(static_cast<size_t>(B * N * heads * D)), attention;
   if (weights) attention.resize(static_cast<size_t>(B * heads * N * M));
-  const Tensor weights_view =
-      weights ? Tensor(attention.data(), {B, heads, N, M}) : Tensor();
-  std::unique_ptr<MultiHeadAttention> model;
+  const Tensor weights_view = weights ? Tensor(attention.data(), {B, heads, N, M}) : Tensor();
   std::unique_ptr<KvCache> cache;
-  std::vector<std::vector<float>> parameters;
   std::function<Status()> call;
   if (module) {
-    MultiHeadWeights w;
-    for (int layer = 0; layer < 8; ++layer) {
-      parameters.push_back(layer < 4 ? LinearInit(&rng, hidden, hidden) : LinearInit(&rng, 1, hidden));
-    }
-    w.w_q = ConstTensor(parameters[0].data(), {hidden, hidden});
-    w.w_k = ConstTensor(parameters[1].data(), {hidden, hidden});
-    w.w_v = ConstTensor(parameters[2].data(), {hidden, hidden});
-    w.w_o = ConstTensor(parameters[3].data(), {hidden, hidden});
-    if (args.has("--bias")) {
-      w.b_q = ConstTensor(parameters[4].data(), {hidden});
-      w.b_k = ConstTensor(parameters[5].data(), {hidden});
-      w.b_v = ConstTensor(parameters[6].data(), {hidden});
-      w.b_o = ConstTensor(parameters[7].data(), {hidden});
-    }
-    if (!(s = MultiHeadAttention::Create(heads, w, &model)).ok()) return Fail(s);
     call = [&] {
       return model->Forward(*engine, ConstTensor(q.data(), {B, N, hidden}),
                             ConstTensor(k.data(), {B, M, hidden}),
