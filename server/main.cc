@@ -26,8 +26,8 @@ constexpr const char* kUsage = R"(usage: attnscore-server [flags]
 
 Serves attnscore's ops and models over the Open Inference Protocol (KServe v2,
 REST/JSON). Endpoints: GET /v2, /v2/health/live, /v2/health/ready,
-/v2/models/NAME, /v2/models/NAME/ready, /metrics; POST /v2/models/NAME/infer. SIGTERM or SIGINT
-stops accepting, finishes the requests in flight and exits 0.
+/v2/models/NAME, /v2/models/NAME/ready, /metrics; POST /v2/models/NAME/infer.
+SIGTERM or SIGINT stops accepting, finishes the requests in flight and exits 0.
 
   --host HOST               address to listen on (default 127.0.0.1)
   --port PORT               port (default 8000; 0 picks a free one). The chosen

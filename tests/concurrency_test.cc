@@ -235,9 +235,8 @@ TEST(Concurrency, SharedHeadsCacheAndBilinearGiveTheSerialResults) {
   ASSERT_TRUE(MultiHeadAttention::Create(2, weights, &module).ok());
   ASSERT_TRUE(BilinearAttention::Create(ConstTensor(bilinear_w.data(), {6, 5}), &bilinear).ok());
   constexpr int64_t kSequences = 2, kCached = 37, kHq = 4, kHkv = 2, kD = 8;
-  KvCacheShape shape;
-  shape.batch = kSequences, shape.capacity = 64, shape.kv_heads = kHkv, shape.key_dim = kD,
-  shape.value_dim = kD;
+  const KvCacheShape shape{
+      .batch = kSequences, .capacity = 64, .kv_heads = kHkv, .key_dim = kD, .value_dim = kD};
   ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
   const std::vector<float> cached_k = RandomFloats(kSequences * kCached * kHkv * kD, 73),
                            cached_v = RandomFloats(kSequences * kCached * kHkv * kD, 74);
@@ -252,9 +251,11 @@ TEST(Concurrency, SharedHeadsCacheAndBilinearGiveTheSerialResults) {
     std::vector<int64_t> lens;
   };
   Calls runs;
+  // N of 1, 6 and 11 queries against M of 3, 20 and 7 keys (so M < N once).
+  constexpr int64_t kKeys[] = {3, 20, 7};
   for (int n = 0; n < 6; ++n) {
     auto in = std::make_shared<Inputs>(
-        Inputs{1 + n % 2, 1 + 5 * (n % 3), 3 + 17 * (n % 3), {}, {}, {}, {}, {}});
+        Inputs{1 + n % 2, 1 + 5 * (n % 3), kKeys[n % 3], {}, {}, {}, {}, {}});
     const int64_t b = in->batch, queries = in->queries, keys = in->keys;
     in->q = RandomFloats(static_cast<size_t>(b * queries * 8), 80 + n);
     in->k = RandomFloats(static_cast<size_t>(b * keys * 8), 90 + n);
@@ -263,7 +264,7 @@ TEST(Concurrency, SharedHeadsCacheAndBilinearGiveTheSerialResults) {
     for (int64_t e = 0; e < b; ++e) in->lens.push_back((e * 5 + n) % (keys + 2));
     const ValidLens lens = ValidLens::PerBatch(in->lens.data(), b);
     // The op: Q (B, N, 4, 2), K (B, M, 2, 2), V (B, M, 2, 4), causal from the bottom right
-    // where M >= N.
+    // where M >= N, else from the top left.
     runs.push_back([in, lens, &engine] {
       const int64_t b = in->batch, n = in->queries, m = in->keys;
       std::vector<float> out(static_cast<size_t>(b * n * 4 * 4 + b * 4 * n * m));
