@@ -167,8 +167,6 @@ double PhysicalMemoryBytes() {
                                     : 0;
 }
 
-// Checks the tensors the bench allocates for `op` on `s`: none may exceed
-// kMaxOutputFloats, and together they must fit in the machine's memory.
 // A bench's tensors, by name and dims.
 using BenchBuffers = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 
@@ -194,6 +192,7 @@ Status CheckBenchBuffers(const std::string& op, const BenchBuffers& buffers) {
   return Status::Ok();
 }
 
+// Checks the tensors the bench allocates for `op` on `s` (CheckBenchBuffers).
 Status CheckBenchSizes(const std::string& op, const BenchShape& s, bool weights) {
   const bool concat = op == "concat";
   const int64_t key_dim = op == "dot" ? s.depth : s.key_dim;
