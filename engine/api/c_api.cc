@@ -174,11 +174,24 @@ attnscore_status* ModelForward(const char* call, const Handle* model, const attn
   });
 }
 
-// An attnscore_causal value as the C++ enum; false outside the enum.
-bool CausalOf(int32_t value, attnscore::Causal* causal) {
-  if (value < ATTNSCORE_CAUSAL_NONE || value > ATTNSCORE_CAUSAL_BOTTOM_RIGHT) return false;
+// `call`'s argument `name`, an attnscore_causal value, as the C++ enum;
+// refused outside the enum.
+Status CausalOf(const char* call, const char* name, int32_t value, attnscore::Causal* causal) {
+  if (value < ATTNSCORE_CAUSAL_NONE || value > ATTNSCORE_CAUSAL_BOTTOM_RIGHT) {
+    return Status::InvalidArgument(std::string(call) + ": " + name +
+                                   " is outside attnscore_causal");
+  }
   *causal = static_cast<attnscore::Causal>(value);
-  return true;
+  return Status::Ok();
+}
+
+// `call`'s options as the C++ ones: NULL gives the defaults.
+Status MultiHeadOptionsOf(const char* call, const attnscore_multihead_options* options,
+                          attnscore::MultiHeadOptions* out) {
+  *out = attnscore::MultiHeadOptions();
+  if (options == nullptr) return Status::Ok();
+  out->scale = options->scale;
+  return CausalOf(call, "options->causal", options->causal, &out->causal);
 }
 
 bool OptionsOf(const attnscore_engine_options& in, attnscore::EngineOptions* out) {
@@ -460,12 +473,8 @@ attnscore_status* attnscore_multihead_attention(
   attnscore::ValidLens lens;
   if (!LensOf(valid_lens, &lens)) return Invalid(kCall, "valid_lens has a kind or type outside its enum");
   attnscore::MultiHeadOptions multihead;
-  if (options != nullptr) {
-    if (!CausalOf(options->causal, &multihead.causal)) {
-      return Invalid(kCall, "options->causal is outside attnscore_causal");
-    }
-    multihead.scale = options->scale;
-  }
+  const Status options_ok = MultiHeadOptionsOf(kCall, options, &multihead);
+  if (!options_ok.ok()) return ToC(options_ok);
   return Guarded(kCall, [&] {
     return engine->engine->MultiHeadAttention(In(queries), In(keys), In(values), lens, multihead,
                                               Out(out), Out(attention_weights));
@@ -487,13 +496,7 @@ attnscore_status* attnscore_check_multihead_attention(const attnscore_engine* en
       [&](ConstTensor q, ConstTensor k, ConstTensor v, const attnscore::ValidLens& lens,
           attnscore::MultiHeadShapes* found) {
         attnscore::MultiHeadOptions multihead;
-        if (options != nullptr) {
-          if (!CausalOf(options->causal, &multihead.causal)) {
-            return Status::InvalidArgument(std::string(kCall) +
-                                           ": options->causal is outside attnscore_causal");
-          }
-          multihead.scale = options->scale;
-        }
+        ATTNSCORE_RETURN_IF_ERROR(MultiHeadOptionsOf(kCall, options, &multihead));
         return engine->engine->CheckMultiHeadAttention(q, k, v, lens, multihead, found);
       });
 }
@@ -550,10 +553,7 @@ attnscore_status* attnscore_multihead_check(const attnscore_multihead* model,
       [&](ConstTensor q, ConstTensor k, ConstTensor v, const attnscore::ValidLens& lens,
           attnscore::MultiHeadShapes* found) {
         attnscore::Causal mask;
-        if (!CausalOf(causal, &mask)) {
-          return Status::InvalidArgument(std::string(kCall) +
-                                         ": causal is outside attnscore_causal");
-        }
+        ATTNSCORE_RETURN_IF_ERROR(CausalOf(kCall, "causal", causal, &mask));
         return model->model->Check(q, k, v, lens, mask, found);
       });
 }
@@ -571,7 +571,8 @@ attnscore_status* attnscore_multihead_forward(
   attnscore::ValidLens lens;
   if (!LensOf(valid_lens, &lens)) return Invalid(kCall, "valid_lens has a kind or type outside its enum");
   attnscore::Causal mask;
-  if (!CausalOf(causal, &mask)) return Invalid(kCall, "causal is outside attnscore_causal");
+  const Status causal_ok = CausalOf(kCall, "causal", causal, &mask);
+  if (!causal_ok.ok()) return ToC(causal_ok);
   return Guarded(kCall, [&] {
     return model->model->Forward(*engine->engine, In(queries), In(keys), In(values), lens, mask,
                                  Out(out), Out(attention_weights));
