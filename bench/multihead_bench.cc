@@ -4,17 +4,21 @@
 //            bytes/s counts K and V read once; BM_CachedRead reads as many
 //            bytes. The same over 256 keys (2 MiB, cache-resident) shows
 //            the arithmetic's own cost per key. BM_KvCacheDecodeAgainstRead
-//            times the 2,048-key step alternated with a read of its bytes.
+//            times the 2,048-key step alternated with a read of its bytes,
+//            BM_KvCachePooledDecodeAgainstOwn with the step from a pooled
+//            cache.
 //   prefill  (B 1, N 1,024, H 16, D 64), causal: GFLOP/s counts the unmasked
 //            half only, 2 (D + Dv) per (query, visible key) per head;
 //            BM_OnednnMatmulHeads is one oneDNN matmul of the heads' Q Kᵀ;
 //            BM_MultiHeadAgainstMatmul times it alternated with the matmul
 //            limit.
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -113,8 +117,11 @@ BENCHMARK(BM_MultiHeadAgainstMatmul)
 
 // One decoding step over a KvCache holding `keys` positions per sequence,
 // filled with random K and V (B, M, Hkv, D); one random query per head.
+// `pooled`: the cache's sequences share a pool of blocks of the fewest
+// positions that are whole pages, just enough of them for the keys.
 struct KvCacheDecodeCall {
-  KvCacheDecodeCall(int64_t batch, int64_t keys, int64_t heads, int64_t kv_heads, int64_t depth)
+  KvCacheDecodeCall(int64_t batch, int64_t keys, int64_t heads, int64_t kv_heads, int64_t depth,
+                    bool pooled = false)
       : batch(batch),
         heads(heads),
         depth(depth),
@@ -125,6 +132,11 @@ struct KvCacheDecodeCall {
     KvCacheShape shape;
     shape.batch = batch, shape.capacity = keys, shape.kv_heads = kv_heads;
     shape.key_dim = depth, shape.value_dim = depth;
+    if (pooled) {
+      const int64_t page = sysconf(_SC_PAGESIZE);
+      shape.block_positions = page / std::gcd(page, depth * static_cast<int64_t>(sizeof(float)));
+      shape.blocks = batch * ((keys + shape.block_positions - 1) / shape.block_positions);
+    }
     status = KvCache::Create(shape, &cache);
     if (status.ok()) {
       status = cache->Append(ConstTensor(k.data(), {batch, keys, kv_heads, depth}),
@@ -190,6 +202,43 @@ void BM_KvCacheDecodeAgainstRead(benchmark::State& state) {
 }
 
 BENCHMARK(BM_KvCacheDecodeAgainstRead)
+    ->ArgNames({"batch", "keys", "heads", "kv_heads", "dim"})
+    ->Args({4, 2048, 16, 4, 64})
+    ->Iterations(15)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The step from a cache whose sequences share a pool of blocks (small
+// pages, memory taken as positions arrive) against the same step from a
+// cache of their own (huge pages), alternated on 1 thread: pooled_over_own
+// is the median round's time pooled ÷ own.
+void BM_KvCachePooledDecodeAgainstOwn(benchmark::State& state) {
+  KvCacheDecodeCall own(state.range(0), state.range(1), state.range(2), state.range(3),
+                        state.range(4));
+  KvCacheDecodeCall pooled(state.range(0), state.range(1), state.range(2), state.range(3),
+                           state.range(4), /*pooled=*/true);
+  for (const KvCacheDecodeCall* call : {&own, &pooled}) {
+    if (!call->status.ok()) {
+      state.SkipWithError(call->status.message().c_str());
+      return;
+    }
+  }
+  const std::unique_ptr<Engine> engine = EngineOrSkip(state, 1);
+  if (!engine) return;
+  const ImplementationLabel label;
+  AlternatedTimes t;
+  const auto pooled_then_own = [&](int side) {
+    KvCacheDecodeCall& call = side == 0 ? pooled : own;
+    return SecondsOf(state, [&] { return call.Run(*engine); });
+  };
+  if (!TimeAlternated(state, pooled_then_own, &t)) return;
+  state.counters["pooled_us"] = t.median_us[0];
+  state.counters["own_us"] = t.median_us[1];
+  state.counters["pooled_over_own"] = t.ratio;
+  label.Apply(state);
+}
+
+BENCHMARK(BM_KvCachePooledDecodeAgainstOwn)
     ->ArgNames({"batch", "keys", "heads", "kv_heads", "dim"})
     ->Args({4, 2048, 16, 4, 64})
     ->Iterations(15)

@@ -1,6 +1,7 @@
 // AlignedFloats (engine/base/aligned_floats.h): every size starts on a cache
 // line, is zero and holds at least what was asked; from 2 MiB up it starts
-// on a 2 MiB boundary; a move hands the array over.
+// on a 2 MiB boundary; a move hands the array over. A reserved array starts
+// on a page, and Discard zeros exactly the whole pages of its range.
 #include "base/aligned_floats.h"
 
 #include <gtest/gtest.h>
@@ -48,6 +49,40 @@ TEST(AlignedFloats, AMoveHandsTheArrayOver) {
     EXPECT_EQ(other.data(), data);
     EXPECT_EQ(to.data(), nullptr);  // NOLINT(bugprone-use-after-move)
   }
+}
+
+TEST(AlignedFloats, AReservedArrayIsZeroOnAPageAndDiscardZerosItsWholePages) {
+  const size_t page = AlignedFloats::PageBytes() / sizeof(float);  // floats a page
+  AlignedFloats floats = AlignedFloats::Reserved(4 * page + 3);
+  ASSERT_NE(floats.data(), nullptr);
+  EXPECT_EQ(Address(floats.data()) % AlignedFloats::PageBytes(), 0u);
+  ASSERT_EQ(floats.capacity(), 5 * page);  // whole pages
+  for (size_t i = 0; i < floats.capacity(); ++i) ASSERT_EQ(floats.data()[i], 0.0f) << i;
+  for (size_t i = 0; i < floats.capacity(); ++i) floats.data()[i] = 1.0f;
+  // From half a page in to half a page short of the fourth page's end: only
+  // pages 1 and 2 are whole within it.
+  floats.Discard(page / 2, 3 * page);
+  for (size_t i = 0; i < floats.capacity(); ++i) {
+    const bool discarded = i >= page && i < 3 * page;
+    ASSERT_EQ(floats.data()[i], discarded ? 0.0f : 1.0f) << i;
+  }
+  // Written again, a discarded page holds what is written; ranges past the
+  // end are cut to it.
+  floats.data()[page] = 2.0f;
+  EXPECT_EQ(floats.data()[page], 2.0f);
+  floats.Discard(4 * page, 10 * page);
+  EXPECT_EQ(floats.data()[4 * page], 0.0f);
+  EXPECT_EQ(floats.data()[4 * page - 1], 1.0f);
+  floats.Discard(9 * page, page);  // wholly past the end: nothing
+  // An array that is not reserved keeps its values.
+  AlignedFloats plain(2 * page);
+  plain.data()[page] = 3.0f;
+  plain.Discard(0, 2 * page);
+  EXPECT_EQ(plain.data()[page], 3.0f);
+  // A move hands the reservation over, Discard included.
+  AlignedFloats moved(std::move(floats));
+  moved.Discard(0, page);
+  EXPECT_EQ(moved.data()[0], 0.0f);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // nothing but a status comes back from bad handles, pointers or enums.
 #include "attnscore/c_api.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <memory>
 #include <string>
@@ -275,6 +277,64 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
   attnscore_kv_cache_destroy(cache);
   EXPECT_EQ(Message(attnscore_kv_cache_create(0, 16, hkv, d, d, &cache)),
             "KvCache::Create: batch is 0; it must be at least 1");
+}
+
+// A pooled cache: its sequences hold the pool's blocks their positions take,
+// refuse an append past the free blocks as the C++ cache does, attend with
+// the bits of a cache without a pool, and Clear hands the blocks back.
+TEST_F(CApi, APooledKvCacheSharesItsBlocksAndAttendsAsOneWithout) {
+  const int64_t b = 2, hkv = 2, hq = 4, d = 64;
+  const int64_t block = sysconf(_SC_PAGESIZE) / (d * static_cast<int64_t>(sizeof(float)));
+  const int64_t m = block + 4;  // 2 blocks a sequence
+  const std::vector<float> q = RandomFloats(b * hq * d, 21), k = RandomFloats(b * m * hkv * d, 22),
+                           v = RandomFloats(b * m * hkv * d, 23);
+  attnscore_kv_cache* cache = nullptr;
+  ASSERT_EQ(Message(attnscore_kv_cache_create_pooled(b, 4 * block, hkv, d, d, block, 3, &cache)),
+            "");
+  const attnscore_tensor_view kv = CView4(k, b, m, hkv, d), vv = CView4(v, b, m, hkv, d);
+  EXPECT_EQ(Message(attnscore_kv_cache_append(cache, &kv, &vv)),
+            "KvCache: the pool has 3 of its 3 blocks of " + std::to_string(block) +
+                " positions free; appending " + std::to_string(m) +
+                " positions to every sequence needs 4");
+  EXPECT_EQ(attnscore_kv_cache_blocks_in_use(cache), 0);
+  // Sequence 0 all m positions (2 blocks), sequence 1 its first 3 (1 block).
+  const attnscore_tensor_view k0 = {k.data(), 3, {m, hkv, d, 0}, {hkv * d, d, 1, 0}},
+                              v0 = {v.data(), 3, {m, hkv, d, 0}, {hkv * d, d, 1, 0}},
+                              k1 = {k.data() + m * hkv * d, 3, {3, hkv, d, 0}, {hkv * d, d, 1, 0}},
+                              v1 = {v.data() + m * hkv * d, 3, {3, hkv, d, 0}, {hkv * d, d, 1, 0}};
+  ASSERT_EQ(Message(attnscore_kv_cache_append_to(cache, 0, &k0, &v0)), "");
+  ASSERT_EQ(Message(attnscore_kv_cache_append_to(cache, 1, &k1, &v1)), "");
+  EXPECT_EQ(attnscore_kv_cache_blocks_in_use(cache), 3);
+  std::vector<float> out_c(b * hq * d), out_cpp(out_c.size());
+  const attnscore_tensor_view qv = CView4(q, b, 1, hq, d);
+  const attnscore_tensor ov = COut4(out_c, b, 1, hq, d);
+  ASSERT_EQ(Message(attnscore_kv_cache_attend(cache, engine_, &qv, &ov, nullptr)), "");
+  std::unique_ptr<KvCache> own;
+  KvCacheShape shape;
+  shape.batch = b, shape.capacity = 4 * block, shape.kv_heads = hkv, shape.key_dim = d,
+  shape.value_dim = d;
+  ASSERT_TRUE(KvCache::Create(shape, &own).ok());
+  ASSERT_TRUE(
+      own->AppendTo(0, ConstTensor(k.data(), {m, hkv, d}), ConstTensor(v.data(), {m, hkv, d}))
+          .ok());
+  ASSERT_TRUE(
+      own->AppendTo(1, ConstTensor(k1.data, {3, hkv, d}), ConstTensor(v1.data, {3, hkv, d})).ok());
+  ASSERT_TRUE(own->Attend(DefaultEngine(), ConstTensor(q.data(), {b, 1, hq, d}),
+                          Tensor(out_cpp.data(), {b, 1, hq, d}))
+                  .ok());
+  EXPECT_EQ(out_c, out_cpp);
+  ASSERT_EQ(Message(attnscore_kv_cache_clear(cache, 0)), "");
+  EXPECT_EQ(attnscore_kv_cache_blocks_in_use(cache), 1);
+  EXPECT_EQ(attnscore_kv_cache_blocks_in_use(nullptr), 0);
+  attnscore_kv_cache_destroy(cache);
+
+  EXPECT_EQ(Message(attnscore_kv_cache_create_pooled(b, 16, hkv, d, d, block, 3, nullptr)),
+            "attnscore_kv_cache_create_pooled: cache is null");
+  EXPECT_EQ(Message(attnscore_kv_cache_create_pooled(b, 16, hkv, d, d, block, 0, &cache)),
+            "KvCache::Create: blocks is 0; a pool needs at least 1 (or both 0 for none)");
+  // Without a pool, the create call's own name.
+  EXPECT_EQ(Message(attnscore_kv_cache_create_pooled(b, 16, hkv, d, d, 0, 0, nullptr)),
+            "attnscore_kv_cache_create: cache is null");
 }
 
 // The multi-head *_check twins: the C++ checks' shapes for a good call; for

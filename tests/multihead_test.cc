@@ -5,9 +5,12 @@
 // option equals its per-query lengths, the thread count changes no bit.
 // Then d2l's MultiHeadAttention module against golden data from the seed
 // module (tools/make_golden.py) and its bad input.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -515,6 +518,170 @@ TEST(MultiHeadKvCache, RefusesBadShapesAndOverflowChangingNothing) {
   // Every cached value row is 0.25, so every output is, up to rounding.
   ASSERT_TRUE(cache->Attend(DefaultEngine(), ConstTensor(q.data(), {2, 1, 4, 3}), o).ok());
   for (float x : out) EXPECT_NEAR(x, 0.25f, 1e-6f);
+}
+
+// With a pool, positions live in blocks shared by the sequences. D = Dv =
+// 64 and blocks of the fewest positions that are whole pages (16 with 4 KiB
+// pages).
+KvCacheShape PooledShape(int64_t batch, int64_t capacity, int64_t blocks) {
+  KvCacheShape shape;
+  shape.batch = batch, shape.capacity = capacity, shape.kv_heads = 2;
+  shape.key_dim = 64, shape.value_dim = 64;
+  shape.block_positions = sysconf(_SC_PAGESIZE) / (64 * static_cast<int64_t>(sizeof(float)));
+  shape.blocks = blocks;
+  return shape;
+}
+
+// Sequences of different lengths in a pool hold the blocks their lengths
+// take, and attend with the bits of the same appends to a cache without one
+// (the same op on the same keys); an append that needs more blocks than are
+// free fails, changing nothing, and a cleared sequence's blocks serve
+// another.
+TEST(MultiHeadKvCache, InAPoolSequencesHoldTheirBlocksAndAttendAsWithoutOne) {
+  KvCacheShape pooled = PooledShape(3, 0, 6);
+  const int64_t block = pooled.block_positions;
+  pooled.capacity = 6 * block;
+  KvCacheShape own = pooled;
+  own.block_positions = 0, own.blocks = 0;
+  std::unique_ptr<KvCache> pool, plain;
+  ASSERT_TRUE(KvCache::Create(pooled, &pool).ok());
+  ASSERT_TRUE(KvCache::Create(own, &plain).ok());
+  EXPECT_EQ(pool->blocks_in_use(), 0);
+  const int64_t row = 2 * 64;  // a position's Hkv · D floats
+  const std::vector<float> k = RandomFloats(static_cast<size_t>(5 * block * row), 31);
+  const std::vector<float> v = RandomFloats(static_cast<size_t>(5 * block * row), 32, 3.0f);
+  const auto append = [&](KvCache& cache, int64_t b, int64_t from, int64_t count) {
+    return cache.AppendTo(b, ConstTensor(k.data() + from * row, {count, 2, 64}),
+                          ConstTensor(v.data() + from * row, {count, 2, 64}));
+  };
+  // Lengths 2 blocks + 1, 1 block, 1: 3 + 1 + 1 = 5 of the 6 blocks.
+  int64_t held[] = {2 * block + 1, block, 1};
+  for (int64_t b = 0; b < 3; ++b) {
+    for (KvCache* cache : {pool.get(), plain.get()}) {
+      if (held[b] > 1) ASSERT_TRUE(append(*cache, b, b, held[b] - 1).ok());
+      ASSERT_TRUE(append(*cache, b, b + held[b] - 1, 1).ok());
+    }
+  }
+  EXPECT_EQ(pool->blocks_in_use(), 5);
+  const std::vector<float> q = RandomFloats(3 * 4 * 64, 33);
+  const auto attend = [&](const KvCache& cache, std::vector<float>* out, std::vector<float>* w) {
+    out->assign(3 * 4 * 64, kSentinel);
+    w->assign(static_cast<size_t>(3 * 4 * held[0]), kSentinel);
+    return cache.Attend(DefaultEngine(), ConstTensor(q.data(), {3, 1, 4, 64}),
+                        Tensor(out->data(), {3, 1, 4, 64}), Tensor(w->data(), {3, 4, 1, held[0]}));
+  };
+  std::vector<float> out, w, plain_out, plain_w;
+  ASSERT_TRUE(attend(*pool, &out, &w).ok());
+  ASSERT_TRUE(attend(*plain, &plain_out, &plain_w).ok());
+  EXPECT_EQ(out, plain_out);
+  EXPECT_EQ(w, plain_w);
+
+  // Sequence 0 two blocks more for 2 blocks of positions, every sequence
+  // one each for a block more: refused, with 1 block free.
+  EXPECT_EQ(append(*pool, 0, 0, 2 * block).message(),
+            "KvCache: the pool has 1 of its 6 blocks of " + std::to_string(block) +
+                " positions free; appending " + std::to_string(2 * block) +
+                " positions to sequence 0 needs 2");
+  const std::vector<float> ones(static_cast<size_t>(3 * block * row), 0.5f);
+  const ConstTensor block_each(ones.data(), {3, block, 2, 64});
+  EXPECT_EQ(pool->Append(block_each, block_each).message(),
+            "KvCache: the pool has 1 of its 6 blocks of " + std::to_string(block) +
+                " positions free; appending " + std::to_string(block) +
+                " positions to every sequence needs 3");
+  EXPECT_EQ(pool->length(0), held[0]);
+  EXPECT_EQ(pool->blocks_in_use(), 5);
+  ASSERT_TRUE(attend(*pool, &out, &w).ok());
+  EXPECT_EQ(out, plain_out);
+
+  // Cleared, sequence 2's block goes back: sequence 0 takes one more, and
+  // sequence 2 starts again from its first position in another.
+  ASSERT_TRUE(pool->Clear(2).ok());
+  ASSERT_TRUE(plain->Clear(2).ok());
+  EXPECT_EQ(pool->length(2), 0);
+  EXPECT_EQ(pool->blocks_in_use(), 4);
+  for (KvCache* cache : {pool.get(), plain.get()}) {
+    ASSERT_TRUE(append(*cache, 0, 5, block).ok());
+    ASSERT_TRUE(append(*cache, 2, 9, 3).ok());
+  }
+  EXPECT_EQ(pool->blocks_in_use(), 6);
+  held[0] += block;
+  ASSERT_TRUE(attend(*pool, &out, &w).ok());
+  ASSERT_TRUE(attend(*plain, &plain_out, &plain_w).ok());
+  EXPECT_EQ(out, plain_out);
+  EXPECT_EQ(w, plain_w);
+}
+
+// Resident memory of this process, in bytes (/proc/self/statm's second field).
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+// A pool takes memory as positions arrive and gives it back on Clear: 32 MiB
+// of keys and values appended show in the process's resident memory, and
+// are gone once cleared. A cache without a pool keeps its pages.
+TEST(MultiHeadKvCache, APoolTakesMemoryAsPositionsArriveAndGivesItBackOnClear) {
+  constexpr int64_t kPositions = 32768;  // 32768 · 2 heads · 128 floats · 4 bytes = 32 MiB
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  const KvCacheShape shape = PooledShape(2, kPositions, 2 * kPositions);
+  std::unique_ptr<KvCache> cache;
+  const std::vector<float> k(static_cast<size_t>(kPositions * 2 * 64), 0.5f);
+  ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
+  const int64_t before = ResidentBytes();
+  EXPECT_LT(before, 256 * kMiB);  // 2 sequences of 32 MiB reserved, not resident
+  ASSERT_TRUE(cache
+                  ->AppendTo(1, ConstTensor(k.data(), {kPositions, 2, 64}),
+                             ConstTensor(k.data(), {kPositions, 2, 64}))
+                  .ok());
+  const int64_t filled = ResidentBytes();
+  EXPECT_GE(filled - before, 28 * kMiB);
+  ASSERT_TRUE(cache->Clear(1).ok());
+  EXPECT_EQ(cache->blocks_in_use(), 0);
+  EXPECT_LE(ResidentBytes() - before, 4 * kMiB);
+}
+
+TEST(MultiHeadKvCache, RefusesABadPool) {
+  std::unique_ptr<KvCache> cache;
+  const KvCacheShape good = PooledShape(2, 64, 4);
+  const std::string page = std::to_string(sysconf(_SC_PAGESIZE));
+  const int64_t block = good.block_positions;
+  struct Case {
+    int64_t block_positions, blocks, key_dim;
+    std::string expected;
+  };
+  const Case cases[] = {
+      {0, 4, 64,
+       "KvCache::Create: block_positions is 0; a pool needs at least 1 (or both 0 for none)"},
+      {block, 0, 64, "KvCache::Create: blocks is 0; a pool needs at least 1 (or both 0 for none)"},
+      {-block, 4, 64,
+       "KvCache::Create: block_positions is " + std::to_string(-block) +
+           "; a pool needs at least 1 (or both 0 for none)"},
+      {block / 2, 4, 64,
+       "KvCache::Create: block_positions is " + std::to_string(block / 2) +
+           "; a block of a head's keys (D = 64) and of its values (Dv = 64) must be whole " + page +
+           "-byte pages, so block_positions must be a multiple of " + std::to_string(block)},
+      // D = 32 needs twice as many positions as Dv = 64.
+      {block, 4, 32,
+       "KvCache::Create: block_positions is " + std::to_string(block) +
+           "; a block of a head's keys (D = 32) and of its values (Dv = 64) must be whole " + page +
+           "-byte pages, so block_positions must be a multiple of " + std::to_string(2 * block)},
+  };
+  for (const Case& c : cases) {
+    KvCacheShape bad = good;
+    bad.block_positions = c.block_positions, bad.blocks = c.blocks, bad.key_dim = c.key_dim;
+    EXPECT_EQ(KvCache::Create(bad, &cache).message(), c.expected);
+    EXPECT_EQ(cache, nullptr);
+  }
+  // 2^30 sequences of 1 position are 2^38 floats, but of a block each more than 2^40.
+  KvCacheShape huge = good;
+  huge.batch = int64_t{1} << 30, huge.capacity = 1;
+  const std::string too_many =
+      "KvCache::Create: B · capacity rounded up to whole blocks · Hkv · (D + Dv) is ";
+  EXPECT_EQ(KvCache::Create(huge, &cache).message().substr(0, too_many.size()), too_many);
+  ASSERT_TRUE(KvCache::Create(good, &cache).ok());
+  EXPECT_EQ(cache->blocks_in_use(), 0);
 }
 
 std::string GoldenModel(const std::string& name) {

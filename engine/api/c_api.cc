@@ -582,13 +582,23 @@ attnscore_status* attnscore_multihead_forward(
 attnscore_status* attnscore_kv_cache_create(int64_t batch, int64_t capacity, int64_t kv_heads,
                                             int64_t key_dim, int64_t value_dim,
                                             attnscore_kv_cache** cache) {
-  constexpr const char* kCall = "attnscore_kv_cache_create";
-  if (cache == nullptr) return Invalid(kCall, "cache is null");
-  return Guarded(kCall, [&] {
+  return attnscore_kv_cache_create_pooled(batch, capacity, kv_heads, key_dim, value_dim, 0, 0,
+                                          cache);
+}
+
+attnscore_status* attnscore_kv_cache_create_pooled(int64_t batch, int64_t capacity,
+                                                   int64_t kv_heads, int64_t key_dim,
+                                                   int64_t value_dim, int64_t block_positions,
+                                                   int64_t blocks, attnscore_kv_cache** cache) {
+  const char* const call = block_positions == 0 && blocks == 0 ? "attnscore_kv_cache_create"
+                                                               : "attnscore_kv_cache_create_pooled";
+  if (cache == nullptr) return Invalid(call, "cache is null");
+  return Guarded(call, [&] {
     auto handle = std::make_unique<attnscore_kv_cache>();
     attnscore::KvCacheShape shape;
     shape.batch = batch, shape.capacity = capacity, shape.kv_heads = kv_heads;
     shape.key_dim = key_dim, shape.value_dim = value_dim;
+    shape.block_positions = block_positions, shape.blocks = blocks;
     ATTNSCORE_RETURN_IF_ERROR(attnscore::KvCache::Create(shape, &handle->cache));
     *cache = handle.release();
     return Status::Ok();
@@ -596,6 +606,10 @@ attnscore_status* attnscore_kv_cache_create(int64_t batch, int64_t capacity, int
 }
 
 void attnscore_kv_cache_destroy(attnscore_kv_cache* cache) { delete cache; }
+
+int64_t attnscore_kv_cache_blocks_in_use(const attnscore_kv_cache* cache) {
+  return cache == nullptr ? 0 : cache->cache->blocks_in_use();
+}
 
 int64_t attnscore_kv_cache_length(const attnscore_kv_cache* cache, int64_t sequence) {
   return cache ? cache->cache->length(sequence) : 0;

@@ -5,8 +5,10 @@
 #include "attnscore/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <new>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,29 +24,80 @@ constexpr const char* kOp = "KvCache";
 using internal::CheckTensor;
 using internal::kAnyDim;
 
+// The pool's two numbers, once Create has found every dim at least 1 and
+// B · capacity · Hkv · (D + Dv) at most 2^40: both 0 (no pool), or at
+// least 1 each, a block of one head's keys or values whole pages, and with
+// capacity rounded up to whole blocks still at most 2^40 floats.
+Status CheckPool(const KvCacheShape& shape) {
+  const std::string call = "KvCache::Create: ";
+  if (shape.block_positions == 0 && shape.blocks == 0) return Status::Ok();
+  for (const auto& [name, size] :
+       {std::pair{"block_positions", shape.block_positions}, std::pair{"blocks", shape.blocks}}) {
+    if (size < 1) {
+      return Status::InvalidArgument(call + name + " is " + std::to_string(size) +
+                                     "; a pool needs at least 1 (or both 0 for none)");
+    }
+  }
+  const auto page = static_cast<int64_t>(internal::AlignedFloats::PageBytes());
+  // The fewest positions whose rows of `features` floats are whole pages.
+  const auto whole_pages = [page](int64_t features) {
+    return page / std::gcd(page, features * static_cast<int64_t>(sizeof(float)));
+  };
+  const int64_t multiple = std::lcm(whole_pages(shape.key_dim), whole_pages(shape.value_dim));
+  if (shape.block_positions % multiple != 0) {
+    return Status::InvalidArgument(
+        call + "block_positions is " + std::to_string(shape.block_positions) + "; a block of a " +
+        "head's keys (D = " + std::to_string(shape.key_dim) + ") and of its values (Dv = " +
+        std::to_string(shape.value_dim) + ") must be whole " + std::to_string(page) +
+        "-byte pages, so block_positions must be a multiple of " + std::to_string(multiple));
+  }
+  const double blocks_per_sequence =
+      std::ceil(static_cast<double>(shape.capacity) / static_cast<double>(shape.block_positions));
+  const double floats = static_cast<double>(shape.batch) * blocks_per_sequence *
+                        static_cast<double>(shape.block_positions) *
+                        static_cast<double>(shape.kv_heads) *
+                        (static_cast<double>(shape.key_dim) + static_cast<double>(shape.value_dim));
+  if (floats > 1099511627776.0) {
+    return Status::InvalidArgument(call +
+                                   "B · capacity rounded up to whole blocks · Hkv · (D + Dv) is " +
+                                   std::to_string(floats) + " floats, more than 2^40");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 struct KvCache::Storage {
   KvCacheShape shape;
-  // (B, Hkv, capacity, D) and (B, Hkv, capacity, Dv), on cache lines and
+  // Positions kept per head of a sequence: its capacity, rounded up to
+  // whole blocks where there is a pool, so that every block is whole pages.
+  int64_t positions = 0;
+  // (B, Hkv, positions, D) and (B, Hkv, positions, Dv), on cache lines and
   // huge pages: with D a multiple of 16, no vector load of a row splits a
   // line (rows 16 bytes off a line made decoding's kernels a fifth slower
-  // in cache).
+  // in cache). With a pool, reserved: pages take memory as positions are
+  // written and give it back when their sequence is cleared.
   internal::AlignedFloats keys, values;
   std::vector<int64_t> lengths;  // (B)
+  int64_t blocks_in_use = 0;     // Σ_b BlocksFor(lengths[b])
+
+  bool pooled() const { return shape.block_positions > 0; }
+  // The pool's blocks a sequence of `length` positions holds.
+  int64_t BlocksFor(int64_t length) const {
+    return pooled() ? (length + shape.block_positions - 1) / shape.block_positions : 0;
+  }
 
   // Where position t of head h of sequence b starts.
   float* key(int64_t b, int64_t h, int64_t t) {
-    return keys.data() + ((b * shape.kv_heads + h) * shape.capacity + t) * shape.key_dim;
+    return keys.data() + ((b * shape.kv_heads + h) * positions + t) * shape.key_dim;
   }
   float* value(int64_t b, int64_t h, int64_t t) {
-    return values.data() + ((b * shape.kv_heads + h) * shape.capacity + t) * shape.value_dim;
+    return values.data() + ((b * shape.kv_heads + h) * positions + t) * shape.value_dim;
   }
   // The first `keys` positions of every sequence, (B, keys, Hkv, F) by strides.
   ConstTensor View(const internal::AlignedFloats& data, int64_t keys, int64_t features) const {
-    return ConstTensor(
-        data.data(), {shape.batch, keys, shape.kv_heads, features},
-        {shape.kv_heads * shape.capacity * features, features, shape.capacity * features, 1});
+    return ConstTensor(data.data(), {shape.batch, keys, shape.kv_heads, features},
+                       {shape.kv_heads * positions * features, features, positions * features, 1});
   }
   // Copies keys (rows, Hkv, D) and values (rows, Hkv, Dv) of checked views
   // to sequence b's positions from its length on.
@@ -71,6 +124,29 @@ struct KvCache::Storage {
                                      " holds " + std::to_string(held) + " of its " +
                                      std::to_string(shape.capacity) + " positions; " +
                                      std::to_string(rows) + " more do not fit");
+    }
+    return Status::Ok();
+  }
+  // The blocks `rows` more positions take from the pool: to every sequence,
+  // or to `only` (>= 0) alone; `rows` fit each sequence's capacity.
+  int64_t NewBlocks(int64_t rows, int64_t only) const {
+    int64_t needed = 0;
+    for (int64_t b = only < 0 ? 0 : only; b < (only < 0 ? shape.batch : only + 1); ++b) {
+      const int64_t held = lengths[static_cast<size_t>(b)];
+      needed += BlocksFor(held + rows) - BlocksFor(held);
+    }
+    return needed;
+  }
+  Status CheckPool(int64_t rows, int64_t only) const {
+    const int64_t needed = NewBlocks(rows, only);
+    if (needed > shape.blocks - blocks_in_use) {
+      return Status::InvalidArgument(
+          std::string(kOp) + ": the pool has " + std::to_string(shape.blocks - blocks_in_use) +
+          " of its " + std::to_string(shape.blocks) + " blocks of " +
+          std::to_string(shape.block_positions) + " positions free; appending " +
+          std::to_string(rows) + " positions to " +
+          (only < 0 ? std::string("every sequence") : "sequence " + std::to_string(only)) +
+          " needs " + std::to_string(needed));
     }
     return Status::Ok();
   }
@@ -101,13 +177,22 @@ Status KvCache::Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cach
     return Status::InvalidArgument("KvCache::Create: B · capacity · Hkv · (D + Dv) is " +
                                    std::to_string(floats) + " floats, more than 2^40");
   }
+  ATTNSCORE_RETURN_IF_ERROR(CheckPool(shape));
   return internal::Guarded("KvCache::Create", [&] {
     auto storage = std::make_unique<Storage>();
     storage->shape = shape;
-    storage->keys = internal::AlignedFloats(
-        static_cast<size_t>(shape.batch * shape.kv_heads * shape.capacity * shape.key_dim));
-    storage->values = internal::AlignedFloats(
-        static_cast<size_t>(shape.batch * shape.kv_heads * shape.capacity * shape.value_dim));
+    const int64_t block = shape.block_positions;
+    storage->positions = block > 0 ? (shape.capacity + block - 1) / block * block : shape.capacity;
+    const auto floats_of = [&](int64_t features) {
+      return static_cast<size_t>(shape.batch * shape.kv_heads * storage->positions * features);
+    };
+    if (storage->pooled()) {
+      storage->keys = internal::AlignedFloats::Reserved(floats_of(shape.key_dim));
+      storage->values = internal::AlignedFloats::Reserved(floats_of(shape.value_dim));
+    } else {
+      storage->keys = internal::AlignedFloats(floats_of(shape.key_dim));
+      storage->values = internal::AlignedFloats(floats_of(shape.value_dim));
+    }
     storage->lengths.assign(static_cast<size_t>(shape.batch), 0);
     cache->reset(new KvCache(std::move(storage)));
     return Status::Ok();
@@ -121,6 +206,8 @@ int64_t KvCache::length(int64_t sequence) const {
   return storage_->lengths[static_cast<size_t>(sequence)];
 }
 
+int64_t KvCache::blocks_in_use() const { return storage_->blocks_in_use; }
+
 Status KvCache::Append(ConstTensor keys, ConstTensor values) {
   const KvCacheShape& s = storage_->shape;
   ATTNSCORE_RETURN_IF_ERROR(
@@ -129,6 +216,8 @@ Status KvCache::Append(ConstTensor keys, ConstTensor values) {
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(
       kOp, "values", values, {s.batch, rows, s.kv_heads, s.value_dim}, "(B, T, Hkv, Dv)"));
   for (int64_t b = 0; b < s.batch; ++b) ATTNSCORE_RETURN_IF_ERROR(storage_->CheckRoom(b, rows));
+  ATTNSCORE_RETURN_IF_ERROR(storage_->CheckPool(rows, /*only=*/-1));
+  storage_->blocks_in_use += storage_->NewBlocks(rows, /*only=*/-1);
   for (int64_t b = 0; b < s.batch; ++b) {
     storage_->Copy(b, keys, values, b * keys.strides[0], b * values.strides[0]);
   }
@@ -147,6 +236,8 @@ Status KvCache::AppendTo(int64_t sequence, ConstTensor keys, ConstTensor values)
   ATTNSCORE_RETURN_IF_ERROR(
       CheckTensor(kOp, "values", values, {rows, s.kv_heads, s.value_dim}, "(T, Hkv, Dv)"));
   ATTNSCORE_RETURN_IF_ERROR(storage_->CheckRoom(sequence, rows));
+  ATTNSCORE_RETURN_IF_ERROR(storage_->CheckPool(rows, sequence));
+  storage_->blocks_in_use += storage_->NewBlocks(rows, sequence);
   storage_->Copy(sequence, keys, values, 0, 0);
   return Status::Ok();
 }
@@ -157,7 +248,20 @@ Status KvCache::Clear(int64_t sequence) {
                                    "; the cache has sequences 0.." +
                                    std::to_string(storage_->shape.batch - 1));
   }
-  storage_->lengths[static_cast<size_t>(sequence)] = 0;
+  Storage& s = *storage_;
+  const int64_t held = s.lengths[static_cast<size_t>(sequence)];
+  if (s.pooled()) {
+    // Its blocks' pages, head by head: whole pages, as CheckPool made them.
+    const int64_t written = s.BlocksFor(held) * s.shape.block_positions;
+    for (int64_t h = 0; h < s.shape.kv_heads; ++h) {
+      s.keys.Discard(static_cast<size_t>(s.key(sequence, h, 0) - s.keys.data()),
+                     static_cast<size_t>(written * s.shape.key_dim));
+      s.values.Discard(static_cast<size_t>(s.value(sequence, h, 0) - s.values.data()),
+                       static_cast<size_t>(written * s.shape.value_dim));
+    }
+    s.blocks_in_use -= s.BlocksFor(held);
+  }
+  s.lengths[static_cast<size_t>(sequence)] = 0;
   return Status::Ok();
 }
 

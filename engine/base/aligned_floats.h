@@ -3,6 +3,9 @@
 // From kHugePageBytes up it is whole 2 MiB pages on a 2 MiB boundary,
 // offered to the kernel's transparent huge pages: fewer page faults when
 // first touched and fewer TLB misses when streamed.
+// A reserved array (Reserved) is address space only until written: whole
+// small pages, each taking memory when first touched and giving it back when
+// discarded (Discard), so that memory follows what is in use.
 #ifndef ATTNSCORE_BASE_ALIGNED_FLOATS_H_
 #define ATTNSCORE_BASE_ALIGNED_FLOATS_H_
 
@@ -17,6 +20,13 @@ class AlignedFloats {
   AlignedFloats() = default;
   // At least `count` floats, all zero. Throws std::bad_alloc.
   explicit AlignedFloats(size_t count);
+  // At least `count` floats, all zero, on a page boundary: address space
+  // with no memory behind it (not even counted against overcommit) until a
+  // page is written, on pages of PageBytes(), never huge ones. Throws
+  // std::bad_alloc.
+  static AlignedFloats Reserved(size_t count);
+  // The size of a small page: what Reserved and Discard work in.
+  static size_t PageBytes();
   AlignedFloats(AlignedFloats&& other) noexcept;
   AlignedFloats& operator=(AlignedFloats&& other) noexcept;
   AlignedFloats(const AlignedFloats&) = delete;
@@ -24,6 +34,10 @@ class AlignedFloats {
   ~AlignedFloats();
 
   float* data() const { return data_; }
+  // Gives the memory of the whole pages within [first, first + count) back
+  // to the system: they read as zeros again, and take memory again when
+  // written. For a Reserved array; a no-op on others.
+  void Discard(size_t first, size_t count);
   // The floats held: `count` or more (mapped arrays fill their last page).
   size_t capacity() const { return capacity_; }
 
@@ -33,6 +47,7 @@ class AlignedFloats {
   float* data_ = nullptr;
   size_t capacity_ = 0;
   bool mapped_ = false;
+  bool reserved_ = false;
 };
 
 }  // namespace attnscore::internal

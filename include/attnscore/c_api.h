@@ -291,7 +291,14 @@ ATTNSCORE_API attnscore_status* attnscore_kv_cache_create(int64_t batch, int64_t
                                                           int64_t kv_heads, int64_t key_dim,
                                                           int64_t value_dim,
                                                           attnscore_kv_cache** cache);
+/* Sequences sharing a pool of `blocks` blocks of `block_positions`
+ * positions (attnscore::KvCacheShape); each may grow to `capacity`. */
+ATTNSCORE_API attnscore_status* attnscore_kv_cache_create_pooled(
+    int64_t batch, int64_t capacity, int64_t kv_heads, int64_t key_dim, int64_t value_dim,
+    int64_t block_positions, int64_t blocks, attnscore_kv_cache** cache);
 ATTNSCORE_API void attnscore_kv_cache_destroy(attnscore_kv_cache* cache);
+/* The pool's blocks in use; 0 without a pool or for a NULL cache. */
+ATTNSCORE_API int64_t attnscore_kv_cache_blocks_in_use(const attnscore_kv_cache* cache);
 /* Positions sequence b holds; 0 for a NULL cache or a b out of range. */
 ATTNSCORE_API int64_t attnscore_kv_cache_length(const attnscore_kv_cache* cache, int64_t sequence);
 /* keys (B, T, Hkv, D), values (B, T, Hkv, Dv) to every sequence. */

@@ -12,6 +12,17 @@
 //
 // Appending and clearing change the cache; Attend does not, and many
 // threads may Attend at once, but not while another thread appends.
+//
+// By default each sequence's `capacity` positions are its own. A server
+// whose sequences differ in length sets block_positions and blocks instead:
+// then the sequences share a pool of `blocks` blocks of block_positions
+// positions. A sequence takes a block from the pool when its positions
+// reach into one, and Clear hands its blocks back, their memory returned to
+// the system; an Append that needs more blocks than are free fails,
+// changing nothing. Memory then follows the blocks in use, at most
+// blocks · block_positions · Hkv · (D + Dv) floats, while each sequence may
+// still grow to `capacity` (address space is reserved for every sequence's
+// capacity, not memory).
 #ifndef ATTNSCORE_KV_CACHE_H_
 #define ATTNSCORE_KV_CACHE_H_
 
@@ -31,11 +42,18 @@ struct KvCacheShape {
   int64_t kv_heads = 1;   // Hkv
   int64_t key_dim = 0;    // D
   int64_t value_dim = 0;  // Dv
+  // A pool of blocks shared by the sequences (0, 0: none). A block's keys
+  // and values of one head are whole pages: block_positions · D · 4 and
+  // block_positions · Dv · 4 bytes are multiples of the page size (with
+  // 4 KiB pages and D = Dv = 64, block_positions a multiple of 16).
+  int64_t block_positions = 0;
+  int64_t blocks = 0;
 };
 
 class ATTNSCORE_API KvCache {
  public:
-  // Allocates B · capacity · Hkv · (D + Dv) floats, every sequence empty.
+  // Allocates B · capacity · Hkv · (D + Dv) floats, every sequence empty;
+  // with a pool, reserves them and allocates none until positions arrive.
   static Status Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cache);
   ~KvCache();
   KvCache(const KvCache&) = delete;
@@ -44,14 +62,18 @@ class ATTNSCORE_API KvCache {
   const KvCacheShape& shape() const;
   // Positions sequence b holds; 0 for a b out of range.
   int64_t length(int64_t sequence) const;
+  // The pool's blocks the sequences hold: Σ_b ceil(length(b) / block_positions);
+  // 0 without a pool.
+  int64_t blocks_in_use() const;
 
   // Appends T positions to every sequence: keys (B, T, Hkv, D), values
   // (B, T, Hkv, Dv), any strides, copied. Fails, changing nothing, when a
-  // sequence would pass its capacity.
+  // sequence would pass its capacity or the pool has too few free blocks.
   Status Append(ConstTensor keys, ConstTensor values);
   // Appends T positions to sequence b alone: keys (T, Hkv, D), values (T, Hkv, Dv).
   Status AppendTo(int64_t sequence, ConstTensor keys, ConstTensor values);
-  // Empties sequence b, for a new sequence to take its place.
+  // Empties sequence b, for a new sequence to take its place; with a pool,
+  // its blocks go back to the pool and their memory to the system.
   Status Clear(int64_t sequence);
 
   // Queries (B, N, Hq, D), Hq a multiple of Hkv, are each sequence's N

@@ -20,8 +20,10 @@ causal="none", scale=0.0, return_weights=False, out=None, weights_out=None)
 on (B, N, H, D) arrays. Models (AdditiveAttention, ConcatAttention,
 BilinearAttention) are called as model(engine, q, k, v, valid_lens=None,
 return_weights=False, out=None, weights_out=None); d2l's MultiHeadAttention
-takes causal= too. KvCache(batch, capacity, kv_heads, key_dim, value_dim)
-holds keys and values for decoding: append, append_to, clear, length and
+takes causal= too. KvCache(batch, capacity, kv_heads, key_dim, value_dim,
+block_positions=0, blocks=0) holds keys and values for decoding, its
+sequences sharing a pool of blocks where block_positions and blocks are set:
+append, append_to, clear, length, blocks_in_use and
 attend(engine, q, return_weights=False). What each op computes, with its
 valid lengths and tolerances, is docs/semantics.md.
 

@@ -521,21 +521,25 @@ PYBIND11_MODULE(_attnscore, m) {
 
   py::class_<KvCache, std::unique_ptr<KvCache>>(
       m, "KvCache",
-      "KvCache(batch, capacity, kv_heads, key_dim, value_dim): keys and values of B sequences "
-      "for decoding (docs/semantics.md section 5.3).")
+      "KvCache(batch, capacity, kv_heads, key_dim, value_dim, block_positions=0, blocks=0): "
+      "keys and values of B sequences for decoding (docs/semantics.md section 5.3); with "
+      "block_positions and blocks, the sequences share a pool of that many blocks.")
       .def(py::init([](int64_t batch, int64_t capacity, int64_t kv_heads, int64_t key_dim,
-                       int64_t value_dim) {
+                       int64_t value_dim, int64_t block_positions, int64_t blocks) {
              KvCacheShape shape;
              shape.batch = batch, shape.capacity = capacity, shape.kv_heads = kv_heads;
              shape.key_dim = key_dim, shape.value_dim = value_dim;
+             shape.block_positions = block_positions, shape.blocks = blocks;
              std::unique_ptr<KvCache> cache;
              ThrowIfError(KvCache::Create(shape, &cache));
              return cache;
            }),
            py::arg("batch"), py::arg("capacity"), py::arg("kv_heads"), py::arg("key_dim"),
-           py::arg("value_dim"))
+           py::arg("value_dim"), py::arg("block_positions") = 0, py::arg("blocks") = 0)
       .def("length", &KvCache::length, py::arg("sequence"),
            "Positions the sequence holds (0 for one out of range).")
+      .def("blocks_in_use", &KvCache::blocks_in_use,
+           "The pool's blocks the sequences hold (0 without a pool).")
       .def(
           "append",
           [](KvCache& cache, const py::object& keys, const py::object& values) {
@@ -594,7 +598,12 @@ PYBIND11_MODULE(_attnscore, m) {
         const KvCacheShape& s = c.shape();
         return "attnscore.KvCache(batch=" + std::to_string(s.batch) +
                ", capacity=" + std::to_string(s.capacity) +
-               ", kv_heads=" + std::to_string(s.kv_heads) + ", key_dim=" +
-               std::to_string(s.key_dim) + ", value_dim=" + std::to_string(s.value_dim) + ")";
+               ", kv_heads=" + std::to_string(s.kv_heads) +
+               ", key_dim=" + std::to_string(s.key_dim) +
+               ", value_dim=" + std::to_string(s.value_dim) +
+               (s.block_positions > 0 ? ", block_positions=" + std::to_string(s.block_positions) +
+                                            ", blocks=" + std::to_string(s.blocks)
+                                      : std::string()) +
+               ")";
       });
 }

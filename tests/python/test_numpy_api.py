@@ -783,6 +783,29 @@ def test_kv_cache_decode_steps(engine, rng):
     assert cache.length(1) == 0
 
 
+def test_kv_cache_pool_shares_blocks(engine, rng):
+    block = os.sysconf("SC_PAGESIZE") // (64 * 4)  # the fewest positions of whole pages
+    k = rng.standard_normal((2, block + 1, 2, 64), dtype=np.float32)
+    v = rng.standard_normal((2, block + 1, 2, 64), dtype=np.float32)
+    q = rng.standard_normal((2, 1, 4, 64), dtype=np.float32)
+    pool = attnscore.KvCache(2, 4 * block, 2, 64, 64, block_positions=block, blocks=3)
+    own = attnscore.KvCache(2, 4 * block, 2, 64, 64)
+    assert "block_positions=%d, blocks=3" % block in repr(pool)
+    with pytest.raises(ValueError, match="the pool has 3 of its 3 blocks .* needs 4"):
+        pool.append(k, v)
+    assert pool.blocks_in_use() == 0 and pool.length(0) == 0
+    for cache in (pool, own):
+        cache.append_to(0, k[0], v[0])
+        cache.append_to(1, k[1, :1], v[1, :1])
+    assert pool.blocks_in_use() == 3
+    assert own.blocks_in_use() == 0
+    assert np.array_equal(pool.attend(engine, q), own.attend(engine, q))
+    pool.clear(0)
+    assert pool.blocks_in_use() == 1
+    with pytest.raises(ValueError, match="block_positions must be a multiple of %d" % block):
+        attnscore.KvCache(2, 8, 2, 64, 64, block_positions=block // 2, blocks=3)
+
+
 def test_multihead_and_bilinear_modules_from_torch(engine, rng):
     torch = pytest.importorskip("torch")
     sys.path.insert(0, str(ROOT / "tools"))
