@@ -223,10 +223,13 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTens
       return Status::Internal(std::string(kOp) + ": out of memory for dense copies of a head");
     }
   }
-  const Tensor q_copy(copies, {batch, queries, depth});
-  const Tensor k_copy(copies + q_floats, {batch, keys, depth});
-  const Tensor v_copy(copies + q_floats + k_floats, {batch, keys, value_dim});
-  const Tensor out_copy(copies + q_floats + k_floats + v_floats, {batch, queries, value_dim});
+  // The copies' views, used only where `copy`: otherwise there is no
+  // buffer, and no offset may be applied to its null pointer.
+  const auto at = [copies](int64_t offset) { return copies ? copies + offset : nullptr; };
+  const Tensor q_copy(at(0), {batch, queries, depth});
+  const Tensor k_copy(at(q_floats), {batch, keys, depth});
+  const Tensor v_copy(at(q_floats + k_floats), {batch, keys, value_dim});
+  const Tensor out_copy(at(q_floats + k_floats + v_floats), {batch, queries, value_dim});
   for (int64_t h = 0; h < heads; ++h) {
     Tensor head_attention;
     if (!attention.empty()) {
