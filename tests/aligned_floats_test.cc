@@ -1,14 +1,17 @@
 // AlignedFloats (engine/base/aligned_floats.h): every size starts on a cache
 // line, is zero and holds at least what was asked; from 2 MiB up it starts
 // on a 2 MiB boundary; a move hands the array over. A reserved array starts
-// on a page, and Discard zeros exactly the whole pages of its range.
+// on a page, takes memory page by page as written, and Discard zeros exactly
+// the whole pages of its range and gives their memory back.
 #include "base/aligned_floats.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 namespace attnscore::internal {
 namespace {
@@ -73,16 +76,45 @@ TEST(AlignedFloats, AReservedArrayIsZeroOnAPageAndDiscardZerosItsWholePages) {
   floats.Discard(4 * page, 10 * page);
   EXPECT_EQ(floats.data()[4 * page], 0.0f);
   EXPECT_EQ(floats.data()[4 * page - 1], 1.0f);
+  floats.data()[4 * page] = 4.0f;
   floats.Discard(9 * page, page);  // wholly past the end: nothing
+  EXPECT_EQ(floats.data()[4 * page], 4.0f);
   // An array that is not reserved keeps its values.
   AlignedFloats plain(2 * page);
   plain.data()[page] = 3.0f;
   plain.Discard(0, 2 * page);
   EXPECT_EQ(plain.data()[page], 3.0f);
-  // A move hands the reservation over, Discard included.
+  // A move, by construction or assignment, hands the reservation over,
+  // Discard included.
   AlignedFloats moved(std::move(floats));
   moved.Discard(0, page);
   EXPECT_EQ(moved.data()[0], 0.0f);
+  AlignedFloats assigned(3);
+  assigned = std::move(moved);
+  assigned.data()[0] = 5.0f;
+  assigned.Discard(0, page);
+  EXPECT_EQ(assigned.data()[0], 0.0f);
+}
+
+// Which of the array's first `pages` pages are resident (mincore).
+std::vector<bool> ResidentPages(const AlignedFloats& floats, size_t pages) {
+  std::vector<unsigned char> resident(pages);
+  EXPECT_EQ(mincore(floats.data(), pages * AlignedFloats::PageBytes(), resident.data()), 0);
+  return std::vector<bool>(resident.begin(), resident.end());
+}
+
+// A reserved page takes memory when written, not before, and gives it back
+// when discarded: page by page, as mincore sees them.
+TEST(AlignedFloats, AReservedPageIsResidentFromItsFirstWriteUntilDiscarded) {
+  const size_t page = AlignedFloats::PageBytes() / sizeof(float);
+  AlignedFloats floats = AlignedFloats::Reserved(8 * page);
+  EXPECT_EQ(ResidentPages(floats, 8), std::vector<bool>(8, false));
+  for (const size_t p : {1, 2, 3, 6}) floats.data()[p * page + 5] = 1.0f;
+  EXPECT_EQ(ResidentPages(floats, 8),
+            (std::vector<bool>{false, true, true, true, false, false, true, false}));
+  floats.Discard(2 * page, 5 * page);  // pages 2 to 6
+  EXPECT_EQ(ResidentPages(floats, 8),
+            (std::vector<bool>{false, true, false, false, false, false, false, false}));
 }
 
 }  // namespace

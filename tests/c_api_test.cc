@@ -332,8 +332,10 @@ TEST_F(CApi, APooledKvCacheSharesItsBlocksAndAttendsAsOneWithout) {
             "attnscore_kv_cache_create_pooled: cache is null");
   EXPECT_EQ(Message(attnscore_kv_cache_create_pooled(b, 16, hkv, d, d, block, 0, &cache)),
             "KvCache::Create: blocks is 0; a pool needs at least 1 (or both 0 for none)");
-  // Without a pool, the create call's own name.
+  // Each create call refuses under its own name, with a pool or without.
   EXPECT_EQ(Message(attnscore_kv_cache_create_pooled(b, 16, hkv, d, d, 0, 0, nullptr)),
+            "attnscore_kv_cache_create_pooled: cache is null");
+  EXPECT_EQ(Message(attnscore_kv_cache_create(b, 16, hkv, d, d, nullptr)),
             "attnscore_kv_cache_create: cache is null");
 }
 

@@ -203,6 +203,26 @@ bool OptionsOf(const attnscore_engine_options& in, attnscore::EngineOptions* out
   return true;
 }
 
+// Both create calls, each refusing under its own name.
+attnscore_status* CreateKvCache(const char* call, const attnscore::KvCacheShape& shape,
+                                attnscore_kv_cache** cache) {
+  if (cache == nullptr) return Invalid(call, "cache is null");
+  return Guarded(call, [&] {
+    auto handle = std::make_unique<attnscore_kv_cache>();
+    ATTNSCORE_RETURN_IF_ERROR(attnscore::KvCache::Create(shape, &handle->cache));
+    *cache = handle.release();
+    return Status::Ok();
+  });
+}
+
+attnscore::KvCacheShape KvCacheShapeOf(int64_t batch, int64_t capacity, int64_t kv_heads,
+                                       int64_t key_dim, int64_t value_dim) {
+  attnscore::KvCacheShape shape;
+  shape.batch = batch, shape.capacity = capacity, shape.kv_heads = kv_heads;
+  shape.key_dim = key_dim, shape.value_dim = value_dim;
+  return shape;
+}
+
 }  // namespace
 
 extern "C" {
@@ -582,27 +602,17 @@ attnscore_status* attnscore_multihead_forward(
 attnscore_status* attnscore_kv_cache_create(int64_t batch, int64_t capacity, int64_t kv_heads,
                                             int64_t key_dim, int64_t value_dim,
                                             attnscore_kv_cache** cache) {
-  return attnscore_kv_cache_create_pooled(batch, capacity, kv_heads, key_dim, value_dim, 0, 0,
-                                          cache);
+  return CreateKvCache("attnscore_kv_cache_create",
+                       KvCacheShapeOf(batch, capacity, kv_heads, key_dim, value_dim), cache);
 }
 
 attnscore_status* attnscore_kv_cache_create_pooled(int64_t batch, int64_t capacity,
                                                    int64_t kv_heads, int64_t key_dim,
                                                    int64_t value_dim, int64_t block_positions,
                                                    int64_t blocks, attnscore_kv_cache** cache) {
-  const char* const call = block_positions == 0 && blocks == 0 ? "attnscore_kv_cache_create"
-                                                               : "attnscore_kv_cache_create_pooled";
-  if (cache == nullptr) return Invalid(call, "cache is null");
-  return Guarded(call, [&] {
-    auto handle = std::make_unique<attnscore_kv_cache>();
-    attnscore::KvCacheShape shape;
-    shape.batch = batch, shape.capacity = capacity, shape.kv_heads = kv_heads;
-    shape.key_dim = key_dim, shape.value_dim = value_dim;
-    shape.block_positions = block_positions, shape.blocks = blocks;
-    ATTNSCORE_RETURN_IF_ERROR(attnscore::KvCache::Create(shape, &handle->cache));
-    *cache = handle.release();
-    return Status::Ok();
-  });
+  attnscore::KvCacheShape shape = KvCacheShapeOf(batch, capacity, kv_heads, key_dim, value_dim);
+  shape.block_positions = block_positions, shape.blocks = blocks;
+  return CreateKvCache("attnscore_kv_cache_create_pooled", shape, cache);
 }
 
 void attnscore_kv_cache_destroy(attnscore_kv_cache* cache) { delete cache; }

@@ -28,7 +28,7 @@ using internal::kAnyDim;
 // B · capacity · Hkv · (D + Dv) at most 2^40: both 0 (no pool), or at
 // least 1 each, a block of one head's keys or values whole pages, and with
 // capacity rounded up to whole blocks still at most 2^40 floats.
-Status CheckPool(const KvCacheShape& shape) {
+Status CheckPoolShape(const KvCacheShape& shape) {
   const std::string call = "KvCache::Create: ";
   if (shape.block_positions == 0 && shape.blocks == 0) return Status::Ok();
   for (const auto& [name, size] :
@@ -127,18 +127,16 @@ struct KvCache::Storage {
     }
     return Status::Ok();
   }
-  // The blocks `rows` more positions take from the pool: to every sequence,
-  // or to `only` (>= 0) alone; `rows` fit each sequence's capacity.
-  int64_t NewBlocks(int64_t rows, int64_t only) const {
+  // Takes from the pool the blocks `rows` more positions need, for every
+  // sequence or for `only` (>= 0) alone, once CheckRoom has found they fit
+  // each capacity; or, where too few are free, refuses, taking none.
+  Status TakeBlocks(int64_t rows, int64_t only) {
+    const int64_t first = only < 0 ? 0 : only, last = only < 0 ? shape.batch : only + 1;
     int64_t needed = 0;
-    for (int64_t b = only < 0 ? 0 : only; b < (only < 0 ? shape.batch : only + 1); ++b) {
+    for (int64_t b = first; b < last; ++b) {
       const int64_t held = lengths[static_cast<size_t>(b)];
       needed += BlocksFor(held + rows) - BlocksFor(held);
     }
-    return needed;
-  }
-  Status CheckPool(int64_t rows, int64_t only) const {
-    const int64_t needed = NewBlocks(rows, only);
     if (needed > shape.blocks - blocks_in_use) {
       return Status::InvalidArgument(
           std::string(kOp) + ": the pool has " + std::to_string(shape.blocks - blocks_in_use) +
@@ -148,6 +146,7 @@ struct KvCache::Storage {
           (only < 0 ? std::string("every sequence") : "sequence " + std::to_string(only)) +
           " needs " + std::to_string(needed));
     }
+    blocks_in_use += needed;
     return Status::Ok();
   }
 };
@@ -177,7 +176,7 @@ Status KvCache::Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cach
     return Status::InvalidArgument("KvCache::Create: B · capacity · Hkv · (D + Dv) is " +
                                    std::to_string(floats) + " floats, more than 2^40");
   }
-  ATTNSCORE_RETURN_IF_ERROR(CheckPool(shape));
+  ATTNSCORE_RETURN_IF_ERROR(CheckPoolShape(shape));
   return internal::Guarded("KvCache::Create", [&] {
     auto storage = std::make_unique<Storage>();
     storage->shape = shape;
@@ -216,8 +215,7 @@ Status KvCache::Append(ConstTensor keys, ConstTensor values) {
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(
       kOp, "values", values, {s.batch, rows, s.kv_heads, s.value_dim}, "(B, T, Hkv, Dv)"));
   for (int64_t b = 0; b < s.batch; ++b) ATTNSCORE_RETURN_IF_ERROR(storage_->CheckRoom(b, rows));
-  ATTNSCORE_RETURN_IF_ERROR(storage_->CheckPool(rows, /*only=*/-1));
-  storage_->blocks_in_use += storage_->NewBlocks(rows, /*only=*/-1);
+  ATTNSCORE_RETURN_IF_ERROR(storage_->TakeBlocks(rows, /*only=*/-1));
   for (int64_t b = 0; b < s.batch; ++b) {
     storage_->Copy(b, keys, values, b * keys.strides[0], b * values.strides[0]);
   }
@@ -236,8 +234,7 @@ Status KvCache::AppendTo(int64_t sequence, ConstTensor keys, ConstTensor values)
   ATTNSCORE_RETURN_IF_ERROR(
       CheckTensor(kOp, "values", values, {rows, s.kv_heads, s.value_dim}, "(T, Hkv, Dv)"));
   ATTNSCORE_RETURN_IF_ERROR(storage_->CheckRoom(sequence, rows));
-  ATTNSCORE_RETURN_IF_ERROR(storage_->CheckPool(rows, sequence));
-  storage_->blocks_in_use += storage_->NewBlocks(rows, sequence);
+  ATTNSCORE_RETURN_IF_ERROR(storage_->TakeBlocks(rows, sequence));
   storage_->Copy(sequence, keys, values, 0, 0);
   return Status::Ok();
 }
@@ -251,7 +248,7 @@ Status KvCache::Clear(int64_t sequence) {
   Storage& s = *storage_;
   const int64_t held = s.lengths[static_cast<size_t>(sequence)];
   if (s.pooled()) {
-    // Its blocks' pages, head by head: whole pages, as CheckPool made them.
+    // Its blocks' pages, head by head: whole pages, as CheckPoolShape made them.
     const int64_t written = s.BlocksFor(held) * s.shape.block_positions;
     for (int64_t h = 0; h < s.shape.kv_heads; ++h) {
       s.keys.Discard(static_cast<size_t>(s.key(sequence, h, 0) - s.keys.data()),

@@ -67,7 +67,7 @@ size_t AlignedFloats::PageBytes() { return static_cast<size_t>(::sysconf(_SC_PAG
 void AlignedFloats::Discard(size_t first, size_t count) {
   if (!reserved_ || first >= capacity_) return;
   const size_t page_floats = PageBytes() / sizeof(float);
-  const size_t end = std::min(capacity_, first + std::min(count, capacity_ - first));
+  const size_t end = first + std::min(count, capacity_ - first);
   // Whole pages only: [first, end) rounded inwards to page boundaries.
   const size_t begin = (first + page_floats - 1) / page_floats * page_floats;
   const size_t stop = end / page_floats * page_floats;

@@ -21,9 +21,10 @@ class AlignedFloats {
   // At least `count` floats, all zero. Throws std::bad_alloc.
   explicit AlignedFloats(size_t count);
   // At least `count` floats, all zero, on a page boundary: address space
-  // with no memory behind it (not even counted against overcommit) until a
-  // page is written, on pages of PageBytes(), never huge ones. Throws
-  // std::bad_alloc.
+  // with no memory behind it until a page is written, on pages of
+  // PageBytes(), never huge ones. Not counted against the system's
+  // overcommit limit, but under strict overcommit (vm.overcommit_memory=2),
+  // where all of it is. Throws std::bad_alloc.
   static AlignedFloats Reserved(size_t count);
   // The size of a small page: what Reserved and Discard work in.
   static size_t PageBytes();

@@ -292,7 +292,9 @@ ATTNSCORE_API attnscore_status* attnscore_kv_cache_create(int64_t batch, int64_t
                                                           int64_t value_dim,
                                                           attnscore_kv_cache** cache);
 /* Sequences sharing a pool of `blocks` blocks of `block_positions`
- * positions (attnscore::KvCacheShape); each may grow to `capacity`. */
+ * positions, each block of a head's keys and values whole pages; each
+ * sequence may grow to `capacity` (attnscore::KvCacheShape). 0, 0 is no
+ * pool, as attnscore_kv_cache_create. */
 ATTNSCORE_API attnscore_status* attnscore_kv_cache_create_pooled(
     int64_t batch, int64_t capacity, int64_t kv_heads, int64_t key_dim, int64_t value_dim,
     int64_t block_positions, int64_t blocks, attnscore_kv_cache** cache);

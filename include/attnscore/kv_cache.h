@@ -53,7 +53,8 @@ struct KvCacheShape {
 class ATTNSCORE_API KvCache {
  public:
   // Allocates B · capacity · Hkv · (D + Dv) floats, every sequence empty;
-  // with a pool, reserves them and allocates none until positions arrive.
+  // with a pool, reserves address space for them (capacity rounded up to
+  // whole blocks) and takes memory only as positions arrive.
   static Status Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cache);
   ~KvCache();
   KvCache(const KvCache&) = delete;

@@ -12,9 +12,9 @@
 // sequence b sees keys 0 .. L_b − N + i, scaled by 1/√D, head h reading
 // key-value head h / (Hq / Hkv)), within section 7's tolerances, and write
 // zero weights past each sequence's own length; one whose sequences hold
-// fewer than N positions must fail and write nothing. A pool whose block is
-// not whole pages must be refused at Create. Anything else prints the case
-// and aborts.
+// fewer than N positions must fail and write nothing. A bad pool (a block
+// not whole pages, a number below 1) must be refused at Create. Anything
+// else prints the case and aborts.
 //
 // Shapes stay small (B <= 3, Hkv <= 2, Hq <= 6, N <= 4, D and Dv 16 or 64,
 // at most 3 blocks of positions a sequence) so that each input runs in
@@ -168,12 +168,27 @@ class Fuzz {
       s.block_positions = whole * in_.ConsumeIntegralInRange<int64_t>(1, 2);
       s.blocks = in_.ConsumeIntegralInRange<int64_t>(1, 3 * s.batch);
       s.capacity = in_.ConsumeIntegralInRange<int64_t>(1, 3 * s.block_positions);
-      // One pool in eight has a block that is not whole pages: refused.
+      // One pool in eight is bad, refused: its block is not whole pages (a
+      // whole number of them plus a part), or a number is below 1.
       if (in_.ConsumeIntegralInRange<int>(0, 7) == 0) {
         KvCacheShape bad = s;
-        bad.block_positions = whole / 2 + in_.ConsumeIntegralInRange<int64_t>(0, whole / 2 - 1);
+        switch (in_.ConsumeIntegralInRange<int>(0, 3)) {
+          case 0:
+            bad.block_positions += in_.ConsumeIntegralInRange<int64_t>(1, whole - 1);
+            break;
+          case 1:
+            bad.block_positions = in_.ConsumeIntegralInRange<int64_t>(-2 * whole, -1);
+            break;
+          case 2:
+            bad.blocks = in_.ConsumeIntegralInRange<int64_t>(-3, 0);
+            break;
+          default:
+            bad.blocks = 0, bad.block_positions = whole;
+            break;
+        }
         std::unique_ptr<KvCache> refused;
-        g_case += "create with block_positions " + std::to_string(bad.block_positions) + "; ";
+        g_case += "create with block_positions " + std::to_string(bad.block_positions) +
+                  " blocks " + std::to_string(bad.blocks) + "; ";
         ExpectRefused(KvCache::Create(bad, &refused), "Create");
         if (refused != nullptr) Fail("a refused Create made a cache");
         return false;
@@ -192,7 +207,7 @@ class Fuzz {
     return true;
   }
 
-  // T positions: a third past a block, at most.
+  // Positions to append: a third past a block, at most.
   int64_t Rows() {
     const int64_t block = std::max<int64_t>(shadow_.shape.block_positions, 16);
     return in_.ConsumeIntegralInRange<int64_t>(1, block + block / 3);
@@ -296,11 +311,13 @@ class Fuzz {
     }
     ExpectOk(status, "Attend");
     const double scale = 1.0 / std::sqrt(static_cast<double>(depth));
+    double max_abs_v = 0;  // over the op's V: every sequence's values
+    for (const std::vector<float>& v : shadow_.values) {
+      for (float x : v) max_abs_v = std::max(max_abs_v, std::fabs(static_cast<double>(x)));
+    }
     for (int64_t b = 0; b < s.batch; ++b) {
       const std::vector<float>& k = shadow_.keys[static_cast<size_t>(b)];
       const std::vector<float>& v = shadow_.values[static_cast<size_t>(b)];
-      double max_abs_v = 0;
-      for (float x : v) max_abs_v = std::max(max_abs_v, std::fabs(static_cast<double>(x)));
       const int64_t held = shadow_.length(b);
       for (int64_t i = 0; i < queries; ++i) {
         const int64_t seen = held - queries + i + 1;  // keys 0 .. seen - 1
