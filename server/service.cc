@@ -25,6 +25,10 @@ constexpr size_t kBucketCount = sizeof(kBuckets) / sizeof(kBuckets[0]);
 // routing, such as 413.
 thread_local Clock::time_point request_start;
 thread_local bool request_started = false;
+// Whether Service::Account has counted this thread's current request, and
+// the latency it measured (-1 where the arrival is unknown).
+thread_local bool request_accounted = false;
+thread_local double request_seconds = -1;
 
 void Reply(httplib::Response& response, int status, const json& body) {
   response.status = status;
@@ -132,7 +136,9 @@ std::string Metrics::Text(const Gate& gate) const {
     text += "attnscore_requests_total{model=\"" + LabelValue(key.first) + "\",code=\"" +
             std::to_string(key.second) + "\"} " + std::to_string(count) + "\n";
   }
-  text += "# HELP attnscore_request_duration_seconds Inference latency, arrival to response.\n";
+  text +=
+      "# HELP attnscore_request_duration_seconds Inference latency, arrival until the "
+      "response is ready to send.\n";
   text += "# TYPE attnscore_request_duration_seconds histogram\n";
   char number[32];
   for (const auto& [model, h] : latency_) {
@@ -173,12 +179,14 @@ void Service::Install(httplib::Server* http) {
   http->set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
     request_start = Clock::now();
     request_started = true;
+    request_accounted = false;  // as Log left it: each request is counted anew
     return httplib::Server::HandlerResponse::Unhandled;
   });
   // Responses httplib makes itself (no route, 413, a malformed request line)
   // get the protocol's JSON error body; ours already have one.
   http->set_error_handler(httplib::Server::HandlerWithResponse(
       [this](const httplib::Request& request, httplib::Response& response) {
+        Account(request, response);
         if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
         std::string message = "HTTP " + std::to_string(response.status);
         if (response.status == 413) {
@@ -276,6 +284,7 @@ void Service::Install(httplib::Server* http) {
                  return;
                }
                Infer(request, body, response);
+               if (response.status < 400) Account(request, response);
              });
   http->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
     response.set_content(metrics_.Text(gate_), "text/plain; version=0.0.4");
@@ -328,16 +337,25 @@ void Service::Infer(const httplib::Request& request, const std::string& request_
   }
 }
 
-void Service::Log(const httplib::Request& request, const httplib::Response& response) {
-  double seconds = -1;
+void Service::Account(const httplib::Request& request, const httplib::Response& response) {
+  if (request_accounted) return;
+  request_accounted = true;
+  request_seconds = -1;
   if (request_started) {
-    seconds = std::chrono::duration<double>(Clock::now() - request_start).count();
+    request_seconds = std::chrono::duration<double>(Clock::now() - request_start).count();
     request_started = false;
   }
   const std::string target = InferTarget(request.path);
   if (!target.empty()) {
-    metrics_.Record(models_.count(target) ? target : "unknown", response.status, seconds);
+    metrics_.Record(models_.count(target) ? target : "unknown", response.status, request_seconds);
   }
+}
+
+void Service::Log(const httplib::Request& request, const httplib::Response& response) {
+  Account(request, response);
+  const double seconds = request_seconds;
+  request_accounted = false;  // the next request on this thread is a new one
+  const std::string target = InferTarget(request.path);
   char time[32];
   const std::time_t now = std::time(nullptr);
   std::tm utc;

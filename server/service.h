@@ -80,6 +80,11 @@ class Service {
 
  private:
   void Infer(const httplib::Request& request, const std::string& body, httplib::Response& response);
+  // Counts the request in the metrics, once, before its response is
+  // written: a client that has its response sees it in /metrics. Called by
+  // the error handler (every status from 400) and after an inference's
+  // handler; the logger calls it for any request neither did.
+  void Account(const httplib::Request& request, const httplib::Response& response);
   void Log(const httplib::Request& request, const httplib::Response& response);
 
   const Engine& engine_;

@@ -6,6 +6,7 @@ SIGTERM finishing the request in flight.
     ATTNSCORE_BUILD_DIR=build /usr/bin/python3 -m pytest tests/server
 """
 
+import http.client
 import json
 import os
 import shutil
@@ -386,17 +387,50 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(tmp_path):
     assert lines[-1] == "attnscore-server: stopped"
 
 
-def test_metrics_count_requests_by_model_and_status(server):
-    before = server.call("GET", "/metrics")[2].decode()
-    server.call("POST", "/v2/models/masked_softmax/infer", b"{")
-    text = server.call("GET", "/metrics")[2].decode()
+def requests_counted(metrics, code, model="masked_softmax"):
+    """attnscore_requests_total of the model and status in a /metrics text."""
+    prefix = 'attnscore_requests_total{model="%s",code="%d"}' % (model, code)
+    for line in metrics.splitlines():
+        if line.startswith(prefix):
+            return int(line.split()[-1])
+    return 0
 
-    def count(metrics):
-        for line in metrics.splitlines():
-            if line.startswith('attnscore_requests_total{model="masked_softmax",code="400"}'):
-                return int(line.split()[-1])
-        return 0
-    assert count(text) == count(before) + 1
+
+def test_a_request_is_counted_before_its_answer_is_sent(server):
+    # An answer (2M weights, ~40 MB of JSON) far larger than the loopback's
+    # socket buffers: while the client has read only its status line, the
+    # server is still writing the rest. The /metrics asked for then, on
+    # another connection, must count the request already.
+    before = requests_counted(server.call("GET", "/metrics")[2].decode(), 200)
+    body = json.dumps(infer_body({"x": np.ones((1, 2, 1 << 20), np.float32)})).encode()
+    host, port = server.url.split("//")[1].split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        connection.request("POST", "/v2/models/masked_softmax/infer", body,
+                           {"Content-Type": "application/json"})
+        answer = connection.getresponse()  # the status line and headers only
+        assert answer.status == 200
+        metrics = server.call("GET", "/metrics")[2].decode()
+        assert requests_counted(metrics, 200) == before + 1
+        answer.read()
+    finally:
+        connection.close()
+
+
+def test_metrics_count_requests_by_model_and_status(server):
+    count = requests_counted
+
+    # A request is counted before its answer goes out (docs/serving.md), so
+    # the /metrics asked for next has it: each time, refused or answered
+    # (each call a new connection, which another server thread may serve).
+    good = infer_body({"x": np.ones((1, 2, 3), np.float32)})
+    text = server.call("GET", "/metrics")[2].decode()
+    for _ in range(40):
+        for body, code in ((b"{", 400), (good, 200)):
+            before = text
+            assert server.call("POST", "/v2/models/masked_softmax/infer", body)[0] == code
+            text = server.call("GET", "/metrics")[2].decode()
+            assert count(text, code) == count(before, code) + 1, code
     assert 'attnscore_request_duration_seconds_bucket{model="masked_softmax",le="+Inf"}' in text
     assert "attnscore_queue_depth 0" in text
 
