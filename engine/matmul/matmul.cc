@@ -175,6 +175,15 @@ class Primitive {
 constexpr double kTaskFlops = 32e6;
 constexpr int64_t kRowBlock = 16;
 
+// Rows a task has at least, but for an entry's two halves where it has
+// fewer than twice as many: each oneDNN call packs all of B again, work in
+// proportion to B alone, so a task of few rows over a large B spends most of
+// its time packing. (16 x 1024) . (1024 x 1024) ran at 24 GFLOP/s, 64 rows
+// at 56, 128 at 57, 1,024 at 64 (gemm:jit, 1 thread, a Zen 3). By
+// kTaskFlops alone, a (8192 x 1024) . (1024 x 1024) projection (d2l's
+// multi-head K, 16 heads of 64) would be cut into tasks of 16 rows.
+constexpr int64_t kMinTaskRows = 128;
+
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // How many tasks `flops` of work is cut into: about one per kTaskFlops, but
@@ -196,7 +205,8 @@ class TiledPlan final : public Plan {
         2.0 * static_cast<double>(m) * static_cast<double>(p.a.cols) * static_cast<double>(p.b.cols);
     // As few tasks as kTaskFlops allows, of near-equal size.
     if (entry_flops > kTaskFlops) {
-      const int64_t blocks = TaskCount(entry_flops);
+      int64_t blocks = std::min(TaskCount(entry_flops), std::max<int64_t>(2, m / kMinTaskRows));
+      if (blocks % 2 == 1) --blocks;  // even, as TaskCount's
       rows_per_task_ = std::min(m, CeilDiv(CeilDiv(m, blocks), kRowBlock) * kRowBlock);
     } else {
       rows_per_task_ = m;
