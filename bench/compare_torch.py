@@ -8,7 +8,12 @@ Multi-head rows time PyTorch's own nn.MultiheadAttention (embed_dim H·D,
 H heads, biases, batch_first, need_weights=False), its key_padding_mask
 from the valid lengths and a causal attn_mask where the row says so,
 against `attnscore bench multihead --module --bias`: d2l's module, the same
-four projections with biases and the same attention.
+four projections with biases and the same attention. Its decode step and
+causal prefill rows take the shapes of the multi-head op's own benchmarks (B 4,
+one query, 2,048 keys; B 1, N = M = 1,024, causal), 16 heads of 64, but with as
+many K/V heads as query heads: nn.MultiheadAttention has no grouped K/V heads.
+Both sides project every key in every call, as these modules do; decoding from
+a cache of projected keys is timed in bench/ (BM_KvCacheDecode).
 attnscore side: `attnscore bench OP ... --json`, which does its own warm-up
 and reports median_us over R runs.
 
@@ -106,8 +111,10 @@ DEFAULT_PROBLEMS = [
     ("concat", "encoder", (8, 256, 256, 256, 128, 256, 256), "random-batch"),
     # multihead: (B, N, M, heads, D per head, causal)
     ("multihead", "encoder", (4, 128, 128, 8, 64, "none"), "random-batch"),
-    ("multihead", "decoder step", (8, 1, 512, 8, 64, "none"), "random-batch"),
-    ("multihead", "causal prefill", (1, 512, 512, 8, 64, "top-left"), "none"),
+    # The multi-head op's benchmark shapes (docs/performance.md, Multi-head
+    # attention), with its K/V heads as many as its query heads.
+    ("multihead", "decode step", (4, 1, 2048, 16, 64, "none"), "random-batch"),
+    ("multihead", "causal prefill", (1, 1024, 1024, 16, 64, "top-left"), "none"),
 ]
 
 
