@@ -13,12 +13,10 @@
 //            BM_MultiHeadAgainstMatmul times it alternated with the matmul
 //            limit.
 #include <benchmark/benchmark.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -133,8 +131,7 @@ struct KvCacheDecodeCall {
     shape.batch = batch, shape.capacity = keys, shape.kv_heads = kv_heads;
     shape.key_dim = depth, shape.value_dim = depth;
     if (pooled) {
-      const int64_t page = sysconf(_SC_PAGESIZE);
-      shape.block_positions = page / std::gcd(page, depth * static_cast<int64_t>(sizeof(float)));
+      shape.block_positions = KvCache::BlockPositionsMultiple(depth, depth);
       shape.blocks = batch * ((keys + shape.block_positions - 1) / shape.block_positions);
     }
     status = KvCache::Create(shape, &cache);

@@ -285,6 +285,8 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
 TEST_F(CApi, APooledKvCacheSharesItsBlocksAndAttendsAsOneWithout) {
   const int64_t b = 2, hkv = 2, hq = 4, d = 64;
   const int64_t block = sysconf(_SC_PAGESIZE) / (d * static_cast<int64_t>(sizeof(float)));
+  EXPECT_EQ(attnscore_kv_cache_block_positions_multiple(d, d), block);
+  EXPECT_EQ(attnscore_kv_cache_block_positions_multiple(d, 0), 0);
   const int64_t m = block + 4;  // 2 blocks a sequence
   const std::vector<float> q = RandomFloats(b * hq * d, 21), k = RandomFloats(b * m * hkv * d, 22),
                            v = RandomFloats(b * m * hkv * d, 23);

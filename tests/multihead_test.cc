@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/safetensors.h"
@@ -651,6 +652,40 @@ TEST(MultiHeadKvCache, APoolTakesMemoryAsPositionsArriveAndGivesItBackOnClear) {
   ASSERT_TRUE(cache->Clear(1).ok());
   EXPECT_EQ(cache->blocks_in_use(), 0);
   EXPECT_LT(AnonymousResidentBytes() - created, kMiB);
+}
+
+// BlockPositionsMultiple is the fewest positions P whose P · D and P · Dv
+// floats are whole pages, found here by trying each P in turn; Create takes
+// a pool of blocks of P positions and refuses P + 1.
+TEST(MultiHeadKvCache, BlockPositionsMultipleIsTheFewestPositionsThatAreWholePages) {
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  const auto whole_pages = [page](int64_t p, int64_t dim) {
+    return p * dim * static_cast<int64_t>(sizeof(float)) % page == 0;
+  };
+  for (const auto& [key_dim, value_dim] : {std::pair<int64_t, int64_t>{64, 64},
+                                           {64, 32},
+                                           {3, 1},
+                                           {1, 1},
+                                           {96, 80},
+                                           {page, 1},
+                                           {2 * page + 8, 64}}) {
+    SCOPED_TRACE("D = " + std::to_string(key_dim) + ", Dv = " + std::to_string(value_dim));
+    int64_t fewest = 1;
+    while (!whole_pages(fewest, key_dim) || !whole_pages(fewest, value_dim)) ++fewest;
+    const int64_t multiple = KvCache::BlockPositionsMultiple(key_dim, value_dim);
+    EXPECT_EQ(multiple, fewest);
+    KvCacheShape shape;
+    shape.capacity = 2 * multiple, shape.key_dim = key_dim, shape.value_dim = value_dim;
+    shape.block_positions = multiple, shape.blocks = 2;
+    std::unique_ptr<KvCache> cache;
+    EXPECT_TRUE(KvCache::Create(shape, &cache).ok());
+    shape.block_positions = multiple + 1;
+    EXPECT_FALSE(KvCache::Create(shape, &cache).ok());
+  }
+  // Huge dims do not overflow; dims below 1 have no multiple.
+  EXPECT_EQ(KvCache::BlockPositionsMultiple(int64_t{1} << 62, int64_t{1} << 62), 1);
+  EXPECT_EQ(KvCache::BlockPositionsMultiple(0, 64), 0);
+  EXPECT_EQ(KvCache::BlockPositionsMultiple(64, -1), 0);
 }
 
 TEST(MultiHeadKvCache, RefusesABadPool) {

@@ -615,6 +615,10 @@ attnscore_status* attnscore_kv_cache_create_pooled(int64_t batch, int64_t capaci
   return CreateKvCache("attnscore_kv_cache_create_pooled", shape, cache);
 }
 
+int64_t attnscore_kv_cache_block_positions_multiple(int64_t key_dim, int64_t value_dim) {
+  return attnscore::KvCache::BlockPositionsMultiple(key_dim, value_dim);
+}
+
 void attnscore_kv_cache_destroy(attnscore_kv_cache* cache) { delete cache; }
 
 int64_t attnscore_kv_cache_blocks_in_use(const attnscore_kv_cache* cache) {

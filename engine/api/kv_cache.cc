@@ -38,17 +38,13 @@ Status CheckPoolShape(const KvCacheShape& shape) {
                                      "; a pool needs at least 1 (or both 0 for none)");
     }
   }
-  const auto page = static_cast<int64_t>(internal::AlignedFloats::PageBytes());
-  // The fewest positions whose rows of `features` floats are whole pages.
-  const auto whole_pages = [page](int64_t features) {
-    return page / std::gcd(page, features * static_cast<int64_t>(sizeof(float)));
-  };
-  const int64_t multiple = std::lcm(whole_pages(shape.key_dim), whole_pages(shape.value_dim));
+  const int64_t multiple = KvCache::BlockPositionsMultiple(shape.key_dim, shape.value_dim);
   if (shape.block_positions % multiple != 0) {
     return Status::InvalidArgument(
         call + "block_positions is " + std::to_string(shape.block_positions) + "; a block of a " +
-        "head's keys (D = " + std::to_string(shape.key_dim) + ") and of its values (Dv = " +
-        std::to_string(shape.value_dim) + ") must be whole " + std::to_string(page) +
+        "head's keys (D = " + std::to_string(shape.key_dim) +
+        ") and of its values (Dv = " + std::to_string(shape.value_dim) + ") must be whole " +
+        std::to_string(internal::AlignedFloats::PageBytes()) +
         "-byte pages, so block_positions must be a multiple of " + std::to_string(multiple));
   }
   const double blocks_per_sequence =
@@ -153,6 +149,18 @@ struct KvCache::Storage {
 
 KvCache::KvCache(std::unique_ptr<Storage> storage) : storage_(std::move(storage)) {}
 KvCache::~KvCache() = default;
+
+int64_t KvCache::BlockPositionsMultiple(int64_t key_dim, int64_t value_dim) {
+  if (key_dim < 1 || value_dim < 1) return 0;
+  const auto page = static_cast<int64_t>(internal::AlignedFloats::PageBytes());
+  // The fewest positions whose rows of `features` floats are whole pages:
+  // page / gcd(page, 4 · features), where 4 · features may be taken modulo
+  // the page (so that no dim overflows it).
+  const auto whole_pages = [page](int64_t features) {
+    return page / std::gcd(page, (features % page) * static_cast<int64_t>(sizeof(float)));
+  };
+  return std::lcm(whole_pages(key_dim), whole_pages(value_dim));
+}
 
 Status KvCache::Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cache) {
   if (cache == nullptr) return Status::InvalidArgument("KvCache::Create: cache is null");

@@ -298,6 +298,11 @@ ATTNSCORE_API attnscore_status* attnscore_kv_cache_create(int64_t batch, int64_t
 ATTNSCORE_API attnscore_status* attnscore_kv_cache_create_pooled(
     int64_t batch, int64_t capacity, int64_t kv_heads, int64_t key_dim, int64_t value_dim,
     int64_t block_positions, int64_t blocks, attnscore_kv_cache** cache);
+/* The multiple a pool's block_positions must be for keys of `key_dim` and
+ * values of `value_dim` floats (attnscore::KvCache::BlockPositionsMultiple);
+ * 0 where either is below 1. */
+ATTNSCORE_API int64_t attnscore_kv_cache_block_positions_multiple(int64_t key_dim,
+                                                                  int64_t value_dim);
 ATTNSCORE_API void attnscore_kv_cache_destroy(attnscore_kv_cache* cache);
 /* The pool's blocks in use; 0 without a pool or for a NULL cache. */
 ATTNSCORE_API int64_t attnscore_kv_cache_blocks_in_use(const attnscore_kv_cache* cache);

@@ -44,8 +44,9 @@ struct KvCacheShape {
   int64_t value_dim = 0;  // Dv
   // A pool of blocks shared by the sequences (0, 0: none). A block's keys
   // and values of one head are whole pages: block_positions · D · 4 and
-  // block_positions · Dv · 4 bytes are multiples of the page size (with
-  // 4 KiB pages and D = Dv = 64, block_positions a multiple of 16).
+  // block_positions · Dv · 4 bytes are multiples of the page size, so
+  // block_positions is a multiple of KvCache::BlockPositionsMultiple(D, Dv)
+  // (16 with 4 KiB pages and D = Dv = 64).
   int64_t block_positions = 0;
   int64_t blocks = 0;
 };
@@ -56,6 +57,10 @@ class ATTNSCORE_API KvCache {
   // with a pool, reserves address space for them (capacity rounded up to
   // whole blocks) and takes memory only as positions arrive.
   static Status Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cache);
+  // The fewest positions whose keys (D floats each) and values (Dv floats
+  // each) are whole pages of this machine: a pool's block_positions must be
+  // a multiple of it. 0 where D or Dv is below 1.
+  static int64_t BlockPositionsMultiple(int64_t key_dim, int64_t value_dim);
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;

@@ -540,6 +540,10 @@ PYBIND11_MODULE(_attnscore, m) {
            "Positions the sequence holds (0 for one out of range).")
       .def("blocks_in_use", &KvCache::blocks_in_use,
            "The pool's blocks the sequences hold (0 without a pool).")
+      .def_static("block_positions_multiple", &KvCache::BlockPositionsMultiple, py::arg("key_dim"),
+                  py::arg("value_dim"),
+                  "The multiple a pool's block_positions must be: the fewest positions whose "
+                  "keys and values are whole pages of this machine (0 where a dim is below 1).")
       .def(
           "append",
           [](KvCache& cache, const py::object& keys, const py::object& values) {

@@ -20,7 +20,6 @@
 // at most 3 blocks of positions a sequence) so that each input runs in
 // about a millisecond.
 #include <fuzzer/FuzzedDataProvider.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -161,9 +160,8 @@ class Fuzz {
     s.key_dim = in_.ConsumeBool() ? 16 : 64;
     s.value_dim = in_.ConsumeBool() ? 16 : 64;
     threads_ = in_.ConsumeBool() ? 2 : 1;
-    // Positions whose rows of D and of Dv floats are whole pages.
-    const int64_t page = sysconf(_SC_PAGESIZE);
-    const int64_t whole = std::max(page / (4 * s.key_dim), page / (4 * s.value_dim));
+    // The fewest positions whose rows of D and of Dv floats are whole pages.
+    const int64_t whole = KvCache::BlockPositionsMultiple(s.key_dim, s.value_dim);
     if (in_.ConsumeBool()) {
       s.block_positions = whole * in_.ConsumeIntegralInRange<int64_t>(1, 2);
       s.blocks = in_.ConsumeIntegralInRange<int64_t>(1, 3 * s.batch);

@@ -785,6 +785,9 @@ def test_kv_cache_decode_steps(engine, rng):
 
 def test_kv_cache_pool_shares_blocks(engine, rng):
     block = os.sysconf("SC_PAGESIZE") // (64 * 4)  # the fewest positions of whole pages
+    assert attnscore.KvCache.block_positions_multiple(64, 64) == block
+    assert attnscore.KvCache.block_positions_multiple(64, 32) == 2 * block
+    assert attnscore.KvCache.block_positions_multiple(0, 64) == 0
     k = rng.standard_normal((2, block + 1, 2, 64), dtype=np.float32)
     v = rng.standard_normal((2, block + 1, 2, 64), dtype=np.float32)
     q = rng.standard_normal((2, 1, 4, 64), dtype=np.float32)
