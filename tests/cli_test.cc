@@ -798,10 +798,21 @@ TEST_F(CliTest, BenchMultiHeadTimesEachModeAndRefusesWhatDoesNotApply) {
       Run("bench multihead --batch 2 --queries 1 --keys 40 --heads 4 --kv-heads 1 --decode "
           "--repeat 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* field : {"\"op\": \"multihead\"", "\"mode\": \"decode\"", "\"heads\": 4",
-                            "\"kv_heads\": 1", "\"causal\": \"none\"", "\"highway_target\": "}) {
+  for (const char* field :
+       {"\"op\": \"multihead\"", "\"mode\": \"decode\"", "\"pool\": false", "\"heads\": 4",
+        "\"kv_heads\": 1", "\"causal\": \"none\"", "\"highway_target\": "}) {
     EXPECT_NE(r.out.find(field), std::string::npos) << field << " in " << r.out;
   }
+  // With --pool the cache's 40 keys a sequence take blocks of a pool.
+  r =
+      Run("bench multihead --batch 2 --queries 1 --keys 40 --heads 4 --kv-heads 1 --decode --pool "
+          "--repeat 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("multihead decode from a pool (2, 1, 40) heads 4 kv-heads 1 ", 0), 0u)
+      << r.out;
+  r = Run("bench multihead --batch 2 --queries 1 --keys 40 --decode --pool --repeat 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"mode\": \"decode\", \"pool\": true"), std::string::npos) << r.out;
   r =
       Run("bench multihead --batch 1 --queries 2 --keys 5 --query-dim 4 --heads 2 --module --bias "
           "--repeat 2 --info");
@@ -820,6 +831,8 @@ TEST_F(CliTest, BenchMultiHeadTimesEachModeAndRefusesWhatDoesNotApply) {
   ExpectBadInput(Run(shape + "--decode --valid-lens full"),
                  "--causal and --valid-lens do not apply");
   ExpectBadInput(Run(shape + "--bias"), "--bias is for --module");
+  ExpectBadInput(Run(shape + "--pool"), "--pool is for --decode");
+  ExpectBadInput(Run(shape + "--module --pool"), "--pool is for --decode");
   ExpectBadInput(Run("bench multihead --batch 1 --queries 6 --keys 5 --decode"),
                  "the 6 new queries must be among the 5 cached keys");
   ExpectBadInput(Run(shape + "--causal sideways"), "--causal wants none, top-left or bottom-right");

@@ -225,14 +225,16 @@ Status CheckInfoWithoutJson(const Args& args) {
 
 // bench multihead: Engine::MultiHeadAttention on token-major Q (B, N, H, D)
 // and K, V (B, M, Hkv, D); --decode attends over a KvCache of M keys per
-// sequence instead; --module times d2l's MultiHeadAttention module with
+// sequence instead (with --pool, one whose sequences share a pool of just
+// enough blocks); --module times d2l's MultiHeadAttention module with
 // random weights (num_hiddens H·D, biases with --bias) instead of the op.
 int BenchMultiHead(const Args& args) {
-  Status s = CheckFlags(args,
-                        {"--batch", "--queries", "--keys", "--query-dim", "--heads", "--kv-heads",
-                         "--causal", "--decode", "--module", "--bias", "--valid-lens", "--weights",
-                         "--repeat", "--json", "--threads", "--isa", "--precision", "--info"},
-                        {"--batch", "--queries", "--keys"}, "bench multihead");
+  Status s =
+      CheckFlags(args,
+                 {"--batch", "--queries", "--keys", "--query-dim", "--heads", "--kv-heads",
+                  "--causal", "--decode", "--pool", "--module", "--bias", "--valid-lens",
+                  "--weights", "--repeat", "--json", "--threads", "--isa", "--precision", "--info"},
+                 {"--batch", "--queries", "--keys"}, "bench multihead");
   if (s.ok()) s = CheckInfoWithoutJson(args);
   BenchShape shape{};
   int64_t heads = 0, kv_heads = 0, repeat = 0;
@@ -266,6 +268,8 @@ int BenchMultiHead(const Args& args) {
   if (args.has("--bias") && !module) {
     return Fail(Status::InvalidArgument("--bias is for --module"));
   }
+  const bool pool = args.has("--pool");
+  if (pool && !decode) return Fail(Status::InvalidArgument("--pool is for --decode"));
   const int64_t B = shape.batch, N = shape.queries, M = shape.keys, D = shape.depth;
   const int64_t hidden = heads * D;
   if (decode && N > M) {
@@ -355,6 +359,11 @@ int BenchMultiHead(const Args& args) {
     KvCacheShape cache_shape;
     cache_shape.batch = B, cache_shape.capacity = M, cache_shape.kv_heads = kv_heads;
     cache_shape.key_dim = D, cache_shape.value_dim = D;
+    if (pool) {  // blocks of the fewest positions that are whole pages, just enough of them
+      cache_shape.block_positions = KvCache::BlockPositionsMultiple(D, D);
+      cache_shape.blocks =
+          B * ((M + cache_shape.block_positions - 1) / cache_shape.block_positions);
+    }
     if (!(s = KvCache::Create(cache_shape, &cache)).ok() ||
         !(s = cache->Append(ConstTensor(k.data(), {B, M, kv_heads, D}),
                             ConstTensor(v.data(), {B, M, kv_heads, D})))
@@ -399,11 +408,15 @@ int BenchMultiHead(const Args& args) {
   const double min = *std::min_element(times_us.begin(), times_us.end());
   const std::string isa = IsaName(engine->options().isa);
   const char* precision = PrecisionName(engine->options().precision);
-  const std::string what = module ? "module" : decode ? "decode" : "op";
+  const std::string what = module   ? "module"
+                           : pool   ? "decode from a pool"
+                           : decode ? "decode"
+                                    : "op";
   if (args.has("--json")) {
     const RuntimeInfo info = engine->Info();
     const Json json = {{"op", "multihead"},
-                       {"mode", what},
+                       {"mode", decode ? "decode" : what},
+                       {"pool", pool},
                        {"batch", B},
                        {"queries", N},
                        {"keys", M},

@@ -53,7 +53,7 @@ const CommandHelp kCommands[] = {
      "                        [--weights] [--repeat R] [--json]\n"
      "  attnscore bench multihead --batch B --queries N --keys M [--query-dim D]\n"
      "                        [--heads H] [--kv-heads G] [--causal none|top-left|bottom-right]\n"
-     "                        [--decode | --module [--bias]] [--valid-lens ...]\n"
+     "                        [--decode [--pool] | --module [--bias]] [--valid-lens ...]\n"
      "                        [--weights] [--repeat R] [--json]\n"},
 };
 
@@ -112,7 +112,9 @@ names the Highway target in use and oneDNN's implementations.
 multihead times Engine::MultiHeadAttention on Q (B, N, H, D) and K, V
 (B, M, G, D) (--heads H, default 8; --kv-heads G, default H; --query-dim D
 per head), with --causal; --decode instead attends with N new queries over
-a KvCache holding M keys per sequence; --module times d2l's
+a KvCache holding M keys per sequence (--pool: its sequences share a pool
+of just enough blocks, each the fewest positions that are whole pages);
+--module times d2l's
 MultiHeadAttention (num_hiddens H·D, random weights, --bias for biases).
 GFLOP/s counts 2 (D + D) per visible (query, key) per head, plus the
 module's four projections; GB/s the bytes of Q, K, V and out.
@@ -134,8 +136,8 @@ exit status: 0 success, 2 bad input or usage, 1 internal failure.
 )";
 
 // The flags that take no value, and those that take one.
-const std::set<std::string> kSwitches = {"--json",  "--help",   "--version", "--weights",
-                                         "--info",  "--decode", "--module",  "--bias"};
+const std::set<std::string> kSwitches = {"--json",   "--help", "--version", "--weights", "--info",
+                                         "--decode", "--pool", "--module",  "--bias"};
 const std::set<std::string> kValued = {
     "--x",         "--queries",     "--keys",    "--values",    "--valid-lens", "--out",
     "--model",     "--weights-out", "--threads", "--isa",       "--precision",  "--batch",
