@@ -164,8 +164,9 @@ class Primitive {
   size_t scratch_bytes_ = 0;
 };
 
-// Tasks of about this many flops: whole batch entries while an entry is
-// smaller, else blocks of one entry's rows, a multiple of kRowBlock (16
+// Tasks of about this many flops (but see kMinTaskRows): whole batch
+// entries while an entry is smaller, else blocks of one entry's rows, a
+// multiple of kRowBlock (16
 // keeps oneDNN on full row tiles; 64 cut the 160-query chunks of
 // (1, 1024, 4096) at L = 3000 into 128 + 32, and 2 threads sped it up only
 // 1.2-1.3x; 80 + 80 gives 1.7-2.1x).
@@ -175,8 +176,9 @@ class Primitive {
 constexpr double kTaskFlops = 32e6;
 constexpr int64_t kRowBlock = 16;
 
-// Rows a task has at least, but for an entry's two halves where it has
-// fewer than twice as many: each oneDNN call packs all of B again, work in
+// Rows each block of an entry's rows has at least (but the last, which may
+// be shorter), or the entry is cut in two halves where it has fewer than
+// twice as many: each oneDNN call packs all of B again, work in
 // proportion to B alone, so a task of few rows over a large B spends most of
 // its time packing. (16 x 1024) . (1024 x 1024) ran at 24 GFLOP/s, 64 rows
 // at 56, 128 at 57, 1,024 at 64 (gemm:jit, 1 thread, a Zen 3). By
@@ -203,7 +205,8 @@ class TiledPlan final : public Plan {
     const int64_t m = p.a.rows;
     const double entry_flops =
         2.0 * static_cast<double>(m) * static_cast<double>(p.a.cols) * static_cast<double>(p.b.cols);
-    // As few tasks as kTaskFlops allows, of near-equal size.
+    // As few tasks as kTaskFlops allows, of near-equal size, but no more
+    // than kMinTaskRows leaves room for.
     if (entry_flops > kTaskFlops) {
       int64_t blocks = std::min(TaskCount(entry_flops), std::max<int64_t>(2, m / kMinTaskRows));
       if (blocks % 2 == 1) --blocks;  // even, as TaskCount's
