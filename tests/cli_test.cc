@@ -812,7 +812,12 @@ TEST_F(CliTest, BenchMultiHeadTimesEachModeAndRefusesWhatDoesNotApply) {
       << r.out;
   r = Run("bench multihead --batch 2 --queries 1 --keys 40 --decode --pool --repeat 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("\"mode\": \"decode\", \"pool\": true"), std::string::npos) << r.out;
+  const int64_t block = sysconf(_SC_PAGESIZE) / (64 * static_cast<int64_t>(sizeof(float)));
+  EXPECT_NE(r.out.find("\"mode\": \"decode\", \"pool\": true, \"block_positions\": " +
+                       std::to_string(block) +
+                       ", \"blocks\": " + std::to_string(2 * ((40 + block - 1) / block)) + ", "),
+            std::string::npos)
+      << r.out;
   r =
       Run("bench multihead --batch 1 --queries 2 --keys 5 --query-dim 4 --heads 2 --module --bias "
           "--repeat 2 --info");

@@ -284,7 +284,14 @@ int BenchMultiHead(const Args& args) {
                           {"out", {B, N, heads, D}}};
   if (weights) buffers.push_back({"attention weights", {B, heads, N, M}});
   if (module) buffers.push_back({"parameters", {4, hidden, hidden}});
-  if (decode) buffers.push_back({"cache", {2, B, M, kv_heads, D}});
+  // --pool: blocks of the fewest positions that are whole pages, just
+  // enough of them; each sequence's positions rounded up to whole blocks.
+  const int64_t block_positions = pool ? KvCache::BlockPositionsMultiple(D, D) : 0;
+  const int64_t blocks_per_sequence = pool ? (M + block_positions - 1) / block_positions : 0;
+  if (decode) {
+    buffers.push_back(
+        {"cache", {2, B, pool ? blocks_per_sequence * block_positions : M, kv_heads, D}});
+  }
   if (!(s = CheckBenchBuffers("multihead", buffers)).ok()) return Fail(s);
   std::unique_ptr<Engine> engine;
   if (!(s = MakeEngine(args, "multihead", &engine)).ok()) return Fail(s);
@@ -359,11 +366,7 @@ int BenchMultiHead(const Args& args) {
     KvCacheShape cache_shape;
     cache_shape.batch = B, cache_shape.capacity = M, cache_shape.kv_heads = kv_heads;
     cache_shape.key_dim = D, cache_shape.value_dim = D;
-    if (pool) {  // blocks of the fewest positions that are whole pages, just enough of them
-      cache_shape.block_positions = KvCache::BlockPositionsMultiple(D, D);
-      cache_shape.blocks =
-          B * ((M + cache_shape.block_positions - 1) / cache_shape.block_positions);
-    }
+    cache_shape.block_positions = block_positions, cache_shape.blocks = B * blocks_per_sequence;
     if (!(s = KvCache::Create(cache_shape, &cache)).ok() ||
         !(s = cache->Append(ConstTensor(k.data(), {B, M, kv_heads, D}),
                             ConstTensor(v.data(), {B, M, kv_heads, D})))
@@ -417,6 +420,8 @@ int BenchMultiHead(const Args& args) {
     const Json json = {{"op", "multihead"},
                        {"mode", decode ? "decode" : what},
                        {"pool", pool},
+                       {"block_positions", block_positions},
+                       {"blocks", B * blocks_per_sequence},
                        {"batch", B},
                        {"queries", N},
                        {"keys", M},

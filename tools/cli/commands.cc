@@ -114,8 +114,8 @@ multihead times Engine::MultiHeadAttention on Q (B, N, H, D) and K, V
 per head), with --causal; --decode instead attends with N new queries over
 a KvCache holding M keys per sequence (--pool: its sequences share a pool
 of just enough blocks, each the fewest positions that are whole pages);
---module times d2l's
-MultiHeadAttention (num_hiddens H·D, random weights, --bias for biases).
+--module times d2l's MultiHeadAttention (num_hiddens H·D, random weights,
+--bias for biases).
 GFLOP/s counts 2 (D + D) per visible (query, key) per head, plus the
 module's four projections; GB/s the bytes of Q, K, V and out.
 
