@@ -154,8 +154,9 @@ int64_t KvCache::BlockPositionsMultiple(int64_t key_dim, int64_t value_dim) {
   if (key_dim < 1 || value_dim < 1) return 0;
   const auto page = static_cast<int64_t>(internal::AlignedFloats::PageBytes());
   // The fewest positions whose rows of `features` floats are whole pages:
-  // page / gcd(page, 4 · features), where 4 · features may be taken modulo
-  // the page (so that no dim overflows it).
+  // page / gcd(page, 4 · features). features is taken modulo the page:
+  // 4 · (features mod page) ≡ 4 · features (mod page), and the product stays
+  // below 4 · page, whatever the dim.
   const auto whole_pages = [page](int64_t features) {
     return page / std::gcd(page, (features % page) * static_cast<int64_t>(sizeof(float)));
   };
