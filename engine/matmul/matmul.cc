@@ -166,10 +166,9 @@ class Primitive {
 
 // Tasks of about this many flops (but see kMinTaskRows): whole batch
 // entries while an entry is smaller, else blocks of one entry's rows, a
-// multiple of kRowBlock (16
-// keeps oneDNN on full row tiles; 64 cut the 160-query chunks of
-// (1, 1024, 4096) at L = 3000 into 128 + 32, and 2 threads sped it up only
-// 1.2-1.3x; 80 + 80 gives 1.7-2.1x).
+// multiple of kRowBlock (16 keeps oneDNN on full row tiles; 64 cut the
+// 160-query chunks of (1, 1024, 4096) at L = 3000 into 128 + 32, and 2
+// threads sped it up only 1.2-1.3x; 80 + 80 gives 1.7-2.1x).
 // Smaller tasks (4 MFLOP, 16 rows) cost 1 thread 5-15% on the long
 // dot product and the big additive and concat shapes, measured against no
 // tiling at all; these cost 0-5%, within the noise of a shared 2-core VM.

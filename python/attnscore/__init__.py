@@ -24,9 +24,10 @@ takes causal= too. KvCache(batch, capacity, kv_heads, key_dim, value_dim,
 block_positions=0, blocks=0) holds keys and values for decoding, its
 sequences sharing a pool of blocks where block_positions and blocks are set:
 append, append_to, clear, length, blocks_in_use and
-attend(engine, q, return_weights=False); KvCache.block_positions_multiple(
-key_dim, value_dim) is the multiple block_positions must be. What each op computes, with its
-valid lengths and tolerances, is docs/semantics.md.
+attend(engine, q, return_weights=False);
+KvCache.block_positions_multiple(key_dim, value_dim) is the multiple
+block_positions must be. What each op computes, with its valid lengths and
+tolerances, is docs/semantics.md.
 
 Arrays:
 - Tensors must be float32 NumPy arrays (native byte order); anything else
