@@ -89,8 +89,8 @@ std::vector<float> RunWith(int threads, const Operands& o) {
 class MatmulTasks : public ::testing::TestWithParam<Case> {};
 
 // Tasks are about 32 MFLOP, as few as that allows, of near-equal size, rows
-// in multiples of 16, but an entry's blocks of rows have at least 128 rows
-// each (but the last) where the entry has 256 or more, else it is halved:
+// in multiples of 16, but an entry's blocks of rows have at least 512 rows
+// each (but the last) where the entry has 1,024 or more, else it is halved:
 // these shapes are one task (the second just under the limit), whole
 // entries per task with a shorter last block, blocks of rows with a shorter
 // last one, and entries whose B makes their row blocks large.
@@ -100,13 +100,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"one_task", 3, 5, 7, 9}, Case{"one_task_near_the_limit", 1, 256, 236, 256},
         Case{"entries_with_tail", 11, 100, 64, 300},                      // 6 + 5 entries
         Case{"rows_with_tail", 2, 1000, 64, 300, /*transposed_b=*/true},  // 512 + 488 rows
-        Case{"rows_shared_b_bias", 3, 2000, 100, 90, false, true, true},  // 1024 + 976
+        Case{"rows_shared_b_bias", 3, 2000, 100, 90, false, true, true},  // 1008 + 992
         Case{"entries_accumulate_scaled", 9, 64, 128, 300, true, false, false, true,
              0.125f},                                                              // 5 + 4
-        Case{"rows_accumulate_bias", 1, 1500, 257, 50, false, false, true, true},  // 768 + 732
-        // 12 tasks by flops; 400 / 128 = 3, odd: 208 + 192 rows.
-        Case{"rows_at_least_128", 1, 400, 1024, 512, false, true, true},
-        // 10 tasks by flops; fewer than 256 rows: halves, 32 + 8.
+        Case{"rows_accumulate_bias", 1, 1500, 257, 50, false, false, true, true},  // 752 + 748
+        // 8 tasks by flops (9, odd); 2100 / 512 = 4 blocks: 3 x 528 + 516 rows.
+        Case{"rows_at_least_512", 1, 2100, 128, 512, false, true, true},
+        // 14 tasks by flops; 1600 / 512 = 3, odd: 2 x 800 rows.
+        Case{"rows_at_least_512_even", 1, 1600, 1024, 128},
+        // 10 tasks by flops; fewer than 1,024 rows: halves, 32 + 8.
         Case{"rows_halved_under_a_large_b", 1, 40, 2048, 2048}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 

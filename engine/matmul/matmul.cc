@@ -178,12 +178,14 @@ constexpr int64_t kRowBlock = 16;
 // Rows each block of an entry's rows has at least (but the last, which may
 // be shorter), or the entry is cut in two halves where it has fewer than
 // twice as many: each oneDNN call packs all of B again, work in
-// proportion to B alone, so a task of few rows over a large B spends most of
+// proportion to B alone, so a task of few rows over a large B spends much of
 // its time packing. (16 x 1024) . (1024 x 1024) ran at 24 GFLOP/s, 64 rows
 // at 56, 128 at 57, 1,024 at 64 (gemm:jit, 1 thread, a Zen 3). By
 // kTaskFlops alone, a (8192 x 1024) . (1024 x 1024) projection (d2l's
-// multi-head K, 16 heads of 64) would be cut into tasks of 16 rows.
-constexpr int64_t kMinTaskRows = 128;
+// multi-head K, 16 heads of 64) would be cut into tasks of 16 rows; at 128
+// rows its module's decode step took 624-706 ms on one thread, at 512 rows
+// 451-510 ms (and on two threads 432-453 against 258-270 ms).
+constexpr int64_t kMinTaskRows = 512;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -205,10 +207,10 @@ class TiledPlan final : public Plan {
     const double entry_flops =
         2.0 * static_cast<double>(m) * static_cast<double>(p.a.cols) * static_cast<double>(p.b.cols);
     // As few tasks as kTaskFlops allows, of near-equal size, but no more
-    // than kMinTaskRows leaves room for.
+    // than kMinTaskRows leaves room for, and an even number, as TaskCount's.
     if (entry_flops > kTaskFlops) {
-      int64_t blocks = std::min(TaskCount(entry_flops), std::max<int64_t>(2, m / kMinTaskRows));
-      if (blocks % 2 == 1) --blocks;  // even, as TaskCount's
+      const int64_t blocks =
+          std::min(TaskCount(entry_flops), std::max<int64_t>(2, m / kMinTaskRows / 2 * 2));
       rows_per_task_ = std::min(m, CeilDiv(CeilDiv(m, blocks), kRowBlock) * kRowBlock);
     } else {
       rows_per_task_ = m;
