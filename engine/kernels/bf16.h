@@ -13,6 +13,12 @@ namespace attnscore::kernels {
 // bf16's range round to ±Inf and a NaN stays a (quiet) NaN.
 void RoundToBf16(const float* in, size_t n, uint16_t* out);
 
+// RoundToBf16 for inputs with no subnormal among them (the words differ only
+// there: a subnormal may come out as a zero), by the CPU's own conversion
+// where it has avx512_bf16 (one instruction for 32 floats): for a softmax's
+// weights, which the call's flush-to-zero keeps from being subnormal.
+void RoundNormalsToBf16(const float* in, size_t n, uint16_t* out);
+
 // out[i] = in[i] rounded as RoundToBf16 does, widened back to a float (the
 // word in the upper half, zeros below): for f32 matmuls that compute exactly
 // what a bf16 matmul with f32 accumulation does, where the CPU has no bf16

@@ -327,13 +327,25 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
                                 {c.entries, c.rows, keys},
                                 {attention.strides[0], attention.strides[1], attention.strides[2]})
                        : Tensor(state.scratch, {c.entries, c.rows, g.mix_width});
-    ATTNSCORE_RETURN_IF_ERROR(SoftmaxRows(scores, probabilities, lens, c.first_batch, c.first_query,
-                                          threads, /*stream=*/false));
+    // P's bf16 words, dense (rows, mix_width): from each softmax row while
+    // it is in L1 where the probabilities are that wide, else in a pass of
+    // their own.
+    const bool words_from_rows = bf16_words && !want_attention;
+    if (words_from_rows) {
+      ATTNSCORE_RETURN_IF_ERROR(SoftmaxRowsAndBf16(scores, probabilities,
+                                                   static_cast<uint16_t*>(rounded.p), lens,
+                                                   c.first_batch, c.first_query, threads));
+    } else {
+      ATTNSCORE_RETURN_IF_ERROR(SoftmaxRows(scores, probabilities, lens, c.first_batch,
+                                            c.first_query, threads, /*stream=*/false));
+    }
     float* out_chunk = out.data + c.first_batch * out.strides[0] + c.first_query * out.strides[1];
     if (bf16) {
-      ConstTensor mixed = probabilities;
-      mixed.dims[2] = g.mix_width;
-      ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(threads, mixed, rounded.words, rounded.p));
+      if (!words_from_rows) {
+        ConstTensor mixed = probabilities;
+        mixed.dims[2] = g.mix_width;
+        ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(threads, mixed, rounded.words, rounded.p));
+      }
       ATTNSCORE_RETURN_IF_ERROR(plans->mix->Run(rounded.p, rounded.v, out_chunk));
     } else {
       ATTNSCORE_RETURN_IF_ERROR(plans->mix->Run(probabilities.data, v_chunk, out_chunk));

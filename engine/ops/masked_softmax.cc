@@ -6,6 +6,7 @@
 #include "base/parallel.h"
 #include "base/scratch.h"
 #include "base/valid_lens.h"
+#include "kernels/bf16.h"
 #include "kernels/masked_softmax.h"
 
 namespace attnscore::ops {
@@ -20,23 +21,56 @@ constexpr int64_t kStreamBytes = int64_t{8} << 20;
 // with nothing to overlap it, so a chunk should be long, and its descriptors
 // small enough for the stack; and there should be a chunk for every thread.
 constexpr auto kStreamChunkRows = static_cast<int64_t>(kernels::kMaxStreamedRows);
+
+// Row (b, i) of the views: row (first_batch + b, first_query + i) of lens.
+kernels::StreamedRow RowOf(const ConstTensor& x, const Tensor& y, const internal::RowLengths& lens,
+                           int64_t first_batch, int64_t first_query, int64_t b, int64_t i) {
+  return kernels::StreamedRow{
+      x.data + b * x.strides[0] + i * x.strides[1],
+      static_cast<size_t>(std::min(lens.row(first_batch + b, first_query + i), y.dims[2])),
+      y.data + b * y.strides[0] + i * y.strides[1]};
+}
+
+// The rows of SoftmaxRows, not streamed, one by one: then(r, y_row) after
+// each, with y_row the row's floats in L1, unit strides (y's own row, or
+// the row buffer a strided y goes through).
+template <class Then>
+Status ForEachSoftmaxRow(ConstTensor x, Tensor y, const internal::RowLengths& lens,
+                         int64_t first_batch, int64_t first_query, int threads, Then then) {
+  const int64_t queries = y.dims[1], width = y.dims[2];
+  const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
+  return internal::ForEachRowInParallel(
+      threads, y.dims[0] * queries, internal::ScratchSlot::kRowBuffer, static_cast<size_t>(width),
+      [&](int64_t r, float* row_buffer) {
+        const kernels::StreamedRow at =
+            RowOf(x, y, lens, first_batch, first_query, r / queries, r % queries);
+        const auto columns = static_cast<size_t>(width);
+        if (unit_columns) {
+          kernels::MaskedSoftmaxRow(at.x, at.valid, columns, at.y);
+          return then(r, at.y);
+        }
+        for (size_t j = 0; j < at.valid; ++j) row_buffer[j] = at.x[j * x.strides[2]];
+        kernels::MaskedSoftmaxRow(row_buffer, at.valid, columns, row_buffer);
+        for (size_t j = 0; j < columns; ++j) at.y[j * y.strides[2]] = row_buffer[j];
+        then(r, row_buffer);
+      },
+      [] {});
+}
+
+// About 10 operations per score: max, exp, sum, scale.
+int SoftmaxThreads(int threads, const Tensor& y) {
+  return internal::ThreadsFor(threads,
+                              10.0 * static_cast<double>(y.dims[0] * y.dims[1] * y.dims[2]));
+}
+
 }  // namespace
 
 Status SoftmaxRows(ConstTensor x, Tensor y, const internal::RowLengths& lens, int64_t first_batch,
                    int64_t first_query, int threads, bool stream) {
   const int64_t queries = y.dims[1], width = y.dims[2];
   const int64_t rows = y.dims[0] * queries;
-  // The kernel wants unit column strides; other views go through a row buffer.
-  const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
-  // About 10 operations per score: max, exp, sum, scale.
-  threads = internal::ThreadsFor(threads, 10.0 * static_cast<double>(rows * width));
-  const auto row = [&](int64_t b, int64_t i) {
-    return kernels::StreamedRow{
-        x.data + b * x.strides[0] + i * x.strides[1],
-        static_cast<size_t>(std::min(lens.row(first_batch + b, first_query + i), width)),
-        y.data + b * y.strides[0] + i * y.strides[1]};
-  };
-  if (stream && unit_columns) {
+  threads = SoftmaxThreads(threads, y);
+  if (stream && x.strides[2] == 1 && y.strides[2] == 1) {
     // Chunks split rows only, so their size never changes a result.
     const int64_t chunk_rows =
         std::clamp<int64_t>((rows + threads - 1) / threads, 1, kStreamChunkRows);
@@ -50,7 +84,7 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const internal::RowLengths& lens, in
           // Row by row, not by a division each: this loop had 2.9% of the
           // op's profile samples with one, 2.4% without.
           for (int64_t k = 0, b = first / queries, i = first % queries; k < count; ++k) {
-            descriptors[k] = row(b, i);
+            descriptors[k] = RowOf(x, y, lens, first_batch, first_query, b, i);
             if (++i == queries) {
               i = 0;
               ++b;
@@ -61,17 +95,19 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const internal::RowLengths& lens, in
         },
         [] { kernels::FlushStreams(); });  // before other threads read y
   }
-  return internal::ForEachRowInParallel(
-      threads, rows, internal::ScratchSlot::kRowBuffer, static_cast<size_t>(width),
-      [&](int64_t r, float* row_buffer) {
-        const kernels::StreamedRow at = row(r / queries, r % queries);
-        const auto columns = static_cast<size_t>(width);
-        if (unit_columns) return kernels::MaskedSoftmaxRow(at.x, at.valid, columns, at.y);
-        for (size_t j = 0; j < at.valid; ++j) row_buffer[j] = at.x[j * x.strides[2]];
-        kernels::MaskedSoftmaxRow(row_buffer, at.valid, columns, row_buffer);
-        for (size_t j = 0; j < columns; ++j) at.y[j * y.strides[2]] = row_buffer[j];
-      },
-      [] {});
+  return ForEachSoftmaxRow(x, y, lens, first_batch, first_query, threads,
+                           [](int64_t, const float*) {});
+}
+
+Status SoftmaxRowsAndBf16(ConstTensor x, Tensor y, uint16_t* words,
+                          const internal::RowLengths& lens, int64_t first_batch,
+                          int64_t first_query, int threads) {
+  const auto width = static_cast<size_t>(y.dims[2]);
+  return ForEachSoftmaxRow(x, y, lens, first_batch, first_query, SoftmaxThreads(threads, y),
+                           [&](int64_t r, const float* row) {
+                             kernels::RoundNormalsToBf16(row, width,
+                                                         words + static_cast<size_t>(r) * width);
+                           });
 }
 
 Status CheckMaskedSoftmaxInput(const ConstTensor& x) {
