@@ -364,7 +364,9 @@ def per_ns(b):
 
 
 def ratio(x):
-    return "%.2f×" % x
+    """Two decimals, or two significant digits below 0.01: a 2-thread run whose
+    second thread was descheduled can be 200 times slower, and is not 0.00×."""
+    return ("%.2f×" if x >= 0.01 or x == 0 else "%.2g×") % x
 
 
 def para(text):

@@ -50,6 +50,13 @@ class ReportTables(unittest.TestCase):
         self.report = report
 
 
+class Ratios(ReportTables):
+
+    def test_two_decimals_or_two_digits_below_a_hundredth(self):
+        self.assertEqual([self.report.ratio(x) for x in (1.5, 0.01, 0.0043, 0.0)],
+                         ["1.50×", "0.01×", "0.0043×", "0.00×"])
+
+
 class ThreadsTable(ReportTables):
 
     def test_rows_by_time_with_the_read_beside_decode_only(self):
