@@ -91,12 +91,12 @@ void ExpectRoundsLikeReference(const std::vector<float>& in) {
   EXPECT_EQ(widened[in.size()], 42.0f) << "wrote past n = " << in.size();
 
   // RoundNormalsToBf16 (the CPU's conversion where it has avx512_bf16): the
-  // same words, but a subnormal may come out as a zero of its sign.
+  // same words, a NaN's too, but a subnormal may come out as a zero of its sign.
   std::vector<uint16_t> normals(in.size() + 1, 0xABCD);
   kernels::RoundNormalsToBf16(in.data(), in.size(), normals.data());
   for (size_t i = 0; i < in.size(); ++i) {
     if (std::isnan(in[i])) {
-      EXPECT_TRUE(std::isnan(Widen(normals[i]))) << "i=" << i;
+      EXPECT_EQ(ReferenceBf16(in[i]), normals[i]) << "i=" << i;
     } else if (std::fpclassify(in[i]) == FP_SUBNORMAL && (normals[i] & 0x7FFF) == 0) {
       EXPECT_EQ(std::signbit(in[i]), (normals[i] & 0x8000) != 0) << "i=" << i << " x=" << in[i];
     } else {
@@ -128,6 +128,26 @@ TEST_P(RoundToBf16Test, EdgeValuesRoundToNearestEven) {
   std::memcpy(&nan, &nan_bits, sizeof(nan));
   in.push_back(nan);
   ExpectRoundsLikeReference(in);
+  // Twice over, so that each value also falls in the 32 floats a CPU
+  // conversion takes at once, not only in the tail after them.
+  std::vector<float> twice = in;
+  twice.insert(twice.end(), in.begin(), in.end());
+  ExpectRoundsLikeReference(twice);
+}
+
+// Where the CPU has avx512_bf16, RoundNormalsToBf16 is its conversion, which
+// takes a subnormal as zero (the software rounding keeps it).
+TEST(RoundNormalsToBf16, IsTheCpusConversionWhereItHasOne) {
+  if (!__builtin_cpu_supports("avx512bf16")) GTEST_SKIP() << "this CPU has no avx512_bf16";
+  std::vector<float> in(32, 1.0f);
+  in[5] = 1e-39f;  // subnormal, and so is its nearest bf16
+  std::vector<uint16_t> by_cpu(in.size()), by_software(in.size());
+  kernels::RoundNormalsToBf16(in.data(), in.size(), by_cpu.data());
+  kernels::RoundToBf16(in.data(), in.size(), by_software.data());
+  EXPECT_EQ(by_cpu[5], 0x0000);
+  EXPECT_EQ(by_software[5], ReferenceBf16(1e-39f));
+  EXPECT_NE(by_software[5], 0x0000);
+  EXPECT_EQ(by_cpu[4], 0x3F80);
 }
 
 TEST_P(RoundToBf16Test, EveryLengthAroundTheVectorWidth) {
@@ -227,13 +247,17 @@ void CheckRoundingPoints(const Shape& s, const std::vector<int64_t>& lens, bool 
   ReferenceDotProduct(q16, k16, v16, s.batch, s.queries, s.keys, s.depth, s.value_dim, rows,
                       &want_weights);
   const ValidLens valid = LensOf(lens, per_query, s.batch, s.queries);
+  // Without the weights output (softmax in scratch, each row rounded to bf16
+  // as it is made), run first, while the scratch holds another call's
+  // words: the same bits as with it. (The scores' rows may lie further
+  // apart in scratch then, where a query has L = 0: oneDNN computes each
+  // element alike whatever its output's row stride, as the strided test
+  // relies on.)
+  const Outputs no_weights = RunOp(*Bf16(), s, in, valid, /*want_weights=*/false);
   const Outputs got = RunOp(*Bf16(), s, in, valid);
   EXPECT_LE(MaxAbsDiff(got.weights.data(), want_weights), kWeightTolerance);
   const std::vector<double> want_out = MixRoundedWeights(s, got.weights, v16);
   EXPECT_LE(MaxAbsDiff(got.out.data(), want_out), OutTolerance(in.v));
-  // Without the weights output (softmax in scratch, each row rounded to bf16
-  // as it is made): the same bits.
-  const Outputs no_weights = RunOp(*Bf16(), s, in, valid, /*want_weights=*/false);
   EXPECT_EQ(0, std::memcmp(no_weights.out.data(), got.out.data(), got.out.size() * sizeof(float)));
 }
 
@@ -299,13 +323,14 @@ TEST(DotProductBf16Tolerance, WithinTheStatedBoundsOfTheFp32Reference) {
 }
 
 TEST_P(DotProductBf16, EdgeCasesOfTheContractHold) {
-  const Shape s{3, 5, 20, 16, 6};
+  // 40 keys: rows wider than the 32 floats RoundNormalsToBf16 converts at once.
+  const Shape s{3, 5, 40, 16, 6};
   Inputs in(s, 31);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   // Entry 0: L = 0. Entry 1: L = 7, with NaN keys and Inf values past it.
   // Entry 2: all keys valid, its first query scaled by 1e4 (huge scores).
-  const std::vector<int64_t> lens = {0, 7, 20};
+  const std::vector<int64_t> lens = {0, 7, 40};
   for (int64_t j = 7; j < s.keys; ++j) {
     for (int64_t d = 0; d < s.depth; ++d) in.k[static_cast<size_t>((s.keys + j) * s.depth + d)] = nan;
     for (int64_t c = 0; c < s.value_dim; ++c) in.v[static_cast<size_t>((s.keys + j) * s.value_dim + c)] = inf;
@@ -315,12 +340,14 @@ TEST_P(DotProductBf16, EdgeCasesOfTheContractHold) {
   const Outputs got = RunOp(*Bf16(), s, in, valid);
   for (int64_t i = 0; i < s.queries; ++i) {
     for (int64_t j = 0; j < s.keys; ++j) {
-      EXPECT_EQ(got.weights[static_cast<size_t>(i * s.keys + j)], 1.0f / 20) << "L = 0: uniform";
+      EXPECT_EQ(got.weights[static_cast<size_t>(i * s.keys + j)], 1.0f / 40) << "L = 0: uniform";
       EXPECT_EQ(got.weights[static_cast<size_t>((s.queries + i) * s.keys + j)] == 0.0f, j >= 7);
     }
   }
   for (float x : got.out) EXPECT_TRUE(std::isfinite(x)) << "masked NaN/Inf leaked, or overflow";
   for (float w : got.weights) EXPECT_TRUE(std::isfinite(w));
+  const Outputs got_alone = RunOp(*Bf16(), s, in, valid, /*want_weights=*/false);
+  EXPECT_EQ(0, std::memcmp(got_alone.out.data(), got.out.data(), got.out.size() * sizeof(float)));
   // A NaN in a valid key makes exactly the rows that see it NaN.
   in.k[static_cast<size_t>((s.keys + 3) * s.depth)] = nan;
   const Outputs poisoned = RunOp(*Bf16(), s, in, valid);
@@ -329,6 +356,11 @@ TEST_P(DotProductBf16, EdgeCasesOfTheContractHold) {
     EXPECT_FALSE(std::isnan(poisoned.out[static_cast<size_t>(i * s.value_dim)]));
     EXPECT_FALSE(std::isnan(poisoned.out[static_cast<size_t>((2 * s.queries + i) * s.value_dim)]));
   }
+  // Without the weights output each row is rounded as it is made
+  // (SoftmaxRowsAndBf16): the same out, uniform, masked and NaN rows alike.
+  const Outputs poisoned_alone = RunOp(*Bf16(), s, in, valid, /*want_weights=*/false);
+  EXPECT_EQ(0, std::memcmp(poisoned_alone.out.data(), poisoned.out.data(),
+                           poisoned.out.size() * sizeof(float)));
 }
 
 TEST_P(DotProductBf16, StridedViewsGiveTheDenseBits) {

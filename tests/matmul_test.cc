@@ -104,6 +104,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"entries_accumulate_scaled", 9, 64, 128, 300, true, false, false, true,
              0.125f},                                                              // 5 + 4
         Case{"rows_accumulate_bias", 1, 1500, 257, 50, false, false, true, true},  // 752 + 748
+        // 2 tasks by flops, fewer than 5000 / 512 allows: 2512 + 2488 rows.
+        Case{"rows_by_flops_under_the_floor", 1, 5000, 64, 100},
         // 8 tasks by flops (9, odd); 2100 / 512 = 4 blocks: 3 x 528 + 516 rows.
         Case{"rows_at_least_512", 1, 2100, 128, 512, false, true, true},
         // 14 tasks by flops; 1600 / 512 = 3, odd: 2 x 800 rows.

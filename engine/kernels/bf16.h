@@ -16,7 +16,9 @@ void RoundToBf16(const float* in, size_t n, uint16_t* out);
 // RoundToBf16 for inputs with no subnormal among them (the words differ only
 // there: a subnormal may come out as a zero), by the CPU's own conversion
 // where it has avx512_bf16 (one instruction for 32 floats): for a softmax's
-// weights, which the call's flush-to-zero keeps from being subnormal.
+// weights, which the call's flush-to-zero keeps from being subnormal. It
+// does not heed the ISA cap: callers use it only beside oneDNN's native bf16
+// matmuls, which do (matmul::NativeBf16).
 void RoundNormalsToBf16(const float* in, size_t n, uint16_t* out);
 
 // out[i] = in[i] rounded as RoundToBf16 does, widened back to a float (the

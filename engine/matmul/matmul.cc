@@ -182,9 +182,11 @@ constexpr int64_t kRowBlock = 16;
 // its time packing. (16 x 1024) . (1024 x 1024) ran at 24 GFLOP/s, 64 rows
 // at 56, 128 at 57, 1,024 at 64 (gemm:jit, 1 thread, a Zen 3). By
 // kTaskFlops alone, a (8192 x 1024) . (1024 x 1024) projection (d2l's
-// multi-head K, 16 heads of 64) would be cut into tasks of 16 rows; at 128
-// rows its module's decode step took 624-706 ms on one thread, at 512 rows
-// 451-510 ms (and on two threads 432-453 against 258-270 ms).
+// multi-head K, 16 heads of 64) would be cut into tasks of 16 rows. Its
+// module's decode step (Zen 3) took 624-706 ms on one thread with blocks of
+// 128 rows, 451-510 ms with 512; on two threads 432-453 ms, 258-270 ms. The
+// split does not depend on the thread count, so an entry of fewer than
+// 2 · 512 rows has two tasks at most, for any number of threads.
 constexpr int64_t kMinTaskRows = 512;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -327,9 +327,9 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
                                 {c.entries, c.rows, keys},
                                 {attention.strides[0], attention.strides[1], attention.strides[2]})
                        : Tensor(state.scratch, {c.entries, c.rows, g.mix_width});
-    // P's bf16 words, dense (rows, mix_width): from each softmax row while
-    // it is in L1 where the probabilities are that wide, else in a pass of
-    // their own.
+    // P's bf16 words, dense (rows, mix_width): from each softmax row as it
+    // is made where the matmuls take bf16 words and the probabilities are
+    // that wide (no weights output), else in a pass of their own.
     const bool words_from_rows = bf16_words && !want_attention;
     if (words_from_rows) {
       ATTNSCORE_RETURN_IF_ERROR(SoftmaxRowsAndBf16(scores, probabilities,
