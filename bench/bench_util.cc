@@ -67,9 +67,14 @@ const Engine& SharedEngine() {
 }
 
 std::unique_ptr<Engine> EngineOrSkip(benchmark::State& state, int threads) {
+  return EngineOrSkip(state, threads, ConfiguredOptions().precision);
+}
+
+std::unique_ptr<Engine> EngineOrSkip(benchmark::State& state, int threads, Precision precision) {
   SharedEngine();  // the process's context and OpenMP thread count first
   EngineOptions options = ConfiguredOptions();
   options.threads = threads;
+  options.precision = precision;
   std::unique_ptr<Engine> engine;
   if (Status s = Engine::Create(options, &engine); !s.ok()) {
     state.SkipWithError(s.message().c_str());
@@ -230,7 +235,12 @@ void AgainstItsRead(benchmark::State& state, const std::function<double()>& call
 
 void AgainstLimitMatmul(benchmark::State& state, const std::function<double()>& call,
                         double call_flops) {
-  const bool bf16 = ConfiguredOptions().precision == Precision::kBf16;
+  AgainstLimitMatmul(state, call, call_flops, ConfiguredOptions().precision);
+}
+
+void AgainstLimitMatmul(benchmark::State& state, const std::function<double()>& call,
+                        double call_flops, Precision precision) {
+  const bool bf16 = precision == Precision::kBf16;
   if (bf16 && !matmul::NativeBf16()) {
     state.SkipWithError(kNoBf16Arithmetic);
     return;

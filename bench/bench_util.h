@@ -28,6 +28,8 @@ const Engine& SharedEngine();
 // `threads` threads, for a benchmark that sets its own thread counts; null,
 // the state skipped with the reason, if it cannot be made.
 std::unique_ptr<Engine> EngineOrSkip(benchmark::State& state, int threads);
+// The same in `precision`, whatever --precision says.
+std::unique_ptr<Engine> EngineOrSkip(benchmark::State& state, int threads, Precision precision);
 
 // Labels a benchmark with what ran it: the Highway target in use and the
 // implementations oneDNN chose for the engine's matmuls that ran between
@@ -119,12 +121,14 @@ inline constexpr int64_t kLimitMatmulRows = 1024, kLimitMatmulInner = 256, kLimi
 inline constexpr char kNoBf16Arithmetic[] =
     "this CPU has no bf16 arithmetic (no avx512_bf16 or AMX)";
 // AgainstLimitMatmul: the limit is a oneDNN matmul of BM_LimitMatmul's
-// shape, on 1 OpenMP thread (whatever --threads says), in the engine's
-// precision (skipped, saying so as BM_LimitMatmul does, for bf16
+// shape, on 1 OpenMP thread (whatever --threads says), in `precision`, by
+// default the engine's (skipped, saying so as BM_LimitMatmul does, for bf16
 // on a CPU without bf16 arithmetic); the share is of GFLOP/s, the call
 // credited with `call_flops`.
 void AgainstLimitMatmul(benchmark::State& state, const std::function<double()>& call,
                         double call_flops);
+void AgainstLimitMatmul(benchmark::State& state, const std::function<double()>& call,
+                        double call_flops, Precision precision);
 
 // Seconds `call` takes; a failed call skips the state with its message
 // (the first failure's).

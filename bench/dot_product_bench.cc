@@ -5,7 +5,8 @@
 // one oneDNN matmul of the same FLOPs. bytes/s counts Q, out and the K, V
 // rows some query of the entry attends to. BM_DotProductTwoThreads times
 // the decode, encoder and long calls on 2 threads against 1;
-// BM_DotProductAgainstLimit, some of them against their limits.
+// BM_DotProductAgainstLimit, some of them against their limits, and
+// BM_DotProductBf16AgainstLimit, the long one in bf16 against its bf16 limit.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -157,6 +158,29 @@ BENCHMARK(BM_DotProductAgainstLimit)
     ->Args({8, 1, 1024, 64, 0})     // decode
     ->Args({1, 1, 4096, 64, 0})     // decode, one sequence
     ->Args({4, 128, 128, 64, 1})    // encoder, per-query lengths
+    ->Args({1, 1024, 4096, 64, 0})  // long
+    ->Iterations(15)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The long call in bf16 against oneDNN's bf16 matmul, whatever --precision
+// says, alternated on 1 thread; skipped where the CPU has no bf16
+// arithmetic (the engine's bf16 mode then runs fp32 matmuls, see
+// matmul::NativeBf16).
+void BM_DotProductBf16AgainstLimit(benchmark::State& state) {
+  DotProductCall call(state.range(0), state.range(1), state.range(2), state.range(3),
+                      state.range(4) != 0);
+  const std::unique_ptr<Engine> engine = EngineOrSkip(state, 1, Precision::kBf16);
+  if (!engine) return;
+  const ImplementationLabel label;
+  AgainstLimitMatmul(
+      state, [&] { return SecondsOf(state, [&] { return call.Run(*engine); }); }, call.Flops(),
+      Precision::kBf16);
+  label.Apply(state);
+}
+
+BENCHMARK(BM_DotProductBf16AgainstLimit)
+    ->ArgNames({"batch", "queries", "keys", "dim", "per_query"})
     ->Args({1, 1024, 4096, 64, 0})  // long
     ->Iterations(15)
     ->Unit(benchmark::kMillisecond)

@@ -643,8 +643,8 @@ def threads_section(runs, pairs):
     return "Two threads against one", text, t if names else None
 
 
-ALTERNATED_FAMILIES = ("BM_DotProductAgainstLimit", "BM_MultiHeadAgainstMatmul",
-                      "BM_KvCacheDecodeAgainstRead")
+ALTERNATED_FAMILIES = ("BM_DotProductAgainstLimit", "BM_DotProductBf16AgainstLimit",
+                       "BM_MultiHeadAgainstMatmul", "BM_KvCacheDecodeAgainstRead")
 
 
 def alternated_section(runs, pairs, bf16, skipped_runs):
@@ -656,12 +656,15 @@ def alternated_section(runs, pairs, bf16, skipped_runs):
     matmul = "%s matmul (1024, 256) · (256, 1024)" % ("bf16" if bf16 else "fp32")
     for name in names:
         a, f = args_of(name), family(name)
-        if f == "BM_DotProductAgainstLimit":
+        if f in ("BM_DotProductAgainstLimit", "BM_DotProductBf16AgainstLimit"):
             dims = (a["batch"], a["queries"], a["keys"])
             shape = "dot product %s(%d, %d, %d), D %d%s" % (
                 DOT_SHAPES[dims] + " " if dims in DOT_SHAPES else "", *dims, a["dim"],
                 ", per-query lengths" if a["per_query"] else "")
             limit = "read of its K and V rows" if a["queries"] <= 3 else matmul
+            if f == "BM_DotProductBf16AgainstLimit":
+                shape += ", bf16"
+                limit = "bf16 matmul (1024, 256) · (256, 1024)"
         elif f == "BM_MultiHeadAgainstMatmul":
             shape = "multi-head, B %d, N %d, M %d, Hq %d, Hkv %d, D %d%s" % (
                 a["batch"], a["queries"], a["keys"], a["heads"], a["kv_heads"], a["dim"],
@@ -678,8 +681,10 @@ def alternated_section(runs, pairs, bf16, skipped_runs):
         pairs.op(name)
         t.add(shape, us_text(b["op_us"]), limit, us_text(b["limit_us"]),
               "%.0f%%" % (100 * b["limit_share"]))
-    text = ("Decode, the encoder with per-query lengths, the long call and the causal "
-            "prefill against the limits that bound them, each timed on 1 thread alternated "
+    text = ("Decode, the encoder with per-query lengths, the long call (also in the bf16 "
+            "mode, against oneDNN's bf16 matmul, where the CPU has bf16 arithmetic) and the "
+            "causal prefill against the limits that bound them, each timed on 1 thread "
+            "alternated "
             "with its limit in one process, so that both meet the machine at the same "
             "moments: each round makes about 2 ms of the limit's calls (at least three), then "
             "about 2 ms of the workload's (which goes first alternates), and the share is the "
