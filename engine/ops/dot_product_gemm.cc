@@ -196,8 +196,10 @@ struct Bf16Inputs {
 };
 
 // Rounds `t` (E, R, C), any strides, to bf16 as a dense (E, R, C) in `out`:
-// bf16 words, or with `words` false the rounded values as floats.
-Status RoundToBf16(int threads, const ConstTensor& t, bool words, void* out) {
+// bf16 words, or with `words` false the rounded values as floats. With
+// `normals`, t holds no subnormal (a softmax's weights), and the words may
+// come from the CPU's own conversion (kernels::RoundNormalsToBf16).
+Status RoundToBf16(int threads, const ConstTensor& t, bool words, void* out, bool normals = false) {
   const int64_t rows = t.dims[0] * t.dims[1], cols = t.dims[2];
   const bool contiguous = t.strides[2] == 1;
   return internal::ForEachRowInParallel(
@@ -210,8 +212,12 @@ Status RoundToBf16(int threads, const ConstTensor& t, bool words, void* out) {
           row = gathered;
         }
         if (words) {
-          kernels::RoundToBf16(row, static_cast<size_t>(cols),
-                               static_cast<uint16_t*>(out) + r * cols);
+          uint16_t* const words_row = static_cast<uint16_t*>(out) + r * cols;
+          if (normals) {
+            kernels::RoundNormalsToBf16(row, static_cast<size_t>(cols), words_row);
+          } else {
+            kernels::RoundToBf16(row, static_cast<size_t>(cols), words_row);
+          }
         } else {
           kernels::RoundThroughBf16(row, static_cast<size_t>(cols),
                                     static_cast<float*>(out) + r * cols);
@@ -344,7 +350,8 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
       if (!words_from_rows) {
         ConstTensor mixed = probabilities;
         mixed.dims[2] = g.mix_width;
-        ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(threads, mixed, rounded.words, rounded.p));
+        ATTNSCORE_RETURN_IF_ERROR(
+            RoundToBf16(threads, mixed, rounded.words, rounded.p, /*normals=*/true));
       }
       ATTNSCORE_RETURN_IF_ERROR(plans->mix->Run(rounded.p, rounded.v, out_chunk));
     } else {
