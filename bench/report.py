@@ -647,13 +647,18 @@ ALTERNATED_FAMILIES = ("BM_DotProductAgainstLimit", "BM_DotProductBf16AgainstLim
                        "BM_MultiHeadAgainstMatmul", "BM_KvCacheDecodeAgainstRead")
 
 
+def limit_matmul(bf16):
+    """The alternated table's name for the matmul limit in a precision."""
+    return "%s matmul (1024, 256) · (256, 1024)" % ("bf16" if bf16 else "fp32")
+
+
 def alternated_section(runs, pairs, bf16, skipped_runs):
     """Workloads against their limits, each timed alternated with it in one process."""
     t = Table(["workload", "call µs", "limit", "limit µs", "share of the limit"], "lrlrr")
     names = [n for n in list(runs) + list(skipped_runs) if family(n) in ALTERNATED_FAMILIES]
     names.sort(key=lambda n: (ALTERNATED_FAMILIES.index(family(n)),
                               runs[n]["op_us"] if n in runs else float("inf")))
-    matmul = "%s matmul (1024, 256) · (256, 1024)" % ("bf16" if bf16 else "fp32")
+    matmul = limit_matmul(bf16)
     for name in names:
         a, f = args_of(name), family(name)
         if f in ("BM_DotProductAgainstLimit", "BM_DotProductBf16AgainstLimit"):
@@ -664,7 +669,7 @@ def alternated_section(runs, pairs, bf16, skipped_runs):
             limit = "read of its K and V rows" if a["queries"] <= 3 else matmul
             if f == "BM_DotProductBf16AgainstLimit":
                 shape += ", bf16"
-                limit = "bf16 matmul (1024, 256) · (256, 1024)"
+                limit = limit_matmul(True)
         elif f == "BM_MultiHeadAgainstMatmul":
             shape = "multi-head, B %d, N %d, M %d, Hq %d, Hkv %d, D %d%s" % (
                 a["batch"], a["queries"], a["keys"], a["heads"], a["kv_heads"], a["dim"],
