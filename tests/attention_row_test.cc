@@ -27,7 +27,8 @@ bool SameBits(const float* a, const float* b, size_t n) {
 // the mix's strips (24, 32 and 64 columns at AVX2; 48, 64 and 128 at
 // AVX-512), key counts off the score's four-key groups and the mix's 64-key
 // passes, a row with no keys, rows of unequal lengths, every row count from
-// one to eight (tiles of four, two and one row).
+// one to eight (tiles of four, two and one row), and D of one to four whole
+// vectors at AVX-512 (16, 32, 48, 64: four keys' rows held in registers).
 struct Case {
   size_t depth, value_dim;
   std::vector<size_t> keys;  // per row
@@ -41,6 +42,7 @@ const Case kCases[] = {
     {1, 1, {9}},
     {64, 24, {5, 300, 7, 299, 64}},
     {64, 48, {130, 128, 129, 127, 2, 3}},
+    {48, 64, {9, 1, 6, 33}},
     {32, 128, {70, 70, 70}},
     {16, 200, {3, 129, 128, 1, 0, 2, 77, 64}},
     {8, 16, {65, 66, 67, 68, 69, 70, 71}},
