@@ -369,6 +369,13 @@ def ratio(x):
     return ("%.2f×" if x >= 0.01 or x == 0 else "%.2g×") % x
 
 
+def percent(share):
+    """A share as a whole percentage, or two significant digits below 1%: a
+    call descheduled under load is a sliver of its limit, not 0%."""
+    x = 100 * share
+    return ("%.0f%%" if x >= 1 or x == 0 else "%.2g%%") % x
+
+
 def para(text):
     """Prose wrapped as the repository's other docs are, with no line starting
     with what Markdown would take for a list item, a heading or a quote."""
@@ -685,7 +692,7 @@ def alternated_section(runs, pairs, bf16, skipped_runs):
         b = runs[name]
         pairs.op(name)
         t.add(shape, us_text(b["op_us"]), limit, us_text(b["limit_us"]),
-              "%.0f%%" % (100 * b["limit_share"]))
+              percent(b["limit_share"]))
     text = ("Decode, the encoder with per-query lengths, the long call (also in the bf16 "
             "mode, against oneDNN's bf16 matmul, where the CPU has bf16 arithmetic) and the "
             "causal prefill against the limits that bound them, each timed on 1 thread "
@@ -758,16 +765,16 @@ def limits_section(runs, pairs, skipped_runs, bf16):
                 peer = read_limit(kv)
                 if peer:
                     w.add(shape, us(b), "%.2f GB/s" % gbps(b), LIMIT_NAMES[peer],
-                          "%.0f%%" % (100 * gbps(b) / gbps(runs[peer])))
+                          percent(gbps(b) / gbps(runs[peer])))
                 continue
             if matmul:
                 w.add(shape, us(b), "%.1f GFLOP/s" % gflops(b), LIMIT_NAMES[matmul_name],
-                      "%.0f%%" % (100 * gflops(b) / gflops(matmul)))
+                      percent(gflops(b) / gflops(matmul)))
         elif f == "BM_MultiHead" and a["queries"] > 3 and matmul:
             w.add("multi-head, B %d, N %d, M %d, Hq %d, Hkv %d%s" % (
                 a["batch"], a["queries"], a["keys"], a["heads"], a["kv_heads"],
                 ", causal" if a["causal"] else ""), us(b), "%.1f GFLOP/s" % gflops(b), LIMIT_NAMES[matmul_name],
-                "%.0f%%" % (100 * gflops(b) / gflops(matmul)))
+                percent(gflops(b) / gflops(matmul)))
         elif f == "BM_KvCacheDecode":
             kv = 4 * a["batch"] * a["keys"] * a["kv_heads"] * 2 * a["dim"]
             peer = read_limit(kv)
@@ -775,13 +782,13 @@ def limits_section(runs, pairs, skipped_runs, bf16):
                 w.add("KvCache decode, B %d, Hq %d, Hkv %d, %d keys" % (
                     a["batch"], a["heads"], a["kv_heads"], a["keys"]), us(b),
                     "%.2f GB/s" % gbps(b), LIMIT_NAMES[peer],
-                    "%.0f%%" % (100 * gbps(b) / gbps(runs[peer])))
+                    percent(gbps(b) / gbps(runs[peer])))
         elif f == "BM_MaskedSoftmax" and copy:
             w.add("masked softmax (%d, %d, %d)%s" % (
                 a["batch"], a["queries"], a["keys"],
                 ", buffers %d B past a cache line" % (4 * a["misaligned"])
                 if a.get("misaligned") else ""), us(b),
-                  "%.2f GB/s" % gbps(b), LIMIT_NAMES[LIMITS[2][0]], "%.0f%%" % (100 * gbps(b) / gbps(copy)))
+                  "%.2f GB/s" % gbps(b), LIMIT_NAMES[LIMITS[2][0]], percent(gbps(b) / gbps(copy)))
     text = ("This machine's limits, measured in the same run: one large oneDNN matmul (the "
             "products' limit; in bf16 only on a CPU with bf16 arithmetic), a copy past the "
             "caches, and reads of buffers that stay in a core's L2, in L3 (on CPUs with at "

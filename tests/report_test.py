@@ -56,6 +56,10 @@ class Ratios(ReportTables):
         self.assertEqual([self.report.ratio(x) for x in (1.5, 0.01, 0.0043, 0.0)],
                          ["1.50×", "0.01×", "0.0043×", "0.00×"])
 
+    def test_whole_percentages_or_two_digits_below_one_percent(self):
+        self.assertEqual([self.report.percent(x) for x in (1.13, 0.92, 0.01, 0.0043, 0.0)],
+                         ["113%", "92%", "1%", "0.43%", "0%"])
+
 
 class ThreadsTable(ReportTables):
 
