@@ -1,6 +1,7 @@
 // The row kernels (engine/kernels/attention_row.h) on every target: rows
 // that share their keys give each row the bits it gets alone, both kernels
-// agree with sums in double, and AddMixes over the keys cut into ranges
+// agree with sums in double, a score has the bits of its order of sums
+// (where the target has FMA), and AddMixes over the keys cut into ranges
 // gives MixRows' bits.
 #include "kernels/attention_row.h"
 
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "hwy/targets.h"
 #include "test_util.h"
 
 namespace attnscore::test {
@@ -101,6 +103,63 @@ TEST_P(AttentionRowTest, SharedRowsGiveEachRowItsOwnBits) {
       // Scores past a row's own keys are not written.
       if (n < longest) {
         EXPECT_EQ(score_rows[r][n], -1.0f) << "row " << r;
+      }
+    }
+  }
+}
+
+// A score's arithmetic on the targets with FMA, where D is whole vectors of
+// L lanes, in scalar: per lane l, vector v's product q·k into one of two
+// fused sums as v is even or odd, the two added; the lanes added in 128-bit
+// blocks, (l0 + l2) + (l1 + l3); the blocks halves by halves; then the
+// scale. One row alone and rows sharing their keys (the AVX-512 kernel that
+// holds four keys' rows in registers) both give exactly these bits.
+float ScoreInOrder(const float* q, const float* k, size_t depth, size_t lanes, float scale) {
+  std::vector<float> blocks;
+  for (size_t block = 0; block < lanes / 4; ++block) {
+    float lane_sums[4];
+    for (size_t l = 0; l < 4; ++l) {
+      float even = 0.0f, odd = 0.0f;
+      for (size_t v = 0; v * lanes < depth; ++v) {
+        const size_t at = v * lanes + block * 4 + l;
+        float& sum = v % 2 == 0 ? even : odd;
+        sum = std::fma(q[at], k[at], sum);
+      }
+      lane_sums[l] = even + odd;
+    }
+    blocks.push_back((lane_sums[0] + lane_sums[2]) + (lane_sums[1] + lane_sums[3]));
+  }
+  for (size_t half = blocks.size() / 2; half >= 1; half /= 2) {
+    for (size_t b = 0; b < half; ++b) blocks[b] = blocks[b] + blocks[b + half];
+  }
+  return blocks[0] * scale;
+}
+
+TEST_P(AttentionRowTest, ScoresKeepTheirOrderOfSums) {
+  const int64_t target = GetParam();
+  if (target != HWY_AVX3 && target != HWY_AVX2) GTEST_SKIP() << "a target without FMA";
+  const size_t lanes = target == HWY_AVX3 ? 16 : 8;
+  for (size_t vectors = 1; vectors <= 5; ++vectors) {
+    const size_t depth = vectors * lanes, keys = 37, rows = 3;
+    const int64_t k_stride = static_cast<int64_t>(depth) + 16;
+    const std::vector<float> q = RandomFloats(rows * depth, 5);
+    const std::vector<float> k = RandomFloats(keys * static_cast<size_t>(k_stride), 6);
+    const float scale = 0.3f;
+    std::vector<float> alone(keys), shared(rows * keys);
+    kernels::ScoreRow(q.data(), depth, k.data(), k_stride, keys, scale, alone.data());
+    const float* q_rows[rows] = {q.data(), q.data() + depth, q.data() + 2 * depth};
+    float* score_rows[rows] = {shared.data(), shared.data() + keys, shared.data() + 2 * keys};
+    const size_t row_keys[rows] = {keys, keys - 2, 1};
+    kernels::ScoreRows(rows, q_rows, depth, k.data(), k_stride, row_keys, scale, score_rows);
+    for (size_t j = 0; j < keys; ++j) {
+      const float* key = k.data() + static_cast<int64_t>(j) * k_stride;
+      const float expected = ScoreInOrder(q.data(), key, depth, lanes, scale);
+      EXPECT_TRUE(SameBits(&alone[j], &expected, 1)) << "D " << depth << ", key " << j;
+      for (size_t r = 0; r < rows; ++r) {
+        if (j >= row_keys[r]) continue;
+        const float in_row = ScoreInOrder(q_rows[r], key, depth, lanes, scale);
+        EXPECT_TRUE(SameBits(score_rows[r] + j, &in_row, 1))
+            << "D " << depth << ", row " << r << ", key " << j;
       }
     }
   }

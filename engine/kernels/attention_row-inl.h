@@ -125,11 +125,13 @@ HWY_INLINE void PrefetchRows(const float* HWY_RESTRICT base, size_t first, size_
 #if HWY_TARGET <= HWY_AVX3
 // ScoreRows for rows of kVectors whole vectors (D 64 at AVX-512: 4), with
 // the 32 registers to hold four keys' rows at once: they are loaded once
-// for all the rows, not once a row. Each row's sums are DotPartials4's
-// (vector v into the even or odd accumulator as v is even or odd, in
-// order), so the bits are the same. GQA decode from a KvCache (4, Hq 16,
-// Hkv 4, 2,048 keys, D 64): 307-320 µs a call against 246-253, alternated
-// on an AMD EPYC Zen 5, where K was read from L1 once a row.
+// for all the rows, not once a row, and always asked for ahead. Each row's
+// sums are DotPartials4's (vector v into the even or odd accumulator as v
+// is even or odd, in order), so the bits are the same. Alternated on an AMD
+// EPYC Zen 5: GQA decode from a KvCache (4, Hq 16, Hkv 4, 2,048 keys, D 64)
+// 307-320 µs a call against 246-253, where K was read from L1 once a row;
+// a row alone too, dot-product decode (8, 1, 1,024), D 64: 34.7-34.9 µs
+// against 32.6-32.8, (1, 1, 4,096) 23.4-23.7 against 21.5-22.3.
 template <size_t kVectors, class D>
 HWY_INLINE void ScoreRowsHeld(D d, size_t rows, const float* const* HWY_RESTRICT q,
                               const float* HWY_RESTRICT k, int64_t k_row_stride,
@@ -183,7 +185,7 @@ void ScoreRows(size_t rows, const float* const* HWY_RESTRICT q, size_t depth,
   size_t longest = 0;
   for (size_t r = 0; r < rows; ++r) longest = keys[r] > longest ? keys[r] : longest;
 #if HWY_TARGET <= HWY_AVX3
-  if (rows > 1 && depth % hn::Lanes(d) == 0) {
+  if (depth % hn::Lanes(d) == 0) {
     switch (depth / hn::Lanes(d)) {
       case 1:
         return ScoreRowsHeld<1>(d, rows, q, k, k_row_stride, keys, longest, scale, scores);
