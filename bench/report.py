@@ -685,7 +685,7 @@ def alternated_section(runs, pairs, bf16, skipped_runs):
         else:
             shape = "KvCache decode, B %d, Hq %d, Hkv %d, D %d, %d keys" % (
                 a["batch"], a["heads"], a["kv_heads"], a["dim"], a["keys"])
-            limit = "read of K and V as appended"
+            limit = "read of the K and V it holds"
         if name not in runs:
             t.add(shape, "—", limit, "—", "not measured: " + skipped_runs[name])
             continue
@@ -703,9 +703,8 @@ def alternated_section(runs, pairs, bf16, skipped_runs):
             "median over the rounds of the workload's rate in its median call as a share of "
             "the limit's; the times are the medians of the rounds' medians. Decode's limit is "
             "a read of its K and V bytes: for the dot product, each entry's K and V rows below "
-            "its longest length, from the call's own buffers; for a KvCache, whose storage is "
-            "private to the engine, the K and V as appended, the same bytes in the caller's "
-            "buffers. Its share is read time ÷ call time. The others' limit is a matmul of the "
+            "its longest length, from the call's own buffers; for a KvCache, the K and V it "
+            "holds, where it holds them. Its share is read time ÷ call time. The others' limit is a matmul of the "
             "limits table's shape, also on 1 thread, and the share is of GFLOP/s, the workload "
             "credited with 2·(D + Dv) FLOPs per valid (query, key) pair, per head. The limits "
             "table above sets the same workloads against limits timed apart from them.")

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/kv_cache_bytes.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -628,6 +629,45 @@ int64_t AnonymousResidentBytes() {
   }
   ADD_FAILURE() << "no RssAnon in /proc/self/status";
   return 0;
+}
+
+// What the engine reads when it attends (internal::KvCacheBytes, the bytes
+// the decode benchmark reads as its limit): each sequence's keys, then its
+// values, head by head, over the positions it holds, as they were appended;
+// the same with a pool of blocks.
+TEST(MultiHeadKvCache, HeldBytesAreWhatWasAppendedHeadByHead) {
+  for (const bool pooled : {false, true}) {
+    KvCacheShape shape = PooledShape(2, 40, 6);
+    if (!pooled) shape.block_positions = 0, shape.blocks = 0;
+    std::unique_ptr<KvCache> cache;
+    ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
+    const int64_t lengths[] = {5, 19}, row = 2 * 64;  // a position's Hkv · D floats
+    std::vector<std::vector<float>> k, v;
+    for (int64_t b = 0; b < 2; ++b) {
+      k.push_back(RandomFloats(static_cast<size_t>(lengths[b] * row), 41 + b));
+      v.push_back(RandomFloats(static_cast<size_t>(lengths[b] * row), 43 + b));
+      ASSERT_TRUE(cache
+                      ->AppendTo(b, ConstTensor(k[b].data(), {lengths[b], 2, 64}),
+                                 ConstTensor(v[b].data(), {lengths[b], 2, 64}))
+                      .ok());
+    }
+    const auto held = internal::KvCacheBytes::Held(*cache);
+    ASSERT_EQ(held.size(), 8u) << "pooled " << pooled;
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t part = 0; part < 4; ++part) {  // keys of heads 0, 1; values of heads 0, 1
+        const auto& [first, floats] = held[static_cast<size_t>(b * 4 + part)];
+        const std::vector<float>& given = part < 2 ? k[b] : v[b];
+        const int64_t h = part % 2;
+        ASSERT_EQ(floats, static_cast<size_t>(lengths[b] * 64));
+        for (int64_t t = 0; t < lengths[b]; ++t) {
+          for (int64_t d = 0; d < 64; ++d) {
+            ASSERT_EQ(first[t * 64 + d], given[static_cast<size_t>(t * row + h * 64 + d)])
+                << "pooled " << pooled << ", sequence " << b << ", part " << part;
+          }
+        }
+      }
+    }
+  }
 }
 
 // A pool takes memory as positions arrive and gives it back on Clear: its

@@ -108,7 +108,7 @@ class AlternatedTable(ReportTables):
             ["multi-head, B 1, N 1024, M 1024, Hq 16, Hkv 16, D 64, causal top-left", "31753",
              matmul, "5929", "75%"],
             ["KvCache decode, B 4, Hq 16, Hkv 4, D 64, 2048 keys", "1216",
-             "read of K and V as appended", "1031", "80%"]])
+             "read of the K and V it holds", "1031", "80%"]])
         self.assertEqual(pairs.used, {DECODE_LIMIT, ENCODER_LIMIT, PREFILL_LIMIT, KV_LIMIT})
 
     def test_bf16_skipped_where_the_cpu_has_none_and_no_rows(self):
@@ -153,7 +153,7 @@ class ShortRun(unittest.TestCase):
     def test_workloads_against_their_limits(self):
         rows = short_run_rows("Against", "## Against their limits, alternated")
         self.assertEqual(sorted((r[0], r[2]) for r in rows), [
-            ("KvCache decode, B 4, Hq 16, Hkv 4, D 64, 2048 keys", "read of K and V as appended"),
+            ("KvCache decode, B 4, Hq 16, Hkv 4, D 64, 2048 keys", "read of the K and V it holds"),
             ("dot product decode (8, 1, 1024), D 64", "read of its K and V rows"),
             ("dot product decode, one sequence (1, 1, 4096), D 64", "read of its K and V rows"),
             ("dot product encoder (4, 128, 128), D 64, per-query lengths",

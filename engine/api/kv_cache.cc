@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/kv_cache_bytes.h"
 #include "base/aligned_floats.h"
 #include "base/call_scope.h"
 #include "base/checks.h"
@@ -304,6 +305,21 @@ Status KvCache::Attend(const Engine& engine, ConstTensor queries, Tensor out,
         ValidLens::PerQuery(lengths.data(), s.batch, queries_per_sequence), MultiHeadOptions(),
         out, attention_weights);
   });
+}
+
+std::vector<std::pair<const float*, size_t>> internal::KvCacheBytes::Held(const KvCache& cache) {
+  KvCache::Storage& s = *cache.storage_;
+  std::vector<std::pair<const float*, size_t>> spans;
+  for (int64_t b = 0; b < s.shape.batch; ++b) {
+    const int64_t held = s.lengths[static_cast<size_t>(b)];
+    for (int64_t h = 0; h < s.shape.kv_heads; ++h) {
+      spans.emplace_back(s.key(b, h, 0), static_cast<size_t>(held * s.shape.key_dim));
+    }
+    for (int64_t h = 0; h < s.shape.kv_heads; ++h) {
+      spans.emplace_back(s.value(b, h, 0), static_cast<size_t>(held * s.shape.value_dim));
+    }
+  }
+  return spans;
 }
 
 }  // namespace attnscore

@@ -36,6 +36,10 @@
 
 namespace attnscore {
 
+namespace internal {
+struct KvCacheBytes;
+}  // namespace internal
+
 struct KvCacheShape {
   int64_t batch = 1;      // B sequences
   int64_t capacity = 0;   // positions per sequence
@@ -93,6 +97,7 @@ class ATTNSCORE_API KvCache {
 
  private:
   struct Storage;
+  friend struct internal::KvCacheBytes;  // the engine's own view of what it holds
   explicit KvCache(std::unique_ptr<Storage> storage);
   std::unique_ptr<Storage> storage_;
 };
