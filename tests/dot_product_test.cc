@@ -456,6 +456,77 @@ TEST(OrderByLength, GivesTheStableSortByLength) {
   }
 }
 
+// The tile path's ranges of whole entries, one a thread: cut at the entry
+// boundary nearest each even share of the work (the sum of the rows'
+// lengths, 0 counting M), taken only where every range is within 5% of its
+// share.
+TEST(DotProductTilePath, EvenEntryRangesCutNearestTheSharesOrRefuse) {
+  struct Case {
+    std::vector<int64_t> lens;  // per batch entry, 4 queries an entry, 100 keys
+    int threads;
+    bool taken;
+    std::vector<int64_t> bounds;
+  };
+  const Case cases[] = {
+      {{50, 50, 50, 50}, 2, true, {0, 2, 4}},
+      {{0, 100, 100, 100}, 2, true, {0, 2, 4}},  // length 0 mixes all 100 keys
+      {{96, 1, 1, 1}, 2, false, {}},             // 6144 against 192
+      {{60, 60, 60}, 2, false, {}},              // 1.5 entries a thread
+      {{10, 20, 30, 40, 50, 60}, 3, false, {}},  // lengths 60, 90, 60 against 70 a range
+      {{30, 30, 20, 40, 25, 35}, 3, true, {0, 2, 4, 6}},
+      {{50, 50}, 3, false, {}},  // fewer entries than threads
+      {{50, 50}, 1, false, {}},
+  };
+  for (const Case& c : cases) {
+    const auto batch = static_cast<int64_t>(c.lens.size());
+    internal::RowLengths lens;
+    ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::PerBatch(c.lens.data(), batch), batch, 4,
+                                              100, &lens)
+                    .ok());
+    std::vector<int64_t> bounds;
+    EXPECT_EQ(ops::dot_product::EvenEntryRanges(lens, batch, c.threads, &bounds), c.taken)
+        << "entries " << batch << ", threads " << c.threads;
+    if (c.taken) {
+      EXPECT_EQ(bounds, c.bounds);
+    }
+  }
+}
+
+// Each thread on its own range of entries, or the tiles dealt out to
+// threads as they come free: the same bits as 1 thread, with and without
+// the weights (per-batch lengths even across entries, uneven, and none).
+TEST(DotProductTilePath, TwoThreadsGiveOneThreadsBitsWhicheverWayTilesAreShared) {
+  const int64_t batch = 4, queries = 64, keys = 96, depth = 32, value_dim = 16;
+  const auto q = RandomFloats(static_cast<size_t>(batch * queries * depth), 51);
+  const auto k = RandomFloats(static_cast<size_t>(batch * keys * depth), 52);
+  const auto v = RandomFloats(static_cast<size_t>(batch * keys * value_dim), 53);
+  const std::vector<int64_t> even = {96, 90, 0, 93}, uneven = {96, 1, 1, 1};
+  for (const ValidLens& valid : {ValidLens::PerBatch(even.data(), batch),
+                                 ValidLens::PerBatch(uneven.data(), batch), ValidLens::None()}) {
+    std::vector<float> out[2], weights[2];
+    for (int threads : {1, 2}) {
+      EngineOptions options;
+      options.threads = threads;
+      std::unique_ptr<Engine> engine;
+      ASSERT_TRUE(Engine::Create(options, &engine).ok());
+      std::vector<float>& o = out[threads - 1];
+      std::vector<float>& w = weights[threads - 1];
+      o.assign(static_cast<size_t>(batch * queries * value_dim), -1.0f);
+      w.assign(static_cast<size_t>(batch * queries * keys), -1.0f);
+      ASSERT_TRUE(engine
+                      ->DotProductAttention(ConstTensor(q.data(), {batch, queries, depth}),
+                                            ConstTensor(k.data(), {batch, keys, depth}),
+                                            ConstTensor(v.data(), {batch, keys, value_dim}), valid,
+                                            Tensor(o.data(), {batch, queries, value_dim}),
+                                            Tensor(w.data(), {batch, queries, keys}))
+                      .ok());
+    }
+    EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)));
+    EXPECT_EQ(0,
+              std::memcmp(weights[0].data(), weights[1].data(), weights[0].size() * sizeof(float)));
+  }
+}
+
 class DotProductThreads : public ::testing::TestWithParam<Shape> {};
 INSTANTIATE_TEST_SUITE_P(MatmulAndRowPaths, DotProductThreads,
                          ::testing::Values(Shape{3, 40, 300, 32, 16},   // oneDNN path, tasks

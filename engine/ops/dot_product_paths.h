@@ -27,6 +27,7 @@
 #define ATTNSCORE_OPS_DOT_PRODUCT_PATHS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "attnscore/options.h"
 #include "attnscore/status.h"
@@ -129,6 +130,16 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
 // length and a query index: lens.keys() < 2^31 and N < 2^32.
 constexpr int64_t kCountingSortMaxKeys = 1024;
 void OrderByLength(const internal::RowLengths& lens, int64_t b, int64_t* order);
+
+// Whether `threads` (>= 2) contiguous ranges of whole entries, each cut at
+// the entry boundary nearest its even share of the work, hold at most
+// kEntryRangeSlack more than that share (an entry's work: the sum of its
+// rows' lengths, a row of length 0 mixing all M keys); if so, their bounds:
+// threads + 1 entries, from 0 to B, each range at least one entry. The tile
+// path then gives each thread one range.
+constexpr double kEntryRangeSlack = 0.05;
+bool EvenEntryRanges(const internal::RowLengths& lens, int64_t batch, int threads,
+                     std::vector<int64_t>* bounds);
 
 // Copies the `cols` elements of a row from `src` (elements `src_step`
 // apart) to `dst` (`dst_step` apart).
