@@ -334,10 +334,8 @@ TEST(AdditiveThreads, ResultsIdenticalForAnyThreadCount) {
     const std::vector<int64_t> lens = Lengths(s, /*per_query=*/true, 72);  // 0, 1 and M among them
     std::vector<float> out[2], weights[2];
     for (int threads : {1, 2}) {
-      EngineOptions options;
-      options.threads = threads;
-      std::unique_ptr<Engine> engine;
-      ASSERT_TRUE(Engine::Create(options, &engine).ok());
+      const std::unique_ptr<Engine> engine = EngineWithThreads(threads);
+      ASSERT_NE(engine, nullptr);
       std::vector<float>& o = out[threads - 1];
       std::vector<float>& w = weights[threads - 1];
       o.assign(static_cast<size_t>(s.batch * s.queries * s.value_dim), kSentinel);

@@ -501,29 +501,29 @@ TEST(DotProductTilePath, TwoThreadsGiveOneThreadsBitsWhicheverWayTilesAreShared)
   const auto k = RandomFloats(static_cast<size_t>(batch * keys * depth), 52);
   const auto v = RandomFloats(static_cast<size_t>(batch * keys * value_dim), 53);
   const std::vector<int64_t> even = {96, 90, 0, 93}, uneven = {96, 1, 1, 1};
+  // The output and the weights of one call on an engine of `threads`.
+  const auto attend = [&](int threads, const ValidLens& valid) {
+    std::pair<std::vector<float>, std::vector<float>> result(
+        std::vector<float>(static_cast<size_t>(batch * queries * value_dim), -1.0f),
+        std::vector<float>(static_cast<size_t>(batch * queries * keys), -1.0f));
+    const std::unique_ptr<Engine> engine = EngineWithThreads(threads);
+    const Status s =
+        engine == nullptr
+            ? Status::Internal("no engine")
+            : engine->DotProductAttention(ConstTensor(q.data(), {batch, queries, depth}),
+                                          ConstTensor(k.data(), {batch, keys, depth}),
+                                          ConstTensor(v.data(), {batch, keys, value_dim}), valid,
+                                          Tensor(result.first.data(), {batch, queries, value_dim}),
+                                          Tensor(result.second.data(), {batch, queries, keys}));
+    EXPECT_TRUE(s.ok()) << s.message();
+    return result;
+  };
   for (const ValidLens& valid : {ValidLens::PerBatch(even.data(), batch),
                                  ValidLens::PerBatch(uneven.data(), batch), ValidLens::None()}) {
-    std::vector<float> out[2], weights[2];
-    for (int threads : {1, 2}) {
-      EngineOptions options;
-      options.threads = threads;
-      std::unique_ptr<Engine> engine;
-      ASSERT_TRUE(Engine::Create(options, &engine).ok());
-      std::vector<float>& o = out[threads - 1];
-      std::vector<float>& w = weights[threads - 1];
-      o.assign(static_cast<size_t>(batch * queries * value_dim), -1.0f);
-      w.assign(static_cast<size_t>(batch * queries * keys), -1.0f);
-      ASSERT_TRUE(engine
-                      ->DotProductAttention(ConstTensor(q.data(), {batch, queries, depth}),
-                                            ConstTensor(k.data(), {batch, keys, depth}),
-                                            ConstTensor(v.data(), {batch, keys, value_dim}), valid,
-                                            Tensor(o.data(), {batch, queries, value_dim}),
-                                            Tensor(w.data(), {batch, queries, keys}))
-                      .ok());
-    }
-    EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)));
+    const auto one = attend(1, valid), two = attend(2, valid);
+    EXPECT_EQ(0, std::memcmp(one.first.data(), two.first.data(), one.first.size() * sizeof(float)));
     EXPECT_EQ(0,
-              std::memcmp(weights[0].data(), weights[1].data(), weights[0].size() * sizeof(float)));
+              std::memcmp(one.second.data(), two.second.data(), one.second.size() * sizeof(float)));
   }
 }
 

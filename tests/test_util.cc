@@ -209,6 +209,15 @@ const Engine& DefaultEngine() {
   return *engine;
 }
 
+std::unique_ptr<Engine> EngineWithThreads(int threads) {
+  EngineOptions options;
+  options.threads = threads;
+  std::unique_ptr<Engine> engine;
+  const Status s = Engine::Create(options, &engine);
+  if (!s.ok()) ADD_FAILURE() << s.message();
+  return engine;
+}
+
 void PerTarget::SetUp() {
   hwy::SetSupportedTargetsForTest(GetParam());
   // The dispatch really goes to the target under test.

@@ -86,6 +86,10 @@ double MaxAbsDiff(const float* actual, const std::vector<double>& expected);
 // One engine with default options (1 thread, best ISA) for the whole run.
 const Engine& DefaultEngine();
 
+// A new engine of `threads` threads, other options default; null, with the
+// test failed, where it cannot be made.
+std::unique_ptr<Engine> EngineWithThreads(int threads);
+
 // Runs each test once per Highway target the CPU supports, the library was
 // built for and the process's ISA cap allows (test_main.cc applies the cap
 // first), with dispatch forced to that target.
