@@ -107,26 +107,23 @@ bool EvenEntryRanges(const internal::RowLengths& lens, int64_t batch, int thread
     before[static_cast<size_t>(b + 1)] = before[static_cast<size_t>(b)] + work;
   }
   const double share = before.back() / threads;
-  bounds->assign(static_cast<size_t>(threads + 1), batch);
-  (*bounds)[0] = 0;
-  for (int t = 1; t < threads; ++t) {
+  std::vector<int64_t>& cut = *bounds;  // cut[t]: range t's first entry
+  cut.assign(static_cast<size_t>(threads + 1), batch);
+  cut[0] = 0;
+  for (size_t t = 1; t < cut.size() - 1; ++t) {
     // The entry boundary nearest t shares of the work, leaving at least one
     // entry to each range before and after it.
-    const int64_t lowest = (*bounds)[static_cast<size_t>(t - 1)] + 1,
-                  highest = batch - (threads - t);
-    int64_t cut = lowest;
-    for (int64_t e = lowest + 1; e <= highest; ++e) {
-      const double target = t * share;
-      if (std::abs(before[static_cast<size_t>(e)] - target) <
-          std::abs(before[static_cast<size_t>(cut)] - target)) {
-        cut = e;
-      }
+    const double target = static_cast<double>(t) * share;
+    const auto off = [&](int64_t e) { return std::abs(before[static_cast<size_t>(e)] - target); };
+    const int64_t highest = batch - static_cast<int64_t>(cut.size() - 1 - t);
+    cut[t] = cut[t - 1] + 1;
+    for (int64_t e = cut[t] + 1; e <= highest; ++e) {
+      if (off(e) < off(cut[t])) cut[t] = e;
     }
-    (*bounds)[static_cast<size_t>(t)] = cut;
   }
-  for (int t = 0; t < threads; ++t) {
-    const double work = before[static_cast<size_t>((*bounds)[static_cast<size_t>(t + 1)])] -
-                        before[static_cast<size_t>((*bounds)[static_cast<size_t>(t)])];
+  for (size_t t = 0; t + 1 < cut.size(); ++t) {
+    const double work =
+        before[static_cast<size_t>(cut[t + 1])] - before[static_cast<size_t>(cut[t])];
     if (work > (1.0 + kEntryRangeSlack) * share) return false;
   }
   return true;
