@@ -117,12 +117,18 @@ std::vector<float> LinearWeights(int64_t out_features, int64_t in_features, uint
   return w;
 }
 
-std::vector<int64_t> RandomLengths(int64_t count, int64_t keys, uint32_t seed) {
+std::vector<int64_t> RandomLengths(int64_t count, int64_t keys, uint32_t seed, int64_t shortest) {
   std::mt19937 rng(seed);
-  std::uniform_int_distribution<int64_t> length(1, keys);
+  std::uniform_int_distribution<int64_t> length(shortest, keys);
   std::vector<int64_t> lens(static_cast<size_t>(count));
   for (int64_t& l : lens) l = length(rng);
   return lens;
+}
+
+std::vector<int64_t> DotProductLengths(int64_t batch, int64_t queries, int64_t keys,
+                                       bool per_query) {
+  const int64_t shortest = queries <= kDecodeQueries ? std::max<int64_t>(1, keys / 2) : 1;
+  return RandomLengths(per_query ? batch * queries : batch, keys, 4, shortest);
 }
 
 double ValidKeys(const std::vector<int64_t>& lens, int64_t queries, int64_t keys) {

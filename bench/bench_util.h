@@ -63,8 +63,17 @@ std::vector<float> RandomFloats(int64_t n, uint32_t seed);
 // Weights as nn.Linear initialises them: uniform in ±1/sqrt(fan_in).
 std::vector<float> LinearWeights(int64_t out_features, int64_t in_features, uint32_t seed);
 
-// Lengths uniform in [1, keys], fixed seed: `count` of them.
-std::vector<int64_t> RandomLengths(int64_t count, int64_t keys, uint32_t seed);
+// Lengths uniform in [shortest, keys], fixed seed: `count` of them.
+std::vector<int64_t> RandomLengths(int64_t count, int64_t keys, uint32_t seed,
+                                   int64_t shortest = 1);
+
+// The dot-product benchmarks' valid lengths for (B, N, M) calls, one per
+// query or one per batch entry. A decode call (N <= kDecodeQueries, the
+// engine's row path) gets lengths uniform in [M/2, M], as a decoding step's
+// cache is mostly valid; the others, uniform in [1, M].
+constexpr int64_t kDecodeQueries = 3;
+std::vector<int64_t> DotProductLengths(int64_t batch, int64_t queries, int64_t keys,
+                                       bool per_query);
 
 // Sum of min(len, keys): the keys the rows attend to, for per-batch lengths
 // shared by `queries` rows each.

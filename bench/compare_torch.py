@@ -18,10 +18,12 @@ attnscore side: `attnscore bench OP ... --json`, which does its own warm-up
 and reports median_us over R runs.
 
 "random" valid lengths are per-query lengths of shape (B, N), "random-batch"
-per-batch lengths of shape (B,), both drawn uniformly from [1, M]; the torch
-side draws them (seeded) and the CLI is given the very same lengths through a
-.npy file (`--valid-lens FILE.npy`). The dot rows use random-batch, the d2l
-form (one length per sequence), as bench/ does; additive_big runs with none
+per-batch lengths of shape (B,), both drawn uniformly from [1, M];
+"random-batch-half" per-batch lengths from [M/2, M], a decoding step's mostly
+valid cache. The torch side draws them (seeded) and the CLI is given the very
+same lengths through a .npy file (`--valid-lens FILE.npy`). The dot rows use
+per-batch lengths, the d2l form (one length per sequence), as bench/ does, the
+decode row random-batch-half; additive_big runs with none
 too. Additive and concat weights are random on both sides (nn.Linear's
 initialisation): the work does not depend on their values. Concat's "keys"
 are V's M rows (its valid lengths mask those), with one key per query.
@@ -93,10 +95,10 @@ WARMUP = 3
 # (op, label, dims, valid-lens spec). dims: softmax (B, N, M);
 # dot (B, N, M, D, Dv); additive (B, N, M, Dq, Dk, H, Dv); concat
 # (B, N, Dq, Dk, M, Dv, O). Lens spec:
-# "random" | "random-batch" | "none" | an integer string.
+# "random" | "random-batch" | "random-batch-half" | "none" | an integer string.
 DEFAULT_PROBLEMS = [
     ("softmax", "", (64, 128, 512), "random"),
-    ("dot", "decode", (8, 1, 1024, 64, 64), "random-batch"),
+    ("dot", "decode", (8, 1, 1024, 64, 64), "random-batch-half"),
     ("dot", "encoder", (4, 128, 128, 64, 64), "random-batch"),
     ("dot", "encoder", (4, 128, 128, 64, 64), "random"),
     ("dot", "long", (1, 1024, 4096, 64, 64), "random-batch"),
@@ -126,6 +128,8 @@ def make_lens(spec, B, N, M, gen):
         return torch.randint(1, M + 1, (B, N), generator=gen, dtype=torch.int64)
     if spec == "random-batch":
         return torch.randint(1, M + 1, (B,), generator=gen, dtype=torch.int64)
+    if spec == "random-batch-half":
+        return torch.randint(max(1, M // 2), M + 1, (B,), generator=gen, dtype=torch.int64)
     return torch.full((B,), int(spec), dtype=torch.int64)
 
 

@@ -1,6 +1,7 @@
 // Scaled dot-product attention on the decode, encoder and long shapes, with
-// random valid lengths in [1, M]: per batch entry (BM_DotProduct) or per
-// query (BM_DotProductPerQuery). GFLOP/s counts only valid keys:
+// random valid lengths (DotProductLengths: decode's in [M/2, M], the others'
+// in [1, M]): per batch entry (BM_DotProduct) or per query
+// (BM_DotProductPerQuery). GFLOP/s counts only valid keys:
 // 2·L·(D + Dv) per query; BM_OnednnMatmul (PerQuery) in peers_bench.cc runs
 // one oneDNN matmul of the same FLOPs. bytes/s counts Q, out and the K, V
 // rows some query of the entry attends to. BM_DotProductTwoThreads times
@@ -20,7 +21,7 @@ namespace attnscore::bench {
 namespace {
 
 // One dot-product call on random inputs: (B, N, D) queries, (B, M, D) keys
-// and values, lengths random in [1, M] per batch entry or per query.
+// and values, lengths random (DotProductLengths) per batch entry or per query.
 struct DotProductCall {
   DotProductCall(int64_t batch, int64_t queries, int64_t keys, int64_t depth, bool per_query)
       : batch(batch),
@@ -33,7 +34,7 @@ struct DotProductCall {
         k(RandomFloats(batch * keys * depth, 2)),
         v(RandomFloats(batch * keys * depth, 3)),
         out(static_cast<size_t>(batch * queries * depth)),
-        lens(RandomLengths(batch * queries / rows_per_length, keys, 4)) {}
+        lens(DotProductLengths(batch, queries, keys, per_query)) {}
 
   Status Run(const Engine& engine) {
     const ValidLens valid = per_query ? ValidLens::PerQuery(lens.data(), batch, queries)
@@ -139,7 +140,7 @@ void BM_DotProductAgainstLimit(benchmark::State& state) {
   if (!engine) return;
   const auto timed_call = [&] { return SecondsOf(state, [&] { return call.Run(*engine); }); };
   const ImplementationLabel label;
-  if (call.queries <= 3) {  // as report.py tells decode: the engine's row path
+  if (call.queries <= kDecodeQueries) {  // as report.py tells decode: the engine's row path
     std::vector<std::pair<const float*, size_t>> rows;
     for (int64_t b = 0; b < call.batch; ++b) {
       const auto floats = static_cast<size_t>(call.RowsRead(b) * call.depth);

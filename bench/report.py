@@ -497,8 +497,9 @@ def dot_section(runs, pairs):
             p = runs[peer]
             t.add(shape, us(b), "%.1f" % gflops(b), label, us(p), "%.1f" % gflops(p),
                   pairs.pair(name, peer, gflops(b) / gflops(p)))
-    text = ("Valid lengths are random per batch entry, from 1 to M, or per query on the rows "
-            "so marked. Beyond 3 queries an entry, the engine's tile kernels take an entry's "
+    text = ("Valid lengths are random per batch entry, from 1 to M (decode's, at most 3 "
+            "queries an entry, from M/2 to M: a decoding step's cache is mostly valid), or per "
+            "query on the rows so marked. Beyond 3 queries an entry, the engine's tile kernels take an entry's "
             "queries shortest first, 6 at a time, each tile over its own longest length. "
             "Rate: FLOPs over valid "
             "keys only, 2·L·(D + Dv) per query, per second. The peer is one plain oneDNN "
