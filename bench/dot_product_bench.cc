@@ -124,7 +124,7 @@ BENCHMARK(BM_DotProductTwoThreads)
     ->Args({4, 128, 128, 64, 0})    // encoder
     ->Args({4, 128, 128, 64, 1})    // encoder, per-query lengths
     ->Args({1, 1024, 4096, 64, 0})  // long
-    ->Iterations(7)
+    ->Iterations(15)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

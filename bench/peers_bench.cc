@@ -149,7 +149,7 @@ BENCHMARK(BM_CachedReadTwoThreads)
     ->ArgName("bytes")
     ->Arg(int64_t{4} * 8 * 1024 * 2 * 64)  // decode (8, 1, 1024): B M (D + Dv) floats
     ->Arg(int64_t{4} * 1 * 4096 * 2 * 64)  // decode (1, 1, 4096)
-    ->Iterations(7)
+    ->Iterations(15)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
