@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "test_util.h"
@@ -80,23 +81,29 @@ TEST_P(AttentionTileTest, ScoresAndMixesMatchSumsInDouble) {
 }
 
 // Packing K with strided columns gives the panels of its dense copy, and the
-// keys past `keys` are zeros.
+// keys past `keys` are zeros: panels partial and whole, with features in
+// fours and left over after them.
 TEST_P(AttentionTileTest, PacksStridedColumnsAsDenseOnes) {
-  const size_t keys = 21, depth = 9;
-  const std::vector<float> k = RandomFloats(keys * depth * 2, 5);
-  std::vector<float> dense(keys * depth);
-  for (size_t i = 0; i < dense.size(); ++i) dense[i] = k[2 * i];
-  std::vector<float> from_strided(kernels::PackedKeysFloats(keys, depth), -1.0f);
-  std::vector<float> from_dense(from_strided.size(), -2.0f);
-  kernels::PackKeys(k.data(), 2 * static_cast<int64_t>(depth), 2, keys, depth, from_strided.data());
-  kernels::PackKeys(dense.data(), static_cast<int64_t>(depth), 1, keys, depth, from_dense.data());
-  ASSERT_EQ(from_strided, from_dense);
-  ASSERT_EQ(from_dense.size(), 32 * depth);
-  // Key j, feature f: panel j / 16, float f * 16 + j % 16.
-  for (size_t j = 0; j < 32; ++j) {
-    for (size_t f = 0; f < depth; ++f) {
-      const float want = j < keys ? dense[j * depth + f] : 0.0f;
-      ASSERT_EQ(from_dense[j / 16 * 16 * depth + f * 16 + j % 16], want) << j << " " << f;
+  const std::pair<size_t, size_t> shapes[] = {{21, 9}, {40, 37}, {128, 64}, {16, 16}, {3, 20}};
+  for (const auto& [keys, depth] : shapes) {
+    SCOPED_TRACE(::testing::Message() << "keys " << keys << " depth " << depth);
+    const std::vector<float> k = RandomFloats(keys * depth * 2, 5);
+    std::vector<float> dense(keys * depth);
+    for (size_t i = 0; i < dense.size(); ++i) dense[i] = k[2 * i];
+    std::vector<float> from_strided(kernels::PackedKeysFloats(keys, depth), -1.0f);
+    std::vector<float> from_dense(from_strided.size(), -2.0f);
+    kernels::PackKeys(k.data(), 2 * static_cast<int64_t>(depth), 2, keys, depth,
+                      from_strided.data());
+    kernels::PackKeys(dense.data(), static_cast<int64_t>(depth), 1, keys, depth, from_dense.data());
+    ASSERT_EQ(from_strided, from_dense);
+    const size_t padded = kernels::PaddedTileKeys(keys);
+    ASSERT_EQ(from_dense.size(), padded * depth);
+    // Key j, feature f: panel j / 16, float f * 16 + j % 16.
+    for (size_t j = 0; j < padded; ++j) {
+      for (size_t f = 0; f < depth; ++f) {
+        const float want = j < keys ? dense[j * depth + f] : 0.0f;
+        ASSERT_EQ(from_dense[j / 16 * 16 * depth + f * 16 + j % 16], want) << j << " " << f;
+      }
     }
   }
 }
