@@ -22,9 +22,9 @@ per-batch lengths of shape (B,), both drawn uniformly from [1, M];
 "random-batch-half" per-batch lengths from [M/2, M], a decoding step's mostly
 valid cache. The torch side draws them (seeded) and the CLI is given the very
 same lengths through a .npy file (`--valid-lens FILE.npy`). The dot rows use
-per-batch lengths, the d2l form (one length per sequence), as bench/ does, the
-decode row random-batch-half; additive_big runs with none
-too. Additive and concat weights are random on both sides (nn.Linear's
+per-batch lengths, the d2l form (one length per sequence), as bench/ does
+(decode's random-batch-half), and one encoder row per-query lengths;
+additive_big runs with none too. Additive and concat weights are random on both sides (nn.Linear's
 initialisation): the work does not depend on their values. Concat's "keys"
 are V's M rows (its valid lengths mask those), with one key per query.
 
