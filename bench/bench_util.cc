@@ -20,6 +20,7 @@
 #include "kernels/masked_softmax.h"
 #include "matmul/matmul.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "ops/dot_product_paths.h"
 
 namespace attnscore::bench {
 
@@ -127,7 +128,8 @@ std::vector<int64_t> RandomLengths(int64_t count, int64_t keys, uint32_t seed, i
 
 std::vector<int64_t> DotProductLengths(int64_t batch, int64_t queries, int64_t keys,
                                        bool per_query) {
-  const int64_t shortest = queries <= kDecodeQueries ? std::max<int64_t>(1, keys / 2) : 1;
+  const int64_t shortest =
+      queries <= ops::dot_product::kRowPathMaxQueries ? std::max<int64_t>(1, keys / 2) : 1;
   return RandomLengths(per_query ? batch * queries : batch, keys, 4, shortest);
 }
 

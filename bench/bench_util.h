@@ -68,10 +68,10 @@ std::vector<int64_t> RandomLengths(int64_t count, int64_t keys, uint32_t seed,
                                    int64_t shortest = 1);
 
 // The dot-product benchmarks' valid lengths for (B, N, M) calls, one per
-// query or one per batch entry. A decode call (N <= kDecodeQueries, the
-// engine's row path) gets lengths uniform in [M/2, M], as a decoding step's
-// cache is mostly valid; the others, uniform in [1, M].
-constexpr int64_t kDecodeQueries = 3;
+// query or one per batch entry. A decode call (N at most the engine's
+// dot_product::kRowPathMaxQueries, its row path) gets lengths uniform in
+// [M/2, M], as a decoding step's cache is mostly valid; the others, uniform
+// in [1, M].
 std::vector<int64_t> DotProductLengths(int64_t batch, int64_t queries, int64_t keys,
                                        bool per_query);
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "ops/dot_product_paths.h"
 
 namespace attnscore::bench {
 namespace {
@@ -140,7 +141,8 @@ void BM_DotProductAgainstLimit(benchmark::State& state) {
   if (!engine) return;
   const auto timed_call = [&] { return SecondsOf(state, [&] { return call.Run(*engine); }); };
   const ImplementationLabel label;
-  if (call.queries <= kDecodeQueries) {  // as report.py tells decode: the engine's row path
+  // Decode, as report.py tells it: the engine's row path.
+  if (call.queries <= ops::dot_product::kRowPathMaxQueries) {
     std::vector<std::pair<const float*, size_t>> rows;
     for (int64_t b = 0; b < call.batch; ++b) {
       const auto floats = static_cast<size_t>(call.RowsRead(b) * call.depth);

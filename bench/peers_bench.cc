@@ -69,10 +69,9 @@ void DotProductPeer(benchmark::State& state, bool per_query) {
   const bool inner_is_depth = state.range(4) != 0;
   const bool bf16 = SharedEngine().options().precision == Precision::kBf16 &&  // cap, threads
                     matmul::NativeBf16();
-  const int64_t length_count = per_query ? batch * queries : batch;
   const std::vector<int64_t> lens = DotProductLengths(batch, queries, keys, per_query);
   const auto mean_valid =
-      static_cast<int64_t>(ValidKeys(lens, 1, keys) / static_cast<double>(length_count) + 0.5);
+      static_cast<int64_t>(ValidKeys(lens, 1, keys) / static_cast<double>(lens.size()) + 0.5);
   const int64_t m = batch * queries;
   const int64_t k = inner_is_depth ? depth : 2 * depth;
   const int64_t n = inner_is_depth ? 2 * mean_valid : mean_valid;
