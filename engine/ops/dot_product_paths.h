@@ -6,11 +6,11 @@
 // The row path (dot_product_rows.cc): a few queries per batch entry, each
 // query row through the row kernels, its keys split into blocks when rows
 // are too few to share among threads, merged in a fixed order.
-// The tile path (dot_product_tiles.cc): every other fp32 call whose packed
-// keys fit in scratch. Each entry's queries sorted by length, a few at a
-// time through the tile kernels: scores, softmax and W V over the tile's
-// own longest length, so the work follows the lengths and no call pays a
-// matmul's set-up.
+// The tile path (dot_product_tiles.cc): every other fp32 call whose keys
+// and values are not too large. Each entry's queries sorted by length, a
+// tile of them at a time through the tile kernels, one query per vector
+// lane: scores, softmax and W V over each half tile's own longest length, so
+// the work follows the lengths and no call pays a matmul's set-up.
 // The gemm path (dot_product_gemm.cc): bf16 calls, and fp32 ones too large
 // for the tile path. Batch entries grouped by their widths, oneDNN matmuls
 // for Q Kᵀ and W V, the masked softmax in between, chunk by chunk so the
@@ -110,12 +110,12 @@ Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const 
                       const Tensor& out, const Tensor& attention_weights);
 
 // The tile path (dot_product_tiles.cc): each entry's queries sorted by
-// length and taken a few rows at a time through the tile kernels
+// length and taken two vectors' lanes at a time through the tile kernels
 // (kernels/attention_tile.h), scores, softmax and W V in one pass per tile
-// over the tile's own longest length: no oneDNN call, so small problems pay
-// no set-up, and the work follows each few rows' lengths. For fp32 calls
-// whose entries' K packed (and V, where its columns are strided, packed
-// too) take at most kTilePathMaxPackedFloats: a thread's kept scratch.
+// over each half tile's own longest length: no oneDNN call, so small
+// problems pay no set-up, and the work follows the lengths. For fp32 calls
+// whose entries' K (and V, where it is packed) take at most
+// kTilePathMaxPackedFloats, as do a tile's scores: a thread's kept scratch.
 constexpr int64_t kTilePathMaxPackedFloats = int64_t{1} << 20;
 bool UseTilePath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
                  const ConstTensor& v);

@@ -1,25 +1,27 @@
 // The dot product's tile path: see dot_product_paths.h.
 //
-// Each entry's queries are taken shortest first, kernels::kTileRows at a
-// time but for its first tile, which takes the rows left over (N mod
-// kTileRows, or a whole tile): a tile of fewer rows keeps fewer sums in
-// flight than the FMA's latency wants, so it gets the shortest rows, where
-// it costs least (with the leftover rows last, the longest, (4, 128, 128)
-// with per-query lengths took 1.02x the time, alternated on a Zen 3). A
-// tile scores its rows over its own longest length (rounded up to a vector
-// of keys), softmaxes each row over its own length, and mixes V over that
-// same width (all M keys if a row has L = 0), all while the tile's scores
-// stay in cache. A row's scores and weights are its own alone; its output
-// sums V over the tile's width, the keys past its own length weighing
-// exactly 0, which leaves its value as if the sum had stopped at its own
-// length (its bits too, but for the sign of a zero). A NaN or Inf in those
-// values would not: such a row is mixed again over its own keys.
-// K is packed per entry for the scores; V is read in place, or packed in
-// panels of columns where that pays or its columns are strided (PacksValues).
+// Each entry's queries are taken shortest first, a query tile
+// (kernels::QueryTileLanes() · 2 queries, one per lane of two vectors) at
+// a time but for its first tile, which takes the queries left over. A tile's
+// two halves each score over their own longest length, the first half's
+// keys for both halves at once; each query's softmax runs down its lane over
+// its own length, its max folded into the scores' pass and its sum's
+// reciprocal applied to its output, not to each weight. Then W V in
+// sub-tiles of up to kernels::MixTileRows() queries, each over its own longest
+// length (all M keys for a query of length 0, which weighs them equally),
+// all while the tile's scores stay in cache. A query's scores and weights are
+// its own alone; its output sums V over its sub-tile's width, the keys past
+// its own length weighing exactly 0, which leaves its value as if the sum had
+// stopped at its own length (its bits too, but for the sign of a zero). A NaN
+// or Inf in those values would not: such a query is mixed again over its own
+// keys. K is read in place (copied per entry where its columns are strided);
+// V in place, or packed in panels of columns where that pays or its columns
+// are strided (PacksValues).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <new>
 #include <thread>
@@ -33,8 +35,6 @@
 
 namespace attnscore::ops::dot_product {
 namespace {
-
-constexpr auto kTileRows = static_cast<int64_t>(kernels::kTileRows);
 
 // An entry's packed K (and V): not yet made, being made, made.
 constexpr int kUnpacked = 0, kPacking = 1, kPacked = 2;
@@ -51,10 +51,19 @@ int64_t SaturatedSum(int64_t a, int64_t b) {
   return __builtin_add_overflow(a, b, &sum) ? INT64_MAX : sum;
 }
 
-// The floats of an entry's packed K (M < 2^31, as UseTilePath requires).
+// The floats of an entry's K.
 int64_t EntryKeysFloats(const ConstTensor& q, const ConstTensor& k) {
-  return SaturatedProduct(
-      static_cast<int64_t>(kernels::PaddedTileKeys(static_cast<size_t>(k.dims[1]))), q.dims[2]);
+  return SaturatedProduct(k.dims[1], q.dims[2]);
+}
+
+// The floats of an entry's copy of K: only where its columns are strided.
+int64_t CopiedKeysFloats(const ConstTensor& q, const ConstTensor& k) {
+  return k.strides[2] == 1 ? 0 : EntryKeysFloats(q, k);
+}
+
+// A query tile's scores: 2L per key.
+int64_t TileScoresFloats(const ConstTensor& k) {
+  return SaturatedProduct(2 * static_cast<int64_t>(kernels::QueryTileLanes()), k.dims[1]);
 }
 
 // Where an entry's V is larger than this (128 KiB, a quarter of a Zen 3's
@@ -83,11 +92,11 @@ bool PacksValues(const ConstTensor& q, const ConstTensor& k, const ConstTensor& 
                      kTilePathMaxPackedFloats;
 }
 
-// The floats of the packed K (and, where PacksValues, of the packed V) for
-// every entry of a call.
+// The floats of the copied K (where CopiedKeysFloats) and of the packed V
+// (where PacksValues) for every entry of a call.
 int64_t PackedFloats(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v) {
   const int64_t values = PacksValues(q, k, v) ? v.dims[1] * v.dims[2] : 0;
-  return SaturatedProduct(q.dims[0], SaturatedSum(EntryKeysFloats(q, k), values));
+  return SaturatedProduct(q.dims[0], SaturatedSum(CopiedKeysFloats(q, k), values));
 }
 
 }  // namespace
@@ -131,10 +140,14 @@ bool EvenEntryRanges(const internal::RowLengths& lens, int64_t batch, int thread
 
 bool UseTilePath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
                  const ConstTensor& v) {
-  // Lengths and query indices share one 64-bit sort key (OrderByLength).
+  // Lengths and query indices share one 64-bit sort key (OrderByLength);
+  // lengths are int32 in the kernels.
+  const int64_t values = PacksValues(q, k, v) ? v.dims[1] * v.dims[2] : 0;
   return options.precision == Precision::kFp32 && k.dims[1] > 0 && q.dims[2] > 0 &&
          k.dims[1] < (int64_t{1} << 31) && q.dims[1] < (int64_t{1} << 32) &&
-         PackedFloats(q, k, v) <= kTilePathMaxPackedFloats;
+         SaturatedProduct(q.dims[0], SaturatedSum(EntryKeysFloats(q, k), values)) <=
+             kTilePathMaxPackedFloats &&
+         TileScoresFloats(k) <= kTilePathMaxPackedFloats;
 }
 
 Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
@@ -143,16 +156,19 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
   const int64_t batch = q.dims[0], queries = q.dims[1], depth = q.dims[2], keys = k.dims[1],
                 value_dim = v.dims[2];
   const bool want_weights = !attention_weights.empty();
-  // Rows that a kernel cannot read or write in place go through the tile's
-  // scratch: Q rows gathered, out and weight rows scattered after.
-  const bool gather_q = q.strides[2] != 1, scatter_out = out.strides[2] != 1,
-             scatter_weights = want_weights && attention_weights.strides[2] != 1;
+  // Output rows that the mix cannot write in place go through the tile's
+  // scratch and are scattered after.
+  const bool scatter_out = out.strides[2] != 1;
+  const bool copy_keys = k.strides[2] != 1;
   const bool pack_values = PacksValues(q, k, v);
   const size_t panel_columns = kernels::ValuePanelColumns();
+  const auto lanes = static_cast<int64_t>(kernels::QueryTileLanes());
+  const int64_t tile_queries = 2 * lanes;
+  const auto mix_rows = static_cast<int64_t>(kernels::MixTileRows());
   // order[b * queries + r]: the query of entry b that goes r-th (OrderByLength).
   thread_local std::vector<int64_t> order;
   const auto rows = static_cast<size_t>(batch * queries);
-  const int64_t entry_keys = EntryKeysFloats(q, k);
+  const int64_t entry_keys = CopiedKeysFloats(q, k);
   thread_local std::unique_ptr<std::atomic<int>[]> pack_states;
   thread_local int64_t pack_states_size = 0;
   float* packed = nullptr;
@@ -165,7 +181,7 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
     packed = internal::ThreadScratch(internal::ScratchSlot::kPackedKeys,
                                      static_cast<size_t>(PackedFloats(q, k, v)));
   } catch (const std::bad_alloc&) {
-    return Status::Internal("out of memory for the tile path's packed keys and values");
+    return Status::Internal("out of memory for the tile path's copied keys and packed values");
   }
   float* const packed_values = packed + batch * entry_keys;  // M · Dv an entry, if pack_values
   std::atomic<int>* const pack_state = pack_states.get();    // the caller's, like `order`
@@ -178,12 +194,12 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
     flops += 2.0 * static_cast<double>(queries * (widths.longest * depth + widths.mix * value_dim));
   }
   const int threads = internal::ThreadsFor(options.threads, flops);
-  // Each entry's queries sorted, its K rows below its longest length packed
-  // (and its V rows below its mix width, where pack_values; rows past them
-  // are never read) by the first tile of it a thread takes, while the other
-  // tiles of the entry wait. The first tile of every entry goes first, so
-  // that threads prepare different entries at once rather than wait for
-  // one another.
+  // Each entry's queries sorted (and, where copy_keys, its K rows below its
+  // longest length copied dense; where pack_values, its V rows below its mix
+  // width packed; rows past them are never read) by the first tile of it a
+  // thread takes, while the other tiles of the entry wait. The first tile of
+  // every entry goes first, so that threads prepare different entries at
+  // once rather than wait for one another.
   for (int64_t b = 0; b < batch; ++b) pack_state[b].store(kUnpacked, std::memory_order_relaxed);
   const auto pack = [&](int64_t b) {
     std::atomic<int>& state = pack_state[b];
@@ -191,9 +207,12 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
     if (state.load(std::memory_order_acquire) == kPacked) return;
     if (state.compare_exchange_strong(expected, kPacking, std::memory_order_acquire)) {
       OrderByLength(lens, b, sorted + b * queries);
-      kernels::PackKeys(k.data + b * k.strides[0], k.strides[1], k.strides[2],
-                        static_cast<size_t>(lens.entry(b).longest), static_cast<size_t>(depth),
-                        packed + b * entry_keys);
+      if (copy_keys) {
+        for (int64_t j = 0; j < lens.entry(b).longest; ++j) {
+          CopyRow(k.data + b * k.strides[0] + j * k.strides[1], k.strides[2],
+                  packed + b * entry_keys + j * depth, 1, depth);
+        }
+      }
       if (pack_values) {
         kernels::PackValues(v.data + b * v.strides[0], v.strides[1], v.strides[2],
                             static_cast<size_t>(lens.entry(b).mix), static_cast<size_t>(value_dim),
@@ -207,8 +226,8 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
     while (state.load(std::memory_order_acquire) != kPacked) std::this_thread::yield();
   };
   // W V over `width` keys for `tile_rows` rows of entry b: the kernels' flags.
-  const auto mix = [&](int64_t b, size_t tile_rows, const float* const* weights, int64_t width,
-                       float* const* out_rows) {
+  const auto mix = [&](int64_t b, size_t tile_rows, const kernels::TileWeights& weights,
+                       int64_t width, float* const* out_rows) {
     if (pack_values) {
       return kernels::MixPackedTile(tile_rows, weights, static_cast<size_t>(width),
                                     packed_values + b * keys * value_dim,
@@ -219,68 +238,106 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
                             v.data + b * v.strides[0], v.strides[1], static_cast<size_t>(value_dim),
                             out_rows);
   };
+  // A query of length 0 weighs each of the M keys 1/M (step 0: one weight).
+  const float uniform = 1.0f / static_cast<float>(keys);
+  const float* const uniform_row = &uniform;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
 
-  // Each tile's scratch: per row, its scores (then its weights), and where
-  // needed its gathered query and its output.
-  const int64_t score_row =
-      static_cast<int64_t>(kernels::PaddedTileKeys(static_cast<size_t>(keys)));
-  const int64_t q_floats = gather_q ? kTileRows * depth : 0;
-  const int64_t out_floats = scatter_out ? kTileRows * value_dim : 0;
-  const int64_t tiles_per_entry = CeilDiv(queries, kTileRows);
-  // Tile `tile` of entry b: its rows, scores, weights and output.
+  // Each tile's scratch: its scores (then its exps), key by key, its packed
+  // queries and, where needed, its output rows.
+  const int64_t scores_floats = TileScoresFloats(k);
+  const int64_t q_floats = tile_queries * depth;
+  const int64_t out_floats = scatter_out ? tile_queries * value_dim : 0;
+  const int64_t tiles_per_entry = CeilDiv(queries, tile_queries);
+  // Tile `tile` of entry b: its queries' scores, weights and output.
   const auto run_tile = [&](int64_t b, int64_t tile, float* scratch) {
-    const int64_t head = queries - (tiles_per_entry - 1) * kTileRows;  // in [1, kTileRows]
-    const int64_t first = tile == 0 ? 0 : head + (tile - 1) * kTileRows;
-    const int64_t count = tile == 0 ? head : kTileRows;
+    const int64_t head = queries - (tiles_per_entry - 1) * tile_queries;  // in [1, 2L]
+    const int64_t first = tile == 0 ? 0 : head + (tile - 1) * tile_queries;
+    const int64_t count = tile == 0 ? head : tile_queries;
     pack(b);
-    float* const q_scratch = scratch + kTileRows * score_row;
-    float* const out_scratch = q_scratch + q_floats;
-    int64_t query[kTileRows] = {}, valid[kTileRows] = {};
-    const float* q_rows[kTileRows] = {};
-    float* scores[kTileRows] = {};
-    const float* weights[kTileRows] = {};
-    float* out_rows[kTileRows] = {};
+    float* const scores = scratch;
+    float* const q_packed = scores + scores_floats;
+    float* const out_scratch = q_packed + q_floats;
+    constexpr size_t kMaxTile = 2 * kernels::kMaxQueryTileLanes;
+    int64_t query[kMaxTile] = {};
+    int32_t valid[kMaxTile] = {};  // 0 for lanes past `count`
+    const float* q_rows[kMaxTile] = {};
+    const float* weights[kMaxTile] = {};
+    float* out_rows[kMaxTile] = {};
+    alignas(64) float row_max[kMaxTile], inv_sum[kMaxTile];
     for (int64_t r = 0; r < count; ++r) {
       const int64_t i = query[r] = sorted[b * queries + first + r];
-      valid[r] = lens.row(b, i);
+      valid[r] = static_cast<int32_t>(lens.row(b, i));
       q_rows[r] = q.data + b * q.strides[0] + i * q.strides[1];
-      if (gather_q) {
-        CopyRow(q_rows[r], q.strides[2], q_scratch + r * depth, 1, depth);
-        q_rows[r] = q_scratch + r * depth;
-      }
-      scores[r] = scratch + r * score_row;
+      weights[r] = scores + r;
       out_rows[r] = scatter_out ? out_scratch + r * value_dim
                                 : out.data + b * out.strides[0] + i * out.strides[1];
     }
-    // Rows rise in length: the last is the longest. A query of length 0
-    // weighs all M keys equally, as the reference does.
-    const int64_t longest = valid[count - 1];
-    const int64_t mix_width = valid[0] == 0 ? keys : longest;
-    if (longest > 0) {
-      kernels::ScoreTile(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
-                         packed + b * entry_keys, static_cast<size_t>(longest), scale, scores);
-    }
-    for (int64_t r = 0; r < count; ++r) {
-      // The weights go straight to the caller's row where it is dense,
-      // else to the scores' row (M wide) and are copied out.
-      float* y = scores[r];
-      int64_t width = mix_width;
-      float* weights_row = nullptr;
-      if (want_weights) {
-        weights_row = attention_weights.data + b * attention_weights.strides[0] +
-                      query[r] * attention_weights.strides[1];
-        if (!scatter_weights) y = weights_row;
-        width = keys;
+    // Queries rise in length: each half's last is its longest, and the
+    // queries of length 0 come first.
+    const int64_t first_half = std::min(count, lanes);
+    const size_t widths[2] = {static_cast<size_t>(valid[first_half - 1]),
+                              count > lanes ? static_cast<size_t>(valid[count - 1]) : 0};
+    int64_t zeros = 0;
+    while (zeros < count && valid[zeros] == 0) ++zeros;
+    uint32_t undefined = 0;  // bit r: query r has no softmax of its own
+    if (zeros < count) {
+      kernels::PackQueries(static_cast<size_t>(count), q_rows, q.strides[2],
+                           static_cast<size_t>(depth), q_packed);
+      const float* entry_k = copy_keys ? packed + b * entry_keys : k.data + b * k.strides[0];
+      const int64_t k_row_stride = copy_keys ? depth : k.strides[1];
+      kernels::ScoreQueryTile(q_packed, static_cast<size_t>(depth), entry_k, k_row_stride, widths,
+                              scale, valid, row_max, scores);
+      for (int64_t half = 0; half * lanes < count; ++half) {
+        const int64_t lane = half * lanes;
+        undefined |=
+            kernels::QueryTileExps(valid + lane, row_max + lane, widths[half],
+                                   static_cast<size_t>(tile_queries), scores + lane, inv_sum + lane)
+            << lane;
       }
-      kernels::MaskedSoftmaxRow(scores[r], static_cast<size_t>(valid[r]),
-                                static_cast<size_t>(width), y);
-      if (scatter_weights) CopyRow(y, 1, weights_row, attention_weights.strides[2], keys);
-      weights[r] = y;
     }
-    const uint32_t non_finite = mix(b, static_cast<size_t>(count), weights, mix_width, out_rows);
+    // W V: queries of length 0 one by one over all M keys; the others in
+    // sub-tiles as even as MixTileRows() allows, each over its own longest
+    // length. A sub-tile may take queries of both halves: the first half's
+    // weights past its own scores, to the second half's width, are zeros.
+    for (int64_t r = 0; r < zeros; ++r) {
+      mix(b, 1, kernels::TileWeights{&uniform_row, 0, nullptr}, keys, &out_rows[r]);
+    }
+    for (size_t j = widths[0]; j < widths[1]; ++j) {
+      std::fill_n(scores + j * static_cast<size_t>(tile_queries), lanes, 0.0f);
+    }
+    const int64_t sub_tiles = CeilDiv(count - zeros, mix_rows);
+    for (int64_t t = 0, from = zeros; t < sub_tiles; ++t) {
+      const int64_t size = (count - from) / (sub_tiles - t);
+      const int64_t width = valid[from + size - 1];
+      const kernels::TileWeights sub_tile{weights + from, static_cast<size_t>(tile_queries),
+                                          inv_sum + from};
+      const uint32_t non_finite =
+          mix(b, static_cast<size_t>(size), sub_tile, width, out_rows + from);
+      for (int64_t r = from; r < from + size; ++r) {
+        if ((non_finite >> (r - from) & 1) != 0 && valid[r] < width) {
+          mix(b, 1,
+              kernels::TileWeights{&weights[r], static_cast<size_t>(tile_queries), &inv_sum[r]},
+              valid[r], &out_rows[r]);
+        }
+      }
+      from += size;
+    }
+    for (int64_t r = zeros; r < count; ++r) {
+      if ((undefined >> r & 1) != 0) std::fill(out_rows[r], out_rows[r] + value_dim, nan);
+    }
     for (int64_t r = 0; r < count; ++r) {
-      if ((non_finite >> r & 1) != 0 && valid[r] > 0 && valid[r] < mix_width) {
-        mix(b, 1, &weights[r], valid[r], &out_rows[r]);
+      if (want_weights) {
+        // Row r's weights: e · 1/sum below its length, 0 past it; 1/M
+        // everywhere for length 0; NaN everywhere where it has no softmax.
+        float* w = attention_weights.data + b * attention_weights.strides[0] +
+                   query[r] * attention_weights.strides[1];
+        const int64_t step = attention_weights.strides[2];
+        const bool none = r >= zeros && (undefined >> r & 1) != 0;
+        const int64_t own = r < zeros || none ? 0 : valid[r];
+        const float fill = r < zeros ? uniform : none ? nan : 0.0f;
+        for (int64_t j = 0; j < own; ++j) w[j * step] = scores[j * tile_queries + r] * inv_sum[r];
+        for (int64_t j = own; j < keys; ++j) w[j * step] = fill;
       }
       if (scatter_out) {
         CopyRow(out_rows[r], 1, out.data + b * out.strides[0] + query[r] * out.strides[1],
@@ -288,7 +345,7 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
       }
     }
   };
-  const size_t scratch_floats = static_cast<size_t>(kTileRows * score_row + q_floats + out_floats);
+  const size_t scratch_floats = static_cast<size_t>(scores_floats + q_floats + out_floats);
   // Where whole entries share out evenly, each thread takes its own range of
   // them, tile after tile: it packs and reads only its entries' K and V,
   // which stay in its core's caches (encoder (4, 128, 128), per-query
