@@ -232,8 +232,9 @@ TEST_P(AttentionTileTest, AQueryGetsTheSameBitsInAnyTileHalfOrLane) {
 }
 
 // The tile's flags name the queries without a softmax (a NaN or +Inf among
-// their valid scores, or only -Inf) and only those, and a NaN or Inf in a
-// key past a query's length does not reach it.
+// their valid scores, or only -Inf) and only those, a -Inf score among
+// finite ones weighs 0, and a NaN or Inf in a key past a query's length
+// does not reach it.
 TEST_P(AttentionTileTest, FlagsExactlyTheQueriesWithoutASoftmax) {
   const size_t depth = 5, keys = 9, value_dim = 3;
   std::vector<float> k = RandomFloats(keys * depth, 15);
@@ -255,6 +256,18 @@ TEST_P(AttentionTileTest, FlagsExactlyTheQueriesWithoutASoftmax) {
     const TileRun run({q.data()}, 1, depth, k.data(), depth, v.data(), value_dim, value_dim,
                       {static_cast<int32_t>(keys)}, 1.0f);
     EXPECT_EQ(run.undefined & 1u, special.undefined ? 1u : 0u);
+  }
+  {
+    // One -Inf score among finite ones weighs 0: a softmax all the same.
+    SCOPED_TRACE("one -Inf score");
+    std::vector<float> q = RandomFloats(depth, 20), minus_inf_key = k;
+    q[1] = 1.0f;
+    minus_inf_key[3 * depth + 1] = -kInf;
+    const TileRun run({q.data()}, 1, depth, minus_inf_key.data(), depth, v.data(), value_dim,
+                      value_dim, {static_cast<int32_t>(keys)}, 1.0f);
+    EXPECT_EQ(run.undefined & 1u, 0u);
+    EXPECT_EQ(run.scores[3 * run.tile], 0.0f);
+    for (size_t c = 0; c < value_dim; ++c) EXPECT_TRUE(std::isfinite(run.out[c])) << c;
   }
   // Beside finite queries (one in each half where there are two): only the
   // special one's bit.

@@ -231,6 +231,65 @@ TEST_P(DotProductTest, ZeroLengthAveragesAllValues) {
   CheckAgainstReference(s, {0, 0}, false, 32);
 }
 
+// docs/semantics.md section 1.4 through the dot product: a query with a
+// NaN or +Inf among its valid scores, or only -Inf, has NaN weights (all M)
+// and a NaN output; its entry's other queries are untouched, and a -Inf
+// score weighs 0. In entry 0 (8 queries: the tile path), queries 1, 3 and
+// 5 get a NaN query, +Inf scores and -Inf scores (feature 0 of every key is
+// positive), and key 2 an Inf feature: a +Inf score for the queries whose
+// feature 3 is positive, -Inf for the others. In entry 1, key 10 a NaN:
+// a NaN score among finite ones for the queries that reach it. On every
+// path.
+TEST_P(DotProductTest, QueriesWithoutASoftmaxComeOutNaNOnEveryPath) {
+  const Shape s{2, 8, 12, 4, 3};
+  const std::vector<int64_t> lens = {5, 12, 7, 9, 3, 12, 10, 6, 1, 12, 4, 8, 0, 2, 11, 12};
+  std::vector<float> q = RandomFloats(static_cast<size_t>(s.batch * s.queries * s.depth), 31);
+  std::vector<float> k = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.depth), 32);
+  const auto v = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.value_dim), 33, 3.0f);
+  for (int64_t j = 0; j < s.batch * s.keys; ++j) k[static_cast<size_t>(j * s.depth)] = 0.5f;
+  const float inf = std::numeric_limits<float>::infinity();
+  q[1 * 4 + 2] = std::nanf("");
+  q[3 * 4] = inf;
+  q[5 * 4] = -inf;
+  k[2 * 4 + 3] = inf;
+  k[(12 + 10) * 4 + 1] = std::nanf("");
+  std::vector<double> want_weights;
+  const std::vector<double> want_out =
+      ReferenceDotProduct(q, k, v, s.batch, s.queries, s.keys, s.depth, s.value_dim,
+                          RowLengths(lens, true, s.batch, s.queries), &want_weights);
+  for (const int64_t row : {1, 3, 5}) {
+    ASSERT_TRUE(std::isnan(want_out[static_cast<size_t>(row * s.value_dim)])) << row;
+  }
+  const ConstTensor qv(q.data(), {s.batch, s.queries, s.depth});
+  const ConstTensor kv(k.data(), {s.batch, s.keys, s.depth});
+  const ConstTensor vv(v.data(), {s.batch, s.keys, s.value_dim});
+  const ValidLens valid = ValidLens::PerQuery(lens.data(), s.batch, s.queries);
+  internal::RowLengths resolved;
+  ASSERT_TRUE(internal::RowLengths::Resolve(valid, s.batch, s.queries, s.keys, &resolved).ok());
+  using Path =
+      Status (*)(const EngineOptions&, const ConstTensor&, const ConstTensor&, const ConstTensor&,
+                 const internal::RowLengths&, float, const Tensor&, const Tensor&);
+  const std::pair<const char*, Path> paths[] = {{"tile", &ops::dot_product::TilePath},
+                                                {"gemm", &ops::dot_product::GemmPath},
+                                                {"sorted gemm", &ops::dot_product::SortedGemmPath}};
+  ASSERT_TRUE(ops::dot_product::UseTilePath(EngineOptions(), qv, kv, vv));
+  for (const auto& [name, path] : paths) {
+    for (const bool with_weights : {true, false}) {
+      SCOPED_TRACE(std::string(name) + (with_weights ? ", with weights" : ", without weights"));
+      std::vector<float> out(want_out.size(), kSentinel), weights(want_weights.size(), kSentinel);
+      const Status st =
+          path(EngineOptions(), qv, kv, vv, resolved, 0.5f,
+               Tensor(out.data(), {s.batch, s.queries, s.value_dim}),
+               with_weights ? Tensor(weights.data(), {s.batch, s.queries, s.keys}) : Tensor());
+      ASSERT_TRUE(st.ok()) << st.message();
+      EXPECT_LE(MaxAbsDiff(out.data(), want_out), OutTolerance(v));
+      if (with_weights) {
+        EXPECT_LE(MaxAbsDiff(weights.data(), want_weights), kWeightTolerance);
+      }
+    }
+  }
+}
+
 TEST_P(DotProductTest, KeysPastAnEntrysLengthsAreNeverRead) {
   // One query per entry, lengths [2, 6]: entry 0's keys and values from 2 on
   // are NaN and must not reach its output, nor entry 1's.

@@ -248,16 +248,15 @@ uint32_t QueryTileExps(const int32_t* HWY_RESTRICT valid, const float* HWY_RESTR
   using V = hn::Vec<decltype(d)>;
   const auto lens = hn::LoadU(di, valid);
   const V max = hn::LoadU(d, row_max);
-  const V zero = hn::Zero(d);
-  V sum = zero, probe = zero;
+  V sum = hn::Zero(d);
+  auto nan_seen = hn::FirstN(d, 0);
   float* row = scores;
   for (size_t j = 0; j < width; ++j, row += row_step) {
     const auto in = hn::RebindMask(d, hn::Lt(hn::Set(di, static_cast<int32_t>(j)), lens));
     const V x = hn::LoadU(d, row);
     if constexpr (!kExpKeepsNaN) {
-      // x · 0 is NaN for an Inf or a NaN: the clamp in ExpOfDifference
-      // would hide a NaN score.
-      probe = hn::Add(probe, hn::IfThenElseZero(in, hn::Mul(x, zero)));
+      // The clamp in ExpOfDifference would hide a NaN score.
+      nan_seen = hn::Or(nan_seen, hn::And(in, hn::IsNaN(x)));
     }
     const V e = hn::IfThenElseZero(in, ExpOfDifference(d, x, max));
     sum = hn::Add(sum, e);
@@ -265,9 +264,10 @@ uint32_t QueryTileExps(const int32_t* HWY_RESTRICT valid, const float* HWY_RESTR
   }
   hn::StoreU(hn::Div(hn::Set(d, 1.0f), sum), d, inv_sum);
   // A max of +Inf (an Inf score) or -Inf (only -Inf, or no key) leaves no
-  // softmax; a NaN score makes the sum NaN (or, off AVX-512, the probe).
+  // softmax; a NaN score makes the sum NaN (or, off AVX-512, nan_seen). A
+  // -Inf score among finite ones weighs 0.
   const auto undefined =
-      hn::Or(hn::Or(hn::Not(hn::IsFinite(max)), hn::Not(hn::IsFinite(sum))), hn::IsNaN(probe));
+      hn::Or(hn::Or(hn::Not(hn::IsFinite(max)), hn::Not(hn::IsFinite(sum))), nan_seen);
   uint8_t bits[(kernels::kMaxQueryTileLanes + 7) / 8] = {};
   hn::StoreMaskBits(d, undefined, bits);
   uint32_t flags = 0;
