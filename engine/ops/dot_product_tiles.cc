@@ -298,18 +298,20 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
     }
     // W V: queries of length 0 one by one over all M keys; the others in
     // sub-tiles as even as MixTileRows() allows, each over its own longest
-    // length. A sub-tile may take queries of both halves: the first half's
-    // weights past its own scores, to the second half's width, are zeros.
+    // length. Where a sub-tile takes queries of both halves, the first
+    // half's weights past its own scores, to the sub-tile's width, are zeros.
     for (int64_t r = 0; r < zeros; ++r) {
       mix(b, 1, kernels::TileWeights{&uniform_row, 0, nullptr}, keys, &out_rows[r]);
-    }
-    for (size_t j = widths[0]; j < widths[1]; ++j) {
-      std::fill_n(scores + j * static_cast<size_t>(tile_queries), lanes, 0.0f);
     }
     const int64_t sub_tiles = CeilDiv(count - zeros, mix_rows);
     for (int64_t t = 0, from = zeros; t < sub_tiles; ++t) {
       const int64_t size = (count - from) / (sub_tiles - t);
       const int64_t width = valid[from + size - 1];
+      if (from < lanes && from + size > lanes) {
+        for (auto j = static_cast<int64_t>(widths[0]); j < width; ++j) {
+          std::fill_n(scores + j * tile_queries, lanes, 0.0f);
+        }
+      }
       const kernels::TileWeights sub_tile{weights + from, static_cast<size_t>(tile_queries),
                                           inv_sum + from};
       const uint32_t non_finite =
