@@ -500,12 +500,12 @@ def dot_section(runs, pairs):
     text = ("Valid lengths are random per batch entry, from 1 to M (decode's, at most 3 "
             "queries an entry, from M/2 to M: a decoding step's cache is mostly valid), or per "
             "query on the rows so marked. Beyond 3 queries an entry, the engine's tile kernels "
-            "take an entry's queries shortest first, 6 at a time, each tile over its own "
-            "longest length. Rate: FLOPs over valid keys only, 2·L·(D + Dv) per query, per "
-            "second. The peer is one plain oneDNN matmul doing as many FLOPs (with the mean "
-            "valid length), with inner dimension D + Dv or, the op's own Q·Kᵀ widened, D. The "
-            "one-sequence decode shape and the toy have no peer. Ratio: op GFLOP/s ÷ peer "
-            "GFLOP/s.")
+            "take an entry's queries shortest first, a query to a vector lane, two vectors at a "
+            "time, each vector over its own longest length. Rate: FLOPs over valid keys only, "
+            "2·L·(D + Dv) per query, per second. The peer is one plain oneDNN matmul doing as "
+            "many FLOPs (with the mean valid length), with inner dimension D + Dv or, the op's "
+            "own Q·Kᵀ widened, D. The one-sequence decode shape and the toy have no peer. "
+            "Ratio: op GFLOP/s ÷ peer GFLOP/s.")
     return "Scaled dot-product attention", text, t if names else None
 
 
