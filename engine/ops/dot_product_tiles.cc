@@ -317,7 +317,8 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
       const uint32_t non_finite =
           mix(b, static_cast<size_t>(size), sub_tile, width, out_rows + from);
       for (int64_t r = from; r < from + size; ++r) {
-        if ((non_finite >> (r - from) & 1) != 0 && valid[r] < width) {
+        // A query without a softmax is NaN whatever its mix (below).
+        if ((non_finite >> (r - from) & 1) != 0 && (undefined >> r & 1) == 0 && valid[r] < width) {
           mix(b, 1,
               kernels::TileWeights{&weights[r], static_cast<size_t>(tile_queries), &inv_sum[r]},
               valid[r], &out_rows[r]);
