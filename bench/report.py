@@ -776,13 +776,19 @@ def limits_section(runs, pairs, skipped_runs, bf16):
                 ", causal" if a["causal"] else ""), us(b), "%.1f GFLOP/s" % gflops(b), LIMIT_NAMES[matmul_name],
                 percent(gflops(b) / gflops(matmul)))
         elif f == "BM_KvCacheDecode":
+            shape = "KvCache decode, B %d, Hq %d, Hkv %d, %d keys" % (
+                a["batch"], a["heads"], a["kv_heads"], a["keys"])
             kv = 4 * a["batch"] * a["keys"] * a["kv_heads"] * 2 * a["dim"]
             peer = read_limit(kv)
             if peer:
-                w.add("KvCache decode, B %d, Hq %d, Hkv %d, %d keys" % (
-                    a["batch"], a["heads"], a["kv_heads"], a["keys"]), us(b),
-                    "%.2f GB/s" % gbps(b), LIMIT_NAMES[peer],
-                    percent(gbps(b) / gbps(runs[peer])))
+                w.add(shape, us(b), "%.2f GB/s" % gbps(b), LIMIT_NAMES[peer],
+                      percent(gbps(b) / gbps(runs[peer])))
+            # Its arithmetic, D = Dv: 2·(D + Dv) FLOPs per cached key per query head.
+            fp32_matmul = runs.get(LIMITS[0][0])
+            if fp32_matmul:
+                rate = 4.0 * a["dim"] * a["keys"] * a["heads"] * a["batch"] / seconds(b) / 1e9
+                w.add(shape + ", arithmetic", us(b), "%.1f GFLOP/s" % rate,
+                      LIMIT_NAMES[LIMITS[0][0]], percent(rate / gflops(fp32_matmul)))
         elif f == "BM_MaskedSoftmax" and copy:
             w.add("masked softmax (%d, %d, %d)%s" % (
                 a["batch"], a["queries"], a["keys"],
@@ -796,7 +802,14 @@ def limits_section(runs, pairs, skipped_runs, bf16):
             "workload as a share of the limit that bounds it: the products' FLOPs (valid keys "
             "only) against the %s matmul; decode's bytes (Q, out and the K and V rows it "
             "reads) against the read of the smallest buffer that holds them, as often "
-            "re-read as the op's own; the masked softmax's bytes against the copy." %
+            "re-read as the op's own; the masked softmax's bytes against the copy. A "
+            "KvCache decode step is set against both: its bytes against the read, and its "
+            "arithmetic (2·(D + Dv) FLOPs per cached key per query head, in fp32) against the "
+            "fp32 matmul. A cached key's K and V rows, 4·(D + Dv) bytes a K/V head, serve "
+            "Hq / Hkv query heads, so the step does Hq / (2·Hkv) FLOPs per byte it reads, 2 "
+            "at Hq 16, Hkv 4: where the matmul's GFLOP/s is about twice the read's GB/s, its "
+            "arithmetic alone at the matmul's rate takes as long as the read, and the step "
+            "can come near the read only by doing both at once, each near its limit." %
             ("bf16" if bf16 else "fp32"))
     tables = t.markdown() + "\n\n" + w.markdown()
     return "This machine's limits", text, RawTables(tables) if runs else None

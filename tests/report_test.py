@@ -126,6 +126,30 @@ class AlternatedTable(ReportTables):
                          None)
 
 
+class LimitsTable(ReportTables):
+    def test_kv_cache_decode_against_the_read_and_against_the_matmul(self):
+        step = "BM_KvCacheDecode/batch:4/keys:2048/heads:16/kv_heads:4/dim:64/real_time"
+        matmul = "BM_LimitMatmul/precision:0/real_time"
+        read = "BM_LimitRead/bytes:16777216/real_time"
+        kv_bytes = 4 * 4 * 2048 * 4 * 2 * 64  # B · keys · Hkv · (D + Dv) floats
+        runs = {step: {"real_time": 250.0, "time_unit": "us",
+                       "bytes_per_second": kv_bytes / 250e-6},
+                matmul: {"real_time": 2000.0, "time_unit": "us", "GFLOPS": 268.4},
+                read: {"real_time": 140.0, "time_unit": "us",
+                       "bytes_per_second": 16777216 / 140e-6}}
+        title, _, tables = self.report.limits_section(runs, self.report.Pairs(), {}, False)
+        self.assertEqual(title, "This machine's limits")
+        workloads = tables.markdown().split("\n\n", 1)[1]  # the table below the limits'
+        rows = [[c.strip() for c in line.strip("|").split("|")]
+                for line in workloads.splitlines()[2:]]
+        # 4 · 64 · 2048 · 16 · 4 = 33.55 MFLOP in 250 µs: 134.2 GFLOP/s, half the matmul's.
+        self.assertEqual(rows, [
+            ["KvCache decode, B 4, Hq 16, Hkv 4, 2048 keys", "250.0", "67.11 GB/s",
+             "read, 16 MiB", "%.0f%%" % (100 * (kv_bytes / 250e-6) / (16777216 / 140e-6))],
+            ["KvCache decode, B 4, Hq 16, Hkv 4, 2048 keys, arithmetic", "250.0",
+             "134.2 GFLOP/s", "fp32 matmul", "50%"]])
+
+
 def short_run_rows(regex, title):
     """The rows under `title` on a page from a short run of the benchmarks
     matching `regex`."""
