@@ -76,50 +76,166 @@ TEST_F(CApi, DotProductAndSoftmaxGiveTheCppBits) {
   EXPECT_EQ(std::memcmp(y_c.data(), y_cpp.data(), y_c.size() * 4), 0);
 }
 
-TEST_F(CApi, ModelsLoadAndMatchTheirGoldenCases) {
-  for (const char* name : {"additive_toy", "concat_tutorial"}) {
-    SCOPED_TRACE(name);
+// A named float32 view of a C++ buffer, C order.
+attnscore_named_tensor Named(const char* name, const float* data, std::vector<int64_t> dims) {
+  attnscore_named_tensor t = {name, ATTNSCORE_FLOAT32, const_cast<float*>(data), 0, {}, {}};
+  t.rank = static_cast<int32_t>(dims.size());
+  int64_t stride = 1;
+  for (int d = t.rank - 1; d >= 0; --d) t.dims[d] = dims[d], t.strides[d] = stride, stride *= dims[d];
+  return t;
+}
+
+// The golden's lengths as a named int tensor; false when it has none.
+bool NamedLens(const GoldenAttention& g, attnscore_named_tensor* t) {
+  if (g.lens.kind == ValidLens::Kind::kNone) return false;
+  *t = {"valid_lens", g.lens.is_int64 ? ATTNSCORE_INT64 : ATTNSCORE_INT32,
+        const_cast<void*>(g.lens.data), g.lens.kind == ValidLens::Kind::kPerQuery ? 2 : 1,
+        {g.lens.dims[0], g.lens.dims[1]}, {}};
+  t->strides[0] = t->rank == 2 ? g.lens.dims[1] : 1;
+  t->strides[1] = 1;
+  return true;
+}
+
+// Every model of the catalogue through the one op handle: loaded from its
+// golden file (parameters the file does not hold given as text), checked,
+// run, and compared with what the PyTorch module returned.
+TEST_F(CApi, ModelsLoadThroughTheCatalogueAndMatchTheirGoldenCases) {
+  const struct {
+    const char* golden;
+    std::vector<attnscore_param> params;
+    const char* fixed_dim;  // a size the model fixes, checked against the query's
+  } cases[] = {{"additive_toy", {}, "Dq"},
+               {"concat_tutorial", {{"query_size", "2"}}, "Dq"},
+               {"bilinear_per_query", {}, "Dq"},
+               {"multihead_causal_self", {{"num_heads", "4"}}, "Dq"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.golden);
     GoldenAttention g;
-    LoadGoldenAttention(name, &g);
-    const std::string path = std::string(ATTNSCORE_GOLDEN_DIR) + "/" + name + "/model.safetensors";
-    const auto& qs = g.queries.shape;
-    const auto& ks = g.keys.shape;
-    const auto& vs = g.values.shape;
-    const std::vector<float> q(g.queries.data<float>(), g.queries.data<float>() + g.queries.size());
-    const std::vector<float> k(g.keys.data<float>(), g.keys.data<float>() + g.keys.size());
-    const std::vector<float> v(g.values.data<float>(), g.values.data<float>() + g.values.size());
-    const attnscore_tensor_view qv = CView(q, qs[0], qs[1], qs[2]), kv = CView(k, ks[0], ks[1], ks[2]),
-                                vv = CView(v, vs[0], vs[1], vs[2]);
-    // The golden's lengths, as the C API takes them.
-    const attnscore_valid_lens cl = {
-        static_cast<int32_t>(g.lens.kind),
-        g.lens.is_int64 ? ATTNSCORE_LENS_INT64 : ATTNSCORE_LENS_INT32, g.lens.data,
-        {g.lens.dims[0], g.lens.dims[1]}};
-    const int64_t out_dim = g.out.shape[2];
-    std::vector<float> out(qs[0] * qs[1] * out_dim), w(qs[0] * qs[1] * vs[1]);
-    const attnscore_tensor ov = COut(out, qs[0], qs[1], out_dim), wv = COut(w, qs[0], qs[1], vs[1]);
-    if (std::string(name) == "additive_toy") {
-      attnscore_additive* model = nullptr;
-      ASSERT_EQ(Message(attnscore_additive_load(path.c_str(), &model)), "");
-      EXPECT_EQ(attnscore_additive_query_size(model), qs[2]);
-      attnscore_output_shapes shapes = {};
-      EXPECT_EQ(Message(attnscore_additive_check(model, &qv, &kv, &vv, &cl, &shapes)), "");
-      ExpectShapes(shapes, {qs[0], qs[1], out_dim}, {qs[0], qs[1], vs[1]});
-      EXPECT_EQ(Message(attnscore_additive_forward(model, engine_, &qv, &kv, &vv, &cl, &ov, &wv)), "");
-      attnscore_additive_destroy(model);
-    } else {
-      attnscore_concat* model = nullptr;
-      ASSERT_EQ(Message(attnscore_concat_load(path.c_str(), qs[2], &model)), "");
-      EXPECT_EQ(attnscore_concat_value_rows(model), vs[1]);
-      EXPECT_EQ(attnscore_concat_output_size(model), out_dim);
-      attnscore_output_shapes shapes = {};
-      EXPECT_EQ(Message(attnscore_concat_check(model, &qv, &kv, &vv, &cl, &shapes)), "");
-      ExpectShapes(shapes, {qs[0], qs[1], out_dim}, {qs[0], qs[1], vs[1]});
-      EXPECT_EQ(Message(attnscore_concat_forward(model, engine_, &qv, &kv, &vv, &cl, &ov, &wv)), "");
-      attnscore_concat_destroy(model);
+    LoadGoldenAttention(c.golden, &g);
+    const std::string path =
+        std::string(ATTNSCORE_GOLDEN_DIR) + "/" + c.golden + "/model.safetensors";
+    attnscore_op* created = nullptr;
+    std::vector<attnscore_param> params = c.params;
+    if (std::string(c.golden) == "concat_tutorial") {
+      static const std::string dq = std::to_string(g.queries.shape[2]);
+      params[0].value = dq.c_str();
     }
-    ExpectMatchesGolden(g, out, w);
+    ASSERT_EQ(Message(attnscore_op_load(path.c_str(), params.data(), params.size(), &created)), "");
+    const std::unique_ptr<attnscore_op, void (*)(attnscore_op*)> op(created, attnscore_op_destroy);
+    EXPECT_EQ(attnscore_op_fixed_dim(op.get(), c.fixed_dim), g.queries.shape[2]);
+    ASSERT_EQ(attnscore_op_output_count(op.get()), 2u);
+    EXPECT_STREQ(attnscore_op_output_name(op.get(), 1), "attention_weights");
+    std::vector<attnscore_named_tensor> inputs = {
+        Named("queries", g.queries.data<float>(), g.queries.shape),
+        Named("keys", g.keys.data<float>(), g.keys.shape),
+        Named("values", g.values.data<float>(), g.values.shape)};
+    attnscore_named_tensor lens;
+    if (NamedLens(g, &lens)) inputs.push_back(lens);
+    const bool causal = std::string(c.golden) == "multihead_causal_self";
+    const attnscore_param call[] = {{"causal", "top-left"}};
+    attnscore_shape shapes[2] = {};
+    ASSERT_EQ(Message(attnscore_op_check(op.get(), engine_, inputs.data(), inputs.size(), call,
+                                         causal ? 1 : 0, shapes, 2)),
+              "");
+    EXPECT_EQ(std::vector<int64_t>(shapes[0].dims, shapes[0].dims + shapes[0].rank), g.out.shape);
+    EXPECT_EQ(std::vector<int64_t>(shapes[1].dims, shapes[1].dims + shapes[1].rank),
+              g.weights.shape);
+    std::vector<float> out(g.out.size()), w(g.weights.size());
+    const attnscore_named_tensor outputs[] = {Named("output", out.data(), g.out.shape),
+                                              Named("attention_weights", w.data(), g.weights.shape)};
+    ASSERT_EQ(Message(attnscore_op_run(op.get(), engine_, inputs.data(), inputs.size(), call,
+                                       causal ? 1 : 0, outputs, 2)),
+              "");
+    const float* want = g.out.data<float>();
+    for (size_t e = 0; e < out.size(); ++e) {
+      EXPECT_NEAR(out[e], want[e], 1e-4 * (1.0 + std::abs(want[e])));
+    }
+    EXPECT_LE(MaxAbsDiff(w.data(), std::vector<double>(g.weights.data<float>(),
+                                                       g.weights.data<float>() + g.weights.size())),
+              kWeightTolerance);
   }
+}
+
+// The op handle refuses as the typed calls do, and names the C call for
+// what only C can get wrong.
+TEST_F(CApi, TheOpHandleRefusesAsTheTypedCalls) {
+  const std::vector<float> w(8 * 8, 0.1f);
+  const attnscore_named_tensor weights[] = {
+      Named("W_q.weight", w.data(), {8, 8}), Named("W_k.weight", w.data(), {8, 8}),
+      Named("W_v.weight", w.data(), {8, 8}), Named("W_o.weight", w.data(), {8, 8})};
+  const attnscore_param three[] = {{"num_heads", "3"}}, two[] = {{"num_heads", "2"}};
+  attnscore_op* op = nullptr;
+  EXPECT_EQ(Message(attnscore_op_create("multihead", three, 1, weights, 4, &op)),
+            "MultiHeadAttention: num_heads is 3; it must be at least 1 and divide num_hiddens H = 8 "
+            "(W_q.weight (8, 8))");
+  EXPECT_EQ(op, nullptr);
+  ASSERT_EQ(Message(attnscore_op_create("multihead", two, 1, weights, 4, &op)), "");
+  const std::unique_ptr<attnscore_op, void (*)(attnscore_op*)> owner(op, attnscore_op_destroy);
+  EXPECT_STREQ(attnscore_op_name(op), "multihead");
+  EXPECT_STREQ(attnscore_op_model_param(op, "num_heads"), "2");
+  EXPECT_EQ(attnscore_op_model_param(op, "query_size"), nullptr);
+  EXPECT_EQ(attnscore_op_fixed_dim(op, "H"), 8);
+
+  const int64_t b = 2, n = 3, m = 5;
+  const int64_t lens[] = {5, 2};
+  const std::vector<float> x(b * m * 8);
+  const attnscore_named_tensor good[] = {
+      Named("queries", x.data(), {b, n, 8}), Named("keys", x.data(), {b, m, 8}),
+      Named("values", x.data(), {b, m, 8}),
+      {"valid_lens", ATTNSCORE_INT64, const_cast<int64_t*>(lens), 1, {b}, {1}}};
+  attnscore_shape shapes[2] = {};
+  ASSERT_EQ(Message(attnscore_op_check(op, engine_, good, 4, nullptr, 0, shapes, 2)), "");
+  EXPECT_EQ(std::vector<int64_t>(shapes[0].dims, shapes[0].dims + shapes[0].rank),
+            std::vector<int64_t>({b, n, 8}));
+  EXPECT_EQ(std::vector<int64_t>(shapes[1].dims, shapes[1].dims + shapes[1].rank),
+            std::vector<int64_t>({b, 2, n, m}));
+
+  // A short V: the module's own message, from check and run alike, nothing written.
+  attnscore_named_tensor bad[4] = {good[0], good[1], Named("values", x.data(), {b, m - 1, 8}),
+                                   good[3]};
+  attnscore_shape untouched[2] = {{-1, {-1}}, {-1, {-1}}};
+  const std::string refused = Message(attnscore_op_check(op, engine_, bad, 4, nullptr, 0, untouched, 2));
+  EXPECT_NE(refused.find("MultiHeadAttention: values"), std::string::npos) << refused;
+  EXPECT_EQ(untouched[0].rank, -1);
+  std::vector<float> out(b * n * 8, -1.0f);
+  const attnscore_named_tensor outputs[] = {Named("output", out.data(), {b, n, 8})};
+  EXPECT_EQ(refused, Message(attnscore_op_run(op, engine_, bad, 4, nullptr, 0, outputs, 1)));
+  for (float v : out) EXPECT_EQ(v, -1.0f);
+
+  // What the catalogue binds: names, dtypes, parameters, the output.
+  const attnscore_param diagonal[] = {{"causal", "diagonal"}};
+  EXPECT_EQ(Message(attnscore_op_check(op, engine_, good, 4, diagonal, 1, shapes, 2)),
+            "multihead: parameter causal is 'diagonal'; want none or top-left or bottom-right");
+  bad[0].name = "query";
+  EXPECT_EQ(Message(attnscore_op_check(op, engine_, bad, 4, nullptr, 0, shapes, 2)),
+            "multihead: no input 'query'; its inputs are queries, keys, values, valid_lens");
+  bad[0] = good[0];
+  bad[3].dtype = ATTNSCORE_FLOAT32;
+  EXPECT_EQ(Message(attnscore_op_check(op, engine_, bad, 4, nullptr, 0, shapes, 2)),
+            "multihead: valid_lens is float32; want int32 or int64");
+  bad[3].dtype = 7;
+  EXPECT_EQ(Message(attnscore_op_check(op, engine_, bad, 4, nullptr, 0, shapes, 2)),
+            "attnscore_op_check: inputs[3] has a dtype outside attnscore_dtype");
+  EXPECT_EQ(Message(attnscore_op_run(op, engine_, good, 4, nullptr, 0, nullptr, 0)),
+            "multihead: needs output 'output'");
+  EXPECT_EQ(Message(attnscore_op_check(op, nullptr, good, 4, nullptr, 0, shapes, 2)),
+            "attnscore_op_check: op and engine must not be null");
+  EXPECT_EQ(Message(attnscore_op_create("transformer", nullptr, 0, nullptr, 0, &op)).find(
+                "Op::Create: no entry 'transformer'; the catalogue has masked_softmax"),
+            0u);
+  EXPECT_EQ(Message(attnscore_op_create("additive", nullptr, 1, nullptr, 0, &op)),
+            "attnscore_op_create: params is null but param_count is 1");
+}
+
+// The catalogue's names, in order, and each entry made or loaded by name.
+TEST_F(CApi, TheCatalogueListsEveryEntry) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < attnscore_catalogue_size(); ++i) names.push_back(attnscore_catalogue_name(i));
+  EXPECT_EQ(attnscore_catalogue_name(names.size()), nullptr);
+  std::vector<std::string> want;
+  for (const OpSpec& spec : Catalogue()) want.push_back(spec.name);
+  EXPECT_EQ(names, want);
+  EXPECT_EQ(names.size(), 8u);
 }
 
 TEST_F(CApi, RefusalsCarryTheCppMessageAndWriteNothing) {
@@ -155,14 +271,15 @@ TEST_F(CApi, RefusalsCarryTheCppMessageAndWriteNothing) {
   options = attnscore_default_engine_options();
   options.threads = 0;
   EXPECT_NE(Message(attnscore_engine_create(&options, &engine)).find("threads is 0"), std::string::npos);
-  attnscore_additive* model = nullptr;
-  attnscore_status* missing = attnscore_additive_load("/nonexistent/model.safetensors", &model);
+  attnscore_op* model = nullptr;
+  attnscore_status* missing = attnscore_op_load("/nonexistent/model.safetensors", nullptr, 0, &model);
   EXPECT_EQ(attnscore_status_get_code(missing), ATTNSCORE_IO_ERROR);
   attnscore_status_free(missing);
   EXPECT_EQ(model, nullptr);
-  EXPECT_EQ(attnscore_additive_hidden_size(nullptr), 0);
-  attnscore_additive_destroy(nullptr);
-  attnscore_concat_destroy(nullptr);
+  EXPECT_EQ(attnscore_op_fixed_dim(nullptr, "H"), 0);
+  EXPECT_STREQ(attnscore_op_name(nullptr), "");
+  EXPECT_EQ(attnscore_op_output_count(nullptr), 0u);
+  attnscore_op_destroy(nullptr);
   attnscore_engine_destroy(nullptr);
   attnscore_status_free(nullptr);
   EXPECT_EQ(attnscore_status_get_code(nullptr), ATTNSCORE_OK);
@@ -201,11 +318,7 @@ TEST_F(CApi, ChecksReportShapesAndRefuseAsTheOps) {
             std::string::npos);
   EXPECT_NE(Message(attnscore_check_masked_softmax(nullptr, &kv, &cl, &shapes)).find("is null"),
             std::string::npos);
-  EXPECT_NE(Message(attnscore_additive_check(nullptr, &qv, &kv, &vv, &cl, &shapes)).find("is null"),
-            std::string::npos);
   const attnscore_valid_lens bad_kind = {7, ATTNSCORE_LENS_INT32, lens, {2, 0}};
-  EXPECT_NE(Message(attnscore_concat_check(nullptr, &qv, &kv, &vv, &bad_kind, &shapes)).find("is null"),
-            std::string::npos);
   EXPECT_NE(Message(attnscore_check_dot_product_attention(engine_, &qv, &kv, &vv, &bad_kind, &shapes))
                 .find("outside its enum"),
             std::string::npos);
@@ -395,87 +508,6 @@ TEST_F(CApi, MultiHeadChecksReportShapesAndRefuseAsTheOps) {
       Message(attnscore_check_multihead_attention(nullptr, &qv, &kv, &vv, &cl, &bogus, &shapes)),
       "attnscore_check_multihead_attention: the engine or model is null");
 
-  // The module: (B, N, Dq) queries, num_hiddens H = 8 over 2 heads.
-  const std::vector<float> w(8 * 8, 0.1f);
-  const attnscore_tensor_view wv = {w.data(), 2, {8, 8, 0, 0}, {8, 1, 0, 0}};
-  attnscore_multihead* created = nullptr;
-  ASSERT_EQ(Message(attnscore_multihead_create(2, &wv, &wv, &wv, &wv, nullptr, nullptr, nullptr,
-                                               nullptr, &created)),
-            "");
-  const std::unique_ptr<attnscore_multihead, void (*)(attnscore_multihead*)> owner(
-      created, attnscore_multihead_destroy);
-  const attnscore_multihead* model = created;
-  const std::vector<float> x(b * m * 8);
-  const attnscore_tensor_view xq = CView(x, b, n, 8), xk = CView(x, b, m, 8),
-                              xk_short = CView(x, b, m - 1, 8);
-  ASSERT_EQ(
-      Message(attnscore_multihead_check(model, &xq, &xk, &xk, &cl, ATTNSCORE_CAUSAL_NONE, &shapes)),
-      "");
-  EXPECT_EQ(std::vector<int64_t>(shapes.out, shapes.out + 4), std::vector<int64_t>({b, n, 8, 0}));
-  EXPECT_EQ(std::vector<int64_t>(shapes.attention_weights, shapes.attention_weights + 4),
-            std::vector<int64_t>({b, 2, n, m}));
-  std::vector<float> module_out(b * n * 8);
-  const attnscore_tensor mo = COut(module_out, b, n, 8);
-  const std::string module_refused = Message(attnscore_multihead_check(
-      model, &xq, &xk, &xk_short, &cl, ATTNSCORE_CAUSAL_NONE, &untouched));
-  EXPECT_FALSE(module_refused.empty());
-  EXPECT_EQ(module_refused,
-            Message(attnscore_multihead_forward(model, engine_, &xq, &xk, &xk_short, &cl,
-                                                ATTNSCORE_CAUSAL_NONE, &mo, nullptr)));
-  EXPECT_EQ(untouched.out[0], -1);
-  EXPECT_EQ(Message(attnscore_multihead_check(model, &xq, &xk, &xk, &cl, 9, &shapes)),
-            "attnscore_multihead_check: causal is outside attnscore_causal");
-  EXPECT_EQ(Message(attnscore_multihead_check(nullptr, &xq, &xk, &xk, &cl, 0, &shapes)),
-            "attnscore_multihead_check: the engine or model is null");
-}
-
-TEST_F(CApi, MultiHeadAndBilinearModelsMatchTheirGoldenCases) {
-  GoldenAttention g;
-  LoadGoldenAttention("multihead_causal_self", &g);
-  attnscore_multihead* model = nullptr;
-  const std::string dir = std::string(ATTNSCORE_GOLDEN_DIR) + "/";
-  ASSERT_EQ(Message(attnscore_multihead_load((dir + "multihead_causal_self/model.safetensors").c_str(), 4, &model)), "");
-  EXPECT_EQ(attnscore_multihead_num_heads(model), 4);
-  EXPECT_EQ(attnscore_multihead_num_hiddens(model), 32);
-  const int64_t b = 2, n = 6;
-  const attnscore_tensor_view x = {g.queries.data<float>(), 3, {b, n, 16, 0}, {n * 16, 16, 1, 0}};
-  std::vector<float> out(b * n * 32), weights(b * 4 * n * n);
-  const attnscore_tensor ov = COut(out, b, n, 32), wv = COut4(weights, b, 4, n, n);
-  ASSERT_EQ(Message(attnscore_multihead_forward(model, engine_, &x, &x, &x, nullptr,
-                                                ATTNSCORE_CAUSAL_TOP_LEFT, &ov, &wv)),
-            "");
-  const float* want = g.out.data<float>();
-  for (size_t e = 0; e < out.size(); ++e) EXPECT_NEAR(out[e], want[e], 1e-4 * (1.0 + std::abs(want[e])));
-  EXPECT_LE(MaxAbsDiff(weights.data(), std::vector<double>(g.weights.data<float>(),
-                                                           g.weights.data<float>() + g.weights.size())),
-            kWeightTolerance);
-  EXPECT_EQ(Message(attnscore_multihead_forward(model, engine_, &x, &x, &x, nullptr, 9, &ov, &wv)),
-            "attnscore_multihead_forward: causal is outside attnscore_causal");
-  attnscore_multihead_destroy(model);
-  const std::vector<float> w(8 * 8, 0.1f);
-  const attnscore_tensor_view wq = {w.data(), 2, {8, 8, 0, 0}, {8, 1, 0, 0}};
-  EXPECT_EQ(Message(attnscore_multihead_create(3, &wq, &wq, &wq, &wq, nullptr, nullptr, nullptr, nullptr, &model)),
-            "MultiHeadAttention: num_heads is 3; it must be at least 1 and divide num_hiddens H = 8 "
-            "(W_q.weight (8, 8))");
-
-  GoldenAttention bg;
-  LoadGoldenAttention("bilinear_per_query", &bg);
-  attnscore_bilinear* bilinear = nullptr;
-  ASSERT_EQ(Message(attnscore_bilinear_load((dir + "bilinear_per_query/model.safetensors").c_str(), &bilinear)), "");
-  EXPECT_EQ(attnscore_bilinear_query_size(bilinear), 12);
-  EXPECT_EQ(attnscore_bilinear_key_size(bilinear), 5);
-  const attnscore_tensor_view bq = {bg.queries.data<float>(), 3, {3, 4, 12, 0}, {48, 12, 1, 0}},
-                              bk = {bg.keys.data<float>(), 3, {3, 9, 5, 0}, {45, 5, 1, 0}},
-                              bv = {bg.values.data<float>(), 3, {3, 9, 7, 0}, {63, 7, 1, 0}};
-  const attnscore_valid_lens bl = {ATTNSCORE_LENS_PER_QUERY, ATTNSCORE_LENS_INT64, bg.lens_array.data<int64_t>(), {3, 4}};
-  attnscore_output_shapes shapes;
-  ASSERT_EQ(Message(attnscore_bilinear_check(bilinear, &bq, &bk, &bv, &bl, &shapes)), "");
-  ExpectShapes(shapes, {3, 4, 7}, {3, 4, 9});
-  std::vector<float> bout(3 * 4 * 7), bw(3 * 4 * 9);
-  const attnscore_tensor bov = COut(bout, 3, 4, 7), bwv = COut(bw, 3, 4, 9);
-  ASSERT_EQ(Message(attnscore_bilinear_forward(bilinear, engine_, &bq, &bk, &bv, &bl, &bov, &bwv)), "");
-  ExpectMatchesGolden(bg, bout, bw);
-  attnscore_bilinear_destroy(bilinear);
 }
 
 TEST_F(CApi, StatusesBelongToTheirCallOnEveryThread) {

@@ -6,6 +6,7 @@
 #include <new>
 #include <utility>
 
+#include "api/model_maker.h"
 #include "api/output_shapes.h"
 #include "base/call_scope.h"
 #include "ops/additive.h"
@@ -23,22 +24,14 @@ int64_t AdditiveAttention::hidden_size() const { return params_->hidden; }
 
 Status AdditiveAttention::Create(ConstTensor w_q, ConstTensor w_k, ConstTensor w_v,
                                  std::unique_ptr<AdditiveAttention>* model) {
-  if (model == nullptr) return Status::InvalidArgument("AdditiveAttention::Create: model is null");
-  return internal::Guarded("AdditiveAttention::Create", [&] {
-    auto params = std::make_unique<Params>();
-    ATTNSCORE_RETURN_IF_ERROR(ops::MakeAdditiveParams(w_q, w_k, w_v, params.get()));
-    model->reset(new AdditiveAttention(std::move(params)));
-    return Status::Ok();
+  return internal::ModelMaker::Make("AdditiveAttention::Create", model, [&](Params* params) {
+    return ops::MakeAdditiveParams(w_q, w_k, w_v, params);
   });
 }
 
 Status AdditiveAttention::Load(const std::string& path, std::unique_ptr<AdditiveAttention>* model) {
-  if (model == nullptr) return Status::InvalidArgument("AdditiveAttention::Load: model is null");
-  return internal::Guarded("AdditiveAttention::Load", [&] {
-    auto params = std::make_unique<Params>();
-    ATTNSCORE_RETURN_IF_ERROR(ops::LoadAdditiveParams(path, params.get()));
-    model->reset(new AdditiveAttention(std::move(params)));
-    return Status::Ok();
+  return internal::ModelMaker::Make("AdditiveAttention::Load", model, [&](Params* params) {
+    return ops::LoadAdditiveParams(path, params);
   });
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <utility>
 
+#include "api/model_maker.h"
 #include "api/output_shapes.h"
 #include "base/call_scope.h"
 #include "ops/bilinear.h"
@@ -20,22 +21,14 @@ int64_t BilinearAttention::query_size() const { return params_->query_size; }
 int64_t BilinearAttention::key_size() const { return params_->key_size; }
 
 Status BilinearAttention::Create(ConstTensor w, std::unique_ptr<BilinearAttention>* model) {
-  if (model == nullptr) return Status::InvalidArgument("BilinearAttention::Create: model is null");
-  return internal::Guarded("BilinearAttention::Create", [&] {
-    auto params = std::make_unique<Params>();
-    ATTNSCORE_RETURN_IF_ERROR(ops::MakeBilinearParams(w, params.get()));
-    model->reset(new BilinearAttention(std::move(params)));
-    return Status::Ok();
+  return internal::ModelMaker::Make("BilinearAttention::Create", model, [&](Params* params) {
+    return ops::MakeBilinearParams(w, params);
   });
 }
 
 Status BilinearAttention::Load(const std::string& path, std::unique_ptr<BilinearAttention>* model) {
-  if (model == nullptr) return Status::InvalidArgument("BilinearAttention::Load: model is null");
-  return internal::Guarded("BilinearAttention::Load", [&] {
-    auto params = std::make_unique<Params>();
-    ATTNSCORE_RETURN_IF_ERROR(ops::LoadBilinearParams(path, params.get()));
-    model->reset(new BilinearAttention(std::move(params)));
-    return Status::Ok();
+  return internal::ModelMaker::Make("BilinearAttention::Load", model, [&](Params* params) {
+    return ops::LoadBilinearParams(path, params);
   });
 }
 

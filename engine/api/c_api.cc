@@ -1,5 +1,6 @@
-// The C API (attnscore/c_api.h) over the C++ API: conversions of plain
-// structs to views, statuses to heap objects, and no exception across.
+// The C API (attnscore/c_api.h) over the C++ API: the engine, its ops and
+// the KV cache; api/c_api_op.cc has the catalogue's generic call. Plain
+// structs become views, statuses heap objects, and no exception crosses.
 #include "attnscore/c_api.h"
 
 #include <algorithm>
@@ -10,33 +11,11 @@
 #include <new>
 #include <string>
 
-#include "attnscore/additive.h"
-#include "attnscore/bilinear.h"
-#include "attnscore/concat.h"
 #include "attnscore/engine.h"
 #include "attnscore/kv_cache.h"
-#include "attnscore/multihead.h"
 #include "attnscore/version.h"
+#include "api/c_api_internal.h"
 
-struct attnscore_status {
-  attnscore_status_code code;
-  std::string message;
-};
-struct attnscore_engine {
-  std::unique_ptr<attnscore::Engine> engine;
-};
-struct attnscore_additive {
-  std::unique_ptr<attnscore::AdditiveAttention> model;
-};
-struct attnscore_concat {
-  std::unique_ptr<attnscore::ConcatAttention> model;
-};
-struct attnscore_bilinear {
-  std::unique_ptr<attnscore::BilinearAttention> model;
-};
-struct attnscore_multihead {
-  std::unique_ptr<attnscore::MultiHeadAttention> model;
-};
 struct attnscore_kv_cache {
   std::unique_ptr<attnscore::KvCache> cache;
 };
@@ -47,39 +26,10 @@ using attnscore::ConstTensor;
 using attnscore::Status;
 using attnscore::StatusCode;
 using attnscore::Tensor;
-
-// A status the caller frees; NULL for OK. Allocation failure of the status
-// itself leaves a static one, which attnscore_status_free never frees.
-attnscore_status kOutOfMemory{ATTNSCORE_INTERNAL, "out of memory for the status"};
-
-attnscore_status* ToC(const Status& status) {
-  if (status.ok()) return nullptr;
-  auto* s = new (std::nothrow) attnscore_status;
-  if (s == nullptr) return &kOutOfMemory;
-  s->code = static_cast<attnscore_status_code>(status.code());
-  try {
-    s->message = status.message();
-  } catch (...) {
-    s->message.clear();
-  }
-  return s;
-}
-
-attnscore_status* Invalid(const char* call, const char* what) {
-  return ToC(Status::InvalidArgument(std::string(call) + ": " + what));
-}
-
-// Runs call() and turns an exception into a status.
-template <class Call>
-attnscore_status* Guarded(const char* name, Call call) {
-  try {
-    return ToC(call());
-  } catch (const std::bad_alloc&) {
-    return ToC(Status::Internal(std::string(name) + ": out of memory"));
-  } catch (...) {
-    return ToC(Status::Internal(std::string(name) + ": unexpected error"));
-  }
-}
+using attnscore::c_api::Guarded;
+using attnscore::c_api::Invalid;
+using attnscore::c_api::kOutOfMemory;
+using attnscore::c_api::ToC;
 
 template <class View, class CTensor>
 View ViewOf(const CTensor* t) {
@@ -141,36 +91,6 @@ attnscore_status* CheckCall(const char* call, const void* owner,
     std::copy(found.attention_weights.begin(), found.attention_weights.end(),
               shapes->attention_weights);
     return Status::Ok();
-  });
-}
-
-// A model's *_check call (attnscore_additive, attnscore_concat).
-template <typename Handle>
-attnscore_status* ModelCheck(const char* call, const Handle* model, const attnscore_tensor_view* queries,
-                             const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
-                             const attnscore_valid_lens* valid_lens, attnscore_output_shapes* shapes) {
-  return CheckCall(call, model, queries, keys, values, valid_lens, shapes,
-                   [&](ConstTensor q, ConstTensor k, ConstTensor v, const attnscore::ValidLens& lens,
-                       attnscore::OutputShapes* found) { return model->model->Check(q, k, v, lens, found); });
-}
-
-// A model's *_forward call (attnscore_additive, attnscore_concat,
-// attnscore_bilinear): the null and enum checks, then Forward.
-template <typename Handle>
-attnscore_status* ModelForward(const char* call, const Handle* model, const attnscore_engine* engine,
-                               const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
-                               const attnscore_tensor_view* values,
-                               const attnscore_valid_lens* valid_lens, const attnscore_tensor* out,
-                               const attnscore_tensor* attention_weights) {
-  if (model == nullptr || engine == nullptr) return Invalid(call, "model and engine must not be null");
-  if (queries == nullptr || keys == nullptr || values == nullptr || out == nullptr) {
-    return Invalid(call, "queries, keys, values and out must not be null");
-  }
-  attnscore::ValidLens lens;
-  if (!LensOf(valid_lens, &lens)) return Invalid(call, "valid_lens has a kind or type outside its enum");
-  return Guarded(call, [&] {
-    return model->model->Forward(*engine->engine, In(queries), In(keys), In(values), lens, Out(out),
-                                 Out(attention_weights));
   });
 }
 
@@ -370,116 +290,6 @@ attnscore_status* attnscore_check_dot_product_attention(
                    });
 }
 
-attnscore_status* attnscore_additive_check(const attnscore_additive* model,
-                                           const attnscore_tensor_view* queries,
-                                           const attnscore_tensor_view* keys,
-                                           const attnscore_tensor_view* values,
-                                           const attnscore_valid_lens* valid_lens,
-                                           attnscore_output_shapes* shapes) {
-  return ModelCheck("attnscore_additive_check", model, queries, keys, values, valid_lens, shapes);
-}
-
-attnscore_status* attnscore_concat_check(const attnscore_concat* model,
-                                         const attnscore_tensor_view* queries,
-                                         const attnscore_tensor_view* keys,
-                                         const attnscore_tensor_view* values,
-                                         const attnscore_valid_lens* valid_lens,
-                                         attnscore_output_shapes* shapes) {
-  return ModelCheck("attnscore_concat_check", model, queries, keys, values, valid_lens, shapes);
-}
-
-attnscore_status* attnscore_additive_create(const attnscore_tensor_view* w_q,
-                                            const attnscore_tensor_view* w_k,
-                                            const attnscore_tensor_view* w_v,
-                                            attnscore_additive** model) {
-  constexpr const char* kCall = "attnscore_additive_create";
-  if (model == nullptr) return Invalid(kCall, "model is null");
-  if (w_q == nullptr || w_k == nullptr || w_v == nullptr) return Invalid(kCall, "a weight is null");
-  return Guarded(kCall, [&] {
-    auto handle = std::make_unique<attnscore_additive>();
-    ATTNSCORE_RETURN_IF_ERROR(attnscore::AdditiveAttention::Create(In(w_q), In(w_k), In(w_v), &handle->model));
-    *model = handle.release();
-    return Status::Ok();
-  });
-}
-
-attnscore_status* attnscore_additive_load(const char* path, attnscore_additive** model) {
-  constexpr const char* kCall = "attnscore_additive_load";
-  if (path == nullptr) return Invalid(kCall, "path is null");
-  if (model == nullptr) return Invalid(kCall, "model is null");
-  return Guarded(kCall, [&] {
-    auto handle = std::make_unique<attnscore_additive>();
-    ATTNSCORE_RETURN_IF_ERROR(attnscore::AdditiveAttention::Load(path, &handle->model));
-    *model = handle.release();
-    return Status::Ok();
-  });
-}
-
-void attnscore_additive_destroy(attnscore_additive* model) { delete model; }
-
-int64_t attnscore_additive_query_size(const attnscore_additive* m) { return m ? m->model->query_size() : 0; }
-int64_t attnscore_additive_key_size(const attnscore_additive* m) { return m ? m->model->key_size() : 0; }
-int64_t attnscore_additive_hidden_size(const attnscore_additive* m) { return m ? m->model->hidden_size() : 0; }
-
-attnscore_status* attnscore_additive_forward(
-    const attnscore_additive* model, const attnscore_engine* engine,
-    const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
-    const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens,
-    const attnscore_tensor* out, const attnscore_tensor* attention_weights) {
-  return ModelForward("attnscore_additive_forward", model, engine, queries, keys, values,
-                      valid_lens, out, attention_weights);
-}
-
-attnscore_status* attnscore_concat_create(
-    int64_t query_size, const attnscore_tensor_view* attn_weight,
-    const attnscore_tensor_view* attn_bias, const attnscore_tensor_view* combine_weight,
-    const attnscore_tensor_view* combine_bias, attnscore_concat** model) {
-  constexpr const char* kCall = "attnscore_concat_create";
-  if (model == nullptr) return Invalid(kCall, "model is null");
-  if (attn_weight == nullptr || attn_bias == nullptr || combine_weight == nullptr ||
-      combine_bias == nullptr) {
-    return Invalid(kCall, "a parameter is null");
-  }
-  return Guarded(kCall, [&] {
-    auto handle = std::make_unique<attnscore_concat>();
-    ATTNSCORE_RETURN_IF_ERROR(attnscore::ConcatAttention::Create(
-        query_size, In(attn_weight), In(attn_bias), In(combine_weight), In(combine_bias),
-        &handle->model));
-    *model = handle.release();
-    return Status::Ok();
-  });
-}
-
-attnscore_status* attnscore_concat_load(const char* path, int64_t query_size,
-                                        attnscore_concat** model) {
-  constexpr const char* kCall = "attnscore_concat_load";
-  if (path == nullptr) return Invalid(kCall, "path is null");
-  if (model == nullptr) return Invalid(kCall, "model is null");
-  return Guarded(kCall, [&] {
-    auto handle = std::make_unique<attnscore_concat>();
-    ATTNSCORE_RETURN_IF_ERROR(attnscore::ConcatAttention::Load(path, query_size, &handle->model));
-    *model = handle.release();
-    return Status::Ok();
-  });
-}
-
-void attnscore_concat_destroy(attnscore_concat* model) { delete model; }
-
-int64_t attnscore_concat_query_size(const attnscore_concat* m) { return m ? m->model->query_size() : 0; }
-int64_t attnscore_concat_key_size(const attnscore_concat* m) { return m ? m->model->key_size() : 0; }
-int64_t attnscore_concat_value_rows(const attnscore_concat* m) { return m ? m->model->value_rows() : 0; }
-int64_t attnscore_concat_value_size(const attnscore_concat* m) { return m ? m->model->value_size() : 0; }
-int64_t attnscore_concat_output_size(const attnscore_concat* m) { return m ? m->model->output_size() : 0; }
-
-attnscore_status* attnscore_concat_forward(
-    const attnscore_concat* model, const attnscore_engine* engine,
-    const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
-    const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens,
-    const attnscore_tensor* out, const attnscore_tensor* attention_weights) {
-  return ModelForward("attnscore_concat_forward", model, engine, queries, keys, values, valid_lens,
-                      out, attention_weights);
-}
-
 attnscore_status* attnscore_multihead_attention(
     const attnscore_engine* engine, const attnscore_tensor_view* queries,
     const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
@@ -519,84 +329,6 @@ attnscore_status* attnscore_check_multihead_attention(const attnscore_engine* en
         ATTNSCORE_RETURN_IF_ERROR(MultiHeadOptionsOf(kCall, options, &multihead));
         return engine->engine->CheckMultiHeadAttention(q, k, v, lens, multihead, found);
       });
-}
-
-attnscore_status* attnscore_multihead_create(
-    int64_t num_heads, const attnscore_tensor_view* w_q, const attnscore_tensor_view* w_k,
-    const attnscore_tensor_view* w_v, const attnscore_tensor_view* w_o,
-    const attnscore_tensor_view* b_q, const attnscore_tensor_view* b_k,
-    const attnscore_tensor_view* b_v, const attnscore_tensor_view* b_o,
-    attnscore_multihead** model) {
-  constexpr const char* kCall = "attnscore_multihead_create";
-  if (model == nullptr) return Invalid(kCall, "model is null");
-  if (w_q == nullptr || w_k == nullptr || w_v == nullptr || w_o == nullptr) {
-    return Invalid(kCall, "a weight is null");
-  }
-  return Guarded(kCall, [&] {
-    auto handle = std::make_unique<attnscore_multihead>();
-    attnscore::MultiHeadWeights weights;
-    weights.w_q = In(w_q), weights.w_k = In(w_k), weights.w_v = In(w_v), weights.w_o = In(w_o);
-    weights.b_q = In(b_q), weights.b_k = In(b_k), weights.b_v = In(b_v), weights.b_o = In(b_o);
-    ATTNSCORE_RETURN_IF_ERROR(attnscore::MultiHeadAttention::Create(num_heads, weights, &handle->model));
-    *model = handle.release();
-    return Status::Ok();
-  });
-}
-
-attnscore_status* attnscore_multihead_load(const char* path, int64_t num_heads,
-                                           attnscore_multihead** model) {
-  constexpr const char* kCall = "attnscore_multihead_load";
-  if (path == nullptr) return Invalid(kCall, "path is null");
-  if (model == nullptr) return Invalid(kCall, "model is null");
-  return Guarded(kCall, [&] {
-    auto handle = std::make_unique<attnscore_multihead>();
-    ATTNSCORE_RETURN_IF_ERROR(attnscore::MultiHeadAttention::Load(path, num_heads, &handle->model));
-    *model = handle.release();
-    return Status::Ok();
-  });
-}
-
-void attnscore_multihead_destroy(attnscore_multihead* model) { delete model; }
-
-int64_t attnscore_multihead_num_heads(const attnscore_multihead* m) { return m ? m->model->num_heads() : 0; }
-int64_t attnscore_multihead_num_hiddens(const attnscore_multihead* m) { return m ? m->model->num_hiddens() : 0; }
-
-attnscore_status* attnscore_multihead_check(const attnscore_multihead* model,
-                                            const attnscore_tensor_view* queries,
-                                            const attnscore_tensor_view* keys,
-                                            const attnscore_tensor_view* values,
-                                            const attnscore_valid_lens* valid_lens, int32_t causal,
-                                            attnscore_multihead_shapes* shapes) {
-  constexpr const char* kCall = "attnscore_multihead_check";
-  return CheckCall<attnscore::MultiHeadShapes>(
-      kCall, model, queries, keys, values, valid_lens, shapes,
-      [&](ConstTensor q, ConstTensor k, ConstTensor v, const attnscore::ValidLens& lens,
-          attnscore::MultiHeadShapes* found) {
-        attnscore::Causal mask;
-        ATTNSCORE_RETURN_IF_ERROR(CausalOf(kCall, "causal", causal, &mask));
-        return model->model->Check(q, k, v, lens, mask, found);
-      });
-}
-
-attnscore_status* attnscore_multihead_forward(
-    const attnscore_multihead* model, const attnscore_engine* engine,
-    const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
-    const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens, int32_t causal,
-    const attnscore_tensor* out, const attnscore_tensor* attention_weights) {
-  constexpr const char* kCall = "attnscore_multihead_forward";
-  if (model == nullptr || engine == nullptr) return Invalid(kCall, "model and engine must not be null");
-  if (queries == nullptr || keys == nullptr || values == nullptr || out == nullptr) {
-    return Invalid(kCall, "queries, keys, values and out must not be null");
-  }
-  attnscore::ValidLens lens;
-  if (!LensOf(valid_lens, &lens)) return Invalid(kCall, "valid_lens has a kind or type outside its enum");
-  attnscore::Causal mask;
-  const Status causal_ok = CausalOf(kCall, "causal", causal, &mask);
-  if (!causal_ok.ok()) return ToC(causal_ok);
-  return Guarded(kCall, [&] {
-    return model->model->Forward(*engine->engine, In(queries), In(keys), In(values), lens, mask,
-                                 Out(out), Out(attention_weights));
-  });
 }
 
 attnscore_status* attnscore_kv_cache_create(int64_t batch, int64_t capacity, int64_t kv_heads,
@@ -665,54 +397,6 @@ attnscore_status* attnscore_kv_cache_attend(const attnscore_kv_cache* cache,
   return Guarded(kCall, [&] {
     return cache->cache->Attend(*engine->engine, In(queries), Out(out), Out(attention_weights));
   });
-}
-
-attnscore_status* attnscore_bilinear_create(const attnscore_tensor_view* w,
-                                            attnscore_bilinear** model) {
-  constexpr const char* kCall = "attnscore_bilinear_create";
-  if (model == nullptr) return Invalid(kCall, "model is null");
-  if (w == nullptr) return Invalid(kCall, "w is null");
-  return Guarded(kCall, [&] {
-    auto handle = std::make_unique<attnscore_bilinear>();
-    ATTNSCORE_RETURN_IF_ERROR(attnscore::BilinearAttention::Create(In(w), &handle->model));
-    *model = handle.release();
-    return Status::Ok();
-  });
-}
-
-attnscore_status* attnscore_bilinear_load(const char* path, attnscore_bilinear** model) {
-  constexpr const char* kCall = "attnscore_bilinear_load";
-  if (path == nullptr) return Invalid(kCall, "path is null");
-  if (model == nullptr) return Invalid(kCall, "model is null");
-  return Guarded(kCall, [&] {
-    auto handle = std::make_unique<attnscore_bilinear>();
-    ATTNSCORE_RETURN_IF_ERROR(attnscore::BilinearAttention::Load(path, &handle->model));
-    *model = handle.release();
-    return Status::Ok();
-  });
-}
-
-void attnscore_bilinear_destroy(attnscore_bilinear* model) { delete model; }
-
-int64_t attnscore_bilinear_query_size(const attnscore_bilinear* m) { return m ? m->model->query_size() : 0; }
-int64_t attnscore_bilinear_key_size(const attnscore_bilinear* m) { return m ? m->model->key_size() : 0; }
-
-attnscore_status* attnscore_bilinear_check(const attnscore_bilinear* model,
-                                           const attnscore_tensor_view* queries,
-                                           const attnscore_tensor_view* keys,
-                                           const attnscore_tensor_view* values,
-                                           const attnscore_valid_lens* valid_lens,
-                                           attnscore_output_shapes* shapes) {
-  return ModelCheck("attnscore_bilinear_check", model, queries, keys, values, valid_lens, shapes);
-}
-
-attnscore_status* attnscore_bilinear_forward(
-    const attnscore_bilinear* model, const attnscore_engine* engine,
-    const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
-    const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens,
-    const attnscore_tensor* out, const attnscore_tensor* attention_weights) {
-  return ModelForward("attnscore_bilinear_forward", model, engine, queries, keys, values,
-                      valid_lens, out, attention_weights);
 }
 
 }  // extern "C"

@@ -5,6 +5,7 @@
 #include <memory>
 #include <utility>
 
+#include "api/model_maker.h"
 #include "api/output_shapes.h"
 #include "base/call_scope.h"
 #include "ops/concat.h"
@@ -25,24 +26,16 @@ int64_t ConcatAttention::output_size() const { return params_->output_size; }
 Status ConcatAttention::Create(int64_t query_size, ConstTensor attn_weight, ConstTensor attn_bias,
                                ConstTensor combine_weight, ConstTensor combine_bias,
                                std::unique_ptr<ConcatAttention>* model) {
-  if (model == nullptr) return Status::InvalidArgument("ConcatAttention::Create: model is null");
-  return internal::Guarded("ConcatAttention::Create", [&] {
-    auto params = std::make_unique<Params>();
-    ATTNSCORE_RETURN_IF_ERROR(ops::MakeConcatParams(query_size, attn_weight, attn_bias,
-                                                    combine_weight, combine_bias, params.get()));
-    model->reset(new ConcatAttention(std::move(params)));
-    return Status::Ok();
+  return internal::ModelMaker::Make("ConcatAttention::Create", model, [&](Params* params) {
+    return ops::MakeConcatParams(query_size, attn_weight, attn_bias, combine_weight, combine_bias,
+                                 params);
   });
 }
 
 Status ConcatAttention::Load(const std::string& path, int64_t query_size,
                              std::unique_ptr<ConcatAttention>* model) {
-  if (model == nullptr) return Status::InvalidArgument("ConcatAttention::Load: model is null");
-  return internal::Guarded("ConcatAttention::Load", [&] {
-    auto params = std::make_unique<Params>();
-    ATTNSCORE_RETURN_IF_ERROR(ops::LoadConcatParams(path, query_size, params.get()));
-    model->reset(new ConcatAttention(std::move(params)));
-    return Status::Ok();
+  return internal::ModelMaker::Make("ConcatAttention::Load", model, [&](Params* params) {
+    return ops::LoadConcatParams(path, query_size, params);
   });
 }
 

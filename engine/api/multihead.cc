@@ -5,6 +5,7 @@
 #include <memory>
 #include <utility>
 
+#include "api/model_maker.h"
 #include "base/call_scope.h"
 #include "ops/multihead.h"
 
@@ -25,24 +26,16 @@ bool MultiHeadAttention::has_bias() const { return params_->bias; }
 
 Status MultiHeadAttention::Create(int64_t num_heads, const MultiHeadWeights& w,
                                   std::unique_ptr<MultiHeadAttention>* model) {
-  if (model == nullptr) return Status::InvalidArgument("MultiHeadAttention::Create: model is null");
-  return internal::Guarded("MultiHeadAttention::Create", [&] {
-    auto params = std::make_unique<Params>();
-    ATTNSCORE_RETURN_IF_ERROR(ops::MakeMultiHeadParams(
-        num_heads, {w.w_q, w.b_q}, {w.w_k, w.b_k}, {w.w_v, w.b_v}, {w.w_o, w.b_o}, params.get()));
-    model->reset(new MultiHeadAttention(std::move(params)));
-    return Status::Ok();
+  return internal::ModelMaker::Make("MultiHeadAttention::Create", model, [&](Params* params) {
+    return ops::MakeMultiHeadParams(num_heads, {w.w_q, w.b_q}, {w.w_k, w.b_k}, {w.w_v, w.b_v},
+                                    {w.w_o, w.b_o}, params);
   });
 }
 
 Status MultiHeadAttention::Load(const std::string& path, int64_t num_heads,
                                 std::unique_ptr<MultiHeadAttention>* model) {
-  if (model == nullptr) return Status::InvalidArgument("MultiHeadAttention::Load: model is null");
-  return internal::Guarded("MultiHeadAttention::Load", [&] {
-    auto params = std::make_unique<Params>();
-    ATTNSCORE_RETURN_IF_ERROR(ops::LoadMultiHeadParams(path, num_heads, params.get()));
-    model->reset(new MultiHeadAttention(std::move(params)));
-    return Status::Ok();
+  return internal::ModelMaker::Make("MultiHeadAttention::Load", model, [&](Params* params) {
+    return ops::LoadMultiHeadParams(path, num_heads, params);
   });
 }
 

@@ -25,6 +25,10 @@
 
 namespace attnscore {
 
+namespace internal {
+struct ModelMaker;  // engine/api: makes every model
+}  // namespace internal
+
 class ATTNSCORE_API BilinearAttention {
  public:
   // w: (Dq, Dk), any strides, copied; finite.
@@ -51,6 +55,7 @@ class ATTNSCORE_API BilinearAttention {
                  Tensor attention_weights = Tensor()) const;
 
  private:
+  friend struct internal::ModelMaker;
   struct Params;
   explicit BilinearAttention(std::unique_ptr<Params> params);
   std::unique_ptr<Params> params_;

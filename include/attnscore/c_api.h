@@ -15,7 +15,12 @@
  * an engine and a model may be used by many threads at once, and are
  * destroyed by their owner once no call is using them. Tensors are views of
  * the caller's memory, never kept past a call. The contract of each
- * operation is the C++ API's (attnscore/engine.h, additive.h, concat.h). */
+ * operation is the C++ API's (attnscore/engine.h, catalogue.h, kv_cache.h).
+ *
+ * The models (additive, concat, bilinear, d2l's multi-head module), like
+ * every op, are reached through the catalogue: attnscore_op_load (or
+ * _create) makes an attnscore_op of any entry by name, attnscore_op_check
+ * and attnscore_op_run call it on named tensors. */
 #ifndef ATTNSCORE_C_API_H_
 #define ATTNSCORE_C_API_H_
 
@@ -162,61 +167,6 @@ ATTNSCORE_API attnscore_status* attnscore_check_dot_product_attention(
     const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
     const attnscore_valid_lens* valid_lens, attnscore_output_shapes* shapes);
 
-/* ---- Additive attention (d2l's AdditiveAttention) ---- */
-
-typedef struct attnscore_additive attnscore_additive;
-
-/* W_q.weight (H, Dq), W_k.weight (H, Dk), w_v.weight (1, H); copied. */
-ATTNSCORE_API attnscore_status* attnscore_additive_create(const attnscore_tensor_view* w_q,
-                                                          const attnscore_tensor_view* w_k,
-                                                          const attnscore_tensor_view* w_v,
-                                                          attnscore_additive** model);
-/* The same from a .safetensors state_dict. */
-ATTNSCORE_API attnscore_status* attnscore_additive_load(const char* path, attnscore_additive** model);
-ATTNSCORE_API void attnscore_additive_destroy(attnscore_additive* model);
-/* Dq, Dk and H; 0 for a NULL model. */
-ATTNSCORE_API int64_t attnscore_additive_query_size(const attnscore_additive* model);
-ATTNSCORE_API int64_t attnscore_additive_key_size(const attnscore_additive* model);
-ATTNSCORE_API int64_t attnscore_additive_hidden_size(const attnscore_additive* model);
-ATTNSCORE_API attnscore_status* attnscore_additive_check(
-    const attnscore_additive* model, const attnscore_tensor_view* queries,
-    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
-    const attnscore_valid_lens* valid_lens, attnscore_output_shapes* shapes);
-ATTNSCORE_API attnscore_status* attnscore_additive_forward(
-    const attnscore_additive* model, const attnscore_engine* engine,
-    const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
-    const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens,
-    const attnscore_tensor* out, const attnscore_tensor* attention_weights);
-
-/* ---- Concat attention (the seq2seq tutorial's Attn) ---- */
-
-typedef struct attnscore_concat attnscore_concat;
-
-/* attn.weight (M, Dq + Dk), attn.bias (M), attn_combine.weight (O, Dq + Dv),
- * attn_combine.bias (O); copied. */
-ATTNSCORE_API attnscore_status* attnscore_concat_create(
-    int64_t query_size, const attnscore_tensor_view* attn_weight,
-    const attnscore_tensor_view* attn_bias, const attnscore_tensor_view* combine_weight,
-    const attnscore_tensor_view* combine_bias, attnscore_concat** model);
-ATTNSCORE_API attnscore_status* attnscore_concat_load(const char* path, int64_t query_size,
-                                                      attnscore_concat** model);
-ATTNSCORE_API void attnscore_concat_destroy(attnscore_concat* model);
-/* Dq, Dk, M, Dv and O; 0 for a NULL model. */
-ATTNSCORE_API int64_t attnscore_concat_query_size(const attnscore_concat* model);
-ATTNSCORE_API int64_t attnscore_concat_key_size(const attnscore_concat* model);
-ATTNSCORE_API int64_t attnscore_concat_value_rows(const attnscore_concat* model);
-ATTNSCORE_API int64_t attnscore_concat_value_size(const attnscore_concat* model);
-ATTNSCORE_API int64_t attnscore_concat_output_size(const attnscore_concat* model);
-ATTNSCORE_API attnscore_status* attnscore_concat_check(
-    const attnscore_concat* model, const attnscore_tensor_view* queries,
-    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
-    const attnscore_valid_lens* valid_lens, attnscore_output_shapes* shapes);
-ATTNSCORE_API attnscore_status* attnscore_concat_forward(
-    const attnscore_concat* model, const attnscore_engine* engine,
-    const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
-    const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens,
-    const attnscore_tensor* out, const attnscore_tensor* attention_weights);
-
 /* ---- Multi-head attention ---- */
 
 typedef enum attnscore_causal {
@@ -239,8 +189,8 @@ ATTNSCORE_API attnscore_status* attnscore_multihead_attention(
     const attnscore_valid_lens* valid_lens, const attnscore_multihead_options* options,
     const attnscore_tensor* out, const attnscore_tensor* attention_weights);
 
-/* The shapes a multi-head call's outputs must have: out (B, N, Hq, Dv), or
- * for the module (B, N, H, 0); attention_weights (B, Hq, N, M). */
+/* The shapes a multi-head call's outputs must have: out (B, N, Hq, Dv) and
+ * attention_weights (B, Hq, N, M). */
 typedef struct attnscore_multihead_shapes {
   int64_t out[4];
   int64_t attention_weights[4];
@@ -252,36 +202,6 @@ ATTNSCORE_API attnscore_status* attnscore_check_multihead_attention(
     const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
     const attnscore_valid_lens* valid_lens, const attnscore_multihead_options* options,
     attnscore_multihead_shapes* shapes);
-
-/* d2l's MultiHeadAttention: W_q.weight (H, Dq), W_k.weight (H, Dk),
- * W_v.weight (H, Dv), W_o.weight (H, H), and the four biases (H) or all
- * four NULL; copied. */
-typedef struct attnscore_multihead attnscore_multihead;
-
-ATTNSCORE_API attnscore_status* attnscore_multihead_create(
-    int64_t num_heads, const attnscore_tensor_view* w_q, const attnscore_tensor_view* w_k,
-    const attnscore_tensor_view* w_v, const attnscore_tensor_view* w_o,
-    const attnscore_tensor_view* b_q, const attnscore_tensor_view* b_k,
-    const attnscore_tensor_view* b_v, const attnscore_tensor_view* b_o,
-    attnscore_multihead** model);
-ATTNSCORE_API attnscore_status* attnscore_multihead_load(const char* path, int64_t num_heads,
-                                                         attnscore_multihead** model);
-ATTNSCORE_API void attnscore_multihead_destroy(attnscore_multihead* model);
-/* num_heads and num_hiddens H; 0 for a NULL model. */
-ATTNSCORE_API int64_t attnscore_multihead_num_heads(const attnscore_multihead* model);
-ATTNSCORE_API int64_t attnscore_multihead_num_hiddens(const attnscore_multihead* model);
-/* attnscore_multihead_forward's checks, as the other *_check calls. */
-ATTNSCORE_API attnscore_status* attnscore_multihead_check(
-    const attnscore_multihead* model, const attnscore_tensor_view* queries,
-    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
-    const attnscore_valid_lens* valid_lens, int32_t causal, attnscore_multihead_shapes* shapes);
-/* Q (B, N, Dq), K (B, M, Dk), V (B, M, Dv), out (B, N, H),
- * attention_weights (B, num_heads, N, M) or NULL; causal: attnscore_causal. */
-ATTNSCORE_API attnscore_status* attnscore_multihead_forward(
-    const attnscore_multihead* model, const attnscore_engine* engine,
-    const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
-    const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens, int32_t causal,
-    const attnscore_tensor* out, const attnscore_tensor* attention_weights);
 
 /* ---- A key-value cache for decoding (attnscore::KvCache) ---- */
 
@@ -327,28 +247,81 @@ ATTNSCORE_API attnscore_status* attnscore_kv_cache_attend(const attnscore_kv_cac
                                                           const attnscore_tensor* out,
                                                           const attnscore_tensor* attention_weights);
 
-/* ---- Bilinear attention (scores qᵀ W k) ---- */
+/* ---- The catalogue: every op and model by name (attnscore/catalogue.h) ---- */
 
-typedef struct attnscore_bilinear attnscore_bilinear;
+typedef enum attnscore_dtype {
+  ATTNSCORE_FLOAT32 = 0,
+  ATTNSCORE_INT32 = 1,
+  ATTNSCORE_INT64 = 2
+} attnscore_dtype;
 
-/* W.weight (Dq, Dk); copied. */
-ATTNSCORE_API attnscore_status* attnscore_bilinear_create(const attnscore_tensor_view* w,
-                                                          attnscore_bilinear** model);
-ATTNSCORE_API attnscore_status* attnscore_bilinear_load(const char* path,
-                                                        attnscore_bilinear** model);
-ATTNSCORE_API void attnscore_bilinear_destroy(attnscore_bilinear* model);
-/* Dq and Dk; 0 for a NULL model. */
-ATTNSCORE_API int64_t attnscore_bilinear_query_size(const attnscore_bilinear* model);
-ATTNSCORE_API int64_t attnscore_bilinear_key_size(const attnscore_bilinear* model);
-ATTNSCORE_API attnscore_status* attnscore_bilinear_check(
-    const attnscore_bilinear* model, const attnscore_tensor_view* queries,
-    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
-    const attnscore_valid_lens* valid_lens, attnscore_output_shapes* shapes);
-ATTNSCORE_API attnscore_status* attnscore_bilinear_forward(
-    const attnscore_bilinear* model, const attnscore_engine* engine,
-    const attnscore_tensor_view* queries, const attnscore_tensor_view* keys,
-    const attnscore_tensor_view* values, const attnscore_valid_lens* valid_lens,
-    const attnscore_tensor* out, const attnscore_tensor* attention_weights);
+/* A tensor of the generic call, by its catalogue name ("queries",
+ * "valid_lens", "W_q.weight", "output", ...): float32 with any strides, or
+ * int32 / int64 (valid lengths) in C order. Inputs and weights are read,
+ * outputs written. */
+typedef struct attnscore_named_tensor {
+  const char* name;
+  int32_t dtype; /* attnscore_dtype */
+  void* data;
+  int32_t rank;
+  int64_t dims[ATTNSCORE_MAX_RANK];
+  int64_t strides[ATTNSCORE_MAX_RANK]; /* in elements */
+} attnscore_named_tensor;
+
+/* A parameter as text: {"num_heads", "8"}, {"causal", "top-left"}. */
+typedef struct attnscore_param {
+  const char* name;
+  const char* value;
+} attnscore_param;
+
+/* An output's shape, as attnscore_op_check reports it. */
+typedef struct attnscore_shape {
+  int32_t rank;
+  int64_t dims[ATTNSCORE_MAX_RANK];
+} attnscore_shape;
+
+/* The entries' names, in the catalogue's order: index 0 to size - 1; NULL
+ * past the end. */
+ATTNSCORE_API size_t attnscore_catalogue_size(void);
+ATTNSCORE_API const char* attnscore_catalogue_name(size_t index);
+
+typedef struct attnscore_op attnscore_op;
+
+/* An entry ready to call: `name` a catalogue name, `params` its model
+ * parameters (num_heads, query_size, a KV cache's sizes), `weights` a
+ * model's tensors by their state_dict names (copied). */
+ATTNSCORE_API attnscore_status* attnscore_op_create(const char* name, const attnscore_param* params,
+                                                    size_t param_count,
+                                                    const attnscore_named_tensor* weights,
+                                                    size_t weight_count, attnscore_op** op);
+/* A model from a .safetensors state_dict: its kind from params ("kind"),
+ * else the file's __metadata__, else its tensor names; its parameters from
+ * params, else the metadata. */
+ATTNSCORE_API attnscore_status* attnscore_op_load(const char* path, const attnscore_param* params,
+                                                  size_t param_count, attnscore_op** op);
+ATTNSCORE_API void attnscore_op_destroy(attnscore_op* op);
+/* The entry's name; "" for NULL. */
+ATTNSCORE_API const char* attnscore_op_name(const attnscore_op* op);
+/* A model parameter in force as text ("8"); NULL when it has none of that name. */
+ATTNSCORE_API const char* attnscore_op_model_param(const attnscore_op* op, const char* name);
+/* A size the model fixes, by its dim name in the catalogue ("Dq", "H",
+ * "heads", ...); 0 when it fixes none of that name. */
+ATTNSCORE_API int64_t attnscore_op_fixed_dim(const attnscore_op* op, const char* dim);
+/* The entry's outputs: "output", then any given on request
+ * ("attention_weights"); 0 and NULL out of range or for NULL. */
+ATTNSCORE_API size_t attnscore_op_output_count(const attnscore_op* op);
+ATTNSCORE_API const char* attnscore_op_output_name(const attnscore_op* op, size_t index);
+/* Every check attnscore_op_run makes, without running; output i's shape
+ * into shapes[i] for i below shape_count. */
+ATTNSCORE_API attnscore_status* attnscore_op_check(
+    const attnscore_op* op, const attnscore_engine* engine, const attnscore_named_tensor* inputs,
+    size_t input_count, const attnscore_param* params, size_t param_count, attnscore_shape* shapes,
+    size_t shape_count);
+/* Runs the entry: writes the output named "output", and any other passed. */
+ATTNSCORE_API attnscore_status* attnscore_op_run(
+    const attnscore_op* op, const attnscore_engine* engine, const attnscore_named_tensor* inputs,
+    size_t input_count, const attnscore_param* params, size_t param_count,
+    const attnscore_named_tensor* outputs, size_t output_count);
 
 #ifdef __cplusplus
 }

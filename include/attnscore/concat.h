@@ -18,13 +18,17 @@
 #include <memory>
 #include <string>
 
-#include "attnscore/export.h"
 #include "attnscore/engine.h"
+#include "attnscore/export.h"
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
 
 namespace attnscore {
+
+namespace internal {
+struct ModelMaker;  // engine/api: makes every model
+}  // namespace internal
 
 class ATTNSCORE_API ConcatAttention {
  public:
@@ -60,11 +64,12 @@ class ATTNSCORE_API ConcatAttention {
   // Q: (B, N, Dq), K: (B, N, Dk) (one key per query), V: (B, M, Dv),
   // out: (B, N, O). valid_lens mask the M positions. `attention_weights`,
   // when not empty, receives the softmax (B, N, M).
-  Status Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
-                 ConstTensor values, const ValidLens& valid_lens, Tensor out,
+  Status Forward(const Engine& engine, ConstTensor queries, ConstTensor keys, ConstTensor values,
+                 const ValidLens& valid_lens, Tensor out,
                  Tensor attention_weights = Tensor()) const;
 
  private:
+  friend struct internal::ModelMaker;
   struct Params;
   explicit ConcatAttention(std::unique_ptr<Params> params);
   std::unique_ptr<Params> params_;

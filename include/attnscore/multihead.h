@@ -27,6 +27,10 @@
 
 namespace attnscore {
 
+namespace internal {
+struct ModelMaker;  // engine/api: makes every model
+}  // namespace internal
+
 // The module's parameters in PyTorch's nn.Linear layout (out × in), any
 // strides: W_q (H, Dq), W_k (H, Dk), W_v (H, Dv), W_o (H, H), H = num_hiddens.
 // The biases (H) each are all given (bias=True) or all left empty.
@@ -74,6 +78,7 @@ class ATTNSCORE_API MultiHeadAttention {
                  Tensor attention_weights = Tensor()) const;
 
  private:
+  friend struct internal::ModelMaker;
   struct Params;
   explicit MultiHeadAttention(std::unique_ptr<Params> params);
   std::unique_ptr<Params> params_;
