@@ -2,14 +2,18 @@
 """Export PyTorch models and inputs in the files attnscore reads.
 
   export_torch.py convert STATE.pt OUT.safetensors
+                  [--kind additive|concat|bilinear|multihead]
+                  [--num-heads NH] [--query-size DQ]
       A state_dict (or a whole module) saved with torch.save, written as
-      .safetensors with the state_dict keys as tensor names.
+      .safetensors with the state_dict keys as tensor names; --kind and the
+      hyperparameters go to the header's __metadata__ (as strings), where
+      attnscore-server and `attnscore run` read them.
 
   export_torch.py additive --query-size DQ --key-size DK --hidden H --out DIR
                   [--batch B --queries N --keys M --value-dim DV]
                   [--valid-lens none|L0,L1,...] [--seed S] [--toy]
       The seed AdditiveAttention module (tools/seed_modules.py) with random
-      weights: DIR/model.safetensors, random float32 inputs as DIR/queries.npy,
+      weights: DIR/NAME.safetensors, random float32 inputs as DIR/queries.npy,
       keys.npy, values.npy (and valid_lens.npy, int64, one per batch entry),
       and what the module itself returns: DIR/out.npy and DIR/weights.npy.
       --toy uses d2l's inputs instead: keys all ones, values arange(M*DV)
@@ -36,6 +40,12 @@
                   [--valid-lens none|L0,L1,...] [--seed S]
       The bilinear score q^T W k (tools/seed_modules.py's BilinearAttention)
       with random W: its state_dict (W.weight (DQ, DK)), inputs and outputs.
+
+Every model command also takes --name NAME (default model): the state_dict
+goes to DIR/NAME.safetensors, whose __metadata__ says what the model is:
+"kind" (the command) and, for multihead, "num_heads", for concat,
+"query_size". Such a file can be dropped into a server's models folder as it
+is, and served as NAME.
 
 Floating-point tensors are written as float32 (F32, the engine's type);
 integer tensors keep their type. The file is written by hand when the
@@ -65,7 +75,10 @@ DTYPES = {np.dtype("<f4"): "F32", np.dtype("<f8"): "F64", np.dtype("<f2"): "F16"
 
 
 def as_array(tensor):
-    """A state_dict entry as a little-endian C-order numpy array; floats as float32."""
+    """A state_dict entry (a tensor or a NumPy array) as a little-endian
+    C-order numpy array; floats as float32."""
+    if isinstance(tensor, np.ndarray):
+        tensor = torch.from_numpy(tensor)
     t = tensor.detach().cpu()
     if t.is_floating_point():
         t = t.float()
@@ -86,8 +99,10 @@ def atomic_write(path, chunks):
         raise
 
 
-def save_safetensors(state_dict, path):
-    """Writes {name: tensor} to path as .safetensors (float tensors as F32)."""
+def save_safetensors(state_dict, path, metadata=None):
+    """Writes {name: tensor} to path as .safetensors (float tensors as F32),
+    with `metadata` ({str: str}) as the header's __metadata__."""
+    metadata = {str(k): str(v) for k, v in (metadata or {}).items()}
     arrays = {name: as_array(t) for name, t in state_dict.items()}
     for name, a in arrays.items():
         if a.dtype not in DTYPES:
@@ -99,14 +114,14 @@ def save_safetensors(state_dict, path):
     if save_file is not None:
         tmp = "%s.tmp.%d" % (path, os.getpid())
         try:
-            save_file(arrays, tmp)
+            save_file(arrays, tmp, metadata=metadata or None)
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):
                 os.remove(tmp)
             raise
         return
-    header, offset = {}, 0
+    header, offset = ({"__metadata__": metadata} if metadata else {}), 0
     for name in sorted(arrays):
         a = arrays[name]
         header[name] = {"dtype": DTYPES[a.dtype], "shape": list(a.shape),
@@ -137,7 +152,13 @@ def convert(args):
     if not isinstance(obj, dict) or not all(torch.is_tensor(t) for t in obj.values()):
         sys.exit("export_torch.py: error: %s holds neither a module nor a state_dict of tensors"
                  % args.state)
-    save_safetensors(obj, args.out)
+    metadata = {"kind": args.kind} if args.kind else {}
+    for name in ("num_heads", "query_size"):
+        if getattr(args, name) is not None:
+            if not args.kind:
+                sys.exit("export_torch.py: error: --%s needs --kind" % name.replace("_", "-"))
+            metadata[name] = getattr(args, name)
+    save_safetensors(obj, args.out, metadata)
     print("wrote %s: %s" % (args.out, ", ".join(
         "%s %s" % (k, tuple(v.shape)) for k, v in sorted(obj.items()))))
 
@@ -166,9 +187,9 @@ def additive(args):
     lens = parse_lens(args.valid_lens, B)
     with torch.no_grad():
         out = model(q, k, v, lens)
-    write_case(args.out, model, q, k, v, lens, out)
-    print("wrote %s: model.safetensors (H=%d), Q%s K%s V%s, out%s" %
-          (args.out, args.hidden, tuple(q.shape), tuple(k.shape), tuple(v.shape), tuple(out.shape)))
+    write_case(args, {}, model, q, k, v, lens, out)
+    print("wrote %s: %s.safetensors (H=%d), Q%s K%s V%s, out%s" %
+          (args.out, args.name, args.hidden, tuple(q.shape), tuple(k.shape), tuple(v.shape), tuple(out.shape)))
 
 
 def concat(args):
@@ -182,9 +203,9 @@ def concat(args):
     lens = parse_lens(args.valid_lens, B)
     with torch.no_grad():
         out, _ = model(q, k, v, lens)
-    write_case(args.out, model, q, k, v, lens, out)
-    print("wrote %s: model.safetensors (M=%d, O=%d), Q%s K%s V%s, out%s" %
-          (args.out, args.value_rows, args.output_size, tuple(q.shape), tuple(k.shape),
+    write_case(args, {"query_size": args.query_size}, model, q, k, v, lens, out)
+    print("wrote %s: %s.safetensors (M=%d, O=%d), Q%s K%s V%s, out%s" %
+          (args.out, args.name, args.value_rows, args.output_size, tuple(q.shape), tuple(k.shape),
            tuple(v.shape), tuple(out.shape)))
 
 
@@ -203,9 +224,9 @@ def multihead(args):
     with torch.no_grad():
         out = model(q, k, v, lens)
     weights = model.attention_weights.reshape(B, args.heads, N, M)
-    write_case(args.out, model, q, k, v, lens, out, weights)
-    print("wrote %s: model.safetensors (H=%d, %d heads%s), Q%s K%s V%s, out%s" %
-          (args.out, args.hiddens, args.heads, ", biases" if args.bias else "", tuple(q.shape),
+    write_case(args, {"num_heads": args.heads}, model, q, k, v, lens, out, weights)
+    print("wrote %s: %s.safetensors (H=%d, %d heads%s), Q%s K%s V%s, out%s" %
+          (args.out, args.name, args.hiddens, args.heads, ", biases" if args.bias else "", tuple(q.shape),
            tuple(k.shape), tuple(v.shape), tuple(out.shape)))
 
 
@@ -219,17 +240,20 @@ def bilinear(args):
     lens = parse_lens(args.valid_lens, B)
     with torch.no_grad():
         out = model(q, k, v, lens)
-    write_case(args.out, model, q, k, v, lens, out)
-    print("wrote %s: model.safetensors (W %dx%d), Q%s K%s V%s, out%s" %
-          (args.out, args.query_size, args.key_size, tuple(q.shape), tuple(k.shape),
+    write_case(args, {}, model, q, k, v, lens, out)
+    print("wrote %s: %s.safetensors (W %dx%d), Q%s K%s V%s, out%s" %
+          (args.out, args.name, args.query_size, args.key_size, tuple(q.shape), tuple(k.shape),
            tuple(v.shape), tuple(out.shape)))
 
 
-def write_case(folder, model, q, k, v, lens, out, weights=None):
-    """A module's state_dict, its inputs and what it returned (its attention
-    weights unless `weights` is given), in `folder`."""
+def write_case(args, metadata, model, q, k, v, lens, out, weights=None):
+    """A module's state_dict as args.out/NAME.safetensors (its kind and
+    hyperparameters in the header's __metadata__), its inputs and what it
+    returned (its attention weights unless `weights` is given)."""
+    folder = args.out
     os.makedirs(folder, exist_ok=True)
-    save_safetensors(model.state_dict(), os.path.join(folder, "model.safetensors"))
+    save_safetensors(model.state_dict(), os.path.join(folder, args.name + ".safetensors"),
+                     {"kind": args.command, **metadata})
     weights = model.attention_weights if weights is None else weights
     for name, t in (("queries", q), ("keys", k), ("values", v), ("out", out),
                     ("weights", weights)):
@@ -246,6 +270,10 @@ def main():
     c = sub.add_parser("convert", help="a torch.save'd state_dict or module to .safetensors")
     c.add_argument("state")
     c.add_argument("out")
+    c.add_argument("--kind", choices=["additive", "concat", "bilinear", "multihead"],
+                   help="the model's kind, written to the header's __metadata__")
+    c.add_argument("--num-heads", type=int, help="multihead: num_heads, to the metadata")
+    c.add_argument("--query-size", type=int, help="concat: Dq, to the metadata")
     a = sub.add_parser("additive", help="the seed AdditiveAttention, its inputs and outputs")
     a.add_argument("--query-size", type=int, required=True)
     a.add_argument("--key-size", type=int, required=True)
@@ -292,10 +320,16 @@ def main():
     b.add_argument("--valid-lens", default="none")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--out", required=True)
+    for p in (a, t, m, b):
+        p.add_argument("--name", default="model",
+                       help="the model's name: its file is OUT/NAME.safetensors (default model)")
     args = ap.parse_args()
+    if not all(c.isalnum() or c in "_-." for c in getattr(args, "name", "x")) or \
+            set(getattr(args, "name", "x")) <= {"."}:
+        ap.error("--name takes letters, digits, '_', '-' and '.', not dots alone")
     for name in ("query_size", "key_size", "hidden", "batch", "queries", "keys", "value_dim",
-                 "value_rows", "output_size", "value_size", "hiddens", "heads"):
-        if getattr(args, name, 1) < 1:
+                 "value_rows", "output_size", "value_size", "hiddens", "heads", "num_heads"):
+        if getattr(args, name, None) is not None and getattr(args, name) < 1:
             ap.error("--%s must be >= 1" % name.replace("_", "-"))
     {"convert": convert, "additive": additive, "concat": concat, "multihead": multihead,
      "bilinear": bilinear}[args.command](args)
