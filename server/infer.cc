@@ -53,7 +53,11 @@ InferAnswer Infer(const Model& model, const Engine& engine, std::string_view bod
   std::vector<OutputData> outputs;
   Status status = ParseInputs(request, body.substr(json_bytes), &inputs);
   if (status.ok()) status = ParseRequestedOutputs(request, &requested);
-  if (status.ok()) status = model.Infer(engine, inputs, requested, max_output_elements, &outputs);
+  if (status.ok()) {
+    const auto parameters = request.find("parameters");
+    status = model.Infer(engine, inputs, parameters == request.end() ? json() : *parameters,
+                         requested, max_output_elements, &outputs);
+  }
   if (!status.ok()) {
     const bool client =
         status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kUnsupported;

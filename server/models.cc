@@ -1,14 +1,14 @@
 #include "models.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 
 #include <algorithm>
-#include <array>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <set>
 
 namespace attnscore::server {
 namespace {
@@ -17,249 +17,115 @@ using nlohmann::json;
 
 Status Bad(const std::string& message) { return Status::InvalidArgument(message); }
 
-const std::vector<std::string> kFloat = {"FP32"};
-const std::vector<std::string> kInts = {"INT32", "INT64"};
-const std::vector<int64_t> kFree3 = {-1, -1, -1};
-
-TensorSpec LensSpec() { return {"valid_lens", kInts, {-1, -1}, /*optional=*/true}; }
-
-int64_t Elements(const std::array<int64_t, 3>& dims) { return dims[0] * dims[1] * dims[2]; }
-
-std::vector<int64_t> Dims(const std::array<int64_t, 3>& dims) {
-  return {dims[0], dims[1], dims[2]};
-}
-
-Status CheckOutputSize(int64_t elements, int64_t max_output_elements) {
-  if (elements > max_output_elements) {
-    return Bad("the requested outputs hold " + std::to_string(elements) +
-               " floats; this server returns at most " + std::to_string(max_output_elements) +
-               " (a quarter of --max-request-bytes)");
-  }
-  return Status::Ok();
-}
-
-// The most scores (B · N · M) one request may ask for: about 10 s of one
-// core at D = 64. A request's bytes bound N and M, not their product, and a
-// worker cannot be taken back once it computes.
+// The most scores (B · N · M, per head) one request may ask for: about 10 s
+// of one core at D = 64. A request's bytes bound N and M, not their product,
+// and a worker cannot be taken back once it computes.
 constexpr int64_t kMaxScores = int64_t{1} << 32;
 
-// An attention op or model: inputs queries, keys, values, valid_lens;
-// outputs output and, on request, attention_weights.
-class AttentionModel : public Model {
- public:
-  using CheckFn = std::function<Status(const Engine&, ConstTensor, ConstTensor, ConstTensor,
-                                       const ValidLens&, OutputShapes*)>;
-  using RunFn = std::function<Status(const Engine&, ConstTensor, ConstTensor, ConstTensor,
-                                     const ValidLens&, Tensor, Tensor)>;
-
-  AttentionModel(std::string name, std::string kind, std::vector<int64_t> query_shape,
-                 std::vector<int64_t> key_shape, std::vector<int64_t> value_shape,
-                 std::vector<int64_t> out_shape, CheckFn check, RunFn run)
-      : Model(std::move(name), std::move(kind),
-              {{"queries", kFloat, std::move(query_shape)},
-               {"keys", kFloat, std::move(key_shape)},
-               {"values", kFloat, std::move(value_shape)},
-               LensSpec()},
-              {{"output", kFloat, std::move(out_shape)}, {"attention_weights", kFloat, kFree3}}),
-        check_(std::move(check)),
-        run_(std::move(run)) {}
-
-  Status Infer(const Engine& engine, const std::vector<InputTensor>& inputs,
-               const std::vector<RequestedOutput>& requested, int64_t max_output_elements,
-               std::vector<OutputData>* outputs) const override {
-    std::vector<const InputTensor*> in;
-    std::vector<Want> wanted;
-    ValidLens lens;
-    Status s = Bind(inputs, requested, /*lens_input=*/3, &in, &wanted, &lens);
-    if (!s.ok()) return s;
-    const ConstTensor q = in[0]->View(), k = in[1]->View(), v = in[2]->View();
-    OutputShapes shapes;
-    if (!(s = check_(engine, q, k, v, lens, &shapes)).ok()) return s;
-    const int64_t scores = Elements(shapes.attention_weights);
-    if (scores > kMaxScores) {
-      return Bad("the request asks for " + std::to_string(scores) +
-                 " scores (B * N * M); this server computes at most " + std::to_string(kMaxScores) +
-                 " in one request");
-    }
-    const bool want_weights = wanted[1] != Want::kNo;
-    const int64_t weights = want_weights ? Elements(shapes.attention_weights) : 0;
-    s = CheckOutputSize(Elements(shapes.out) + weights, max_output_elements);
-    if (!s.ok()) return s;
-
-    // The op always writes `output`; it is returned only when asked for.
-    std::vector<float> out(Elements(shapes.out)), attention(weights);
-    const auto& o = shapes.out;
-    const auto& w = shapes.attention_weights;
-    Tensor weights_view;
-    if (want_weights) weights_view = Tensor(attention.data(), {w[0], w[1], w[2]});
-    s = run_(engine, q, k, v, lens, Tensor(out.data(), {o[0], o[1], o[2]}), weights_view);
-    if (!s.ok()) return s;
-    outputs->clear();
-    if (wanted[0] != Want::kNo) {
-      outputs->push_back({"output", Dims(o), std::move(out), wanted[0] == Want::kBinary});
-    }
-    if (want_weights) {
-      outputs->push_back(
-          {"attention_weights", Dims(w), std::move(attention), wanted[1] == Want::kBinary});
-    }
-    return Status::Ok();
+const char* ProtocolType(DataType type) {
+  switch (type) {
+    case DataType::kFloat32:
+      return "FP32";
+    case DataType::kInt32:
+      return "INT32";
+    case DataType::kInt64:
+      return "INT64";
   }
-
- private:
-  CheckFn check_;
-  RunFn run_;
-};
-
-class MaskedSoftmaxModel : public Model {
- public:
-  MaskedSoftmaxModel()
-      : Model("masked_softmax", "masked_softmax", {{"x", kFloat, kFree3}, LensSpec()},
-              {{"output", kFloat, kFree3}}) {}
-
-  Status Infer(const Engine& engine, const std::vector<InputTensor>& inputs,
-               const std::vector<RequestedOutput>& requested, int64_t max_output_elements,
-               std::vector<OutputData>* outputs) const override {
-    std::vector<const InputTensor*> in;
-    std::vector<Want> wanted;
-    ValidLens lens;
-    Status s = Bind(inputs, requested, /*lens_input=*/1, &in, &wanted, &lens);
-    if (!s.ok()) return s;
-    const ConstTensor x = in[0]->View();
-    OutputShapes shapes;
-    if (!(s = engine.CheckMaskedSoftmax(x, lens, &shapes)).ok()) return s;
-    if (!(s = CheckOutputSize(Elements(shapes.out), max_output_elements)).ok()) return s;
-    std::vector<float> y(Elements(shapes.out));
-    const auto& d = shapes.out;
-    s = engine.MaskedSoftmax(x, lens, Tensor(y.data(), {d[0], d[1], d[2]}));
-    if (!s.ok()) return s;
-    outputs->clear();
-    outputs->push_back({"output", Dims(d), std::move(y), wanted[0] == Want::kBinary});
-    return Status::Ok();
-  }
-};
-
-std::unique_ptr<Model> DotProductModel() {
-  return std::make_unique<AttentionModel>(
-      "dot_product_attention", "dot_product_attention", kFree3, kFree3, kFree3, kFree3,
-      [](const Engine& engine, ConstTensor q, ConstTensor k, ConstTensor v, const ValidLens& lens,
-         OutputShapes* shapes) { return engine.CheckDotProductAttention(q, k, v, lens, shapes); },
-      [](const Engine& engine, ConstTensor q, ConstTensor k, ConstTensor v, const ValidLens& lens,
-         Tensor out,
-         Tensor weights) { return engine.DotProductAttention(q, k, v, lens, out, weights); });
+  return "";
 }
 
-// A model class (AdditiveAttention, ConcatAttention) served under `name`;
-// the AttentionModel owns it through the shared pointer its functions hold.
-template <typename Net>
-std::unique_ptr<Model> NetModel(const std::string& name, const std::string& kind,
-                                std::shared_ptr<const Net> net, std::vector<int64_t> query_shape,
-                                std::vector<int64_t> key_shape, std::vector<int64_t> value_shape,
-                                std::vector<int64_t> out_shape) {
-  return std::make_unique<AttentionModel>(
-      name, kind, std::move(query_shape), std::move(key_shape), std::move(value_shape),
-      std::move(out_shape),
-      [net](const Engine&, ConstTensor q, ConstTensor k, ConstTensor v, const ValidLens& lens,
-            OutputShapes* shapes) { return net->Check(q, k, v, lens, shapes); },
-      [net](const Engine& engine, ConstTensor q, ConstTensor k, ConstTensor v,
-            const ValidLens& lens, Tensor out,
-            Tensor weights) { return net->Forward(engine, q, k, v, lens, out, weights); });
+// The catalogue's tensors as the protocol lists them: a dim the model fixes
+// has its size, any other -1.
+std::vector<ProtocolTensor> Describe(const std::vector<TensorSpec>& specs,
+                                     const std::map<std::string, int64_t>& fixed) {
+  std::vector<ProtocolTensor> list;
+  for (const TensorSpec& spec : specs) {
+    ProtocolTensor t{spec.name, {}, {}, spec.optional};
+    for (DataType type : spec.dtypes) t.datatypes.push_back(ProtocolType(type));
+    for (const std::string& dim : spec.dims) {
+      const auto size = fixed.find(dim);
+      t.shape.push_back(size == fixed.end() ? -1 : size->second);
+    }
+    list.push_back(std::move(t));
+  }
+  return list;
 }
 
-// The tensor names in a .safetensors header: an 8-byte little-endian length,
-// then that many bytes of JSON whose keys (but "__metadata__") are tensors.
-// The header is read whole only when under 100 MB (the format's own cap).
-Status TensorNames(const std::string& path, std::set<std::string>* names) {
-  std::ifstream file(path, std::ios::binary);
-  unsigned char size_bytes[8];
-  if (!file.read(reinterpret_cast<char*>(size_bytes), 8)) {
-    return Status::IoError(path + ": cannot read a .safetensors header");
-  }
-  uint64_t size = 0;
-  for (int i = 7; i >= 0; --i) size = size << 8 | size_bytes[i];
-  if (size > 100'000'000) return Bad(path + ": header of " + std::to_string(size) + " bytes");
-  std::string header(size, '\0');
-  if (!file.read(header.data(), static_cast<std::streamsize>(size))) {
-    return Bad(path + ": the header is shorter than its length says");
-  }
-  const json parsed = json::parse(header, nullptr, /*allow_exceptions=*/false);
-  if (!parsed.is_object()) return Bad(path + ": the header is not a JSON object");
-  for (const auto& item : parsed.items()) {
-    if (item.key() != "__metadata__") names->insert(item.key());
-  }
-  return Status::Ok();
+int64_t Elements(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
 }
 
-// NAME.json beside NAME.safetensors, or an empty object when there is none.
-Status Sidecar(const std::string& path, json* sidecar) {
+// A request's input as the Op's named tensor: floats in place; integers
+// (kept as int64 whatever their datatype) as int64.
+NamedTensor Named(const InputTensor& input) {
+  if (input.datatype == "FP32") return NamedTensor(input.name, input.View());
+  return NamedTensor(input.name, input.ints.data(), input.shape);
+}
+
+// NAME.json beside NAME.safetensors, as model parameters; none when absent.
+Status Sidecar(const std::string& path, Params* params) {
   std::ifstream file(path);
-  if (!file) {
-    *sidecar = json::object();
-    return Status::Ok();
-  }
-  *sidecar = json::parse(file, nullptr, /*allow_exceptions=*/false);
-  if (!sidecar->is_object()) return Bad(path + ": not a JSON object");
-  for (const auto& item : sidecar->items()) {
-    if (item.key() != "query_size") {
-      return Bad(path + ": unknown key '" + item.key() + "'; the sidecar takes query_size");
+  if (!file) return Status::Ok();
+  const json sidecar = json::parse(file, nullptr, /*allow_exceptions=*/false);
+  if (!sidecar.is_object()) return Bad(path + ": not a JSON object");
+  for (const auto& item : sidecar.items()) {
+    const json& value = item.value();
+    if (value.is_number_integer()) {
+      (*params)[item.key()] = std::to_string(value.get<int64_t>());
+    } else if (value.is_string()) {
+      (*params)[item.key()] = value.get<std::string>();
+    } else {
+      return Bad(path + ": '" + item.key() + "' is " + value.dump() +
+                 "; want an integer or a string");
     }
   }
   return Status::Ok();
-}
-
-Status LoadFile(const std::string& folder, const std::string& stem, std::unique_ptr<Model>* model) {
-  const std::string path = folder + "/" + stem + ".safetensors";
-  std::set<std::string> names;
-  Status s = TensorNames(path, &names);
-  if (!s.ok()) return s;
-  json sidecar;
-  const std::string sidecar_path = folder + "/" + stem + ".json";
-  if (!(s = Sidecar(sidecar_path, &sidecar)).ok()) return s;
-
-  const std::set<std::string> additive = {"W_q.weight", "W_k.weight", "w_v.weight"};
-  const std::set<std::string> concat = {"attn.weight", "attn.bias", "attn_combine.weight",
-                                        "attn_combine.bias"};
-  if (names == additive) {
-    std::unique_ptr<AdditiveAttention> net;
-    if (!(s = AdditiveAttention::Load(path, &net)).ok()) return s;
-    std::shared_ptr<const AdditiveAttention> shared(std::move(net));
-    *model = NetModel(stem, "additive", shared, {-1, -1, shared->query_size()},
-                      {-1, -1, shared->key_size()}, kFree3, kFree3);
-    return Status::Ok();
-  }
-  if (names == concat) {
-    const auto query_size = sidecar.find("query_size");
-    if (query_size == sidecar.end() || !query_size->is_number_integer() ||
-        query_size->get<int64_t>() <= 0) {
-      return Bad(path + " is concat attention: " + sidecar_path +
-                 " must give its query size, {\"query_size\": Dq}");
-    }
-    std::unique_ptr<ConcatAttention> net;
-    if (!(s = ConcatAttention::Load(path, query_size->get<int64_t>(), &net)).ok()) return s;
-    std::shared_ptr<const ConcatAttention> shared(std::move(net));
-    *model = NetModel(
-        stem, "concat", shared, {-1, -1, shared->query_size()}, {-1, -1, shared->key_size()},
-        {-1, shared->value_rows(), shared->value_size()}, {-1, -1, shared->output_size()});
-    return Status::Ok();
-  }
-  std::string listed;
-  for (const std::string& name : names) listed += (listed.empty() ? "" : ", ") + name;
-  return Bad(path + ": tensors {" + listed +
-             "} are no model this server knows (additive: W_q.weight, W_k.weight, w_v.weight; "
-             "concat: attn.weight, attn.bias, attn_combine.weight, attn_combine.bias)");
 }
 
 bool IsModelName(const std::string& name) {
-  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
-  });
+  return !name.empty() && name.find_first_not_of('.') != std::string::npos &&
+         std::all_of(name.begin(), name.end(), [](char c) {
+           return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+         });
+}
+
+// The model of folder/stem.safetensors, or why there is none.
+Status LoadFile(const std::string& folder, const std::string& stem, std::shared_ptr<const Op>* op) {
+  const std::string path = folder + "/" + stem + ".safetensors";
+  struct stat info {};
+  if (stat(path.c_str(), &info) != 0) return Status::IoError(path + ": " + std::strerror(errno));
+  if (!S_ISREG(info.st_mode)) return Bad(path + ": not a regular file");
+  Params params;
+  ATTNSCORE_RETURN_IF_ERROR(Sidecar(folder + "/" + stem + ".json", &params));
+  std::unique_ptr<Op> loaded;
+  Status s = Op::Load(path, params, &loaded);
+  if (!s.ok() && s.message().find("query_size") != std::string::npos &&
+      !params.count("query_size")) {
+    s = Status(s.code(), s.message() + "; give it in the file's __metadata__ or in " + folder +
+                             "/" + stem + ".json as {\"query_size\": Dq}");
+  }
+  ATTNSCORE_RETURN_IF_ERROR(s);
+  *op = std::move(loaded);
+  return Status::Ok();
 }
 
 }  // namespace
 
+Model::Model(std::string name, std::shared_ptr<const Op> op)
+    : name_(std::move(name)),
+      op_(std::move(op)),
+      inputs_(Describe(op_->spec().inputs, op_->fixed_dims())),
+      outputs_(Describe(op_->spec().outputs, op_->fixed_dims())) {}
+
+Model::Model(std::string name, std::string not_ready_reason)
+    : name_(std::move(name)), reason_(std::move(not_ready_reason)) {}
+
 json Model::Metadata() const {
-  auto specs = [](const std::vector<TensorSpec>& list) {
+  auto specs = [](const std::vector<ProtocolTensor>& list) {
     json entries = json::array();
-    for (const TensorSpec& spec : list) {
+    for (const ProtocolTensor& spec : list) {
       json entry = {{"name", spec.name}, {"datatype", spec.datatypes[0]}, {"shape", spec.shape}};
       if (spec.datatypes.size() > 1) entry["parameters"] = {{"datatypes", spec.datatypes}};
       if (spec.optional) entry["optional"] = true;
@@ -267,32 +133,99 @@ json Model::Metadata() const {
     }
     return entries;
   };
+  json parameters = {{"kind", op_->spec().name}};
+  for (const auto& [key, value] : op_->model_params()) parameters[key] = value;
   return {{"name", name_},
           {"versions", {"1"}},
           {"platform", "attnscore"},
-          {"parameters", {{"kind", kind_}}},
+          {"parameters", std::move(parameters)},
           {"inputs", specs(inputs_)},
           {"outputs", specs(outputs_)}};
 }
 
-Status Model::Bind(const std::vector<InputTensor>& inputs,
-                   const std::vector<RequestedOutput>& requested, size_t lens_input,
-                   std::vector<const InputTensor*>* matched, std::vector<Want>* wanted,
-                   ValidLens* lens) const {
-  Status s = Match(inputs, matched);
-  if (s.ok()) s = Select(requested, wanted);
-  if (s.ok() && (*matched)[lens_input] != nullptr) s = (*matched)[lens_input]->Lens(lens);
-  return s;
+Status Model::Infer(const Engine& engine, const std::vector<InputTensor>& inputs,
+                    const json& parameters, const std::vector<RequestedOutput>& requested,
+                    int64_t max_output_elements, std::vector<OutputData>* outputs) const {
+  std::vector<const InputTensor*> matched;
+  std::vector<Want> wanted;
+  Params params;
+  ATTNSCORE_RETURN_IF_ERROR(Match(inputs, &matched));
+  ATTNSCORE_RETURN_IF_ERROR(Select(requested, &wanted));
+  ATTNSCORE_RETURN_IF_ERROR(CallParams(parameters, &params));
+  std::vector<NamedTensor> named;
+  for (const InputTensor* input : matched) {
+    if (input != nullptr) named.push_back(Named(*input));
+  }
+  std::vector<std::vector<int64_t>> shapes;
+  ATTNSCORE_RETURN_IF_ERROR(op_->Check(engine, named, params, &shapes));
+  const std::vector<int64_t>& weights = shapes.back();  // the weights, or the softmax
+  const int64_t scores = Elements(weights);
+  if (scores > kMaxScores) {
+    return Bad("the request asks for " + std::to_string(scores) + " scores (B * N * M" +
+               (weights.size() == 4 ? " * heads" : "") + "); this server computes at most " +
+               std::to_string(kMaxScores) + " in one request");
+  }
+  // The op always writes its first output; it is returned only when asked for.
+  int64_t elements = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    if (i == 0 || wanted[i] != Want::kNo) elements += Elements(shapes[i]);
+  }
+  if (elements > max_output_elements) {
+    return Bad("the requested outputs hold " + std::to_string(elements) +
+               " floats; this server returns at most " + std::to_string(max_output_elements) +
+               " (a quarter of --max-request-bytes)");
+  }
+  std::vector<std::vector<float>> data(shapes.size());
+  std::vector<NamedTensor> views;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    if (i != 0 && wanted[i] == Want::kNo) continue;
+    data[i].resize(static_cast<size_t>(Elements(shapes[i])));
+    views.emplace_back(outputs_[i].name, data[i].data(), shapes[i]);
+  }
+  ATTNSCORE_RETURN_IF_ERROR(op_->Run(engine, named, params, views));
+  outputs->clear();
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    if (wanted[i] == Want::kNo) continue;
+    outputs->push_back(
+        {outputs_[i].name, shapes[i], std::move(data[i]), wanted[i] == Want::kBinary});
+  }
+  return Status::Ok();
+}
+
+Status Model::CallParams(const json& parameters, Params* params) const {
+  if (parameters.is_null()) return Status::Ok();
+  for (const auto& item : parameters.items()) {
+    if (item.key() == "binary_data_output") continue;  // the protocol's own
+    const ParamSpec* spec = op_->spec().param(item.key());
+    if (spec == nullptr || spec->kind != ParamSpec::Kind::kCall) {
+      std::string known;
+      for (const ParamSpec& p : op_->spec().params) {
+        if (p.kind == ParamSpec::Kind::kCall) known += ", " + p.name;
+      }
+      return Bad("model '" + name_ + "' takes no parameter '" + item.key() +
+                 "'; it takes binary_data_output" + known);
+    }
+    const json& value = item.value();
+    if (value.is_string()) {
+      (*params)[item.key()] = value.get<std::string>();
+    } else if (value.is_number()) {
+      (*params)[item.key()] = value.dump();
+    } else {
+      return Bad("parameter '" + item.key() + "' is " + value.dump() +
+                 "; want a string or a number");
+    }
+  }
+  return Status::Ok();
 }
 
 Status Model::Match(const std::vector<InputTensor>& inputs,
                     std::vector<const InputTensor*>* matched) const {
   matched->assign(inputs_.size(), nullptr);
   std::string expected;
-  for (const TensorSpec& spec : inputs_) expected += (expected.empty() ? "" : ", ") + spec.name;
+  for (const ProtocolTensor& spec : inputs_) expected += (expected.empty() ? "" : ", ") + spec.name;
   for (const InputTensor& input : inputs) {
     const auto spec = std::find_if(inputs_.begin(), inputs_.end(),
-                                   [&](const TensorSpec& s) { return s.name == input.name; });
+                                   [&](const ProtocolTensor& s) { return s.name == input.name; });
     if (spec == inputs_.end()) {
       return Bad("model '" + name_ + "' has no input '" + input.name + "'; its inputs are " +
                  expected);
@@ -323,10 +256,10 @@ Status Model::Select(const std::vector<RequestedOutput>& requested,
   for (const RequestedOutput& output : requested) {
     const std::string& name = output.name.empty() ? outputs_[0].name : output.name;
     const auto spec = std::find_if(outputs_.begin(), outputs_.end(),
-                                   [&](const TensorSpec& s) { return s.name == name; });
+                                   [&](const ProtocolTensor& s) { return s.name == name; });
     if (spec == outputs_.end()) {
       std::string known;
-      for (const TensorSpec& s : outputs_) known += (known.empty() ? "" : ", ") + s.name;
+      for (const ProtocolTensor& s : outputs_) known += (known.empty() ? "" : ", ") + s.name;
       return Bad("model '" + name_ + "' has no output '" + name + "'; its outputs are " + known);
     }
     (*wanted)[spec - outputs_.begin()] = output.binary ? Want::kBinary : Want::kJson;
@@ -336,8 +269,12 @@ Status Model::Select(const std::vector<RequestedOutput>& requested,
 
 Status LoadModels(const std::string& folder, ModelMap* models) {
   models->clear();
-  (*models)["masked_softmax"] = std::make_unique<MaskedSoftmaxModel>();
-  (*models)["dot_product_attention"] = DotProductModel();
+  for (const OpSpec& spec : Catalogue()) {
+    if (spec.is_model() || spec.stateful) continue;  // a cache's state has no place in a request
+    std::unique_ptr<Op> op;
+    ATTNSCORE_RETURN_IF_ERROR(Op::Create(spec.name, {}, {}, &op));
+    (*models)[spec.name] = std::make_unique<Model>(spec.name, std::move(op));
+  }
   if (folder.empty()) return Status::Ok();
   DIR* dir = opendir(folder.c_str());
   if (dir == nullptr) {
@@ -355,17 +292,29 @@ Status LoadModels(const std::string& folder, ModelMap* models) {
   closedir(dir);
   std::sort(stems.begin(), stems.end());
   for (const std::string& stem : stems) {
+    const std::string path = folder + "/" + stem + suffix;
+    std::string reason;
+    std::shared_ptr<const Op> op;
     if (!IsModelName(stem)) {
-      return Bad(folder + "/" + stem + suffix +
-                 ": a model name takes letters, digits, '_', '-' and '.' only");
+      // Not listed at all: no URL can name it.
+      std::fprintf(stderr,
+                   "attnscore-server: skipping %s: a model name takes letters, digits, "
+                   "'_', '-' and '.' only, not all dots\n",
+                   path.c_str());
+      continue;
     }
     if (models->count(stem) != 0) {
-      return Bad(folder + "/" + stem + suffix + ": '" + stem + "' is a built-in model's name");
+      reason = "'" + stem + "' is a built-in model's name";
+    } else if (Status s = LoadFile(folder, stem, &op); !s.ok()) {
+      reason = s.message();
     }
-    std::unique_ptr<Model> model;
-    Status s = LoadFile(folder, stem, &model);
-    if (!s.ok()) return s;
-    (*models)[stem] = std::move(model);
+    if (reason.empty()) {
+      (*models)[stem] = std::make_unique<Model>(stem, std::move(op));
+    } else {
+      std::fprintf(stderr, "attnscore-server: model '%s' is not ready: %s\n", stem.c_str(),
+                   reason.c_str());
+      if (!models->count(stem)) (*models)[stem] = std::make_unique<Model>(stem, reason);
+    }
   }
   return Status::Ok();
 }

@@ -1,11 +1,11 @@
-// The models a server serves: the built-in ops (masked_softmax,
-// dot_product_attention) and one model per .safetensors file of a folder.
-// Each runs a request's parsed inputs on an Engine through the public API
-// and answers the protocol's model metadata (docs/serving.md).
+// The models a server serves: the catalogue's stateless ops, built in
+// (masked_softmax, dot_product_attention, multihead_attention), and one
+// model per .safetensors file of a folder. Each is an attnscore::Op: its
+// inputs, outputs and metadata come from the catalogue's entry, and a
+// request runs through the Op's generic call (docs/serving.md).
 #ifndef ATTNSCORE_SERVER_MODELS_H_
 #define ATTNSCORE_SERVER_MODELS_H_
 
-#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -17,9 +17,9 @@
 
 namespace attnscore::server {
 
-// A tensor a model takes or returns: datatypes accepted, shape with -1 for
-// free dims, and whether a request may leave it out.
-struct TensorSpec {
+// A tensor as the protocol describes it: datatypes accepted, shape with -1
+// for free dims, and whether a request may leave it out.
+struct ProtocolTensor {
   std::string name;
   std::vector<std::string> datatypes;
   std::vector<int64_t> shape;
@@ -28,58 +28,55 @@ struct TensorSpec {
 
 class Model {
  public:
-  virtual ~Model() = default;
+  // A model served by `op`.
+  Model(std::string name, std::shared_ptr<const Op> op);
+  // A file the server could not make a model of: listed, never ready.
+  Model(std::string name, std::string not_ready_reason);
 
   const std::string& name() const { return name_; }
-  // "masked_softmax", "dot_product_attention", "additive" or "concat".
-  const std::string& kind() const { return kind_; }
-  // The protocol's model metadata: name, versions, platform, inputs, outputs.
+  bool ready() const { return op_ != nullptr; }
+  // Why the model is not ready ("" when it is).
+  const std::string& not_ready_reason() const { return reason_; }
+  // The protocol's model metadata: name, versions, platform, inputs, outputs;
+  // its parameters give the catalogue's kind and the model's parameters.
   nlohmann::json Metadata() const;
 
-  // Runs `inputs` (by name; unknown, missing, mistyped ones refused) and
-  // returns the `requested` outputs in the model's order (the first output
-  // when none is named). InvalidArgument for anything the request got wrong,
-  // including outputs of more than `max_output_elements` floats in all.
-  virtual Status Infer(const Engine& engine, const std::vector<InputTensor>& inputs,
-                       const std::vector<RequestedOutput>& requested, int64_t max_output_elements,
-                       std::vector<OutputData>* outputs) const = 0;
+  // Runs `inputs` (by name; unknown, missing, mistyped ones refused) with
+  // the request's `parameters` (the entry's call parameters, such as causal
+  // and scale) and returns the `requested` outputs in the model's order
+  // (the first output when none is named). InvalidArgument for anything
+  // the request got wrong, including outputs of more than
+  // `max_output_elements` floats in all.
+  Status Infer(const Engine& engine, const std::vector<InputTensor>& inputs,
+               const nlohmann::json& parameters, const std::vector<RequestedOutput>& requested,
+               int64_t max_output_elements, std::vector<OutputData>* outputs) const;
 
- protected:
-  Model(std::string name, std::string kind, std::vector<TensorSpec> inputs,
-        std::vector<TensorSpec> outputs)
-      : name_(std::move(name)),
-        kind_(std::move(kind)),
-        inputs_(std::move(inputs)),
-        outputs_(std::move(outputs)) {}
-
+ private:
   // Which outputs to return, by position in outputs_: absent, or as JSON or
   // binary.
   enum class Want { kNo, kJson, kBinary };
-  // A request's inputs by their spec's position (null when an optional one
-  // is absent), after the name and datatype checks; which outputs it wants;
-  // and its valid lengths, from the input at `lens_input` when given.
-  Status Bind(const std::vector<InputTensor>& inputs, const std::vector<RequestedOutput>& requested,
-              size_t lens_input, std::vector<const InputTensor*>* matched,
-              std::vector<Want>* wanted, ValidLens* lens) const;
-
- private:
   Status Match(const std::vector<InputTensor>& inputs,
                std::vector<const InputTensor*>* matched) const;
   Status Select(const std::vector<RequestedOutput>& requested, std::vector<Want>* wanted) const;
+  Status CallParams(const nlohmann::json& parameters, Params* params) const;
 
   std::string name_;
-  std::string kind_;
-  std::vector<TensorSpec> inputs_;
-  std::vector<TensorSpec> outputs_;
+  std::shared_ptr<const Op> op_;
+  std::string reason_;
+  std::vector<ProtocolTensor> inputs_;
+  std::vector<ProtocolTensor> outputs_;
 };
 
 using ModelMap = std::map<std::string, std::unique_ptr<Model>>;
 
 // The built-ins, then one model per `*.safetensors` in `folder` (when not
 // empty), named after the file without its extension. A file's kind comes
-// from its tensor names; a sidecar NAME.json gives what the file cannot say:
-// {"query_size": Dq} for concat. Any file that does not load fails the whole
-// call with a message naming it.
+// from its header's __metadata__ "kind", else from its tensor names; its
+// model parameters (num_heads, query_size) from the metadata or from a
+// sidecar NAME.json ({"query_size": Dq}). A file that is no model the
+// catalogue knows, or does not load, is listed not ready, with its reason
+// printed to stderr: it never stops the server. Only an unreadable folder
+// fails the call.
 Status LoadModels(const std::string& folder, ModelMap* models);
 
 }  // namespace attnscore::server

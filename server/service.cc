@@ -41,6 +41,10 @@ void ReplyError(httplib::Response& response, int status, const std::string& mess
   response.set_content(ErrorBody(message), "application/json");
 }
 
+std::string NotReady(const Model& model) {
+  return "model '" + model.name() + "' is not ready: " + model.not_ready_reason();
+}
+
 // The {name} of a /v2/models/{name}[/versions/1]/infer path, else "".
 std::string InferTarget(std::string_view path) {
   const std::string_view prefix = "/v2/models/", suffix = "/infer", version = "/versions/1";
@@ -234,18 +238,27 @@ void Service::Install(httplib::Server* http) {
                 ReplyError(response, 404, "unknown model '" + request.matches[1].str() + "'");
                 return;
               }
-              Reply(response, 200, model->second->Metadata());
-            });
-  http->Get(R"(/v2/models/([^/]+)(?:/versions/1)?/ready)",
-            [this](const httplib::Request& request, httplib::Response& response) {
-              const bool known = models_.count(request.matches[1].str()) != 0;
-              if (!known) {
-                ReplyError(response, 404, "unknown model '" + request.matches[1].str() + "'");
+              if (!model->second->ready()) {
+                ReplyError(response, 400, NotReady(*model->second));
                 return;
               }
-              Reply(response, stopping_ ? 503 : 200,
-                    json{{"name", request.matches[1].str()}, {"ready", !stopping_}});
+              Reply(response, 200, model->second->Metadata());
             });
+  http->Get(R"(/v2/models/([^/]+)(?:/versions/1)?/ready)", [this](const httplib::Request& request,
+                                                                  httplib::Response& response) {
+    const auto model = models_.find(request.matches[1].str());
+    if (model == models_.end()) {
+      ReplyError(response, 404, "unknown model '" + request.matches[1].str() + "'");
+      return;
+    }
+    // The protocol: 200 means ready, a 4xx not ready.
+    if (!model->second->ready()) {
+      Reply(response, 400,
+            json{{"name", model->first}, {"ready", false}, {"error", NotReady(*model->second)}});
+      return;
+    }
+    Reply(response, stopping_ ? 503 : 200, json{{"name", model->first}, {"ready", !stopping_}});
+  });
   // The body is read here rather than by httplib, which would parse a body
   // sent as a form (curl -d, urllib's default Content-Type) and refuse one
   // over 8 KiB with 413.
@@ -297,6 +310,10 @@ void Service::Infer(const httplib::Request& request, const std::string& request_
   const auto found = models_.find(name);
   if (found == models_.end()) {
     ReplyError(response, 404, "unknown model '" + name + "'");
+    return;
+  }
+  if (!found->second->ready()) {
+    ReplyError(response, 400, NotReady(*found->second));
     return;
   }
   if (!gate_.Enter()) {

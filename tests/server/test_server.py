@@ -244,7 +244,7 @@ BAD_REQUESTS = [
      mutate(lambda b: b["inputs"][3]["data"].__setitem__(1, -1)), 400,
      ["valid_lens[1] is -1"]),
     ("lengths of rank 3", "dot_product_attention",
-     mutate(lambda b: b["inputs"][3].update(shape=[2, 1, 1])), 400, ["[B]"]),
+     mutate(lambda b: b["inputs"][3].update(shape=[2, 1, 1])), 400, ["(B,) or (B, N)"]),
     ("missing keys", "dot_product_attention",
      mutate(lambda b: b["inputs"].pop(1)), 400, ["needs input 'keys'"]),
     ("unknown input", "dot_product_attention",
@@ -447,14 +447,140 @@ def test_bad_flags_exit_2_naming_them(flags, words):
     assert words in result.stderr and result.stderr.startswith("attnscore-server: error:")
 
 
-def test_model_folder_errors_name_the_file(tmp_path):
+def started_with(tmp_path, folder):
+    """A server on `folder`, and what it printed to stderr as it loaded."""
+    log = open(tmp_path / "stderr.txt", "w+")
+    running = Server(SERVER, "--models", str(folder), log=log)
+    log.seek(0)
+    return running, log.read()
+
+
+def test_a_file_that_is_no_model_is_not_ready_and_stops_nothing(tmp_path):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    # Concat without its query size (no metadata, no sidecar), and a file of
+    # no known kind: both listed not ready, with their reasons on stderr.
     shutil.copy(os.path.join(GOLDEN, "concat_tutorial", "model.safetensors"),
-                tmp_path / "attn.safetensors")
-    result = subprocess.run([SERVER, "--models", str(tmp_path)], capture_output=True, text=True,
-                            timeout=30)
-    assert result.returncode == 2 and "attn.json" in result.stderr and "query_size" in \
-        result.stderr
-    (tmp_path / "attn.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{\"a\":1}")
-    result = subprocess.run([SERVER, "--models", str(tmp_path)], capture_output=True, text=True,
-                            timeout=30)
-    assert result.returncode == 2 and "attn.safetensors" in result.stderr
+                folder / "attn.safetensors")
+    (folder / "other.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{\"a\":1}")
+    running, stderr = started_with(tmp_path, folder)
+    with running:
+        assert "model 'attn' is not ready" in stderr and "attn.json" in stderr and \
+            "query_size" in stderr, stderr
+        assert "model 'other' is not ready" in stderr and "other.safetensors" in stderr, stderr
+        for name in ("attn", "other"):
+            status, _, answer = running.call("GET", "/v2/models/%s/ready" % name)
+            assert status == 400 and answer["ready"] is False, answer
+            status, _, answer = running.call("POST", "/v2/models/%s/infer" % name,
+                                             {"inputs": []})
+            assert status == 400 and "is not ready" in answer["error"], answer
+        status, _, _ = running.call("GET", "/v2/health/ready")
+        assert status == 200
+
+
+def export(tmp_path, folder, kind, name, *flags):
+    """tools/export_torch.py KIND: the seed module's NAME.safetensors (its kind
+    in the metadata) into `folder`, and its inputs and outputs."""
+    case = tmp_path / name
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "export_torch.py"), kind,
+                    *flags, "--name", name, "--out", str(case)], check=True, capture_output=True)
+    shutil.move(str(case / (name + ".safetensors")), folder / (name + ".safetensors"))
+    arrays = {n: np.load(case / (n + ".npy"))
+              for n in ("queries", "keys", "values", "valid_lens", "out", "weights")
+              if (case / (n + ".npy")).exists()}
+    return arrays
+
+
+def test_every_kind_of_model_file_serves_the_seed_modules_numbers(tmp_path):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    cases = {
+        "add": export(tmp_path, folder, "additive", "add", "--query-size", "6", "--key-size",
+                      "5", "--hidden", "7", "--queries", "3", "--valid-lens", "4,9"),
+        "cat": export(tmp_path, folder, "concat", "cat", "--query-size", "6", "--key-size", "5",
+                      "--value-rows", "8", "--value-dim", "3", "--output-size", "4",
+                      "--batch", "2", "--queries", "3", "--valid-lens", "5,8"),
+        "bil": export(tmp_path, folder, "bilinear", "bil", "--query-size", "6", "--key-size",
+                      "5", "--queries", "3", "--valid-lens", "2,10"),
+        "mha": export(tmp_path, folder, "multihead", "mha", "--query-size", "6", "--key-size",
+                      "5", "--value-size", "4", "--hiddens", "8", "--heads", "2", "--bias",
+                      "--valid-lens", "3,6"),
+    }
+    # A well-formed file of a tensor no model has.
+    header = b'{"foo":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    header += b" " * (-len(header) % 8)
+    (folder / "mystery.safetensors").write_bytes(
+        len(header).to_bytes(8, "little") + header + b"\x00" * 4)
+    kinds = {"add": "additive", "cat": "concat", "bil": "bilinear", "mha": "multihead"}
+    running, stderr = started_with(tmp_path, folder)
+    with running:
+        assert "model 'mystery' is not ready" in stderr, stderr
+        status, _, answer = running.call("GET", "/v2/models/mystery/ready")
+        assert status == 400 and answer["ready"] is False
+        for name, arrays in cases.items():
+            status, _, meta = running.call("GET", "/v2/models/" + name)
+            assert status == 200 and meta["parameters"]["kind"] == kinds[name], meta
+            inputs = {n: arrays[n] for n in ("queries", "keys", "values", "valid_lens")}
+            status, _, answer = running.call(
+                "POST", "/v2/models/%s/infer" % name,
+                infer_body(inputs, ["output", "attention_weights"]))
+            assert status == 200, (name, answer)
+            out, weights = output_array(answer, "output"), output_array(answer,
+                                                                         "attention_weights")
+            want = arrays["out"]
+            assert out.shape == want.shape, name
+            assert np.abs(out - want).max() <= 1e-4 * (1 + np.abs(want).max()), name
+            assert weights.shape == arrays["weights"].shape, name
+            assert np.abs(weights - arrays["weights"]).max() <= 1e-5, name
+        status, _, meta = running.call("GET", "/v2/models/mha")
+        assert meta["parameters"]["num_heads"] == "2"
+        assert [t["shape"] for t in meta["inputs"][:3]] == [[-1, -1, 6], [-1, -1, 5],
+                                                             [-1, -1, 4]]
+
+
+def attention_float64(q, k, v, causal, scale):
+    """Multi-head attention as docs/semantics.md defines it, in float64."""
+    B, N, Hq, D = q.shape
+    M, Hkv = k.shape[1], k.shape[2]
+    out = np.zeros((B, N, Hq, v.shape[3]))
+    weights = np.zeros((B, Hq, N, M))
+    for b in range(B):
+        for h in range(Hq):
+            g = h // (Hq // Hkv)
+            s = scale * q[b, :, h].astype(np.float64) @ k[b, :, g].astype(np.float64).T
+            for i in range(N):
+                last = {"none": M - 1, "top-left": i, "bottom-right": M - N + i}[causal]
+                s[i, last + 1:] = -np.inf
+            w = np.exp(s - s.max(axis=1, keepdims=True))
+            w /= w.sum(axis=1, keepdims=True)
+            weights[b, h] = w
+            out[b, :, h] = w @ v[b, :, g]
+    return out, weights
+
+
+def test_the_built_in_multihead_attention_honours_causal_and_scale(server):
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 3, 4, 8)).astype(np.float32)
+    k = rng.standard_normal((2, 5, 2, 8)).astype(np.float32)
+    v = rng.standard_normal((2, 5, 2, 3)).astype(np.float32)
+    answers = {}
+    for causal, scale in (("none", 0.0), ("top-left", 0.0), ("bottom-right", 0.25)):
+        body = infer_body({"queries": q, "keys": k, "values": v},
+                          ["output", "attention_weights"])
+        body["parameters"] = {"causal": causal, "scale": scale}
+        status, _, answer = server.call("POST", "/v2/models/multihead_attention/infer", body)
+        assert status == 200, answer
+        want_out, want_weights = attention_float64(q, k, v, causal, scale or 8 ** -0.5)
+        out = output_array(answer, "output")
+        assert out.shape == (2, 3, 4, 3)
+        assert np.abs(out - want_out).max() <= 1e-5 * (1 + np.abs(want_out).max()), causal
+        assert np.abs(output_array(answer, "attention_weights") - want_weights).max() <= 1e-6
+        answers[causal] = out
+    assert not np.array_equal(answers["none"], answers["top-left"])
+    body = infer_body({"queries": q, "keys": k, "values": v})
+    body["parameters"] = {"causal": "diagonal"}
+    status, _, answer = server.call("POST", "/v2/models/multihead_attention/infer", body)
+    assert status == 400 and "causal is 'diagonal'" in answer["error"], answer
+    body["parameters"] = {"casual": "top-left"}
+    status, _, answer = server.call("POST", "/v2/models/multihead_attention/infer", body)
+    assert status == 400 and "no parameter 'casual'" in answer["error"], answer
