@@ -558,7 +558,7 @@ TEST_F(CliTest, RunConcatRejectsBadModelsAndShapes) {
   ExpectBadInput(Run(wrong), "unexpected tensor", out);
   wrong = args;
   wrong.replace(wrong.find(tutorial + "queries.npy"), tutorial.size() + 11, tutorial + "values.npy");
-  ExpectBadInput(Run(wrong), "/values.npy has Dq = 64 features, which the model cannot take", out);
+  ExpectBadInput(Run(wrong), "/values.npy has Dq = 64, which the model cannot take", out);
   ExpectBadInput(Run(wrong), "query_size is 64 but attn.weight has 64 columns", out);
   wrong = args;
   wrong.replace(wrong.find(tutorial + "values.npy"), tutorial.size() + 10,
@@ -618,13 +618,13 @@ TEST_F(CliTest, RunMultiHeadCausalFlagEqualsTheCausalLengths) {
 TEST_F(CliTest, RunMultiHeadRejectsBadFlagsModelsAndShapes) {
   const std::string out = Temp("o.npy");
   const std::string args = ModelArgs("multihead", "multihead_h8_bias_per_query", out);
-  ExpectBadInput(Run(args), "'run multihead' needs --heads", out);
+  ExpectBadInput(Run(args), "needs the model parameter num_heads (heads; divides H); give it with --heads", out);
   ExpectBadInput(Run(args + " --heads 3"),
                  "MultiHeadAttention: num_heads is 3; it must be at least 1 and divide num_hiddens H = 32",
                  out);
   ExpectBadInput(Run(args + " --heads 0"), "--heads", out);
   ExpectBadInput(Run(args + " --heads 8 --causal diagonal"),
-                 "--causal wants top-left or bottom-right, got 'diagonal'", out);
+                 "--causal wants none, top-left or bottom-right, got 'diagonal'", out);
   std::string wrong = args + " --heads 8";
   const std::string model = std::string(ATTNSCORE_GOLDEN_DIR) + "/multihead_h8_bias_per_query/model.safetensors";
   wrong.replace(wrong.find(model), model.size(),
@@ -864,7 +864,8 @@ TEST_F(CliTest, RunInfoFollowsTheRun) {
 TEST_F(CliTest, UsageErrors) {
   ExpectBadInput(Run("frobnicate"), "unknown command 'frobnicate'");
   ExpectBadInput(Run("run"), "run wants an op");
-  ExpectBadInput(Run("run attn --out x.npy"), "run wants an op: softmax, dot, additive, concat, multihead or bilinear, got 'attn'");
+  ExpectBadInput(Run("run attn --out x.npy"), "run wants an op: softmax, dot, multihead_attention, kv_cache_attend, additive, concat, "
+                 "bilinear or multihead, got 'attn'");
   ExpectBadInput(Run("run concat --queries q.npy --keys k.npy --values v.npy --out x.npy"),
                  "'run concat' needs --model");
   ExpectBadInput(Run("run additive --queries q.npy --keys k.npy --values v.npy --out x.npy"),

@@ -20,6 +20,7 @@
 
 #include "attnscore/attnscore.h"
 #include "cli/common.h"
+#include "cli/flags.h"
 #include "npy/npy.h"
 
 namespace attnscore::cli {
@@ -207,6 +208,7 @@ Status CheckBenchSizes(const std::string& op, const BenchShape& s, bool weights)
                {"out", {s.batch, s.queries, out_dim}}};
     if (weights) buffers.push_back({"attention weights", {s.batch, s.queries, s.keys}});
     if (op == "additive") buffers.push_back({"parameters", {s.hidden, s.depth + key_dim + 1}});
+    if (op == "bilinear") buffers.push_back({"parameters", {s.depth, key_dim}});
     if (concat) {
       buffers.push_back(
           {"parameters", {s.keys + out_dim, s.depth + std::max(key_dim, s.value_dim) + 1}});
@@ -228,19 +230,19 @@ Status CheckInfoWithoutJson(const Args& args) {
 // sequence instead (with --pool, one whose sequences share a pool of just
 // enough blocks); --module times d2l's MultiHeadAttention module with
 // random weights (num_hiddens H·D, biases with --bias) instead of the op.
-int BenchMultiHead(const Args& args) {
+int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry) {
   Status s =
       CheckFlags(args,
                  {"--batch", "--queries", "--keys", "--query-dim", "--heads", "--kv-heads",
                   "--causal", "--decode", "--pool", "--module", "--bias", "--valid-lens",
                   "--weights", "--repeat", "--json", "--threads", "--isa", "--precision", "--info"},
-                 {"--batch", "--queries", "--keys"}, "bench multihead");
+                 {"--batch", "--queries", "--keys"}, "bench " + word);
   if (s.ok()) s = CheckInfoWithoutJson(args);
   BenchShape shape{};
   int64_t heads = 0, kv_heads = 0, repeat = 0;
   std::string causal_name = args.get("--causal", "none");
   Causal causal = Causal::kNone;
-  const bool decode = args.has("--decode"), module = args.has("--module");
+  const bool decode = decode_entry || args.has("--decode"), module = args.has("--module");
   constexpr int64_t kMaxDim = int64_t{1} << 20;
   if (!s.ok() || !(s = ParseBenchShape(args, &shape)).ok() ||
       !(s = ParseInt(args, "--heads", 8, 1, kMaxDim, &heads)).ok() ||
@@ -459,18 +461,27 @@ int BenchMultiHead(const Args& args) {
 }  // namespace
 
 int BenchCommand(const Args& args) {
-  const std::string op = args.words.size() > 1 ? args.words[1] : "";
-  if (op == "multihead") return BenchMultiHead(args);
-  if (op != "softmax" && op != "dot" && op != "additive" && op != "concat") {
-    return Fail(Status::InvalidArgument(
-        "bench wants an op: softmax, dot, additive, concat or multihead, got '" + op + "'"));
+  const std::string word = args.words.size() > 1 ? args.words[1] : "";
+  const OpSpec* spec = FindEntry(word);
+  if (spec == nullptr) {
+    return Fail(Status::InvalidArgument("bench wants an op: " + EntryNames() + ", got '" + word +
+                                        "'"));
   }
+  // The multi-head entries share one bench: the op (multihead_attention,
+  // and `bench multihead` unless --module), the module (--module) and
+  // decoding from a KvCache (kv_cache_attend, or --decode).
+  if (spec->name == "multihead_attention" || spec->name == "multihead" ||
+      spec->name == "kv_cache_attend") {
+    return BenchMultiHead(args, word, spec->name == "kv_cache_attend");
+  }
+  const std::string op = EntryWord(*spec);
   std::set<std::string> allowed = {"--batch", "--queries", "--keys", "--valid-lens", "--repeat",
                                    "--json",  "--threads", "--isa",  "--precision",  "--info"};
   if (op != "softmax") allowed.insert({"--query-dim", "--value-dim", "--weights"});
   if (op == "additive") allowed.insert({"--key-dim", "--hidden"});
+  if (op == "bilinear") allowed.insert("--key-dim");
   if (op == "concat") allowed.insert({"--key-dim", "--out-dim"});
-  Status s = CheckFlags(args, allowed, {"--batch", "--queries", "--keys"}, "bench " + op);
+  Status s = CheckFlags(args, allowed, {"--batch", "--queries", "--keys"}, "bench " + word);
   if (s.ok()) s = CheckInfoWithoutJson(args);
   BenchShape shape{};
   int64_t repeat = 0;
@@ -519,6 +530,7 @@ int BenchCommand(const Args& args) {
   Tensor attention_weights_view;  // empty unless --weights
   std::unique_ptr<AdditiveAttention> model;
   std::unique_ptr<ConcatAttention> concat_model;
+  std::unique_ptr<BilinearAttention> bilinear_model;
   double triples = 0;
   std::function<Status()> call;
   double flops = 0, bytes = 0;
@@ -562,6 +574,19 @@ int BenchCommand(const Args& args) {
       const double rows = static_cast<double>(B * N);
       flops = 2.0 * rows * static_cast<double>(M * (D + Dk) + O * (D + Dv)) +
               2.0 * valid_keys * static_cast<double>(Dv);
+    } else if (op == "bilinear") {
+      const std::vector<float> w = LinearInit(&rng, D, Dk);
+      s = BilinearAttention::Create(ConstTensor(w.data(), {D, Dk}), &bilinear_model);
+      if (!s.ok()) return Fail(s);
+      call = [&, D, Dk, Dv] {
+        return bilinear_model->Forward(
+            *engine, ConstTensor(a.data(), {B, N, D}), ConstTensor(k.data(), {B, M, Dk}),
+            ConstTensor(v.data(), {B, M, Dv}), lens, Tensor(out.data(), {B, N, Dv}),
+            attention_weights_view);
+      };
+      // The projection Q W, then the dot product over valid keys.
+      flops = 2.0 * static_cast<double>(B * N * D * Dk) +
+              2.0 * valid_keys * static_cast<double>(Dk + Dv);
     } else if (op == "additive") {
       const std::vector<float> w_q = LinearInit(&rng, H, D), w_k = LinearInit(&rng, H, Dk),
                                w_v = LinearInit(&rng, 1, H);
@@ -629,6 +654,8 @@ int BenchCommand(const Args& args) {
     } else if (op == "concat") {
       json["key_dim"] = shape.key_dim;
       json["out_dim"] = shape.out_dim;
+    } else if (op == "bilinear") {
+      json["key_dim"] = shape.key_dim;
     }
     std::printf("%s\n", OneLine(json).c_str());
   } else {

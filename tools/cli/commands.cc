@@ -10,49 +10,29 @@
 #include "cli/args.h"
 #include "cli/bench.h"
 #include "cli/common.h"
+#include "cli/flags.h"
 #include "cli/run.h"
 
 namespace attnscore::cli {
 namespace {
 
-// Each command's synopsis: --help prints all of them, `COMMAND --help` its own.
+// Each command's synopsis: --help prints all of them, `COMMAND --help` its
+// own. `run`'s come from the catalogue (cli/flags.h).
 struct CommandHelp {
   const char* command;
   const char* synopsis;
 };
 const CommandHelp kCommands[] = {
     {"info", "  attnscore info\n"},
-    {"run softmax",
-     "  attnscore run softmax --x X.npy [--valid-lens L.npy] --out Y.npy\n"
-     "                        [--weights-out W.npy]\n"},
-    {"run dot",
-     "  attnscore run dot     --queries Q.npy --keys K.npy --values V.npy\n"
-     "                        [--valid-lens L.npy] --out O.npy [--weights-out W.npy]\n"},
-    {"run additive",
-     "  attnscore run additive --model M.safetensors --queries Q.npy --keys K.npy\n"
-     "                        --values V.npy [--valid-lens L.npy] --out O.npy\n"
-     "                        [--weights-out W.npy]\n"},
-    {"run concat",
-     "  attnscore run concat  --model M.safetensors --queries Q.npy --keys K.npy\n"
-     "                        --values V.npy [--valid-lens L.npy] --out O.npy\n"
-     "                        [--weights-out W.npy]\n"},
-    {"run multihead",
-     "  attnscore run multihead --model M.safetensors --heads H --queries Q.npy\n"
-     "                        --keys K.npy --values V.npy [--valid-lens L.npy]\n"
-     "                        [--causal top-left|bottom-right] --out O.npy\n"
-     "                        [--weights-out W.npy]\n"},
-    {"run bilinear",
-     "  attnscore run bilinear --model M.safetensors --queries Q.npy --keys K.npy\n"
-     "                        --values V.npy [--valid-lens L.npy] --out O.npy\n"
-     "                        [--weights-out W.npy]\n"},
     {"bench",
-     "  attnscore bench softmax|dot|additive|concat --batch B --queries N --keys M\n"
+     "  attnscore bench softmax|dot|additive|concat|bilinear --batch B --queries N --keys M\n"
      "                        [--query-dim D] [--key-dim Dk] [--hidden H] [--value-dim Dv]\n"
      "                        [--out-dim O]\n"
      "                        [--valid-lens none|full|random|random-batch|INT|FILE.npy]\n"
      "                        [--weights] [--repeat R] [--json]\n"
-     "  attnscore bench multihead --batch B --queries N --keys M [--query-dim D]\n"
-     "                        [--heads H] [--kv-heads G] [--causal none|top-left|bottom-right]\n"
+     "  attnscore bench multihead|multihead_attention|kv_cache_attend --batch B --queries N\n"
+     "                        --keys M [--query-dim D] [--heads H] [--kv-heads G]\n"
+     "                        [--causal none|top-left|bottom-right]\n"
      "                        [--decode [--pool] | --module [--bias]] [--valid-lens ...]\n"
      "                        [--weights] [--repeat R] [--json]\n"},
 };
@@ -78,19 +58,25 @@ float32 W_q.weight (H, Dq), W_k.weight (H, Dk) and w_v.weight (1, H), as
 tools/export_torch.py writes it; then Q is (B, N, Dq) and K (B, M, Dk).
 A concat model is the state_dict of the seq2seq tutorial's Attn: float32
 attn.weight (M, Dq + Dk), attn.bias (M), attn_combine.weight (O, Dq + Dv)
-and attn_combine.bias (O); Dq is taken from Q (B, N, Dq); K is (B, N, Dk),
+and attn_combine.bias (O); Dq is --query-size, the file's metadata, or Q's
+last dim (B, N, Dq); K is (B, N, Dk),
 one key per query, V (B, M, Dv) and out (B, N, O). --weights-out writes
 the attention weights (B, N, M), which tools/show_heatmaps.py draws (for
 softmax they are Y itself, written again).
 A multihead model is the state_dict of d2l's MultiHeadAttention: float32
 W_q.weight (H, Dq), W_k.weight (H, Dk), W_v.weight (H, Dv), W_o.weight
 (H, H), and the four .bias (H) for a module built with bias=True; --heads
-must divide H. Q is (B, N, Dq), K (B, M, Dk), V (B, M, Dv), out (B, N, H)
+(or the file's __metadata__ "num_heads", as tools/export_torch.py writes
+it) must divide H. Q is (B, N, Dq), K (B, M, Dk), V (B, M, Dv), out (B, N, H)
 and --weights-out (B, heads, N, M), one panel per head. --causal cuts each
 query's keys: top-left, query i sees keys 0..i (d2l's decoder); bottom-right,
 keys 0..M - N + i (new queries at the end of a cache; needs M >= N).
 A bilinear model holds float32 W.weight (Dq, Dk): scores Q W Kᵀ, unscaled,
 for queries and keys of different sizes; Q (B, N, Dq), K (B, M, Dk).
+multihead_attention takes Q (B, N, Hq, D), K (B, M, Hkv, D), V (B, M, Hkv,
+Dv), --causal and --scale; its weights are (B, Hq, N, M). kv_cache_attend
+appends K (B, T, Hkv, D) and V to a fresh cache of their sizes, then Q
+(B, N, Hq, D), N <= T, the newest positions, attend to it.
 
 bench times the op on random data: median and min of R runs (default 20)
 after 3 warm-up runs. --valid-lens: none (all keys), full (L = M given
@@ -107,11 +93,13 @@ arithmetic except tanh: the projections 2 H (N Dq + Lmax Dk) per batch entry
 counts the valid scores read and every weight written; its JSON "gflops" is
 null. concat: --keys is M (the value rows), --query-dim Dq (default 64),
 --key-dim Dk (default Dq), --value-dim Dv, --out-dim O (default Dv); GFLOP/s
-counts 2 M (Dq + Dk) + 2 L Dv + 2 O (Dq + Dv) per query. The JSON also
-names the Highway target in use and oneDNN's implementations.
-multihead times Engine::MultiHeadAttention on Q (B, N, H, D) and K, V
+counts 2 M (Dq + Dk) + 2 L Dv + 2 O (Dq + Dv) per query. bilinear: random
+W (Dq, Dk), --key-dim Dk (default Dq); GFLOP/s counts 2 N Dq Dk per batch
+entry and 2 L (Dk + Dv) per query. The JSON also names the Highway target
+in use and oneDNN's implementations.
+multihead (and multihead_attention) times Engine::MultiHeadAttention on Q (B, N, H, D) and K, V
 (B, M, G, D) (--heads H, default 8; --kv-heads G, default H; --query-dim D
-per head), with --causal; --decode instead attends with N new queries over
+per head), with --causal; --decode (and kv_cache_attend) instead attends with N new queries over
 a KvCache holding M keys per sequence (--pool: its sequences share a pool
 of just enough blocks, each the fewest positions that are whole pages);
 --module times d2l's MultiHeadAttention (num_hiddens H·D, random weights,
@@ -138,17 +126,24 @@ exit status: 0 success, 2 bad input or usage, 1 internal failure.
 // The flags that take no value, and those that take one.
 const std::set<std::string> kSwitches = {"--json",   "--help", "--version", "--weights", "--info",
                                          "--decode", "--pool", "--module",  "--bias"};
-const std::set<std::string> kValued = {
-    "--x",         "--queries",     "--keys",    "--values",    "--valid-lens", "--out",
-    "--model",     "--weights-out", "--threads", "--isa",       "--precision",  "--batch",
-    "--query-dim", "--key-dim",     "--hidden",  "--value-dim", "--out-dim",    "--repeat",
-    "--heads",     "--causal",      "--kv-heads"};
+// `run`'s flags come from the catalogue (cli/flags.h).
+std::set<std::string> ValuedFlags() {
+  std::set<std::string> valued = {"--threads",   "--isa",     "--precision", "--batch",
+                                  "--query-dim", "--key-dim", "--hidden",    "--value-dim",
+                                  "--out-dim",   "--repeat",  "--heads",     "--kv-heads"};
+  valued.merge(CatalogueFlags());
+  return valued;
+}
 
 // The whole usage: every synopsis, the common flags and the details.
 std::string Usage() {
   std::string usage = "attnscore: attention scoring functions on the CPU\n\nusage:\n";
   usage += "  attnscore --version\n";
-  for (const CommandHelp& c : kCommands) usage += c.synopsis;
+  usage += kCommands[0].synopsis;
+  for (const OpSpec& spec : Catalogue()) usage += RunSynopsis(spec);
+  for (const CommandHelp& c : kCommands) {
+    if (std::string(c.command) != "info") usage += c.synopsis;
+  }
   return usage + kCommonFlags + kDetails;
 }
 
@@ -156,14 +151,16 @@ std::string Usage() {
 // flags; "" for a command that has none.
 std::string CommandUsage(const std::vector<std::string>& words) {
   if (words.empty()) return "";
-  const std::string command = words[0] == "run" && words.size() > 1 ? "run " + words[1] : words[0];
-  for (const CommandHelp& c : kCommands) {
-    if (command == c.command) {
-      return std::string("usage:\n") + c.synopsis + kCommonFlags +
-             "\n(attnscore --help tells everything; so does docs/cli.md)\n";
-    }
+  std::string synopsis;
+  if (words[0] == "run" && words.size() > 1) {
+    if (const OpSpec* spec = FindEntry(words[1])) synopsis = RunSynopsis(*spec);
   }
-  return "";
+  for (const CommandHelp& c : kCommands) {
+    if (words[0] == c.command) synopsis = c.synopsis;
+  }
+  if (synopsis.empty()) return "";
+  return "usage:\n" + synopsis + kCommonFlags +
+         "\n(attnscore --help tells everything; so does docs/cli.md)\n";
 }
 
 int Info(const Args& args) {
@@ -178,7 +175,7 @@ int Info(const Args& args) {
 
 int RunCli(const std::vector<std::string>& argv) {
   Args args;
-  Status s = ParseArgs(argv, kSwitches, kValued, &args);
+  Status s = ParseArgs(argv, kSwitches, ValuedFlags(), &args);
   if (!s.ok()) return Fail(s);
   // --help or `help` prints the usage to stdout (exit 0): a command's own
   // (`run dot --help`, `help run dot`), else the whole. No command at all
