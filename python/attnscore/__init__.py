@@ -29,6 +29,11 @@ KvCache.block_positions_multiple(key_dim, value_dim) is the multiple
 block_positions must be. What each op computes, with its valid lengths and
 tolerances, is docs/semantics.md.
 
+The catalogue: catalogue() lists every op and model (name, inputs, outputs,
+weights, parameters), and Op(name, weights=None, **model_params) or
+Op.load(path, **model_params) runs any of them by name:
+op(engine, return_weights=False, queries=q, keys=k, values=v, causal=...).
+
 Arrays:
 - Tensors must be float32 NumPy arrays (native byte order); anything else
   (float64, int, a list, a torch tensor) raises TypeError naming the
@@ -51,10 +56,10 @@ Arrays:
 """
 
 from ._attnscore import (AdditiveAttention, BilinearAttention, ConcatAttention, Engine, KvCache,
-                         MultiHeadAttention, __version__)
+                         MultiHeadAttention, Op, __version__, catalogue)
 
 __all__ = ["Engine", "AdditiveAttention", "ConcatAttention", "BilinearAttention",
-           "MultiHeadAttention", "KvCache", "__version__"]
+           "MultiHeadAttention", "KvCache", "Op", "catalogue", "__version__"]
 
 _ADDITIVE_KEYS = ("W_q.weight", "W_k.weight", "w_v.weight")
 _CONCAT_KEYS = ("attn.weight", "attn.bias", "attn_combine.weight", "attn_combine.bias")

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "arrays.h"
+#include "catalogue.h"
 #include "attnscore/attnscore.h"
 
 namespace attnscore::python {
@@ -177,6 +178,7 @@ PYBIND11_MODULE(_attnscore, m) {
   using namespace attnscore::python;  // NOLINT(google-build-using-namespace)
   m.doc() = kModuleDoc;
   m.attr("__version__") = Version();
+  BindCatalogue(m);
 
   py::class_<Engine, std::unique_ptr<Engine>>(m, "Engine", kEngineDoc)
       .def(py::init(&MakeEngine), py::arg("threads") = 1, py::arg("isa") = "best",
