@@ -8,6 +8,7 @@
 
 #include "api/isa.h"
 #include "hwy/targets.h"
+#include "kernels/dispatch.h"
 #include "kernels/masked_softmax.h"
 
 namespace attnscore::test {
@@ -219,13 +220,13 @@ std::unique_ptr<Engine> EngineWithThreads(int threads) {
 }
 
 void PerTarget::SetUp() {
-  hwy::SetSupportedTargetsForTest(GetParam());
+  kernels::SetDispatchTargets(GetParam());
   // The dispatch really goes to the target under test.
   ASSERT_STREQ(kernels::MaskedSoftmaxTarget(), hwy::TargetName(GetParam()));
 }
 
 // Back to what the process's ISA cap allows.
-void PerTarget::TearDown() { hwy::SetSupportedTargetsForTest(internal::CapTargets()); }
+void PerTarget::TearDown() { kernels::SetDispatchTargets(internal::CapTargets()); }
 
 std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info) {
   return hwy::TargetName(info.param);

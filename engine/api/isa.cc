@@ -6,6 +6,7 @@
 
 #include "hwy/highway.h"
 #include "hwy/targets.h"
+#include "kernels/dispatch.h"
 #include "matmul/matmul.h"
 
 namespace attnscore::internal {
@@ -77,11 +78,8 @@ Status ApplyIsaCap(Isa isa) {
   // targets the host disabled), and works even if the host used oneDNN first.
   if (isa != Isa::kBest) {
     ATTNSCORE_RETURN_IF_ERROR(matmul::SetMaxIsa(isa));
-    // Highway 1.0.3's DisableTargets does not reach dispatch: SupportedTargets
-    // re-chooses from all detected targets before applying its mask. The
-    // mocked target set is honoured by HWY_DYNAMIC_DISPATCH, so the cap is
-    // applied through it.
-    hwy::SetSupportedTargetsForTest(CpuTargets() & AllowedTargets(isa));
+    // The kernels index their dispatch tables by this mask (kernels/dispatch.h).
+    kernels::SetDispatchTargets(CpuTargets() & AllowedTargets(isa));
   }
   applied_cap = isa;
   return Status::Ok();
@@ -98,14 +96,10 @@ std::string NamesOf(int64_t targets) {
 }
 }  // namespace
 
-int64_t CpuTargets() {
-  // Read once, before any cap narrows what SupportedTargets reports.
-  static const int64_t targets = hwy::SupportedTargets();
-  return targets;
-}
+int64_t CpuTargets() { return kernels::CpuTargets(); }
 
 std::string CpuTargetNames() { return NamesOf(CpuTargets()); }
 
-std::string AllowedTargetNames() { return NamesOf(hwy::SupportedTargets()); }
+std::string AllowedTargetNames() { return NamesOf(kernels::DispatchTargets()); }
 
 }  // namespace attnscore::internal

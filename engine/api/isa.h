@@ -21,9 +21,9 @@ Status ApplyIsaCap(Isa isa);
 // from outside without a rebuild. A name it does not know is an error.
 Status ResolveIsa(Isa requested, Isa* effective);
 
-// The Highway targets the applied cap leaves, in the form
-// hwy::SetSupportedTargetsForTest takes (0: no cap, every target). Tests that
-// force one target restore this afterwards.
+// The Highway targets the applied cap leaves (0: no cap, every target), as
+// kernels::SetDispatchTargets takes them. Tests that force one target
+// restore this afterwards.
 int64_t CapTargets();
 
 // The Highway targets this CPU supports (and the library was built for),

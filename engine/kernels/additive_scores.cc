@@ -5,6 +5,7 @@
 #define HWY_TARGET_INCLUDE "kernels/additive_scores.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/dispatch.h"
 #include "kernels/additive_scores-inl.h"
 
 #if HWY_ONCE
@@ -15,19 +16,19 @@ HWY_EXPORT(ToTanhFactors);
 HWY_EXPORT(AdditiveScoreBlock);
 HWY_EXPORT(HighwayTanhArray);
 
-float MaxAbs(const float* x, size_t count) { return HWY_DYNAMIC_DISPATCH(MaxAbs)(x, count); }
+float MaxAbs(const float* x, size_t count) { return ATTNSCORE_DISPATCH(MaxAbs)(x, count); }
 
-void ToTanhFactors(float* x, size_t count) { HWY_DYNAMIC_DISPATCH(ToTanhFactors)(x, count); }
+void ToTanhFactors(float* x, size_t count) { ATTNSCORE_DISPATCH(ToTanhFactors)(x, count); }
 
 void AdditiveScoreBlock(TanhMode mode, const float* const* q_rows, size_t rows,
                         const float* k_cols, size_t k_stride, size_t hidden, const float* w_v,
                         float w_sum, size_t width, float* const* out_rows) {
-  HWY_DYNAMIC_DISPATCH(AdditiveScoreBlock)(mode, q_rows, rows, k_cols, k_stride, hidden, w_v,
+  ATTNSCORE_DISPATCH(AdditiveScoreBlock)(mode, q_rows, rows, k_cols, k_stride, hidden, w_v,
                                            w_sum, width, out_rows);
 }
 
 void HighwayTanhArray(const float* x, size_t count, float* out) {
-  HWY_DYNAMIC_DISPATCH(HighwayTanhArray)(x, count, out);
+  ATTNSCORE_DISPATCH(HighwayTanhArray)(x, count, out);
 }
 
 }  // namespace attnscore::kernels

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -430,9 +431,7 @@ void AddMixes(size_t rows, const float* const* HWY_RESTRICT weights,
 void MixRows(size_t rows, const float* const* HWY_RESTRICT weights, const size_t* HWY_RESTRICT keys,
              const float* HWY_RESTRICT v, int64_t v_row_stride, size_t value_dim,
              float* const* HWY_RESTRICT out) {
-  for (size_t r = 0; r < rows; ++r) {
-    for (size_t c = 0; c < value_dim; ++c) out[r][c] = 0.0f;
-  }
+  for (size_t r = 0; r < rows; ++r) std::memset(out[r], 0, value_dim * sizeof(float));
   AddMixes(rows, weights, keys, v, v_row_stride, value_dim, out);
 }
 

@@ -5,6 +5,7 @@
 #define HWY_TARGET_INCLUDE "kernels/attention_tile.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/dispatch.h"
 #include "kernels/attention_tile-inl.h"
 
 #if HWY_ONCE
@@ -20,44 +21,44 @@ HWY_EXPORT(MixPackedTile);
 HWY_EXPORT(ValuePanelColumns);
 HWY_EXPORT(MixTileRows);
 
-size_t QueryTileLanes() { return HWY_DYNAMIC_DISPATCH(QueryTileLanes)(); }
+size_t QueryTileLanes() { return ATTNSCORE_DISPATCH(QueryTileLanes)(); }
 
 void PackQueries(size_t rows, const float* const* q, int64_t q_column_stride, size_t depth,
                  float* packed) {
-  HWY_DYNAMIC_DISPATCH(PackQueries)(rows, q, q_column_stride, depth, packed);
+  ATTNSCORE_DISPATCH(PackQueries)(rows, q, q_column_stride, depth, packed);
 }
 
 void ScoreQueryTile(const float* packed_q, size_t depth, const float* k, int64_t k_row_stride,
                     const size_t (&widths)[2], float scale, const int32_t* valid, float* row_max,
                     float* scores) {
-  HWY_DYNAMIC_DISPATCH(ScoreQueryTile)
+  ATTNSCORE_DISPATCH(ScoreQueryTile)
   (packed_q, depth, k, k_row_stride, widths, scale, valid, row_max, scores);
 }
 
 uint32_t QueryTileExps(const int32_t* valid, const float* row_max, size_t width, size_t row_step,
                        float* scores, float* inv_sum) {
-  return HWY_DYNAMIC_DISPATCH(QueryTileExps)(valid, row_max, width, row_step, scores, inv_sum);
+  return ATTNSCORE_DISPATCH(QueryTileExps)(valid, row_max, width, row_step, scores, inv_sum);
 }
 
 uint32_t MixTile(size_t rows, const TileWeights& weights, size_t width, const float* v,
                  int64_t v_row_stride, size_t value_dim, float* const* out) {
-  return HWY_DYNAMIC_DISPATCH(MixTile)(rows, weights, width, v, v_row_stride, value_dim, out);
+  return ATTNSCORE_DISPATCH(MixTile)(rows, weights, width, v, v_row_stride, value_dim, out);
 }
 
 uint32_t MixPackedTile(size_t rows, const TileWeights& weights, size_t width, const float* packed,
                        size_t packed_keys, size_t value_dim, size_t panel_columns,
                        float* const* out) {
-  return HWY_DYNAMIC_DISPATCH(MixPackedTile)(rows, weights, width, packed, packed_keys, value_dim,
+  return ATTNSCORE_DISPATCH(MixPackedTile)(rows, weights, width, packed, packed_keys, value_dim,
                                              panel_columns, out);
 }
 
-size_t MixTileRows() { return HWY_DYNAMIC_DISPATCH(MixTileRows)(); }
+size_t MixTileRows() { return ATTNSCORE_DISPATCH(MixTileRows)(); }
 
-size_t ValuePanelColumns() { return HWY_DYNAMIC_DISPATCH(ValuePanelColumns)(); }
+size_t ValuePanelColumns() { return ATTNSCORE_DISPATCH(ValuePanelColumns)(); }
 
 void PackValues(const float* v, int64_t v_row_stride, int64_t v_column_stride, size_t keys,
                 size_t value_dim, size_t panel_columns, float* packed) {
-  HWY_DYNAMIC_DISPATCH(PackValues)
+  ATTNSCORE_DISPATCH(PackValues)
   (v, v_row_stride, v_column_stride, keys, value_dim, panel_columns, packed);
 }
 

@@ -10,6 +10,7 @@
 #define HWY_TARGET_INCLUDE "kernels/bf16.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/dispatch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnscore {
@@ -79,12 +80,12 @@ namespace attnscore::kernels {
 HWY_EXPORT(RoundToBf16);
 
 void RoundToBf16(const float* in, size_t n, uint16_t* out) {
-  HWY_DYNAMIC_DISPATCH(RoundToBf16)(in, n, out);
+  ATTNSCORE_DISPATCH(RoundToBf16)(in, n, out);
 }
 
 HWY_EXPORT(RoundThroughBf16);
 void RoundThroughBf16(const float* in, size_t n, float* out) {
-  HWY_DYNAMIC_DISPATCH(RoundThroughBf16)(in, n, out);
+  ATTNSCORE_DISPATCH(RoundThroughBf16)(in, n, out);
 }
 
 #if defined(__x86_64__)

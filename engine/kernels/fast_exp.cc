@@ -5,6 +5,7 @@
 #define HWY_TARGET_INCLUDE "kernels/fast_exp.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/dispatch.h"
 #include "kernels/fast_exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -37,7 +38,7 @@ namespace attnscore::kernels {
 HWY_EXPORT(ExpArray);
 
 void ExpArray(const float* x, size_t n, float* y) {
-  HWY_DYNAMIC_DISPATCH(ExpArray)(x, n, y);
+  ATTNSCORE_DISPATCH(ExpArray)(x, n, y);
 }
 
 }  // namespace attnscore::kernels

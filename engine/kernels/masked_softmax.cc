@@ -6,6 +6,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "kernels/dispatch.h"
 #include "kernels/masked_softmax-inl.h"
 
 #if HWY_ONCE
@@ -17,22 +18,22 @@ HWY_EXPORT(MaskedSoftmaxBlock);
 HWY_EXPORT(MaskedSoftmaxTarget);
 
 void MaskedSoftmaxRow(const float* x, size_t valid, size_t width, float* y) {
-  HWY_DYNAMIC_DISPATCH(MaskedSoftmaxRow)(x, valid, width, y);
+  ATTNSCORE_DISPATCH(MaskedSoftmaxRow)(x, valid, width, y);
 }
 
 void MaskedSoftmaxRowsStream(const StreamedRow* rows, size_t count, size_t width,
                              float* row_buffers) {
-  HWY_DYNAMIC_DISPATCH(MaskedSoftmaxRowsStream)(rows, count, width, row_buffers);
+  ATTNSCORE_DISPATCH(MaskedSoftmaxRowsStream)(rows, count, width, row_buffers);
 }
 
 SoftmaxBlockStats MaskedSoftmaxBlock(const float* x, size_t n, float* y) {
-  return HWY_DYNAMIC_DISPATCH(MaskedSoftmaxBlock)(x, n, y);
+  return ATTNSCORE_DISPATCH(MaskedSoftmaxBlock)(x, n, y);
 }
 
 void FlushStreams() { hwy::FlushStream(); }
 
 const char* MaskedSoftmaxTarget() {
-  return HWY_DYNAMIC_DISPATCH(MaskedSoftmaxTarget)();
+  return ATTNSCORE_DISPATCH(MaskedSoftmaxTarget)();
 }
 
 }  // namespace attnscore::kernels

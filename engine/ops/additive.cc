@@ -1,5 +1,5 @@
-// Additive attention (docs/semantics.md section 3): the model's parameters,
-// loading them from a state_dict, and its forward pass.
+// Additive attention (docs/semantics.md section 3): its checks and forward
+// pass (its parameters: ops/additive_params.cc).
 //
 // Per batch entry: Qh = Q W_qᵀ and Khᵀ = W_k Kᵀ by oneDNN (Khᵀ holds each
 // key's features as a column, so the score kernel loads vectors of keys);
@@ -22,7 +22,6 @@
 #include "base/parallel.h"
 #include "base/scratch.h"
 #include "base/valid_lens.h"
-#include "io/safetensors.h"
 #include "kernels/additive_scores.h"
 #include "kernels/attention_row.h"
 #include "matmul/matmul.h"
@@ -39,11 +38,6 @@ namespace {
 
 constexpr const char* kOp = "AdditiveAttention";
 
-// The "state_dict" names, as PyTorch's module calls its parameters.
-constexpr const char* kQueryWeight = "W_q.weight";
-constexpr const char* kKeyWeight = "W_k.weight";
-constexpr const char* kScoreWeight = "w_v.weight";
-
 int64_t RoundUp(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
 // Calls whose products total fewer FLOPs than this run them on the row
@@ -59,42 +53,6 @@ int64_t KeyChunk(int64_t hidden) {
 }
 
 }  // namespace
-
-Status MakeAdditiveParams(ConstTensor w_q, ConstTensor w_k, ConstTensor w_v,
-                          AdditiveParams* params) {
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kQueryWeight, w_q, {kAnyDim, kAnyDim}, "(H, Dq)"));
-  const int64_t hidden = w_q.dims[0];
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kKeyWeight, w_k, {hidden, kAnyDim}, "(H, Dk)"));
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, kScoreWeight, w_v, {1, hidden}, "(1, H)"));
-  for (auto [name, view] : {std::pair{kQueryWeight, w_q}, {kKeyWeight, w_k}, {kScoreWeight, w_v}}) {
-    ATTNSCORE_RETURN_IF_ERROR(CheckFinite(kOp, name, view));
-  }
-  params->query_size = w_q.dims[1];
-  params->key_size = w_k.dims[1];
-  params->hidden = hidden;
-  params->w_q_t = CopyMatrix(w_q, /*transpose=*/true);
-  params->w_k = CopyMatrix(w_k, /*transpose=*/false);
-  params->w_v = CopyMatrix(w_v, /*transpose=*/false);
-  double sum = 0;
-  for (float w : params->w_v) sum += w;
-  params->w_sum = static_cast<float>(sum);
-  return Status::Ok();
-}
-
-Status LoadAdditiveParams(const std::string& path, AdditiveParams* params) {
-  std::vector<io::SafetensorsTensor> tensors;
-  ATTNSCORE_RETURN_IF_ERROR(io::ReadSafetensors(path, &tensors));
-  ATTNSCORE_RETURN_IF_ERROR(CheckOnlyTensors(
-      path, tensors, {kQueryWeight, kKeyWeight, kScoreWeight}, "an additive attention"));
-  const io::SafetensorsTensor *w_q = nullptr, *w_k = nullptr, *w_v = nullptr;
-  ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kQueryWeight, {-1, -1}, &w_q));
-  const int64_t hidden = w_q->shape[0];
-  ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kKeyWeight, {hidden, -1}, &w_k));
-  ATTNSCORE_RETURN_IF_ERROR(io::FindTensor(path, tensors, kScoreWeight, {1, hidden}, &w_v));
-  Status s = MakeAdditiveParams(ViewOf(*w_q), ViewOf(*w_k), ViewOf(*w_v), params);
-  if (!s.ok()) return Status(s.code(), path + ": " + s.message());
-  return s;
-}
 
 Status CheckAdditiveInputs(const AdditiveParams& m, const ConstTensor& q, const ConstTensor& k,
                            const ConstTensor& v, internal::AttentionShape* shape) {
