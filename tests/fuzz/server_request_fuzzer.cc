@@ -1,8 +1,9 @@
 // libFuzzer target: the server's inference requests (server/infer.h) on
 // arbitrary bodies, JSON and binary tensor data alike, against the built-in
-// models and the golden additive and concat models. Every answer must be a
-// 200 whose JSON and binary parts add up, or a 400 with {"error": text}:
-// a 500 (the engine's Internal) or a crash is a bug.
+// ops and a golden model of each kind (additive, concat, bilinear,
+// multihead). Every answer must be a 200 whose JSON and binary parts add up,
+// or a 400 with {"error": text}: a 500 (the engine's Internal) or a crash is
+// a bug.
 //
 // Input: byte 0 picks the model; bytes 1-2 say where the JSON ends (0xffff:
 // the whole body is JSON); the rest is the body.
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "attnscore/attnscore.h"
@@ -47,14 +49,25 @@ const Served& Models() {
                   fs::copy_options::overwrite_existing);
     fs::copy_file("tests/golden/concat_tutorial/model.safetensors", folder / "concat.safetensors",
                   fs::copy_options::overwrite_existing);
-    std::FILE* sidecar = std::fopen((folder / "concat.json").c_str(), "w");
-    if (sidecar == nullptr) std::abort();
-    std::fputs("{\"query_size\": 32}", sidecar);
-    std::fclose(sidecar);
+    fs::copy_file("tests/golden/bilinear_per_query/model.safetensors",
+                  folder / "bilinear.safetensors", fs::copy_options::overwrite_existing);
+    fs::copy_file("tests/golden/multihead_causal_self/model.safetensors",
+                  folder / "multihead.safetensors", fs::copy_options::overwrite_existing);
+    for (const auto& [name, text] : {std::pair{"concat.json", "{\"query_size\": 32}"},
+                                     std::pair{"multihead.json", "{\"num_heads\": 4}"}}) {
+      std::FILE* sidecar = std::fopen((folder / name).c_str(), "w");
+      if (sidecar == nullptr) std::abort();
+      std::fputs(text, sidecar);
+      std::fclose(sidecar);
+    }
     if (!attnscore::server::LoadModels(folder.string(), &s.models).ok()) std::abort();
     fs::remove_all(folder);
     for (const auto& [name, model] : s.models) s.list.push_back(model.get());
-    if (s.list.size() != 4) std::abort();
+    // Three built-in ops and the four model files, every one ready.
+    for (const Model* model : s.list) {
+      if (!model->ready()) std::abort();
+    }
+    if (s.list.size() != 7) std::abort();
     return s;
   }();
   return served;
