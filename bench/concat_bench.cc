@@ -13,6 +13,7 @@
 
 #include "attnscore/concat.h"
 #include "bench_util.h"
+#include "base/workspace.h"
 #include "matmul/matmul.h"
 
 namespace attnscore::bench {
@@ -105,10 +106,16 @@ void BM_ConcatLinearLayersOnednn(benchmark::State& state) {
                            combine_b = RandomFloats(s.outputs, 6);
   std::vector<float> scores(static_cast<size_t>(rows * s.rows)), out(static_cast<size_t>(rows * s.outputs));
   const ImplementationLabel label;
+  // A workspace of one thread, as a 1-thread engine's call lends one.
+  internal::Workspace workspace(1);
+  workspace.Begin();
   for (auto _ : state) {
     if (!st.ok()) break;
-    st = scores_plan->Run(q_k.data(), attn_w.data(), scores.data(), attn_b.data());
-    if (st.ok()) st = combine_plan->Run(q_applied.data(), combine_w.data(), out.data(), combine_b.data());
+    st = scores_plan->Run(workspace, q_k.data(), attn_w.data(), scores.data(), attn_b.data());
+    if (st.ok()) {
+      st = combine_plan->Run(workspace, q_applied.data(), combine_w.data(), out.data(),
+                             combine_b.data());
+    }
     if (!st.ok()) state.SkipWithError(st.message().c_str());
     benchmark::DoNotOptimize(out.data());
   }

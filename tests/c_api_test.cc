@@ -545,10 +545,18 @@ TEST_F(CApi, NamesOptionsDescribeAndVersion) {
   attnscore_engine_options options;
   ASSERT_EQ(attnscore_engine_options_of(engine_, &options), nullptr);
   EXPECT_EQ(options.threads, 1);
+  // The engine's own text (each engine reports the workspace bytes it holds).
   size_t length = 0;
   ASSERT_EQ(attnscore_engine_describe(engine_, nullptr, 0, &length), nullptr);
-  const std::string text = DefaultEngine().Describe();
-  EXPECT_EQ(length, text.size());
+  std::vector<char> whole(length + 1, 'x');
+  size_t again = 0;
+  ASSERT_EQ(attnscore_engine_describe(engine_, whole.data(), whole.size(), &again), nullptr);
+  EXPECT_EQ(again, length);
+  const std::string text(whole.data());
+  EXPECT_EQ(text.size(), length);
+  EXPECT_EQ(text.rfind("highway targets on this cpu: ", 0), 0u) << text;
+  EXPECT_NE(text.find("\nthreads: 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nworkspace bytes held: "), std::string::npos) << text;
   char small[16];
   ASSERT_EQ(attnscore_engine_describe(engine_, small, sizeof small, nullptr), nullptr);
   EXPECT_EQ(std::string(small), text.substr(0, 15));

@@ -51,7 +51,7 @@ class CheckLayersTest(unittest.TestCase):
         self.assertIn("none upward", result.stdout)
 
     def test_base_including_an_op_fails(self):
-        self.assert_refused("engine/base/scratch.h", "ops/additive.h",
+        self.assert_refused("engine/base/workspace.h", "ops/additive.h",
                             "engine/base may not include engine/ops/additive.h")
 
     def test_op_including_a_public_class_fails(self):

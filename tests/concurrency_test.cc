@@ -337,5 +337,41 @@ TEST(Concurrency, TwoThreadEngineGivesTheOneThreadResults) {
   ExpectSerialResultsUnderLoad(two);
 }
 
+// Two engines, each with its own workspaces, serve calls at once from the
+// same threads: every result is the serial one. Under ThreadSanitizer (1-
+// thread engines, see tools/check) this checks that calls share no memory
+// but what they are given.
+TEST(Concurrency, TwoEnginesServeAtOnce) {
+  const std::unique_ptr<ConcatAttention> concat = MakeConcatModel();
+  const std::unique_ptr<AdditiveAttention> additive = MakeAdditiveModel();
+  ASSERT_NE(concat, nullptr);
+  ASSERT_NE(additive, nullptr);
+  const std::unique_ptr<Engine> first = EngineWithThreads(1), second = EngineWithThreads(1);
+  const std::vector<Call> calls = MakeCalls();
+  Calls both = MixedCalls(calls, *concat, *additive, *first);
+  for (auto& call : MixedCalls(calls, *concat, *additive, *second)) both.push_back(call);
+  ExpectSerialResultsUnderLoad(both);
+}
+
+// The same with engines of 1 and 2 threads: a call's workspace has a buffer
+// set per thread of its engine, and the two engines' calls interleave.
+// (Not under ThreadSanitizer: libgomp's barriers are not instrumented.)
+TEST(Concurrency, TwoThreadAndOneThreadEnginesServeAtOnce) {
+  const std::unique_ptr<ConcatAttention> concat = MakeConcatModel();
+  const std::unique_ptr<AdditiveAttention> additive = MakeAdditiveModel();
+  ASSERT_NE(concat, nullptr);
+  ASSERT_NE(additive, nullptr);
+  const std::unique_ptr<Engine> one = EngineWithThreads(1), two = EngineWithThreads(2);
+  const std::vector<Call> calls = MakeCalls();
+  Calls both = MixedCalls(calls, *concat, *additive, *one);
+  const Calls wide = MixedCalls(calls, *concat, *additive, *two);
+  for (size_t n = 0; n < wide.size(); ++n) {
+    const std::vector<float> a = both[n](), b = wide[n]();
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "call " << n;
+  }
+  for (const auto& call : wide) both.push_back(call);
+  ExpectSerialResultsUnderLoad(both);
+}
+
 }  // namespace
 }  // namespace attnscore::test

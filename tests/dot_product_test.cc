@@ -93,10 +93,13 @@ void CheckAgainstReference(const Shape& s, const std::vector<int64_t>& lens, boo
 
   // Every path the op may take, run directly: one the op's choice passes
   // over for this call must be right all the same.
+  DirectCall direct;
   internal::RowLengths resolved;
-  ASSERT_TRUE(internal::RowLengths::Resolve(valid, s.batch, s.queries, s.keys, &resolved).ok());
+  ASSERT_TRUE(
+      internal::RowLengths::Resolve(valid, s.batch, s.queries, s.keys, direct.workspace(), &resolved)
+          .ok());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.depth)));
-  using Path = Status (*)(const EngineOptions&, const ConstTensor&, const ConstTensor&,
+  using Path = Status (*)(const internal::CallContext&, const ConstTensor&, const ConstTensor&,
                           const ConstTensor&, const internal::RowLengths&, float, const Tensor&,
                           const Tensor&);
   const std::pair<const char*, Path> paths[] = {{"gemm", &ops::dot_product::GemmPath},
@@ -104,11 +107,11 @@ void CheckAgainstReference(const Shape& s, const std::vector<int64_t>& lens, boo
                                                 {"tile", &ops::dot_product::TilePath}};
   for (const auto& [name, path] : paths) {
     if (path == &ops::dot_product::TilePath &&
-        !ops::dot_product::UseTilePath(EngineOptions(), qv, kv, vv)) {
+        !ops::dot_product::UseTilePath(direct.call(), qv, kv, vv)) {
       continue;
     }
     std::vector<float> path_out(out.size(), kSentinel), path_weights(weights.size(), kSentinel);
-    st = path(EngineOptions(), qv, kv, vv, resolved, scale,
+    st = path(direct.call(), qv, kv, vv, resolved, scale,
               Tensor(path_out.data(), {s.batch, s.queries, s.value_dim}),
               Tensor(path_weights.data(), {s.batch, s.queries, s.keys}));
     ASSERT_TRUE(st.ok()) << name << ": " << st.message();
@@ -264,21 +267,24 @@ TEST_P(DotProductTest, QueriesWithoutASoftmaxComeOutNaNOnEveryPath) {
   const ConstTensor kv(k.data(), {s.batch, s.keys, s.depth});
   const ConstTensor vv(v.data(), {s.batch, s.keys, s.value_dim});
   const ValidLens valid = ValidLens::PerQuery(lens.data(), s.batch, s.queries);
+  DirectCall direct;
   internal::RowLengths resolved;
-  ASSERT_TRUE(internal::RowLengths::Resolve(valid, s.batch, s.queries, s.keys, &resolved).ok());
+  ASSERT_TRUE(
+      internal::RowLengths::Resolve(valid, s.batch, s.queries, s.keys, direct.workspace(), &resolved)
+          .ok());
   using Path =
-      Status (*)(const EngineOptions&, const ConstTensor&, const ConstTensor&, const ConstTensor&,
+      Status (*)(const internal::CallContext&, const ConstTensor&, const ConstTensor&, const ConstTensor&,
                  const internal::RowLengths&, float, const Tensor&, const Tensor&);
   const std::pair<const char*, Path> paths[] = {{"tile", &ops::dot_product::TilePath},
                                                 {"gemm", &ops::dot_product::GemmPath},
                                                 {"sorted gemm", &ops::dot_product::SortedGemmPath}};
-  ASSERT_TRUE(ops::dot_product::UseTilePath(EngineOptions(), qv, kv, vv));
+  ASSERT_TRUE(ops::dot_product::UseTilePath(direct.call(), qv, kv, vv));
   for (const auto& [name, path] : paths) {
     for (const bool with_weights : {true, false}) {
       SCOPED_TRACE(std::string(name) + (with_weights ? ", with weights" : ", without weights"));
       std::vector<float> out(want_out.size(), kSentinel), weights(want_weights.size(), kSentinel);
       const Status st =
-          path(EngineOptions(), qv, kv, vv, resolved, 0.5f,
+          path(direct.call(), qv, kv, vv, resolved, 0.5f,
                Tensor(out.data(), {s.batch, s.queries, s.value_dim}),
                with_weights ? Tensor(weights.data(), {s.batch, s.queries, s.keys}) : Tensor());
       ASSERT_TRUE(st.ok()) << st.message();
@@ -430,9 +436,10 @@ TEST_P(DotProductTest, QueriesInAnyOrderGetTheBitsOfTheSortedOrder) {
   }
   const auto given_row = [&](size_t r) { return r / n * n + order[r]; };  // the query r-th
   // The test reaches the sorting only if sorting saves work here.
+  DirectCall resolver;
   internal::RowLengths given;
   ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::PerQuery(lens.data(), s.batch, n),
-                                            s.batch, n, m, &given).ok());
+                                            s.batch, n, m, resolver.workspace(), &given).ok());
   std::vector<int64_t> sorted_lens(lens.size());
   for (size_t r = 0; r < order.size(); ++r) sorted_lens[r] = std::min(lens[given_row(r)], m);
   EXPECT_LT(ops::dot_product::GemmFlops(given.WithRows(sorted_lens.data()), s.batch, d, dv),
@@ -497,9 +504,10 @@ TEST(OrderByLength, GivesTheStableSortByLength) {
       lens[i] = static_cast<int64_t>(state >> 8) % (c.keys + 3);  // 0 to M + 2
     }
     if (c.rising) std::sort(lens.begin() + c.queries, lens.end());
+    DirectCall resolver;
     internal::RowLengths resolved;
     ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::PerQuery(lens.data(), 2, c.queries), 2,
-                                              c.queries, c.keys, &resolved)
+                                              c.queries, c.keys, resolver.workspace(), &resolved)
                     .ok());
     for (int64_t b = 0; b < 2; ++b) {
       const auto length = [&](int64_t i) {
@@ -538,12 +546,15 @@ TEST(DotProductTilePath, EvenEntryRangesCutNearestTheSharesOrRefuse) {
   };
   for (const Case& c : cases) {
     const auto batch = static_cast<int64_t>(c.lens.size());
+    DirectCall resolver;
     internal::RowLengths lens;
     ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::PerBatch(c.lens.data(), batch), batch, 4,
-                                              100, &lens)
+                                              100, resolver.workspace(), &lens)
                     .ok());
-    std::vector<int64_t> bounds;
-    EXPECT_EQ(ops::dot_product::EvenEntryRanges(lens, batch, c.threads, &bounds), c.taken)
+    std::vector<double> before(static_cast<size_t>(batch + 1));
+    std::vector<int64_t> bounds(static_cast<size_t>(c.threads + 1));
+    EXPECT_EQ(ops::dot_product::EvenEntryRanges(lens, batch, c.threads, before.data(), bounds.data()),
+              c.taken)
         << "entries " << batch << ", threads " << c.threads;
     if (c.taken) {
       EXPECT_EQ(bounds, c.bounds);

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "api/isa.h"
-#include "base/scratch.h"
+#include "base/workspace.h"
 #include "base/valid_lens.h"
 #include "test_util.h"
 
@@ -300,11 +300,12 @@ TEST(Engine, InfoReportsTargetsAndTheMatmulsOfACall) {
 // and each entry's widths: its longest length, and all M keys for W V when
 // one of its queries has L = 0.
 TEST(Engine, ValidLengthsResolveToRowsAndEntryWidths) {
+  DirectCall resolver;
   const int64_t batch = 3, queries = 2, keys = 5;
   const int32_t per_query[] = {1, 7, 0, 3, 4, 2};
   internal::RowLengths lens;
   ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::PerQuery(per_query, batch, queries), batch,
-                                            queries, keys, &lens)
+                                            queries, keys, resolver.workspace(), &lens)
                   .ok());
   const int64_t want_rows[] = {1, 5, 0, 3, 4, 2};
   for (int64_t r = 0; r < batch * queries; ++r) {
@@ -319,7 +320,7 @@ TEST(Engine, ValidLengthsResolveToRowsAndEntryWidths) {
 
   const int64_t per_batch[] = {0, 9, 2};
   ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::PerBatch(per_batch, batch), batch, queries,
-                                            keys, &lens)
+                                            keys, resolver.workspace(), &lens)
                   .ok());
   const int64_t want_batch[] = {0, 0, 5, 5, 2, 2};
   for (int64_t r = 0; r < batch * queries; ++r) {
@@ -328,25 +329,57 @@ TEST(Engine, ValidLengthsResolveToRowsAndEntryWidths) {
   EXPECT_EQ(lens.entry(0).longest, 0);
   EXPECT_EQ(lens.entry(0).mix, keys);
 
-  ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::None(), batch, queries, keys, &lens).ok());
+  ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::None(), batch, queries, keys, resolver.workspace(), &lens).ok());
   for (int64_t r = 0; r < batch * queries; ++r) EXPECT_EQ(lens.row(r / queries, r % queries), keys);
   EXPECT_EQ(lens.entry(2).longest, keys);
 }
 
-// Scratch starts on a cache line whatever it grew from, keeps its contents
-// while it does not grow, and each slot is its own buffer.
-TEST(Engine, ThreadScratchIsLineAlignedAndStable) {
+// A workspace's buffers start on a cache line whatever they grew from, keep
+// their contents while they do not grow, and each slot is its own buffer;
+// a thread of a region the call opened has buffers of its own, and the
+// caller's (thread 0) are the region's thread 0's.
+TEST(Engine, WorkspaceBuffersAreLineAlignedAndStable) {
+  internal::Workspace workspace(2);
+  workspace.Begin();
   for (size_t count : {size_t{1}, size_t{3}, size_t{17}, size_t{1000}, size_t{12345}}) {
-    float* a = internal::ThreadScratch(internal::ScratchSlot::kRowBuffer, count);
+    float* a = workspace.Floats(internal::ScratchSlot::kRowBuffer, count);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u) << "count=" << count;
     a[count - 1] = 7.0f;
-    EXPECT_EQ(internal::ThreadScratch(internal::ScratchSlot::kRowBuffer, count), a);
-    EXPECT_EQ(internal::ThreadScratch(internal::ScratchSlot::kRowBuffer, 1), a);  // no smaller buffer
+    EXPECT_EQ(workspace.Floats(internal::ScratchSlot::kRowBuffer, count), a);
+    EXPECT_EQ(workspace.Floats(internal::ScratchSlot::kRowBuffer, 1), a);  // no smaller buffer
     EXPECT_EQ(a[count - 1], 7.0f);
   }
-  float* other = internal::ThreadScratch(internal::ScratchSlot::kWorkspace, 16);
+  float* other = workspace.Floats(internal::ScratchSlot::kWorkspace, 16);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(other) % 64, 0u);
-  EXPECT_NE(other, internal::ThreadScratch(internal::ScratchSlot::kRowBuffer, 16));
+  EXPECT_NE(other, workspace.Floats(internal::ScratchSlot::kRowBuffer, 16));
+  float* caller = workspace.Floats(internal::ScratchSlot::kRowTask, 8);
+  float* team[2] = {nullptr, nullptr};
+#pragma omp parallel num_threads(2)
+  team[omp_get_thread_num()] = workspace.Floats(internal::ScratchSlot::kRowTask, 8);
+  EXPECT_EQ(team[0], caller);
+  if (team[1] != nullptr) {
+    EXPECT_NE(team[1], caller);  // a second thread was given: its own buffer
+  }
+}
+
+// What an engine keeps between calls is its workspaces' memory: none before
+// its first call, some after one, and no more than a call's worth of
+// trimmed buffers after a huge call.
+TEST(Engine, InfoReportsTheWorkspaceBytesHeldBetweenCalls) {
+  std::unique_ptr<Engine> engine = EngineWithThreads(1);
+  EXPECT_EQ(engine->Info().workspace_bytes, 0);
+  const int64_t b = 1, n = 512, m = 4096;
+  const std::vector<float> x = RandomFloats(static_cast<size_t>(b * n * m), 3);
+  std::vector<float> y(x.size());
+  ASSERT_TRUE(engine->MaskedSoftmax(ConstTensor(x.data(), {b, n, m}), ValidLens::None(),
+                                    Tensor(y.data(), {b, n, m}))
+                  .ok());
+  const int64_t held = engine->Info().workspace_bytes;
+  EXPECT_GT(held, 0);
+  EXPECT_LE(held, static_cast<int64_t>(internal::kKeptScratchBytes) *
+                      static_cast<int64_t>(internal::ScratchSlot::kCount));
+  EXPECT_NE(engine->Describe().find("workspace bytes held: " + std::to_string(held) + "\n"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -78,9 +78,13 @@ std::vector<float> RunWith(int threads, const Operands& o) {
   EXPECT_TRUE(s.ok()) << s.message();
   if (!s.ok()) return {};
   std::vector<float> c = o.c;
+  EngineOptions options;
+  options.threads = threads;
+  DirectCall direct(options);
   const int saved = omp_get_max_threads();
   omp_set_num_threads(threads);
-  const Status run = plan->Run(o.a.data(), o.b.data(), c.data(), o.problem.bias ? o.bias.data() : nullptr);
+  const Status run = plan->Run(direct.workspace(), o.a.data(), o.b.data(), c.data(),
+                               o.problem.bias ? o.bias.data() : nullptr);
   omp_set_num_threads(saved);
   EXPECT_TRUE(run.ok()) << run.message();
   return c;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attnscore/attnscore.h"
+#include "base/call_scope.h"
 #include "hwy/targets.h"
 #include "npy/npy.h"
 
@@ -89,6 +90,24 @@ const Engine& DefaultEngine();
 // A new engine of `threads` threads, other options default; null, with the
 // test failed, where it cannot be made.
 std::unique_ptr<Engine> EngineWithThreads(int threads);
+
+// A call context for running the engine's internals directly (a path, a
+// plan, a resolution of lengths): the given options and a workspace of
+// their threads, as an engine call lends one.
+class DirectCall {
+ public:
+  explicit DirectCall(const EngineOptions& options = EngineOptions())
+      : options_(options), workspace_(options.threads), call_{options_, workspace_} {
+    workspace_.Begin();
+  }
+  const internal::CallContext& call() const { return call_; }
+  internal::Workspace& workspace() { return workspace_; }
+
+ private:
+  EngineOptions options_;
+  internal::Workspace workspace_;
+  internal::CallContext call_;
+};
 
 // Runs each test once per Highway target the CPU supports, the library was
 // built for and the process's ISA cap allows (test_main.cc applies the cap

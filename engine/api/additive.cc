@@ -6,6 +6,7 @@
 #include <new>
 #include <utility>
 
+#include "api/engine_access.h"
 #include "api/model_maker.h"
 #include "api/output_shapes.h"
 #include "base/call_scope.h"
@@ -46,11 +47,11 @@ Status AdditiveAttention::Check(ConstTensor queries, ConstTensor keys, ConstTens
 Status AdditiveAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
                                   ConstTensor values, const ValidLens& valid_lens, Tensor out,
                                   Tensor attention_weights) const {
-  internal::CallScope scope(engine.options().threads);
-  return internal::Guarded("AdditiveAttention", [&] {
-    return ops::AdditiveForward(engine.options(), *params_, queries, keys, values, valid_lens, out,
+  return internal::RunCall(internal::EngineAccess::Context(engine), "AdditiveAttention",
+                           [&](const internal::CallContext& call) {
+                             return ops::AdditiveForward(call, *params_, queries, keys, values, valid_lens, out,
                                 attention_weights);
-  });
+                           });
 }
 
 }  // namespace attnscore

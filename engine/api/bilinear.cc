@@ -5,6 +5,7 @@
 #include <memory>
 #include <utility>
 
+#include "api/engine_access.h"
 #include "api/model_maker.h"
 #include "api/output_shapes.h"
 #include "base/call_scope.h"
@@ -43,11 +44,11 @@ Status BilinearAttention::Check(ConstTensor queries, ConstTensor keys, ConstTens
 Status BilinearAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
                                   ConstTensor values, const ValidLens& valid_lens, Tensor out,
                                   Tensor attention_weights) const {
-  internal::CallScope scope(engine.options().threads);
-  return internal::Guarded("BilinearAttention", [&] {
-    return ops::BilinearForward(engine.options(), *params_, queries, keys, values, valid_lens, out,
+  return internal::RunCall(internal::EngineAccess::Context(engine), "BilinearAttention",
+                           [&](const internal::CallContext& call) {
+                             return ops::BilinearForward(call, *params_, queries, keys, values, valid_lens, out,
                                 attention_weights);
-  });
+                           });
 }
 
 }  // namespace attnscore

@@ -5,6 +5,7 @@
 #include <memory>
 #include <utility>
 
+#include "api/engine_access.h"
 #include "api/model_maker.h"
 #include "api/output_shapes.h"
 #include "base/call_scope.h"
@@ -50,11 +51,11 @@ Status ConcatAttention::Check(ConstTensor queries, ConstTensor keys, ConstTensor
 Status ConcatAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
                                 ConstTensor values, const ValidLens& valid_lens, Tensor out,
                                 Tensor attention_weights) const {
-  internal::CallScope scope(engine.options().threads);
-  return internal::Guarded("ConcatAttention", [&] {
-    return ops::ConcatForward(engine.options(), *params_, queries, keys, values, valid_lens, out,
+  return internal::RunCall(internal::EngineAccess::Context(engine), "ConcatAttention",
+                           [&](const internal::CallContext& call) {
+                             return ops::ConcatForward(call, *params_, queries, keys, values, valid_lens, out,
                               attention_weights);
-  });
+                           });
 }
 
 }  // namespace attnscore

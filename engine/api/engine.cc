@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "api/engine_access.h"
 #include "api/isa.h"
 #include "api/output_shapes.h"
 #include "base/call_scope.h"
@@ -18,8 +19,15 @@
 namespace attnscore {
 
 struct Engine::Impl {
-  EngineOptions options;
+  explicit Impl(const EngineOptions& options) : context(options) {}
+  // Shared by the const calls of many threads: its pool of workspaces is
+  // thread-safe.
+  mutable internal::EngineContext context;
 };
+
+internal::EngineContext& internal::EngineAccess::Context(const Engine& engine) {
+  return engine.impl_->context;
+}
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
@@ -46,7 +54,7 @@ Status Engine::Create(const EngineOptions& options, std::unique_ptr<Engine>* eng
     ATTNSCORE_RETURN_IF_ERROR(internal::ApplyIsaCap(resolved.isa));
     return Status::Ok();
   }));
-  auto impl = std::unique_ptr<Impl>(new (std::nothrow) Impl{resolved});
+  auto impl = std::unique_ptr<Impl>(new (std::nothrow) Impl(resolved));
   if (!impl) return Status::Internal("Engine::Create: out of memory");
   engine->reset(new (std::nothrow) Engine(std::move(impl)));
   if (!*engine) return Status::Internal("Engine::Create: out of memory");
@@ -81,32 +89,32 @@ Status Engine::CheckMultiHeadAttention(ConstTensor queries, ConstTensor keys, Co
   });
 }
 
-const EngineOptions& Engine::options() const { return impl_->options; }
+const EngineOptions& Engine::options() const { return impl_->context.options; }
 
 Status Engine::MaskedSoftmax(ConstTensor x, const ValidLens& valid_lens, Tensor y) const {
-  internal::CallScope scope(impl_->options.threads);
-  return internal::Guarded("MaskedSoftmax",
-                           [&] { return ops::MaskedSoftmax(impl_->options, x, valid_lens, y); });
+  return internal::RunCall(impl_->context, "MaskedSoftmax", [&](const internal::CallContext& call) {
+    return ops::MaskedSoftmax(call, x, valid_lens, y);
+  });
 }
 
 Status Engine::DotProductAttention(ConstTensor queries, ConstTensor keys, ConstTensor values,
                                    const ValidLens& valid_lens, Tensor out,
                                    Tensor attention_weights) const {
-  internal::CallScope scope(impl_->options.threads);
-  return internal::Guarded("DotProductAttention", [&] {
-    return ops::DotProductAttention(impl_->options, queries, keys, values, valid_lens, out,
-                                    attention_weights);
-  });
+  return internal::RunCall(
+      impl_->context, "DotProductAttention", [&](const internal::CallContext& call) {
+        return ops::DotProductAttention(call, queries, keys, values, valid_lens, out,
+                                        attention_weights);
+      });
 }
 
 Status Engine::MultiHeadAttention(ConstTensor queries, ConstTensor keys, ConstTensor values,
                                   const ValidLens& valid_lens, const MultiHeadOptions& options,
                                   Tensor out, Tensor attention_weights) const {
-  internal::CallScope scope(impl_->options.threads);
-  return internal::Guarded("MultiHeadAttention", [&] {
-    return ops::MultiHeadAttention(impl_->options, queries, keys, values, valid_lens, options, out,
-                                   attention_weights);
-  });
+  return internal::RunCall(
+      impl_->context, "MultiHeadAttention", [&](const internal::CallContext& call) {
+        return ops::MultiHeadAttention(call, queries, keys, values, valid_lens, options, out,
+                                       attention_weights);
+      });
 }
 
 namespace {
@@ -137,7 +145,8 @@ RuntimeInfo Engine::Info() const {
   info.onednn_version = matmul::OnednnVersion();
   info.onednn_isa = matmul::OnednnIsa();
   info.native_bf16 = matmul::NativeBf16();
-  info.options = impl_->options;
+  info.options = impl_->context.options;
+  info.workspace_bytes = static_cast<int64_t>(impl_->context.workspaces.HeldBytes());
   for (const matmul::PlanSummary& plan : matmul::CachedPlans()) {
     info.matmuls.push_back({plan.problem, plan.implementation, plan.runs});
   }
@@ -155,6 +164,7 @@ std::string Engine::Describe() const {
   s += "isa cap: " + std::string(IsaName(info.options.isa)) + "\n";
   s += "threads: " + std::to_string(info.options.threads) + "\n";
   s += "precision: " + std::string(PrecisionName(info.options.precision)) + "\n";
+  s += "workspace bytes held: " + std::to_string(info.workspace_bytes) + "\n";
   s += info.native_bf16 ? "bf16 matmuls: native bf16 arithmetic\n"
                         : "bf16 matmuls: f32 arithmetic on bf16-rounded inputs (oneDNN's ISA "
                           "here has no avx512_bf16 or AMX)\n";

@@ -13,10 +13,12 @@
 #include <utility>
 #include <vector>
 
+#include "api/engine_access.h"
 #include "api/kv_cache_bytes.h"
 #include "base/aligned_floats.h"
 #include "base/call_scope.h"
 #include "base/checks.h"
+#include "ops/multihead.h"
 
 namespace attnscore {
 namespace {
@@ -290,21 +292,22 @@ Status KvCache::Attend(const Engine& engine, ConstTensor queries, Tensor out,
     longest = std::max(longest, held);
   }
   // Query i of sequence b sees its keys 0 .. L_b − N + i: per-query lengths.
-  return internal::Guarded(kOp, [&] {
-    thread_local std::vector<int64_t> lengths;
-    lengths.resize(static_cast<size_t>(s.batch * queries_per_sequence));
-    for (int64_t b = 0; b < s.batch; ++b) {
-      for (int64_t i = 0; i < queries_per_sequence; ++i) {
-        lengths[static_cast<size_t>(b * queries_per_sequence + i)] =
-            storage_->lengths[static_cast<size_t>(b)] - queries_per_sequence + i + 1;
-      }
-    }
-    return engine.MultiHeadAttention(
-        queries, storage_->View(storage_->keys, longest, s.key_dim),
-        storage_->View(storage_->values, longest, s.value_dim),
-        ValidLens::PerQuery(lengths.data(), s.batch, queries_per_sequence), MultiHeadOptions(),
-        out, attention_weights);
-  });
+  return internal::RunCall(
+      internal::EngineAccess::Context(engine), kOp, [&](const internal::CallContext& call) {
+        int64_t* const lengths = call.workspace.Words(
+            internal::IndexSlot::kCacheLengths, static_cast<size_t>(s.batch * queries_per_sequence));
+        for (int64_t b = 0; b < s.batch; ++b) {
+          for (int64_t i = 0; i < queries_per_sequence; ++i) {
+            lengths[b * queries_per_sequence + i] =
+                storage_->lengths[static_cast<size_t>(b)] - queries_per_sequence + i + 1;
+          }
+        }
+        return ops::MultiHeadAttention(
+            call, queries, storage_->View(storage_->keys, longest, s.key_dim),
+            storage_->View(storage_->values, longest, s.value_dim),
+            ValidLens::PerQuery(lengths, s.batch, queries_per_sequence), MultiHeadOptions(), out,
+            attention_weights);
+      });
 }
 
 std::vector<std::pair<const float*, size_t>> internal::KvCacheBytes::Held(const KvCache& cache) {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <utility>
 
+#include "api/engine_access.h"
 #include "api/model_maker.h"
 #include "base/call_scope.h"
 #include "ops/multihead.h"
@@ -54,11 +55,12 @@ Status MultiHeadAttention::Check(ConstTensor queries, ConstTensor keys, ConstTen
 Status MultiHeadAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
                                    ConstTensor values, const ValidLens& valid_lens, Causal causal,
                                    Tensor out, Tensor attention_weights) const {
-  internal::CallScope scope(engine.options().threads);
-  return internal::Guarded("MultiHeadAttention", [&] {
-    return ops::MultiHeadForward(engine.options(), *params_, queries, keys, values, valid_lens,
-                                 causal, out, attention_weights);
-  });
+  return internal::RunCall(internal::EngineAccess::Context(engine), "MultiHeadAttention",
+                           [&](const internal::CallContext& call) {
+                             return ops::MultiHeadForward(call, *params_, queries, keys, values,
+                                                          valid_lens, causal, out,
+                                                          attention_weights);
+                           });
 }
 
 }  // namespace attnscore

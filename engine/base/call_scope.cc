@@ -3,7 +3,7 @@
 #include <omp.h>
 #include <xmmintrin.h>
 
-#include "base/scratch.h"
+#include <utility>
 
 namespace attnscore::internal {
 namespace {
@@ -23,13 +23,17 @@ FlushDenormals::FlushDenormals() : saved_(_mm_getcsr()) {
 
 FlushDenormals::~FlushDenormals() { _mm_setcsr(saved_); }
 
-CallScope::CallScope(int threads) : saved_threads_(omp_get_max_threads()) {
-  omp_set_num_threads(threads);
+CallScope::CallScope(EngineContext& engine)
+    : saved_threads_(omp_get_max_threads()),
+      engine_(engine),
+      workspace_(engine.workspaces.Take()),
+      call_{engine.options, *workspace_} {
+  omp_set_num_threads(engine.options.threads);
 }
 
 CallScope::~CallScope() {
-  TrimThreadScratch();
   omp_set_num_threads(saved_threads_);
+  engine_.workspaces.Give(std::move(workspace_));
 }
 
 }  // namespace attnscore::internal

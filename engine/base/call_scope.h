@@ -4,10 +4,13 @@
 #define ATTNSCORE_BASE_CALL_SCOPE_H_
 
 #include <exception>
+#include <memory>
 #include <new>
 #include <string>
 
+#include "attnscore/options.h"
 #include "attnscore/status.h"
+#include "base/workspace.h"
 
 namespace attnscore::internal {
 
@@ -27,19 +30,45 @@ class FlushDenormals {
   unsigned saved_;
 };
 
-// One engine call: OpenMP (ours and oneDNN's) gets `threads`, denormals are
-// flushed; both are restored for the caller afterwards, and the calling
-// thread's large scratch is returned (base/scratch.h). Calls do not nest.
+// What an Engine owns from Create on: its options and the workspaces it
+// lends its calls (one per call running at the same time, kept between
+// calls). Every op, path and helper of a call reaches them through the
+// call's CallContext.
+struct EngineContext {
+  explicit EngineContext(const EngineOptions& engine_options)
+      : options(engine_options), workspaces(engine_options.threads) {}
+  const EngineOptions options;
+  WorkspacePool workspaces;
+};
+
+// What one call passes down: the engine's options and the call's own
+// workspace.
+struct CallContext {
+  const EngineOptions& options;
+  Workspace& workspace;
+  int threads() const { return options.threads; }
+};
+
+// One engine call's setup: OpenMP (ours and oneDNN's) gets the engine's
+// threads, denormals are flushed, and a workspace is taken from the
+// engine's pool; the caller's settings come back, and the workspace goes
+// back to the pool (trimmed), when it ends. Calls do not nest.
 class CallScope {
  public:
-  explicit CallScope(int threads);
+  // Throws std::bad_alloc (a new workspace).
+  explicit CallScope(EngineContext& engine);
   ~CallScope();
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;
 
+  const CallContext& call() const { return call_; }
+
  private:
   FlushDenormals flush_;
   int saved_threads_;
+  EngineContext& engine_;
+  std::unique_ptr<Workspace> workspace_;
+  CallContext call_;
 };
 
 // Runs call() and turns an exception into a Status, so none crosses the API:
@@ -54,6 +83,15 @@ Status Guarded(const char* op, Call call) {
   } catch (const std::exception& e) {
     return Status::Internal(std::string(op) + ": " + e.what());
   }
+}
+
+// An engine call: body(call) inside a CallScope of `engine`, guarded.
+template <class Body>
+Status RunCall(EngineContext& engine, const char* op, Body body) {
+  return Guarded(op, [&] {
+    CallScope scope(engine);
+    return body(scope.call());
+  });
 }
 
 }  // namespace attnscore::internal

@@ -11,7 +11,7 @@
 
 #include "attnscore/status.h"
 #include "base/call_scope.h"
-#include "base/scratch.h"
+#include "base/workspace.h"
 
 namespace attnscore::internal {
 
@@ -29,26 +29,26 @@ inline int ThreadsFor(int threads, double flops) { return flops < kMinSharedFlop
 Status StartThreads(int threads);
 
 // Runs body(row, scratch) for every row in [0, rows) on up to `threads`
-// OpenMP threads, each with denormals flushed and its own scratch of
-// `scratch_floats` in `slot` (a null pointer when 0); then after() once per
-// thread. An exception may not leave an OpenMP region, so a thread that
-// cannot allocate its scratch skips its rows and the call reports it (rows
-// done by other threads stay written). Each worker other than the caller
-// returns its large scratch at the end (the caller's goes when the call
-// ends, see CallScope). Rows go to threads in equal runs;
+// OpenMP threads (at most the engine's), each with denormals flushed and
+// its own scratch of `scratch_floats` in `slot` of the call's `workspace`
+// (a null pointer when 0); then after() once per thread. An exception may
+// not leave an OpenMP region, so a thread that cannot allocate its scratch
+// skips its rows and the call reports it (rows done by other threads stay
+// written). Rows go to threads in equal runs;
 // `Balance::kDynamic` hands them out one at a time instead, for rows of very
 // unequal cost (each row's result never depends on which thread ran it).
 enum class Balance { kStatic, kDynamic };
 template <class Body, class After>
-Status ForEachRowInParallel(int threads, int64_t rows, ScratchSlot slot, size_t scratch_floats,
-                            Body body, After after, Balance balance = Balance::kStatic) {
+Status ForEachRowInParallel(Workspace& workspace, int threads, int64_t rows, ScratchSlot slot,
+                            size_t scratch_floats, Body body, After after,
+                            Balance balance = Balance::kStatic) {
   if (threads <= 1 || rows <= 1) {
     // No OpenMP region at all: even a one-thread region costs the caller
     // futex calls, a few microseconds of a small call.
     FlushDenormals flush;
     float* scratch = nullptr;
     try {
-      if (scratch_floats > 0) scratch = ThreadScratch(slot, scratch_floats);
+      if (scratch_floats > 0) scratch = workspace.Floats(slot, scratch_floats);
     } catch (const std::bad_alloc&) {
       return Status::Internal("out of memory for per-thread scratch");
     }
@@ -63,7 +63,7 @@ Status ForEachRowInParallel(int threads, int64_t rows, ScratchSlot slot, size_t 
     float* scratch = nullptr;
     bool ready = scratch_floats == 0;
     try {
-      if (!ready) scratch = ThreadScratch(slot, scratch_floats);
+      if (!ready) scratch = workspace.Floats(slot, scratch_floats);
       ready = true;
     } catch (const std::bad_alloc&) {
       out_of_memory = true;
@@ -80,7 +80,6 @@ Status ForEachRowInParallel(int threads, int64_t rows, ScratchSlot slot, size_t 
       }
     }
     after();
-    if (omp_get_thread_num() != 0) TrimThreadScratch();
   }
   return out_of_memory ? Status::Internal("out of memory for per-thread scratch") : Status::Ok();
 }

@@ -83,20 +83,19 @@ int64_t LengthAt(const ValidLens& lens, int64_t index) {
 }  // namespace
 
 Status RowLengths::Resolve(const ValidLens& lens, int64_t batch, int64_t queries, int64_t keys,
-                           RowLengths* resolved) {
-  // rows, then entries, in one buffer per thread that grows and never
-  // shrinks: the steady state does not allocate.
-  thread_local std::vector<int64_t> storage;
+                           Workspace& workspace, RowLengths* resolved) {
+  // rows, then entries, in one buffer of the call's workspace.
   const auto rows = static_cast<size_t>(batch * queries);
   static_assert(sizeof(EntryWidths) == 2 * sizeof(int64_t));
   const size_t words = rows + 2 * static_cast<size_t>(batch);
+  int64_t* storage = nullptr;
   try {
-    if (storage.size() < words) storage.resize(words);
+    storage = workspace.Words(IndexSlot::kRowLengths, words);
   } catch (const std::bad_alloc&) {
     return Status::Internal("out of memory for the valid lengths");
   }
-  int64_t* const row_lengths = storage.data();
-  auto* const entries = reinterpret_cast<EntryWidths*>(storage.data() + rows);
+  int64_t* const row_lengths = storage;
+  auto* const entries = reinterpret_cast<EntryWidths*>(storage + rows);
   for (int64_t b = 0; b < batch; ++b) {
     int64_t* const entry_rows = row_lengths + b * queries;
     switch (lens.kind) {

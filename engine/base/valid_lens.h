@@ -9,6 +9,7 @@
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
+#include "base/workspace.h"
 
 namespace attnscore::internal {
 
@@ -35,12 +36,12 @@ struct EntryWidths {
 // Checked lengths for (batch, queries) rows over `keys` keys, decoded once:
 // int32 or int64, per batch or per query or none, each clamped to [0, keys]
 // (docs/semantics.md section 1: L >= M means all M keys). The storage is
-// this thread's and is reused by the next Resolve on it, so one call
-// resolves once, at its entry, and reads the result from any of its threads.
+// the call's workspace's (IndexSlot::kRowLengths), so one call resolves
+// once, at its entry, and reads the result from any of its threads.
 class RowLengths {
  public:
   static Status Resolve(const ValidLens& lens, int64_t batch, int64_t queries, int64_t keys,
-                        RowLengths* resolved);
+                        Workspace& workspace, RowLengths* resolved);
 
   // Row (b, i)'s length, in [0, keys].
   int64_t row(int64_t b, int64_t i) const { return rows_[b * queries_ + i]; }

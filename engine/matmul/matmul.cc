@@ -15,7 +15,7 @@
 #include <omp.h>
 
 #include "base/parallel.h"
-#include "base/scratch.h"
+#include "base/workspace.h"
 #include "matmul/layout.h"
 
 #include "oneapi/dnnl/dnnl.hpp"
@@ -97,9 +97,10 @@ class Primitive {
 
   // Call with one OpenMP thread (OneOmpThread or inside a parallel region):
   // some implementations pick their thread count when they run.
-  Status Run(const void* a, const void* b, float* c, const float* bias) const {
+  Status Run(internal::Workspace& workspace, const void* a, const void* b, float* c,
+             const float* bias) const {
     try {
-      Bindings& bind = BindingsForThisThread();
+      Bindings& bind = BindingsForThisThread(workspace);
       // oneDNN takes non-const handles; it only reads src and weights.
       bind.src.set_data_handle(const_cast<void*>(a));
       bind.weights.set_data_handle(const_cast<void*>(b));
@@ -126,12 +127,18 @@ class Primitive {
     std::unordered_map<int, dnnl::memory> args;  // the same handles, as execute wants them
   };
 
-  Bindings& BindingsForThisThread() const {
-    struct PerThread {
-      std::unordered_map<uint64_t, Bindings> by_plan;
-      std::vector<unsigned char> scratch;
-    };
-    thread_local PerThread state;
+  // A thread's bindings of every primitive it ran in this workspace, and
+  // the scratchpad they share.
+  struct PerThread final : internal::Workspace::ThreadCache {
+    std::unordered_map<uint64_t, Bindings> by_plan;
+    std::vector<unsigned char> scratch;
+    size_t HeldBytes() const override { return scratch.capacity(); }
+  };
+
+  Bindings& BindingsForThisThread(internal::Workspace& workspace) const {
+    std::unique_ptr<internal::Workspace::ThreadCache>& cache = workspace.Cache();
+    if (cache == nullptr) cache = std::make_unique<PerThread>();
+    PerThread& state = static_cast<PerThread&>(*cache);
     if (state.scratch.size() < scratch_bytes_) {
       // The scratchpad memory objects point into the old buffer: start over.
       state.scratch.resize(scratch_bytes_);
@@ -237,12 +244,13 @@ class TiledPlan final : public Plan {
     }
   }
 
-  Status Run(const void* a, const void* b, float* c, const float* bias) const override {
+  Status Run(internal::Workspace& workspace, const void* a, const void* b, float* c,
+             const float* bias) const override {
     if (problem_.bias && bias == nullptr) return Status::Internal("matmul: a plan with a bias needs one");
     runs_.fetch_add(1, std::memory_order_relaxed);
     if (tasks_ == 1) {
       OneOmpThread one;
-      return full_->Run(a, b, c, bias);
+      return full_->Run(workspace, a, b, c, bias);
     }
     // Nothing may throw out of an OpenMP region: a failed task is recorded,
     // and the tasks not yet started are skipped.
@@ -250,12 +258,13 @@ class TiledPlan final : public Plan {
     std::mutex mutex;
     Status first_error = Status::Ok();
     const Status s = internal::ForEachRowInParallel(
-        omp_in_parallel() ? 1 : omp_get_max_threads(), tasks_, internal::ScratchSlot::kRowBuffer, /*scratch_floats=*/0,
+        workspace, omp_in_parallel() ? 1 : omp_get_max_threads(), tasks_,
+        internal::ScratchSlot::kRowBuffer, /*scratch_floats=*/0,
         [&](int64_t task, float*) {
           if (failed.load(std::memory_order_relaxed)) return;
           try {
             OneOmpThread one;
-            Status task_status = RunTask(task, a, b, c, bias);
+            Status task_status = RunTask(workspace, task, a, b, c, bias);
             if (task_status.ok()) return;
             std::lock_guard<std::mutex> lock(mutex);
             if (!failed.exchange(true)) first_error = std::move(task_status);
@@ -273,7 +282,8 @@ class TiledPlan final : public Plan {
   int64_t runs() const override { return runs_.load(std::memory_order_relaxed); }
 
  private:
-  Status RunTask(int64_t task, const void* a, const void* b, float* c, const float* bias) const {
+  Status RunTask(internal::Workspace& workspace, int64_t task, const void* a, const void* b,
+                 float* c, const float* bias) const {
     const Problem& p = problem_;
     const int64_t entry = task / row_tasks_ * entries_per_task_;
     const int64_t row = task % row_tasks_ * rows_per_task_;
@@ -282,7 +292,7 @@ class TiledPlan final : public Plan {
     const auto* b_bytes = static_cast<const char*>(b);
     const int64_t size = InputBytes(p);
     return (last ? last_ : full_)
-        ->Run(a_bytes + (entry * p.a.batch_stride + row * p.a.row_stride) * size,
+        ->Run(workspace, a_bytes + (entry * p.a.batch_stride + row * p.a.row_stride) * size,
               p.shared_b ? b : b_bytes + entry * p.b.batch_stride * size,
               c + entry * p.c.batch_stride + row * p.c.row_stride, bias);
   }
@@ -304,21 +314,22 @@ class PackedPlan final : public Plan {
     implementation_ = std::string(inner_.implementation()) + " (inputs packed)";
   }
 
-  Status Run(const void* a, const void* b, float* c, const float* bias) const override {
+  Status Run(internal::Workspace& workspace, const void* a, const void* b, float* c,
+             const float* bias) const override {
     const Problem& p = problem_;
     const int64_t size = InputBytes(p), b_batch = p.shared_b ? 1 : p.batch;
     const int64_t a_bytes = pack_a_ ? p.batch * p.a.rows * p.a.cols * size : 0;
     const int64_t b_bytes = pack_b_ ? b_batch * p.b.rows * p.b.cols * size : 0;
     unsigned char* packed;
     try {
-      packed = reinterpret_cast<unsigned char*>(internal::ThreadScratch(
+      packed = reinterpret_cast<unsigned char*>(workspace.Floats(
           internal::ScratchSlot::kMatmulInputs, static_cast<size_t>(CeilDiv(a_bytes + b_bytes, 4))));
     } catch (const std::bad_alloc&) {
       return Status::Internal("matmul: out of memory for packed inputs");
     }
     if (pack_a_) Pack(a, p.a, p.batch, size, packed);
     if (pack_b_) Pack(b, p.b, b_batch, size, packed + a_bytes);
-    return inner_.Run(pack_a_ ? packed : a, pack_b_ ? packed + a_bytes : b, c, bias);
+    return inner_.Run(workspace, pack_a_ ? packed : a, pack_b_ ? packed + a_bytes : b, c, bias);
   }
 
   const char* implementation() const override { return implementation_.c_str(); }

@@ -12,6 +12,10 @@
 #include "attnscore/options.h"
 #include "attnscore/status.h"
 
+namespace attnscore::internal {
+class Workspace;
+}  // namespace attnscore::internal
+
 namespace attnscore::matmul {
 
 // A batch of matrices addressed by element strides. A transposed operand is
@@ -40,8 +44,9 @@ class Plan {
  public:
   virtual ~Plan() = default;
   // `a`, `b`: floats, or bf16 words for a bf16 problem. `bias`: n floats
-  // when the problem has a bias, else unused.
-  virtual Status Run(const void* a, const void* b, float* c,
+  // when the problem has a bias, else unused. `workspace`: the calling
+  // engine call's (inputs oneDNN cannot read are packed there).
+  virtual Status Run(internal::Workspace& workspace, const void* a, const void* b, float* c,
                      const float* bias = nullptr) const = 0;
   // oneDNN's name for the implementation it chose, e.g. "brg:avx512_core"
   // (two names joined by " + " when a shorter last task got another).

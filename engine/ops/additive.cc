@@ -20,7 +20,7 @@
 
 #include "base/checks.h"
 #include "base/parallel.h"
-#include "base/scratch.h"
+#include "base/workspace.h"
 #include "base/valid_lens.h"
 #include "kernels/additive_scores.h"
 #include "kernels/attention_row.h"
@@ -80,10 +80,10 @@ Status CheckArguments(const AdditiveParams& m, const ConstTensor& q, const Const
 
 class ForwardPass {
  public:
-  ForwardPass(const EngineOptions& options, const AdditiveParams& m, const ConstTensor& q,
+  ForwardPass(const internal::CallContext& call, const AdditiveParams& m, const ConstTensor& q,
               const ConstTensor& k, const ConstTensor& v, const internal::RowLengths& lens,
               const Tensor& out, const Tensor& attention)
-      : options_(options),
+      : call_(call),
         m_(m),
         q_(q),
         k_(k),
@@ -126,13 +126,13 @@ class ForwardPass {
 
   Status Run() {
     const int64_t batch = q_.dims[0];
-    const int threads = internal::ThreadsFor(options_.threads, Flops());
+    const int threads = internal::ThreadsFor(call_.threads(), Flops());
     if (threads <= 1 || batch < threads) {
       // One entry after another, each shared by the threads.
-      Workspace w(internal::ThreadScratch(internal::ScratchSlot::kWorkspace, WorkspaceFloats()),
+      Workspace w(call_.workspace.Floats(internal::ScratchSlot::kWorkspace, WorkspaceFloats()),
                   queries_ * hidden_, hidden_ * chunk_stride_);
       for (int64_t b = 0; b < batch; ++b)
-        ATTNSCORE_RETURN_IF_ERROR(RunEntry(b, w, options_.threads));
+        ATTNSCORE_RETURN_IF_ERROR(RunEntry(b, w, call_.threads()));
       return Status::Ok();
     }
     // Whole entries per thread: an entry's projections and W V are single
@@ -140,7 +140,7 @@ class ForwardPass {
     // the second thread idle. Each entry runs exactly as on one thread.
     std::mutex mutex;
     Status first_error = Status::Ok();
-    const Status s = internal::ForEachRowInParallel(
+    const Status s = internal::ForEachRowInParallel(call_.workspace, 
         threads, batch, internal::ScratchSlot::kWorkspace, WorkspaceFloats(),
         [&](int64_t b, float* scratch) {
           {
@@ -204,7 +204,7 @@ class ForwardPass {
   // Qh = Q W_qᵀ for entry b, into w.q_raw.
   Status ProjectQueries(int64_t b, const Workspace& w) const {
     const float* q = q_.data + b * q_.strides[0];
-    if (!row_products_) return project_queries_->Run(q, m_.w_q_t.data(), w.q_raw);
+    if (!row_products_) return project_queries_->Run(call_.workspace, q, m_.w_q_t.data(), w.q_raw);
     for (int64_t i = 0; i < queries_; ++i) {
       // Row i of Q times w_q_t (Dq, H): a weighted sum of w_q_t's rows.
       kernels::MixRow(q + i * q_.strides[1], static_cast<size_t>(m_.query_size), m_.w_q_t.data(),
@@ -218,7 +218,7 @@ class ForwardPass {
     const float* k = k_.data + b * k_.strides[0] + first * k_.strides[1];
     if (!row_products_) {
       for (const auto& [known, plan] : key_plans_) {
-        if (known == width) return plan->Run(m_.w_k.data(), k, w.k_cols);
+        if (known == width) return plan->Run(call_.workspace, m_.w_k.data(), k, w.k_cols);
       }
       return Status::Internal("AdditiveAttention: no key plan for a chunk of " +
                               std::to_string(width));
@@ -239,9 +239,9 @@ class ForwardPass {
     const float* v = v_.data + b * v_.strides[0];
     float* out = out_.data + b * out_.strides[0];
     if (!row_products_) {
-      ATTNSCORE_RETURN_IF_ERROR(mix->Run(probabilities.data, v, out));
+      ATTNSCORE_RETURN_IF_ERROR(mix->Run(call_.workspace, probabilities.data, v, out));
       return RemixNonFiniteRows(
-          probabilities, ConstTensor(v, {1, keys_, v_.dims[2]}, {0, v_.strides[1], v_.strides[2]}),
+          call_.workspace, probabilities, ConstTensor(v, {1, keys_, v_.dims[2]}, {0, v_.strides[1], v_.strides[2]}),
           Tensor(out, {1, queries_, out_.dims[2]}, {0, out_.strides[1], out_.strides[2]}), lens_, b,
           /*first_query=*/0, /*bf16=*/false, threads);
     }
@@ -291,7 +291,7 @@ class ForwardPass {
         // as much work as its scores, and would leave the other thread
         // idle. Each chunk is computed as on one thread: the same bits.
         std::vector<Status> results(static_cast<size_t>(chunks));
-        ATTNSCORE_RETURN_IF_ERROR(internal::ForEachRowInParallel(
+        ATTNSCORE_RETURN_IF_ERROR(internal::ForEachRowInParallel(call_.workspace, 
             threads, chunks, internal::ScratchSlot::kKeyFeatures,
             static_cast<size_t>(hidden_ * chunk_stride_),
             [&](int64_t c, float* k_cols) {
@@ -319,7 +319,7 @@ class ForwardPass {
             : Tensor(w.scores, {1, queries_, widths.mix},
                      {queries_ * score_stride_, score_stride_, 1});
     ATTNSCORE_RETURN_IF_ERROR(
-        ops::SoftmaxRows(scores, probabilities, lens_, b, 0, threads, /*stream=*/false));
+        ops::SoftmaxRows(call_.workspace, scores, probabilities, lens_, b, 0, threads, /*stream=*/false));
     return Mix(b, probabilities, row_products_ ? nullptr : mix_plans_[static_cast<size_t>(b)].get(),
                threads);
   }
@@ -363,7 +363,7 @@ class ForwardPass {
     const int64_t blocks = (queries_ + kBlock - 1) / kBlock;
     // About 4 operations per (query, key, feature) triple.
     const double flops = 4.0 * static_cast<double>(queries_ * width * hidden_);
-    return internal::ForEachRowInParallel(
+    return internal::ForEachRowInParallel(call_.workspace, 
         internal::ThreadsFor(threads, flops), blocks, internal::ScratchSlot::kRowBuffer,
         /*scratch_floats=*/0,
         [&](int64_t block, float*) {
@@ -386,7 +386,7 @@ class ForwardPass {
         [] {});
   }
 
-  const EngineOptions& options_;
+  const internal::CallContext& call_;
   const AdditiveParams& m_;
   const ConstTensor &q_, &k_, &v_;
   const internal::RowLengths& lens_;
@@ -401,10 +401,10 @@ class ForwardPass {
 
 }  // namespace
 
-Status AdditiveForward(const EngineOptions& options, const AdditiveParams& params,
+Status AdditiveForward(const internal::CallContext& call, const AdditiveParams& params,
                        ConstTensor queries, ConstTensor keys, ConstTensor values,
                        const ValidLens& valid_lens, Tensor out, Tensor attention_weights) {
-  return RunForward<ForwardPass>(CheckArguments, options, params, queries, keys, values, valid_lens,
+  return RunForward<ForwardPass>(CheckArguments, call, params, queries, keys, values, valid_lens,
                                  out, attention_weights);
 }
 

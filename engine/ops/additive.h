@@ -12,6 +12,7 @@
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
+#include "base/call_scope.h"
 #include "base/checks.h"
 
 namespace attnscore::ops {
@@ -39,7 +40,7 @@ Status CheckAdditiveInputs(const AdditiveParams& params, const ConstTensor& quer
                            internal::AttentionShape* shape);
 
 // AdditiveAttention::Forward without the call scope (threads, denormals).
-Status AdditiveForward(const EngineOptions& options, const AdditiveParams& params,
+Status AdditiveForward(const internal::CallContext& call, const AdditiveParams& params,
                        ConstTensor queries, ConstTensor keys, ConstTensor values,
                        const ValidLens& valid_lens, Tensor out, Tensor attention_weights);
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "base/scratch.h"
+#include "base/workspace.h"
 #include "base/valid_lens.h"
 #include "ops/dot_product.h"
 #include "ops/model_params.h"
@@ -54,7 +54,7 @@ Status CheckBilinearInputs(const BilinearParams& m, const ConstTensor& q, const 
   return Status::Ok();
 }
 
-Status BilinearForward(const EngineOptions& options, const BilinearParams& m, ConstTensor q,
+Status BilinearForward(const internal::CallContext& call, const BilinearParams& m, ConstTensor q,
                        ConstTensor k, ConstTensor v, const ValidLens& valid_lens, Tensor out,
                        Tensor attention) {
   internal::AttentionShape shape;
@@ -63,13 +63,13 @@ Status BilinearForward(const EngineOptions& options, const BilinearParams& m, Co
       kOp, {{"queries", q}, {"keys", k}, {"values", v}}, shape, valid_lens, out, attention));
   internal::RowLengths lens;
   ATTNSCORE_RETURN_IF_ERROR(
-      internal::RowLengths::Resolve(valid_lens, q.dims[0], q.dims[1], k.dims[1], &lens));
+      internal::RowLengths::Resolve(valid_lens, q.dims[0], q.dims[1], k.dims[1], call.workspace, &lens));
   std::shared_ptr<const matmul::Plan> project;
   ATTNSCORE_RETURN_IF_ERROR(LinearPlan(q, m.key_size, /*bias=*/false, nullptr, &project));
-  float* const projected = internal::ThreadScratch(
+  float* const projected = call.workspace.Floats(
       internal::ScratchSlot::kProjections, static_cast<size_t>(q.dims[0] * q.dims[1] * m.key_size));
-  ATTNSCORE_RETURN_IF_ERROR(project->Run(q.data, m.w.data(), projected));
-  return RunDotProduct(options, ConstTensor(projected, {q.dims[0], q.dims[1], m.key_size}), k, v,
+  ATTNSCORE_RETURN_IF_ERROR(project->Run(call.workspace, q.data, m.w.data(), projected));
+  return RunDotProduct(call, ConstTensor(projected, {q.dims[0], q.dims[1], m.key_size}), k, v,
                        lens, /*scale=*/1.0f, out, attention);
 }
 

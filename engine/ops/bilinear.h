@@ -11,6 +11,7 @@
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
+#include "base/call_scope.h"
 #include "base/checks.h"
 
 namespace attnscore::ops {
@@ -29,7 +30,7 @@ Status CheckBilinearInputs(const BilinearParams& params, const ConstTensor& quer
                            internal::AttentionShape* shape);
 
 // BilinearAttention::Forward without the call scope.
-Status BilinearForward(const EngineOptions& options, const BilinearParams& params,
+Status BilinearForward(const internal::CallContext& call, const BilinearParams& params,
                        ConstTensor queries, ConstTensor keys, ConstTensor values,
                        const ValidLens& valid_lens, Tensor out, Tensor attention_weights);
 

@@ -22,7 +22,7 @@
 
 #include "base/checks.h"
 #include "base/parallel.h"
-#include "base/scratch.h"
+#include "base/workspace.h"
 #include "base/valid_lens.h"
 #include "io/safetensors.h"
 #include "kernels/attention_row.h"
@@ -154,10 +154,10 @@ matmul::Layout LayoutOf(const ConstTensor& t) {
 
 class ForwardPass {
  public:
-  ForwardPass(const EngineOptions& options, const ConcatParams& m, const ConstTensor& q,
+  ForwardPass(const internal::CallContext& call, const ConcatParams& m, const ConstTensor& q,
               const ConstTensor& k, const ConstTensor& v, const internal::RowLengths& lens,
               const Tensor& out, const Tensor& attention)
-      : options_(options),
+      : call_(call),
         m_(m),
         q_(q),
         k_(k),
@@ -217,26 +217,26 @@ class ForwardPass {
 
   Status Run() {
     const int64_t rows = m_.value_rows;
-    float* scratch = internal::ThreadScratch(
+    float* scratch = call_.workspace.Floats(
         internal::ScratchSlot::kWorkspace,
         static_cast<size_t>(scratch_scores_ + batch_ * queries_ * m_.value_size));
     float* scores = attention_.empty() ? scratch : attention_.data;
     float* applied = scratch + scratch_scores_;
     if (few_rows_) return RunFewRows(scores);
-    ATTNSCORE_RETURN_IF_ERROR(score_q_->Run(q_.data, m_.score_q(), scores, m_.score_bias.data()));
-    ATTNSCORE_RETURN_IF_ERROR(score_k_->Run(k_.data, m_.score_k(), scores));
+    ATTNSCORE_RETURN_IF_ERROR(score_q_->Run(call_.workspace, q_.data, m_.score_q(), scores, m_.score_bias.data()));
+    ATTNSCORE_RETURN_IF_ERROR(score_k_->Run(call_.workspace, k_.data, m_.score_k(), scores));
     const Tensor probabilities =
         attention_.empty() ? Tensor(scores, {batch_, queries_, rows}) : attention_;
-    ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(probabilities, probabilities, lens_, 0, 0,
-                                               options_.threads, /*stream=*/false));
+    ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(call_.workspace, probabilities, probabilities, lens_, 0, 0,
+                                               call_.threads(), /*stream=*/false));
     if (row_mix_) {
       ATTNSCORE_RETURN_IF_ERROR(MixRows(probabilities, applied));
     } else {
       if (mix_.size() == 1) {
-        ATTNSCORE_RETURN_IF_ERROR(mix_[0]->Run(scores, v_.data, applied));
+        ATTNSCORE_RETURN_IF_ERROR(mix_[0]->Run(call_.workspace, scores, v_.data, applied));
       } else {
         for (int64_t b = 0; b < batch_; ++b) {
-          ATTNSCORE_RETURN_IF_ERROR(mix_[static_cast<size_t>(b)]->Run(
+          ATTNSCORE_RETURN_IF_ERROR(mix_[static_cast<size_t>(b)]->Run(call_.workspace, 
               scores + b * probabilities.strides[0], v_.data + b * v_.strides[0],
               applied + b * queries_ * m_.value_size));
         }
@@ -244,12 +244,12 @@ class ForwardPass {
       // Each entry's W V ran over its mix width: a shorter query's row that
       // a NaN or Inf past its own width made non-finite is redone over its own.
       ATTNSCORE_RETURN_IF_ERROR(RemixNonFiniteRows(
-          probabilities, v_, Tensor(applied, {batch_, queries_, m_.value_size}), lens_, 0, 0,
-          /*bf16=*/false, options_.threads));
+          call_.workspace, probabilities, v_, Tensor(applied, {batch_, queries_, m_.value_size}), lens_, 0, 0,
+          /*bf16=*/false, call_.threads()));
     }
     ATTNSCORE_RETURN_IF_ERROR(
-        combine_q_->Run(q_.data, m_.combine_q(), out_.data, m_.combine_bias.data()));
-    return combine_applied_->Run(applied, m_.combine_applied(), out_.data);
+        combine_q_->Run(call_.workspace, q_.data, m_.combine_q(), out_.data, m_.combine_bias.data()));
+    return combine_applied_->Run(call_.workspace, applied, m_.combine_applied(), out_.data);
   }
 
  private:
@@ -258,8 +258,8 @@ class ForwardPass {
   Status MixRows(const Tensor& probabilities, float* applied) const {
     const int64_t rows = m_.value_rows, dv = m_.value_size;
     const double flops = 2.0 * static_cast<double>(batch_ * queries_ * rows * dv);
-    return internal::ForEachRowInParallel(
-        internal::ThreadsFor(options_.threads, flops), batch_ * queries_,
+    return internal::ForEachRowInParallel(call_.workspace, 
+        internal::ThreadsFor(call_.threads(), flops), batch_ * queries_,
         internal::ScratchSlot::kRowBuffer, /*scratch_floats=*/0,
         [&](int64_t r, float*) {
           const int64_t b = r / queries_, i = r % queries_;
@@ -284,7 +284,7 @@ class ForwardPass {
     // x, then y = the layer's output row. Taken again after the softmax,
     // which may grow this slot for its own rows.
     const auto row_buffer = [&] {
-      return internal::ThreadScratch(internal::ScratchSlot::kRowBuffer,
+      return call_.workspace.Floats(internal::ScratchSlot::kRowBuffer,
                                      static_cast<size_t>(dq + std::max(dk, dv) + outputs));
     };
     float* x = row_buffer();
@@ -304,7 +304,7 @@ class ForwardPass {
     }
     const Tensor probabilities =
         attention_.empty() ? Tensor(scores, {batch_, queries_, rows}) : attention_;
-    ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(probabilities, probabilities, lens_, 0, 0,
+    ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(call_.workspace, probabilities, probabilities, lens_, 0, 0,
                                                /*threads=*/1, /*stream=*/false));
     x = row_buffer();
     float* y = x + dq + std::max(dk, dv);
@@ -356,7 +356,7 @@ class ForwardPass {
     return matmul::GetPlan(p, plan);
   }
 
-  const EngineOptions& options_;
+  const internal::CallContext& call_;
   const ConcatParams& m_;
   const ConstTensor &q_, &k_, &v_;
   const internal::RowLengths& lens_;
@@ -372,10 +372,10 @@ class ForwardPass {
 
 }  // namespace
 
-Status ConcatForward(const EngineOptions& options, const ConcatParams& params, ConstTensor queries,
+Status ConcatForward(const internal::CallContext& call, const ConcatParams& params, ConstTensor queries,
                      ConstTensor keys, ConstTensor values, const ValidLens& valid_lens, Tensor out,
                      Tensor attention_weights) {
-  return RunForward<ForwardPass>(CheckArguments, options, params, queries, keys, values, valid_lens,
+  return RunForward<ForwardPass>(CheckArguments, call, params, queries, keys, values, valid_lens,
                                  out, attention_weights);
 }
 

@@ -13,6 +13,7 @@
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
+#include "base/call_scope.h"
 #include "base/checks.h"
 
 namespace attnscore::ops {
@@ -50,7 +51,7 @@ Status CheckConcatInputs(const ConcatParams& params, const ConstTensor& queries,
                          internal::AttentionShape* shape);
 
 // ConcatAttention::Forward without the call scope (threads, denormals).
-Status ConcatForward(const EngineOptions& options, const ConcatParams& params, ConstTensor queries,
+Status ConcatForward(const internal::CallContext& call, const ConcatParams& params, ConstTensor queries,
                      ConstTensor keys, ConstTensor values, const ValidLens& valid_lens, Tensor out,
                      Tensor attention_weights);
 

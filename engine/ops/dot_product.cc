@@ -38,29 +38,29 @@ Status CheckDotProductInputs(const ConstTensor& q, const ConstTensor& k, const C
   return Status::Ok();
 }
 
-Status DotProductAttention(const EngineOptions& options, ConstTensor q, ConstTensor k,
+Status DotProductAttention(const internal::CallContext& call, ConstTensor q, ConstTensor k,
                            ConstTensor v, const ValidLens& valid_lens, Tensor out,
                            Tensor attention_weights) {
   ATTNSCORE_RETURN_IF_ERROR(CheckArguments(q, k, v, valid_lens, out, attention_weights));
   internal::RowLengths lens;
   ATTNSCORE_RETURN_IF_ERROR(
-      internal::RowLengths::Resolve(valid_lens, q.dims[0], q.dims[1], k.dims[1], &lens));
+      internal::RowLengths::Resolve(valid_lens, q.dims[0], q.dims[1], k.dims[1], call.workspace, &lens));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[2])));
-  return RunDotProduct(options, q, k, v, lens, scale, out, attention_weights);
+  return RunDotProduct(call, q, k, v, lens, scale, out, attention_weights);
 }
 
-Status RunDotProduct(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+Status RunDotProduct(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                      const ConstTensor& v, const internal::RowLengths& lens, float scale,
                      const Tensor& out, const Tensor& attention_weights) {
   if (dot_product::UseRowPath(q, k, v, out)) {
     const int64_t key_block =
         dot_product::RowKeyBlock(q.dims[0], q.dims[1], k.dims[1], q.dims[2] + v.dims[2]);
-    return dot_product::RowPath(options, q, k, v, lens, scale, key_block, out, attention_weights);
+    return dot_product::RowPath(call, q, k, v, lens, scale, key_block, out, attention_weights);
   }
-  if (dot_product::UseTilePath(options, q, k, v)) {
-    return dot_product::TilePath(options, q, k, v, lens, scale, out, attention_weights);
+  if (dot_product::UseTilePath(call, q, k, v)) {
+    return dot_product::TilePath(call, q, k, v, lens, scale, out, attention_weights);
   }
-  return dot_product::SortedGemmPath(options, q, k, v, lens, scale, out, attention_weights);
+  return dot_product::SortedGemmPath(call, q, k, v, lens, scale, out, attention_weights);
 }
 
 }  // namespace attnscore::ops

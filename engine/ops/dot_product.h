@@ -6,6 +6,7 @@
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
+#include "base/call_scope.h"
 #include "base/checks.h"
 #include "base/valid_lens.h"
 
@@ -17,14 +18,14 @@ Status CheckDotProductInputs(const ConstTensor& queries, const ConstTensor& keys
                              const ConstTensor& values, internal::AttentionShape* shape);
 
 // Engine::DotProductAttention without the call scope (threads, denormals).
-Status DotProductAttention(const EngineOptions& options, ConstTensor queries, ConstTensor keys,
+Status DotProductAttention(const internal::CallContext& call, ConstTensor queries, ConstTensor keys,
                            ConstTensor values, const ValidLens& valid_lens, Tensor out,
                            Tensor attention_weights);
 
 // The checked op's computation, for the ops built on it (multi-head runs one
 // per head): views checked as the op checks them, lengths resolved, scores
 // multiplied by `scale`.
-Status RunDotProduct(const EngineOptions& options, const ConstTensor& queries,
+Status RunDotProduct(const internal::CallContext& call, const ConstTensor& queries,
                      const ConstTensor& keys, const ConstTensor& values,
                      const internal::RowLengths& lens, float scale, const Tensor& out,
                      const Tensor& attention_weights);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "base/parallel.h"
-#include "base/scratch.h"
+#include "base/workspace.h"
 #include "kernels/bf16.h"
 #include "matmul/matmul.h"
 #include "ops/dot_product_paths.h"
@@ -199,10 +199,10 @@ struct Bf16Inputs {
 // bf16 words, or with `words` false the rounded values as floats. With
 // `normals`, t holds no subnormal (a softmax's weights), and the words may
 // come from the CPU's own conversion (kernels::RoundNormalsToBf16).
-Status RoundToBf16(int threads, const ConstTensor& t, bool words, void* out, bool normals = false) {
+Status RoundToBf16(internal::Workspace& workspace, int threads, const ConstTensor& t, bool words, void* out, bool normals = false) {
   const int64_t rows = t.dims[0] * t.dims[1], cols = t.dims[2];
   const bool contiguous = t.strides[2] == 1;
-  return internal::ForEachRowInParallel(
+  return internal::ForEachRowInParallel(workspace,
       internal::ThreadsFor(threads, static_cast<double>(rows * cols)), rows,
       internal::ScratchSlot::kRowBuffer, contiguous ? 0 : static_cast<size_t>(cols),
       [&](int64_t r, float* gathered) {
@@ -228,7 +228,7 @@ Status RoundToBf16(int threads, const ConstTensor& t, bool words, void* out, boo
 
 }  // namespace
 
-Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                 const ConstTensor& v, const internal::RowLengths& lens, float scale,
                 const Tensor& out, const Tensor& attention) {
   const int64_t depth = q.dims[2], keys = k.dims[1];
@@ -238,7 +238,7 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
   // Every primitive exists before anything is written, so a failure here
   // leaves the outputs untouched.
   const int64_t value_dim = v.dims[2];
-  const bool bf16 = options.precision == Precision::kBf16;
+  const bool bf16 = call.options.precision == Precision::kBf16;
   Bf16Inputs rounded;
   if (bf16) rounded.words = matmul::NativeBf16();
   const bool bf16_words = bf16 && rounded.words;  // else fp32 matmuls, on rounded floats
@@ -312,19 +312,19 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
           state.rounded_entries != c.entries) {
         state.rounded_for = nullptr;  // until both copies are whole
         ATTNSCORE_RETURN_IF_ERROR(
-            RoundToBf16(threads, part(k, k_chunk, g.score_width, depth), rounded.words, rounded.k));
-        ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(threads, part(v, v_chunk, g.mix_width, value_dim),
+            RoundToBf16(call.workspace, threads, part(k, k_chunk, g.score_width, depth), rounded.words, rounded.k));
+        ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(call.workspace, threads, part(v, v_chunk, g.mix_width, value_dim),
                                               rounded.words, rounded.v));
         state.rounded_for = &g;
         state.rounded_first = c.first_batch;
         state.rounded_entries = c.entries;
       }
       ATTNSCORE_RETURN_IF_ERROR(
-          RoundToBf16(threads, part(q, q_chunk, c.rows, depth), rounded.words, rounded.q));
+          RoundToBf16(call.workspace, threads, part(q, q_chunk, c.rows, depth), rounded.words, rounded.q));
     }
     if (plans->scores) {
-      ATTNSCORE_RETURN_IF_ERROR(bf16 ? plans->scores->Run(rounded.q, rounded.k, state.scratch)
-                                     : plans->scores->Run(q_chunk, k_chunk, state.scratch));
+      ATTNSCORE_RETURN_IF_ERROR(bf16 ? plans->scores->Run(call.workspace, rounded.q, rounded.k, state.scratch)
+                                     : plans->scores->Run(call.workspace, q_chunk, k_chunk, state.scratch));
     }
     const ConstTensor scores(state.scratch, {c.entries, c.rows, g.row});
     const Tensor probabilities =
@@ -338,11 +338,11 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
     // that wide (no weights output), else in a pass of their own.
     const bool words_from_rows = bf16_words && !want_attention;
     if (words_from_rows) {
-      ATTNSCORE_RETURN_IF_ERROR(SoftmaxRowsAndBf16(scores, probabilities,
+      ATTNSCORE_RETURN_IF_ERROR(SoftmaxRowsAndBf16(call.workspace, scores, probabilities,
                                                    static_cast<uint16_t*>(rounded.p), lens,
                                                    c.first_batch, c.first_query, threads));
     } else {
-      ATTNSCORE_RETURN_IF_ERROR(SoftmaxRows(scores, probabilities, lens, c.first_batch,
+      ATTNSCORE_RETURN_IF_ERROR(SoftmaxRows(call.workspace, scores, probabilities, lens, c.first_batch,
                                             c.first_query, threads, /*stream=*/false));
     }
     float* out_chunk = out.data + c.first_batch * out.strides[0] + c.first_query * out.strides[1];
@@ -351,17 +351,17 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
         ConstTensor mixed = probabilities;
         mixed.dims[2] = g.mix_width;
         ATTNSCORE_RETURN_IF_ERROR(
-            RoundToBf16(threads, mixed, rounded.words, rounded.p, /*normals=*/true));
+            RoundToBf16(call.workspace, threads, mixed, rounded.words, rounded.p, /*normals=*/true));
       }
-      ATTNSCORE_RETURN_IF_ERROR(plans->mix->Run(rounded.p, rounded.v, out_chunk));
+      ATTNSCORE_RETURN_IF_ERROR(plans->mix->Run(call.workspace, rounded.p, rounded.v, out_chunk));
     } else {
-      ATTNSCORE_RETURN_IF_ERROR(plans->mix->Run(probabilities.data, v_chunk, out_chunk));
+      ATTNSCORE_RETURN_IF_ERROR(plans->mix->Run(call.workspace, probabilities.data, v_chunk, out_chunk));
     }
     // W V ran over the group's mix width: a shorter query's row that a NaN
     // or Inf past its own width made non-finite is redone over its own keys.
     const Tensor out_part(out_chunk, {c.entries, c.rows, value_dim},
                           {out.strides[0], out.strides[1], out.strides[2]});
-    return RemixNonFiniteRows(probabilities, part(v, v_chunk, g.mix_width, value_dim), out_part,
+    return RemixNonFiniteRows(call.workspace, probabilities, part(v, v_chunk, g.mix_width, value_dim), out_part,
                               lens, c.first_batch, c.first_query, bf16, threads);
   };
 
@@ -374,16 +374,16 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
     flops += 2.0 * static_cast<double>(c.entries * c.rows) *
              static_cast<double>(g->score_width * depth + g->mix_width * value_dim);
   }
-  const int threads = options.threads;
+  const int threads = call.threads();
   const auto chunk_count = static_cast<int64_t>(chunks.size());
   if (internal::ThreadsFor(threads, flops) == 1 || chunk_count < 2 * threads) {
     // Each product and softmax shared by the threads, chunk after chunk.
     ChunkState state;
-    state.scratch = internal::ThreadScratch(internal::ScratchSlot::kWorkspace,
+    state.scratch = call.workspace.Floats(internal::ScratchSlot::kWorkspace,
                                             static_cast<size_t>(scratch_floats));
     state.rounded = rounded;
     if (bf16)
-      state.rounded.Carve(internal::ThreadScratch(internal::ScratchSlot::kBf16Copies,
+      state.rounded.Carve(call.workspace.Floats(internal::ScratchSlot::kBf16Copies,
                                                   static_cast<size_t>(rounded.floats())));
     for (const auto& [g, c] : chunks) ATTNSCORE_RETURN_IF_ERROR(run_chunk(*g, c, threads, state));
     return Status::Ok();
@@ -395,7 +395,7 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
   // each is computed the same on any thread, so the bits do not change.
   std::vector<ChunkState> states(static_cast<size_t>(threads));
   std::vector<Status> results(chunks.size());
-  ATTNSCORE_RETURN_IF_ERROR(internal::ForEachRowInParallel(
+  ATTNSCORE_RETURN_IF_ERROR(internal::ForEachRowInParallel(call.workspace,
       threads, chunk_count, internal::ScratchSlot::kWorkspace, static_cast<size_t>(scratch_floats),
       [&](int64_t i, float* scratch) {
         ChunkState& state = states[static_cast<size_t>(omp_get_thread_num())];
@@ -403,7 +403,7 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
           state.rounded = rounded;
           try {
             if (bf16)
-              state.rounded.Carve(internal::ThreadScratch(internal::ScratchSlot::kBf16Copies,
+              state.rounded.Carve(call.workspace.Floats(internal::ScratchSlot::kBf16Copies,
                                                           static_cast<size_t>(rounded.floats())));
           } catch (...) {
             results[static_cast<size_t>(i)] =

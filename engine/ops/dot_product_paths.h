@@ -32,6 +32,7 @@
 #include "attnscore/options.h"
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
+#include "base/call_scope.h"
 #include "base/valid_lens.h"
 
 namespace attnscore::ops::dot_product {
@@ -82,10 +83,10 @@ int64_t RowKeyBlock(int64_t entries, int64_t entry_rows, int64_t keys, int64_t f
 // The paths take checked arguments, the call's resolved lengths and the factor
 // the scores are multiplied by (1/sqrt(D) for the op); an empty
 // `attention_weights` is not written.
-Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+Status RowPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                const ConstTensor& v, const internal::RowLengths& lens, float scale,
                int64_t key_block, const Tensor& out, const Tensor& attention_weights);
-Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                 const ConstTensor& v, const internal::RowLengths& lens, float scale,
                 const Tensor& out, const Tensor& attention_weights);
 // The row path over G groups of rows per entry, each group with K and V of
@@ -94,7 +95,7 @@ Status GemmPath(const EngineOptions& options, const ConstTensor& q, const ConstT
 // empty; `lens` has (B, R) rows, each group's row i taking row i's length.
 // Rows and K, V rows contiguous. Each row gets the bits RowPath gives it
 // alone; RowPath is the case G = 1.
-Status GroupedRowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                       const ConstTensor& v, const internal::RowLengths& lens, float scale,
                       int64_t key_block, const Tensor& out, const Tensor& attention_weights);
 // The gemm path on queries sorted by length within each entry where that
@@ -105,7 +106,7 @@ Status GroupedRowPath(const EngineOptions& options, const ConstTensor& q, const 
 // Measured alternately against no sorting: (4, 128, 128), random per-query
 // lengths, 0.88 of the FLOPs, took 1.04x the time; (1, 1024, 4096), 0.6x.
 constexpr double kSortWhenBelow = 0.8;
-Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+Status SortedGemmPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                       const ConstTensor& v, const internal::RowLengths& lens, float scale,
                       const Tensor& out, const Tensor& attention_weights);
 
@@ -117,9 +118,9 @@ Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const 
 // whose entries' K (and V, where it is packed) take at most
 // kTilePathMaxPackedFloats, as do a tile's scores: a thread's kept scratch.
 constexpr int64_t kTilePathMaxPackedFloats = int64_t{1} << 20;
-bool UseTilePath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+bool UseTilePath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                  const ConstTensor& v);
-Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+Status TilePath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                 const ConstTensor& v, const internal::RowLengths& lens, float scale,
                 const Tensor& out, const Tensor& attention_weights);
 
@@ -134,12 +135,13 @@ void OrderByLength(const internal::RowLengths& lens, int64_t b, int64_t* order);
 // Whether `threads` (>= 2) contiguous ranges of whole entries, each cut at
 // the entry boundary nearest its even share of the work, hold at most
 // kEntryRangeSlack more than that share (an entry's work: the sum of its
-// rows' lengths, a row of length 0 mixing all M keys); if so, their bounds:
-// threads + 1 entries, from 0 to B, each range at least one entry. The tile
-// path then gives each thread one range.
+// rows' lengths, a row of length 0 mixing all M keys); if so, their bounds
+// in bounds[0, threads]: entries from 0 to B, each range at least one
+// entry. `before` holds batch + 1 doubles of scratch. The tile path then
+// gives each thread one range.
 constexpr double kEntryRangeSlack = 0.05;
-bool EvenEntryRanges(const internal::RowLengths& lens, int64_t batch, int threads,
-                     std::vector<int64_t>* bounds);
+bool EvenEntryRanges(const internal::RowLengths& lens, int64_t batch, int threads, double* before,
+                     int64_t* bounds);
 
 // Copies the `cols` elements of a row from `src` (elements `src_step`
 // apart) to `dst` (`dst_step` apart).

@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "base/parallel.h"
-#include "base/scratch.h"
+#include "base/workspace.h"
 #include "kernels/attention_row.h"
 #include "kernels/masked_softmax.h"
 #include "ops/dot_product_paths.h"
@@ -82,7 +82,7 @@ constexpr int64_t kRangeBytes = int64_t{256} << 10;
 // own, its softmax runs over the whole row, and AddMixes continues its sums
 // range by range; runs only share out the work, so the thread count may
 // choose them.
-Status WholeRows(int threads, const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+Status WholeRows(const internal::CallContext& call, int threads, const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
                  const internal::RowLengths& lens, float scale, const Tensor& out,
                  const Tensor& attention) {
   const int64_t groups = q.dims[1], queries = q.dims[2], depth = q.dims[3], keys = k.dims[2];
@@ -102,7 +102,7 @@ Status WholeRows(int threads, const ConstTensor& q, const ConstTensor& k, const 
           : keys;
   const bool want_attention = !attention.empty();
   // Each task's scratch: a row of scores per row of its run, then its weights.
-  return internal::ForEachRowInParallel(
+  return internal::ForEachRowInParallel(call.workspace, 
       threads, q.dims[0] * runs, internal::ScratchSlot::kRowTask,
       static_cast<size_t>(run * chunk_rows * keys),
       [&](int64_t task, float* scratch) {
@@ -187,7 +187,7 @@ Status WholeRows(int threads, const ConstTensor& q, const ConstTensor& k, const 
 
 // The row path with the keys in blocks of `key_block`, a task each for all
 // of a group's rows, then merged row by row.
-Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, const ConstTensor& k,
+Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t key_block, const ConstTensor& q, const ConstTensor& k,
                        const ConstTensor& v, const internal::RowLengths& lens, float scale,
                        const Tensor& out, const Tensor& attention) {
   const int64_t groups = q.dims[1], queries = q.dims[2], depth = q.dims[3], keys = k.dims[2];
@@ -195,7 +195,7 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
   const bool want_attention = !attention.empty();
   const int64_t blocks = CeilDiv(keys, key_block);  // per row, at most
   const int64_t partial_floats = BlockPartial::kHeader + value_dim;
-  float* partials = internal::ThreadScratch(internal::ScratchSlot::kRowPartials,
+  float* partials = call.workspace.Floats(internal::ScratchSlot::kRowPartials,
                                             static_cast<size_t>(rows * blocks * partial_floats));
   const auto partial = [&](int64_t r, int64_t block) {
     return BlockPartial{partials + (r * blocks + block) * partial_floats};
@@ -213,7 +213,7 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
   // each row's block scores, then its weights (or, for a row with L = 0,
   // uniform weights over M keys).
   const int64_t chunk_rows = std::min(queries, kChunkRows);
-  Status status = internal::ForEachRowInParallel(
+  Status status = internal::ForEachRowInParallel(call.workspace, 
       threads, q.dims[0] * blocks * groups, internal::ScratchSlot::kRowTask,
       static_cast<size_t>(std::max(keys, chunk_rows * key_block)),
       [&](int64_t task, float* scratch) {
@@ -287,7 +287,7 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
 
   // Merge each row's blocks: weigh block β by sum_β · exp(max_β − max), the
   // share of the row's softmax denominator its keys hold.
-  return internal::ForEachRowInParallel(
+  return internal::ForEachRowInParallel(call.workspace, 
       threads, rows, internal::ScratchSlot::kRowBuffer, /*scratch_floats=*/0,
       [&](int64_t r, float*) {
         const int64_t b = r / queries / groups, g = r / queries % groups, i = r % queries;
@@ -342,17 +342,17 @@ Status RowsInKeyBlocks(int threads, int64_t key_block, const ConstTensor& q, con
 
 }  // namespace
 
-Status GroupedRowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                       const ConstTensor& v, const internal::RowLengths& lens, float scale,
                       int64_t key_block, const Tensor& out, const Tensor& attention) {
   const int64_t keys = k.dims[2], rows = q.dims[0] * q.dims[1] * q.dims[2];
   const int threads = internal::ThreadsFor(
-      options.threads, 2.0 * static_cast<double>(rows * keys * (q.dims[3] + v.dims[3])));
-  if (key_block >= keys) return WholeRows(threads, q, k, v, lens, scale, out, attention);
-  return RowsInKeyBlocks(threads, key_block, q, k, v, lens, scale, out, attention);
+      call.threads(), 2.0 * static_cast<double>(rows * keys * (q.dims[3] + v.dims[3])));
+  if (key_block >= keys) return WholeRows(call, threads, q, k, v, lens, scale, out, attention);
+  return RowsInKeyBlocks(call, threads, key_block, q, k, v, lens, scale, out, attention);
 }
 
-Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+Status RowPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                const ConstTensor& v, const internal::RowLengths& lens, float scale,
                int64_t key_block, const Tensor& out, const Tensor& attention) {
   // Each entry one group: (B, 1, R, F) views, the group stride never used.
@@ -360,7 +360,7 @@ Status RowPath(const EngineOptions& options, const ConstTensor& q, const ConstTe
     return std::decay_t<decltype(t)>(t.data, {t.dims[0], 1, t.dims[1], t.dims[2]},
                                      {t.strides[0], 0, t.strides[1], t.strides[2]});
   };
-  return GroupedRowPath(options, grouped(q), grouped(k), grouped(v), lens, scale, key_block,
+  return GroupedRowPath(call, grouped(q), grouped(k), grouped(v), lens, scale, key_block,
                         grouped(out), attention.empty() ? Tensor() : grouped(attention));
 }
 

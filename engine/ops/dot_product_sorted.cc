@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "base/scratch.h"
+#include "base/workspace.h"
 #include "ops/dot_product_paths.h"
 
 namespace attnscore::ops::dot_product {
@@ -67,7 +67,7 @@ void OrderByLength(const internal::RowLengths& lens, int64_t b, int64_t* order) 
   for (int64_t r = 0; r < queries; ++r) order[r] &= 0xFFFFFFFF;
 }
 
-Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+Status SortedGemmPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                       const ConstTensor& v, const internal::RowLengths& lens, float scale,
                       const Tensor& out, const Tensor& attention_weights) {
   const int64_t batch = q.dims[0], queries = q.dims[1], depth = q.dims[2], value_dim = v.dims[2],
@@ -78,28 +78,26 @@ Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const 
   bool rising = true;
   for (int64_t b = 0; b < batch && rising; ++b) rising = LengthsRise(lens, b);
   if (rising || keys >= (int64_t{1} << 31) || queries >= (int64_t{1} << 32)) {
-    return GemmPath(options, q, k, v, lens, scale, out, attention_weights);
+    return GemmPath(call, q, k, v, lens, scale, out, attention_weights);
   }
   // order[b * queries + r]: the query of entry b that goes r-th, shortest
   // first (ties in the caller's order); sorted_rows: its length.
-  thread_local std::vector<int64_t> order, sorted_rows;
   const auto rows = static_cast<size_t>(batch * queries);
+  int64_t *order = nullptr, *sorted_rows = nullptr;
   try {
-    if (order.size() < rows) {
-      order.resize(rows);
-      sorted_rows.resize(rows);
-    }
+    order = call.workspace.Words(internal::IndexSlot::kOrder, rows);
+    sorted_rows = call.workspace.Words(internal::IndexSlot::kSortedLengths, rows);
   } catch (const std::bad_alloc&) {
     return Status::Internal("out of memory for the queries' order");
   }
-  for (int64_t b = 0; b < batch; ++b) OrderByLength(lens, b, order.data() + b * queries);
+  for (int64_t b = 0; b < batch; ++b) OrderByLength(lens, b, order + b * queries);
   for (size_t r = 0; r < rows; ++r) {
     sorted_rows[r] = lens.row(static_cast<int64_t>(r) / queries, order[r]);
   }
-  const internal::RowLengths sorted = lens.WithRows(sorted_rows.data());
+  const internal::RowLengths sorted = lens.WithRows(sorted_rows);
   if (GemmFlops(sorted, batch, depth, value_dim) >
       kSortWhenBelow * GemmFlops(lens, batch, depth, value_dim)) {
-    return GemmPath(options, q, k, v, lens, scale, out, attention_weights);
+    return GemmPath(call, q, k, v, lens, scale, out, attention_weights);
   }
 
   // Dense sorted copies: Q (B, N, D), then out (B, N, Dv) and the weights
@@ -108,7 +106,7 @@ Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const 
   const int64_t q_floats = batch * queries * depth, out_floats = batch * queries * value_dim;
   float* buffer = nullptr;
   try {
-    buffer = internal::ThreadScratch(
+    buffer = call.workspace.Floats(
         internal::ScratchSlot::kSortedRows,
         static_cast<size_t>(q_floats + out_floats + (want_weights ? batch * queries * keys : 0)));
   } catch (const std::bad_alloc&) {
@@ -126,7 +124,7 @@ Status SortedGemmPath(const EngineOptions& options, const ConstTensor& q, const 
     }
   }
   ATTNSCORE_RETURN_IF_ERROR(
-      GemmPath(options, sorted_q, k, v, sorted, scale, sorted_out, sorted_weights));
+      GemmPath(call, sorted_q, k, v, sorted, scale, sorted_out, sorted_weights));
   // Only now, with every row computed, are the caller's outputs written.
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t r = 0; r < queries; ++r) {

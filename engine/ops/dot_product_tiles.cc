@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "base/parallel.h"
-#include "base/scratch.h"
+#include "base/workspace.h"
 #include "kernels/attention_tile.h"
 #include "kernels/masked_softmax.h"
 #include "ops/dot_product_paths.h"
@@ -101,12 +101,11 @@ int64_t PackedFloats(const ConstTensor& q, const ConstTensor& k, const ConstTens
 
 }  // namespace
 
-bool EvenEntryRanges(const internal::RowLengths& lens, int64_t batch, int threads,
-                     std::vector<int64_t>* bounds) {
+bool EvenEntryRanges(const internal::RowLengths& lens, int64_t batch, int threads, double* before,
+                     int64_t* bounds) {
   const int64_t queries = lens.queries(), keys = lens.keys();
   if (threads < 2 || batch < threads) return false;
-  thread_local std::vector<double> before;  // before[b]: the work of entries [0, b)
-  before.assign(static_cast<size_t>(batch + 1), 0.0);
+  before[0] = 0;  // before[b]: the work of entries [0, b)
   for (int64_t b = 0; b < batch; ++b) {
     double work = 0;
     for (int64_t i = 0; i < queries; ++i) {
@@ -115,22 +114,23 @@ bool EvenEntryRanges(const internal::RowLengths& lens, int64_t batch, int thread
     }
     before[static_cast<size_t>(b + 1)] = before[static_cast<size_t>(b)] + work;
   }
-  const double share = before.back() / threads;
-  std::vector<int64_t>& cut = *bounds;  // cut[t]: range t's first entry
-  cut.assign(static_cast<size_t>(threads + 1), batch);
+  const double share = before[batch] / threads;
+  int64_t* const cut = bounds;  // cut[t]: range t's first entry
+  const auto cuts = static_cast<size_t>(threads + 1);
+  std::fill(cut, cut + cuts, batch);
   cut[0] = 0;
-  for (size_t t = 1; t < cut.size() - 1; ++t) {
+  for (size_t t = 1; t < cuts - 1; ++t) {
     // The entry boundary nearest t shares of the work, leaving at least one
     // entry to each range before and after it.
     const double target = static_cast<double>(t) * share;
     const auto off = [&](int64_t e) { return std::abs(before[static_cast<size_t>(e)] - target); };
-    const int64_t highest = batch - static_cast<int64_t>(cut.size() - 1 - t);
+    const int64_t highest = batch - static_cast<int64_t>(cuts - 1 - t);
     cut[t] = cut[t - 1] + 1;
     for (int64_t e = cut[t] + 1; e <= highest; ++e) {
       if (off(e) < off(cut[t])) cut[t] = e;
     }
   }
-  for (size_t t = 0; t + 1 < cut.size(); ++t) {
+  for (size_t t = 0; t + 1 < cuts; ++t) {
     const double work =
         before[static_cast<size_t>(cut[t + 1])] - before[static_cast<size_t>(cut[t])];
     if (work > (1.0 + kEntryRangeSlack) * share) return false;
@@ -138,19 +138,19 @@ bool EvenEntryRanges(const internal::RowLengths& lens, int64_t batch, int thread
   return true;
 }
 
-bool UseTilePath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+bool UseTilePath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                  const ConstTensor& v) {
   // Lengths and query indices share one 64-bit sort key (OrderByLength);
   // lengths are int32 in the kernels.
   const int64_t values = PacksValues(q, k, v) ? v.dims[1] * v.dims[2] : 0;
-  return options.precision == Precision::kFp32 && k.dims[1] > 0 && q.dims[2] > 0 &&
+  return call.options.precision == Precision::kFp32 && k.dims[1] > 0 && q.dims[2] > 0 &&
          k.dims[1] < (int64_t{1} << 31) && q.dims[1] < (int64_t{1} << 32) &&
          SaturatedProduct(q.dims[0], SaturatedSum(EntryKeysFloats(q, k), values)) <=
              kTilePathMaxPackedFloats &&
          TileScoresFloats(k) <= kTilePathMaxPackedFloats;
 }
 
-Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstTensor& k,
+Status TilePath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                 const ConstTensor& v, const internal::RowLengths& lens, float scale,
                 const Tensor& out, const Tensor& attention_weights) {
   const int64_t batch = q.dims[0], queries = q.dims[1], depth = q.dims[2], keys = k.dims[1],
@@ -166,44 +166,37 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
   const int64_t tile_queries = 2 * lanes;
   const auto mix_rows = static_cast<int64_t>(kernels::MixTileRows());
   // order[b * queries + r]: the query of entry b that goes r-th (OrderByLength).
-  thread_local std::vector<int64_t> order;
   const auto rows = static_cast<size_t>(batch * queries);
   const int64_t entry_keys = CopiedKeysFloats(q, k);
-  thread_local std::unique_ptr<std::atomic<int>[]> pack_states;
-  thread_local int64_t pack_states_size = 0;
+  // The call's: written before the team starts, then shared by it.
+  int64_t *sorted = nullptr, *pack_state = nullptr;  // each entry's, read by std::atomic_ref
   float* packed = nullptr;
   try {
-    if (order.size() < rows) order.resize(rows);
-    if (pack_states_size < batch) {
-      pack_states = std::make_unique<std::atomic<int>[]>(static_cast<size_t>(batch));
-      pack_states_size = batch;
-    }
-    packed = internal::ThreadScratch(internal::ScratchSlot::kPackedKeys,
-                                     static_cast<size_t>(PackedFloats(q, k, v)));
+    sorted = call.workspace.Words(internal::IndexSlot::kOrder, rows);
+    pack_state = call.workspace.Words(internal::IndexSlot::kPackStates, static_cast<size_t>(batch));
+    packed = call.workspace.Floats(internal::ScratchSlot::kPackedKeys,
+                                   static_cast<size_t>(PackedFloats(q, k, v)));
   } catch (const std::bad_alloc&) {
     return Status::Internal("out of memory for the tile path's copied keys and packed values");
   }
   float* const packed_values = packed + batch * entry_keys;  // M · Dv an entry, if pack_values
-  std::atomic<int>* const pack_state = pack_states.get();    // the caller's, like `order`
-  // The workers use the order through this: `order` is the caller's.
-  int64_t* const sorted = order.data();
 
   double flops = 0;
   for (int64_t b = 0; b < batch; ++b) {
     const internal::EntryWidths& widths = lens.entry(b);
     flops += 2.0 * static_cast<double>(queries * (widths.longest * depth + widths.mix * value_dim));
   }
-  const int threads = internal::ThreadsFor(options.threads, flops);
+  const int threads = internal::ThreadsFor(call.threads(), flops);
   // Each entry's queries sorted (and, where copy_keys, its K rows below its
   // longest length copied dense; where pack_values, its V rows below its mix
   // width packed; rows past them are never read) by the first tile of it a
   // thread takes, while the other tiles of the entry wait. The first tile of
   // every entry goes first, so that threads prepare different entries at
   // once rather than wait for one another.
-  for (int64_t b = 0; b < batch; ++b) pack_state[b].store(kUnpacked, std::memory_order_relaxed);
+  for (int64_t b = 0; b < batch; ++b) pack_state[b] = kUnpacked;  // before any thread reads it
   const auto pack = [&](int64_t b) {
-    std::atomic<int>& state = pack_state[b];
-    int expected = kUnpacked;
+    const std::atomic_ref<int64_t> state(pack_state[b]);
+    int64_t expected = kUnpacked;
     if (state.load(std::memory_order_acquire) == kPacked) return;
     if (state.compare_exchange_strong(expected, kPacking, std::memory_order_acquire)) {
       OrderByLength(lens, b, sorted + b * queries);
@@ -354,10 +347,16 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
   // which stay in its core's caches (encoder (4, 128, 128), per-query
   // lengths, on 2 threads: 1.85x of 1 thread in three runs, against
   // 1.52-1.73x with the tiles dealt out, BM_DotProductTwoThreads on a Zen 5).
-  thread_local std::vector<int64_t> bounds;
-  if (EvenEntryRanges(lens, batch, threads, &bounds)) {
-    const int64_t* const range_bounds = bounds.data();  // the caller's, as `sorted`
-    return internal::ForEachRowInParallel(
+  double* entry_work = nullptr;
+  int64_t* range_bounds = nullptr;  // the call's, as `sorted`
+  try {
+    entry_work = call.workspace.Reals(internal::IndexSlot::kEntryWork, static_cast<size_t>(batch + 1));
+    range_bounds = call.workspace.Words(internal::IndexSlot::kBounds, static_cast<size_t>(threads + 1));
+  } catch (const std::bad_alloc&) {
+    return Status::Internal("out of memory for the tile path's entry ranges");
+  }
+  if (EvenEntryRanges(lens, batch, threads, entry_work, range_bounds)) {
+    return internal::ForEachRowInParallel(call.workspace, 
         threads, threads, internal::ScratchSlot::kWorkspace, scratch_floats,
         [&](int64_t task, float* scratch) {
           for (int64_t b = range_bounds[task]; b < range_bounds[task + 1]; ++b) {
@@ -368,7 +367,7 @@ Status TilePath(const EngineOptions& options, const ConstTensor& q, const ConstT
   }
   // Else tiles go to threads as they come free. Tasks [0, batch): each
   // entry's first tile; then the others, entry by entry.
-  return internal::ForEachRowInParallel(
+  return internal::ForEachRowInParallel(call.workspace, 
       threads, batch * tiles_per_entry, internal::ScratchSlot::kWorkspace, scratch_floats,
       [&](int64_t task, float* scratch) {
         const int64_t later = task - batch;

@@ -4,7 +4,7 @@
 
 #include "base/checks.h"
 #include "base/parallel.h"
-#include "base/scratch.h"
+#include "base/workspace.h"
 #include "base/valid_lens.h"
 #include "kernels/bf16.h"
 #include "kernels/masked_softmax.h"
@@ -35,11 +35,11 @@ kernels::StreamedRow RowOf(const ConstTensor& x, const Tensor& y, const internal
 // each, with y_row the row's floats in L1, unit strides (y's own row, or
 // the row buffer a strided y goes through).
 template <class Then>
-Status ForEachSoftmaxRow(ConstTensor x, Tensor y, const internal::RowLengths& lens,
+Status ForEachSoftmaxRow(internal::Workspace& workspace, ConstTensor x, Tensor y, const internal::RowLengths& lens,
                          int64_t first_batch, int64_t first_query, int threads, Then then) {
   const int64_t queries = y.dims[1], width = y.dims[2];
   const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
-  return internal::ForEachRowInParallel(
+  return internal::ForEachRowInParallel(workspace, 
       threads, y.dims[0] * queries, internal::ScratchSlot::kRowBuffer, static_cast<size_t>(width),
       [&](int64_t r, float* row_buffer) {
         const kernels::StreamedRow at =
@@ -65,7 +65,7 @@ int SoftmaxThreads(int threads, const Tensor& y) {
 
 }  // namespace
 
-Status SoftmaxRows(ConstTensor x, Tensor y, const internal::RowLengths& lens, int64_t first_batch,
+Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y, const internal::RowLengths& lens, int64_t first_batch,
                    int64_t first_query, int threads, bool stream) {
   const int64_t queries = y.dims[1], width = y.dims[2];
   const int64_t rows = y.dims[0] * queries;
@@ -75,7 +75,7 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const internal::RowLengths& lens, in
     const int64_t chunk_rows =
         std::clamp<int64_t>((rows + threads - 1) / threads, 1, kStreamChunkRows);
     const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
-    return internal::ForEachRowInParallel(
+    return internal::ForEachRowInParallel(workspace, 
         threads, chunks, internal::ScratchSlot::kRowBuffer, 2 * static_cast<size_t>(width),
         [&](int64_t chunk, float* row_buffers) {
           kernels::StreamedRow descriptors[kStreamChunkRows];
@@ -95,15 +95,15 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const internal::RowLengths& lens, in
         },
         [] { kernels::FlushStreams(); });  // before other threads read y
   }
-  return ForEachSoftmaxRow(x, y, lens, first_batch, first_query, threads,
+  return ForEachSoftmaxRow(workspace, x, y, lens, first_batch, first_query, threads,
                            [](int64_t, const float*) {});
 }
 
-Status SoftmaxRowsAndBf16(ConstTensor x, Tensor y, uint16_t* words,
+Status SoftmaxRowsAndBf16(internal::Workspace& workspace, ConstTensor x, Tensor y, uint16_t* words,
                           const internal::RowLengths& lens, int64_t first_batch,
                           int64_t first_query, int threads) {
   const auto width = static_cast<size_t>(y.dims[2]);
-  return ForEachSoftmaxRow(x, y, lens, first_batch, first_query, SoftmaxThreads(threads, y),
+  return ForEachSoftmaxRow(workspace, x, y, lens, first_batch, first_query, SoftmaxThreads(threads, y),
                            [&](int64_t r, const float* row) {
                              kernels::RoundNormalsToBf16(row, width,
                                                          words + static_cast<size_t>(r) * width);
@@ -115,7 +115,7 @@ Status CheckMaskedSoftmaxInput(const ConstTensor& x) {
                                {internal::kAnyDim, internal::kAnyDim, internal::kAnyDim}, "(B, N, M)");
 }
 
-Status MaskedSoftmax(const EngineOptions& options, ConstTensor x, const ValidLens& valid_lens,
+Status MaskedSoftmax(const internal::CallContext& call, ConstTensor x, const ValidLens& valid_lens,
                      Tensor y) {
   ATTNSCORE_RETURN_IF_ERROR(CheckMaskedSoftmaxInput(x));
   const int64_t batch = x.dims[0], queries = x.dims[1], keys = x.dims[2];
@@ -128,8 +128,8 @@ Status MaskedSoftmax(const EngineOptions& options, ConstTensor x, const ValidLen
   // cost a read per line written: stream it to memory instead.
   const bool stream = batch * queries * keys * int64_t{sizeof(float)} >= kStreamBytes;
   internal::RowLengths lens;
-  ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(valid_lens, batch, queries, keys, &lens));
-  return SoftmaxRows(x, y, lens, /*first_batch=*/0, /*first_query=*/0, options.threads, stream);
+  ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(valid_lens, batch, queries, keys, call.workspace, &lens));
+  return SoftmaxRows(call.workspace, x, y, lens, /*first_batch=*/0, /*first_query=*/0, call.threads(), stream);
 }
 
 }  // namespace attnscore::ops

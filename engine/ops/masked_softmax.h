@@ -8,6 +8,7 @@
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
+#include "base/call_scope.h"
 #include "base/valid_lens.h"
 
 namespace attnscore::ops {
@@ -16,7 +17,7 @@ namespace attnscore::ops {
 Status CheckMaskedSoftmaxInput(const ConstTensor& x);
 
 // Engine::MaskedSoftmax without the call scope (threads, denormals).
-Status MaskedSoftmax(const EngineOptions& options, ConstTensor x,
+Status MaskedSoftmax(const internal::CallContext& call, ConstTensor x,
                      const ValidLens& valid_lens, Tensor y);
 
 // The unchecked core, shared with the attention ops: y[b, i] = masked softmax
@@ -26,7 +27,7 @@ Status MaskedSoftmax(const EngineOptions& options, ConstTensor x,
 // `stream` writes y with non-temporal stores (for outputs nobody reads soon;
 // needs unit column strides). Fails only if a thread's row buffer cannot be
 // allocated, and then may have written part of y.
-Status SoftmaxRows(ConstTensor x, Tensor y, const internal::RowLengths& lens,
+Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y, const internal::RowLengths& lens,
                    int64_t first_batch, int64_t first_query, int threads, bool stream);
 
 // SoftmaxRows without streaming, and each row of y also rounded to bf16
@@ -36,7 +37,7 @@ Status SoftmaxRows(ConstTensor x, Tensor y, const internal::RowLengths& lens,
 // (kernels::RoundNormalsToBf16). For the bf16 mode's W V; on the long
 // (1, 1024, 4096) call (a Zen 5) 2,335-2,339 us against 2,403-2,456 with a
 // separate RoundToBf16 pass over the chunk's weights.
-Status SoftmaxRowsAndBf16(ConstTensor x, Tensor y, uint16_t* words,
+Status SoftmaxRowsAndBf16(internal::Workspace& workspace, ConstTensor x, Tensor y, uint16_t* words,
                           const internal::RowLengths& lens, int64_t first_batch,
                           int64_t first_query, int threads);
 

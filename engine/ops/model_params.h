@@ -14,6 +14,7 @@
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
+#include "base/call_scope.h"
 #include "base/valid_lens.h"
 #include "io/safetensors.h"
 #include "matmul/matmul.h"
@@ -49,14 +50,14 @@ Status LinearPlan(const ConstTensor& x, int64_t out, bool bias, const ConstTenso
 // the same arguments makes every plan (Prepare) before anything is written
 // (Run).
 template <class Pass, class Params, class Check>
-Status RunForward(Check check, const EngineOptions& options, const Params& params,
+Status RunForward(Check check, const internal::CallContext& call, const Params& params,
                   const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
                   const ValidLens& valid_lens, const Tensor& out, const Tensor& attention_weights) {
   ATTNSCORE_RETURN_IF_ERROR(check(params, q, k, v, valid_lens, out, attention_weights));
   internal::RowLengths lens;
   ATTNSCORE_RETURN_IF_ERROR(
-      internal::RowLengths::Resolve(valid_lens, q.dims[0], q.dims[1], v.dims[1], &lens));
-  Pass pass(options, params, q, k, v, lens, out, attention_weights);
+      internal::RowLengths::Resolve(valid_lens, q.dims[0], q.dims[1], v.dims[1], call.workspace, &lens));
+  Pass pass(call, params, q, k, v, lens, out, attention_weights);
   ATTNSCORE_RETURN_IF_ERROR(pass.Prepare());
   return pass.Run();
 }

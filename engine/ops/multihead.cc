@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/checks.h"
-#include "base/scratch.h"
+#include "base/workspace.h"
 #include "base/valid_lens.h"
 #include "ops/dot_product.h"
 #include "ops/dot_product_paths.h"
@@ -66,10 +66,10 @@ Status CheckArguments(const ConstTensor& q, const ConstTensor& k, const ConstTen
 // The lengths the heads run with, (B, N): the caller's, each cut to its
 // query's causal bound (query i of N sees keys 0..i, or 0..M - N + i),
 // clamped to [0, M].
-Status EffectiveLengths(const ValidLens& valid_lens, Causal causal, int64_t batch, int64_t queries,
+Status EffectiveLengths(internal::Workspace& workspace, const ValidLens& valid_lens, Causal causal, int64_t batch, int64_t queries,
                         int64_t keys, std::vector<int64_t>* lengths) {
   internal::RowLengths lens;
-  ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(valid_lens, batch, queries, keys, &lens));
+  ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(valid_lens, batch, queries, keys, workspace, &lens));
   const int64_t shift = causal == Causal::kBottomRight ? keys - queries : 0;
   lengths->resize(static_cast<size_t>(batch * queries));
   for (int64_t b = 0; b < batch; ++b) {
@@ -152,7 +152,7 @@ Status CheckCausal(const char* op, Causal causal, const ConstTensor& q, const Co
                                  std::to_string(static_cast<int>(causal)) + ", not a Causal");
 }
 
-Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTensor k, ConstTensor v,
+Status MultiHeadAttention(const internal::CallContext& call, ConstTensor q, ConstTensor k, ConstTensor v,
                           const ValidLens& valid_lens, const MultiHeadOptions& multihead,
                           Tensor out, Tensor attention) {
   ATTNSCORE_RETURN_IF_ERROR(CheckArguments(q, k, v, valid_lens, multihead, out, attention));
@@ -160,7 +160,7 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTens
   const int64_t kv_heads = k.dims[2], group = heads / kv_heads;  // query heads per K/V head
   std::vector<int64_t> lengths;
   ATTNSCORE_RETURN_IF_ERROR(
-      EffectiveLengths(valid_lens, multihead.causal, batch, queries, keys, &lengths));
+      EffectiveLengths(call.workspace, valid_lens, multihead.causal, batch, queries, keys, &lengths));
   const float scale = multihead.scale != 0.0f
                           ? multihead.scale
                           : static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3])));
@@ -182,7 +182,7 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTens
       }
       internal::RowLengths lens;
       ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(
-          ValidLens::PerBatch(query_lengths.data(), batch), batch, group, keys, &lens));
+          ValidLens::PerBatch(query_lengths.data(), batch), batch, group, keys, call.workspace, &lens));
       Tensor groups_attention;  // (B, Hkv, group, M) at query n
       if (!attention.empty()) {
         groups_attention =
@@ -191,7 +191,7 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTens
                     attention.strides[3]});
       }
       ATTNSCORE_RETURN_IF_ERROR(dot_product::GroupedRowPath(
-          options, GroupsAtQuery(q, n, group), HeadsOuter(k), HeadsOuter(v), lens, scale, key_block,
+          call, GroupsAtQuery(q, n, group), HeadsOuter(k), HeadsOuter(v), lens, scale, key_block,
           GroupsAtQuery(out, n, group), groups_attention));
     }
     return Status::Ok();
@@ -202,7 +202,7 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTens
   // a failure comes before anything is written.
   internal::RowLengths lens;
   ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(
-      ValidLens::PerQuery(lengths.data(), batch, queries), batch, queries, keys, &lens));
+      ValidLens::PerQuery(lengths.data(), batch, queries), batch, queries, keys, call.workspace, &lens));
   // A head of token-major views has rows H·F floats apart: 4 KiB for 16
   // heads of 64, so its rows share cache sets and oneDNN's matmuls on them
   // ran at 0.74x the speed (causal prefill (1, 1024, 16 heads, D 64),
@@ -217,7 +217,7 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTens
   if (copy) {
     try {
       copies =
-          internal::ThreadScratch(internal::ScratchSlot::kHeadCopies,
+          call.workspace.Floats(internal::ScratchSlot::kHeadCopies,
                                   static_cast<size_t>(q_floats + k_floats + v_floats + out_floats));
     } catch (const std::bad_alloc&) {
       return Status::Internal(std::string(kOp) + ": out of memory for dense copies of a head");
@@ -237,7 +237,7 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTens
                               {attention.strides[0], attention.strides[2], attention.strides[3]});
     }
     if (!copy) {
-      ATTNSCORE_RETURN_IF_ERROR(RunDotProduct(options, OneHead(q, h), OneHead(k, h / group),
+      ATTNSCORE_RETURN_IF_ERROR(RunDotProduct(call, OneHead(q, h), OneHead(k, h / group),
                                               OneHead(v, h / group), lens, scale, OneHead(out, h),
                                               head_attention));
       continue;
@@ -248,7 +248,7 @@ Status MultiHeadAttention(const EngineOptions& options, ConstTensor q, ConstTens
       CopyRows(OneHead(v, h / group), v_copy);
     }
     ATTNSCORE_RETURN_IF_ERROR(
-        RunDotProduct(options, q_copy, k_copy, v_copy, lens, scale, out_copy, head_attention));
+        RunDotProduct(call, q_copy, k_copy, v_copy, lens, scale, out_copy, head_attention));
     CopyRows(ConstTensor(out_copy), OneHead(out, h));
   }
   return Status::Ok();

@@ -12,6 +12,7 @@
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
+#include "base/call_scope.h"
 
 namespace attnscore::ops {
 
@@ -23,7 +24,7 @@ Status CheckMultiHeadAttentionInputs(const ConstTensor& queries, const ConstTens
 // Engine::MultiHeadAttention without the call scope (threads, denormals).
 // Q (B, N, Hq, D), K (B, M, Hkv, D), V (B, M, Hkv, Dv), out (B, N, Hq, Dv),
 // attention_weights (B, Hq, N, M) or empty; Hq a multiple of Hkv.
-Status MultiHeadAttention(const EngineOptions& options, ConstTensor queries, ConstTensor keys,
+Status MultiHeadAttention(const internal::CallContext& call, ConstTensor queries, ConstTensor keys,
                           ConstTensor values, const ValidLens& valid_lens,
                           const MultiHeadOptions& multihead, Tensor out, Tensor attention_weights);
 
@@ -60,7 +61,7 @@ Status CheckMultiHeadInputs(const MultiHeadParams& params, const ConstTensor& qu
                             const ValidLens& valid_lens, Causal causal);
 
 // MultiHeadAttention::Forward without the call scope (threads, denormals).
-Status MultiHeadForward(const EngineOptions& options, const MultiHeadParams& params,
+Status MultiHeadForward(const internal::CallContext& call, const MultiHeadParams& params,
                         ConstTensor queries, ConstTensor keys, ConstTensor values,
                         const ValidLens& valid_lens, Causal causal, Tensor out,
                         Tensor attention_weights);

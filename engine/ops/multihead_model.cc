@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "base/checks.h"
-#include "base/scratch.h"
+#include "base/workspace.h"
 #include "matmul/matmul.h"
 #include "ops/model_params.h"
 #include "ops/multihead.h"
@@ -134,7 +134,7 @@ Status LoadMultiHeadParams(const std::string& path, int64_t heads, MultiHeadPara
   return s;
 }
 
-Status MultiHeadForward(const EngineOptions& options, const MultiHeadParams& m, ConstTensor q,
+Status MultiHeadForward(const internal::CallContext& call, const MultiHeadParams& m, ConstTensor q,
                         ConstTensor k, ConstTensor v, const ValidLens& valid_lens, Causal causal,
                         Tensor out, Tensor attention) {
   ATTNSCORE_RETURN_IF_ERROR(CheckArguments(m, q, k, v, valid_lens, causal, out, attention));
@@ -153,15 +153,15 @@ Status MultiHeadForward(const EngineOptions& options, const MultiHeadParams& m, 
   // Workspace: the projections Q (B, N, H), K and V (B, M, H), and the
   // heads' output (B, N, H), dense.
   const int64_t query_floats = batch * queries * hidden, key_floats = batch * keys * hidden;
-  float* const q_proj = internal::ThreadScratch(
+  float* const q_proj = call.workspace.Floats(
       internal::ScratchSlot::kProjections, static_cast<size_t>(2 * (query_floats + key_floats)));
   float* const k_proj = q_proj + query_floats;
   float* const v_proj = k_proj + key_floats;
   float* const heads_out = v_proj + key_floats;
   const auto bias = [&](const std::vector<float>& b) { return m.bias ? b.data() : nullptr; };
-  ATTNSCORE_RETURN_IF_ERROR(project_q->Run(q.data, m.w_q.data(), q_proj, bias(m.b_q)));
-  ATTNSCORE_RETURN_IF_ERROR(project_k->Run(k.data, m.w_k.data(), k_proj, bias(m.b_k)));
-  ATTNSCORE_RETURN_IF_ERROR(project_v->Run(v.data, m.w_v.data(), v_proj, bias(m.b_v)));
+  ATTNSCORE_RETURN_IF_ERROR(project_q->Run(call.workspace, q.data, m.w_q.data(), q_proj, bias(m.b_q)));
+  ATTNSCORE_RETURN_IF_ERROR(project_k->Run(call.workspace, k.data, m.w_k.data(), k_proj, bias(m.b_k)));
+  ATTNSCORE_RETURN_IF_ERROR(project_v->Run(call.workspace, v.data, m.w_v.data(), v_proj, bias(m.b_v)));
 
   // A projection's H features are its heads in order: (B, N, H) is
   // (B, N, heads, d) as it stands.
@@ -169,10 +169,10 @@ Status MultiHeadForward(const EngineOptions& options, const MultiHeadParams& m, 
   multihead.causal = causal;
   multihead.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   ATTNSCORE_RETURN_IF_ERROR(MultiHeadAttention(
-      options, ConstTensor(q_proj, {batch, queries, heads, d}),
+      call, ConstTensor(q_proj, {batch, queries, heads, d}),
       ConstTensor(k_proj, {batch, keys, heads, d}), ConstTensor(v_proj, {batch, keys, heads, d}),
       valid_lens, multihead, Tensor(heads_out, {batch, queries, heads, d}), attention));
-  return project_out->Run(heads_out, m.w_o.data(), out.data, bias(m.b_o));
+  return project_out->Run(call.workspace, heads_out, m.w_o.data(), out.data, bias(m.b_o));
 }
 
 }  // namespace attnscore::ops

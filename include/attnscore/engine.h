@@ -6,7 +6,9 @@
 //   s = engine->DotProductAttention(q, k, v, lens, out);
 //
 // An Engine is immutable after Create and safe to call from many threads at
-// once. Every call checks all of its arguments first: a call that returns a
+// once. It owns what its calls use besides their outputs: each call takes
+// a workspace from the engine (one per call running at the same time, kept
+// for later calls), and nothing is kept between calls outside it. Every call checks all of its arguments first: a call that returns a
 // non-OK Status has written nothing to its outputs.
 #ifndef ATTNSCORE_ENGINE_H_
 #define ATTNSCORE_ENGINE_H_
@@ -25,6 +27,10 @@
 #include "attnscore/valid_lens.h"
 
 namespace attnscore {
+
+namespace internal {
+struct EngineAccess;  // engine/api: the state a model's call runs with
+}  // namespace internal
 
 // The shapes a call's outputs must have, as each op's Check method reports.
 struct OutputShapes {
@@ -84,13 +90,15 @@ class ATTNSCORE_API Engine {
   const EngineOptions& options() const;
 
   // Runtime facts: Highway targets (supported, allowed, in use), the oneDNN
-  // version and its ISA, and each oneDNN matmul the process has created so
-  // far with the implementation oneDNN chose for it.
+  // version and its ISA, each oneDNN matmul the process has created so far
+  // with the implementation oneDNN chose for it, and the memory this engine
+  // holds between calls.
   RuntimeInfo Info() const;
   // The same as text, one fact per line.
   std::string Describe() const;
 
  private:
+  friend struct internal::EngineAccess;
   struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

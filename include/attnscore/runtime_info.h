@@ -27,6 +27,9 @@ struct RuntimeInfo {
   EngineOptions options;                     // the engine's, with the ISA cap applied
   // The process's matmuls (every engine's), in the order of their problems.
   std::vector<MatmulInfo> matmuls;
+  // The bytes this engine holds between calls: its workspaces' buffers,
+  // kept so that the next calls do not allocate.
+  int64_t workspace_bytes = 0;
 };
 
 }  // namespace attnscore

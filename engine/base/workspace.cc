@@ -1,0 +1,104 @@
+#include "base/workspace.h"
+
+#include <omp.h>
+
+#include <new>
+#include <utility>
+
+namespace attnscore::internal {
+
+Workspace::Workspace(int threads)
+    : floats_(static_cast<size_t>(threads) * static_cast<size_t>(ScratchSlot::kCount)),
+      caches_(static_cast<size_t>(threads)),
+      words_(static_cast<size_t>(IndexSlot::kCount)),
+      reals_(static_cast<size_t>(IndexSlot::kCount)) {}
+
+void Workspace::Begin() { base_level_ = omp_get_level(); }
+
+size_t Workspace::ThreadIndex() const {
+  // A region the call opened is one level deeper than its caller and has at
+  // most the engine's threads: its thread number picks the buffers, also
+  // from within a region nested in it. The caller's own team (if it called
+  // from one) is above that level: its thread is the calling thread, 0.
+  return omp_get_level() > base_level_
+             ? static_cast<size_t>(omp_get_ancestor_thread_num(base_level_ + 1))
+             : 0;
+}
+
+std::unique_ptr<Workspace::ThreadCache>& Workspace::Cache() { return caches_[ThreadIndex()]; }
+
+float* Workspace::Floats(ScratchSlot slot, size_t count) {
+  AlignedFloats& buffer = floats_[ThreadIndex() * static_cast<size_t>(ScratchSlot::kCount) +
+                                  static_cast<size_t>(slot)];
+  if (count > buffer.capacity() || buffer.data() == nullptr) {
+    buffer = AlignedFloats();  // the old array released before the new one is made
+    buffer = AlignedFloats(count);
+  }
+  return buffer.data();
+}
+
+int64_t* Workspace::Words(IndexSlot slot, size_t count) {
+  std::vector<int64_t>& words = words_[static_cast<size_t>(slot)];
+  if (words.size() < count) words.resize(count);
+  return words.data();
+}
+
+double* Workspace::Reals(IndexSlot slot, size_t count) {
+  std::vector<double>& reals = reals_[static_cast<size_t>(slot)];
+  if (reals.size() < count) reals.resize(count);
+  return reals.data();
+}
+
+void Workspace::Trim() {
+  for (AlignedFloats& buffer : floats_) {
+    if (buffer.capacity() * sizeof(float) > kKeptScratchBytes) buffer = AlignedFloats();
+  }
+  for (std::vector<int64_t>& words : words_) {
+    if (words.capacity() * sizeof(int64_t) > kKeptScratchBytes) std::vector<int64_t>().swap(words);
+  }
+  for (std::vector<double>& reals : reals_) {
+    if (reals.capacity() * sizeof(double) > kKeptScratchBytes) std::vector<double>().swap(reals);
+  }
+}
+
+size_t Workspace::HeldBytes() const {
+  size_t bytes = 0;
+  for (const AlignedFloats& buffer : floats_) bytes += buffer.capacity() * sizeof(float);
+  for (const std::vector<int64_t>& words : words_) bytes += words.capacity() * sizeof(int64_t);
+  for (const std::vector<double>& reals : reals_) bytes += reals.capacity() * sizeof(double);
+  for (const auto& cache : caches_) bytes += cache ? cache->HeldBytes() : 0;
+  return bytes;
+}
+
+std::unique_ptr<Workspace> WorkspacePool::Take() {
+  std::unique_ptr<Workspace> workspace;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!free_.empty()) {
+      workspace = std::move(free_.back());
+      free_.pop_back();
+    }
+  }
+  if (workspace == nullptr) workspace = std::make_unique<Workspace>(threads_);
+  workspace->Begin();
+  return workspace;
+}
+
+void WorkspacePool::Give(std::unique_ptr<Workspace> workspace) {
+  workspace->Trim();
+  std::lock_guard<std::mutex> lock(mutex_);
+  try {
+    free_.push_back(std::move(workspace));
+  } catch (const std::bad_alloc&) {
+    // No room to keep it: the next call makes another.
+  }
+}
+
+size_t WorkspacePool::HeldBytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t bytes = 0;
+  for (const auto& workspace : free_) bytes += workspace->HeldBytes();
+  return bytes;
+}
+
+}  // namespace attnscore::internal
