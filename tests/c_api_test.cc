@@ -81,16 +81,20 @@ attnscore_named_tensor Named(const char* name, const float* data, std::vector<in
   attnscore_named_tensor t = {name, ATTNSCORE_FLOAT32, const_cast<float*>(data), 0, {}, {}};
   t.rank = static_cast<int32_t>(dims.size());
   int64_t stride = 1;
-  for (int d = t.rank - 1; d >= 0; --d) t.dims[d] = dims[d], t.strides[d] = stride, stride *= dims[d];
+  for (int d = t.rank - 1; d >= 0; --d)
+    t.dims[d] = dims[d], t.strides[d] = stride, stride *= dims[d];
   return t;
 }
 
 // The golden's lengths as a named int tensor; false when it has none.
 bool NamedLens(const GoldenAttention& g, attnscore_named_tensor* t) {
   if (g.lens.kind == ValidLens::Kind::kNone) return false;
-  *t = {"valid_lens", g.lens.is_int64 ? ATTNSCORE_INT64 : ATTNSCORE_INT32,
-        const_cast<void*>(g.lens.data), g.lens.kind == ValidLens::Kind::kPerQuery ? 2 : 1,
-        {g.lens.dims[0], g.lens.dims[1]}, {}};
+  *t = {"valid_lens",
+        g.lens.is_int64 ? ATTNSCORE_INT64 : ATTNSCORE_INT32,
+        const_cast<void*>(g.lens.data),
+        g.lens.kind == ValidLens::Kind::kPerQuery ? 2 : 1,
+        {g.lens.dims[0], g.lens.dims[1]},
+        {}};
   t->strides[0] = t->rank == 2 ? g.lens.dims[1] : 1;
   t->strides[1] = 1;
   return true;
@@ -141,8 +145,9 @@ TEST_F(CApi, ModelsLoadThroughTheCatalogueAndMatchTheirGoldenCases) {
     EXPECT_EQ(std::vector<int64_t>(shapes[1].dims, shapes[1].dims + shapes[1].rank),
               g.weights.shape);
     std::vector<float> out(g.out.size()), w(g.weights.size());
-    const attnscore_named_tensor outputs[] = {Named("output", out.data(), g.out.shape),
-                                              Named("attention_weights", w.data(), g.weights.shape)};
+    const attnscore_named_tensor outputs[] = {
+        Named("output", out.data(), g.out.shape),
+        Named("attention_weights", w.data(), g.weights.shape)};
     ASSERT_EQ(Message(attnscore_op_run(op.get(), engine_, inputs.data(), inputs.size(), call,
                                        causal ? 1 : 0, outputs, 2)),
               "");
@@ -165,9 +170,10 @@ TEST_F(CApi, TheOpHandleRefusesAsTheTypedCalls) {
       Named("W_v.weight", w.data(), {8, 8}), Named("W_o.weight", w.data(), {8, 8})};
   const attnscore_param three[] = {{"num_heads", "3"}}, two[] = {{"num_heads", "2"}};
   attnscore_op* op = nullptr;
-  EXPECT_EQ(Message(attnscore_op_create("multihead", three, 1, weights, 4, &op)),
-            "MultiHeadAttention: num_heads is 3; it must be at least 1 and divide num_hiddens H = 8 "
-            "(W_q.weight (8, 8))");
+  EXPECT_EQ(
+      Message(attnscore_op_create("multihead", three, 1, weights, 4, &op)),
+      "MultiHeadAttention: num_heads is 3; it must be at least 1 and divide num_hiddens H = 8 "
+      "(W_q.weight (8, 8))");
   EXPECT_EQ(op, nullptr);
   ASSERT_EQ(Message(attnscore_op_create("multihead", two, 1, weights, 4, &op)), "");
   const std::unique_ptr<attnscore_op, void (*)(attnscore_op*)> owner(op, attnscore_op_destroy);
@@ -180,7 +186,8 @@ TEST_F(CApi, TheOpHandleRefusesAsTheTypedCalls) {
   const int64_t lens[] = {5, 2};
   const std::vector<float> x(b * m * 8);
   const attnscore_named_tensor good[] = {
-      Named("queries", x.data(), {b, n, 8}), Named("keys", x.data(), {b, m, 8}),
+      Named("queries", x.data(), {b, n, 8}),
+      Named("keys", x.data(), {b, m, 8}),
       Named("values", x.data(), {b, m, 8}),
       {"valid_lens", ATTNSCORE_INT64, const_cast<int64_t*>(lens), 1, {b}, {1}}};
   attnscore_shape shapes[2] = {};
@@ -194,7 +201,8 @@ TEST_F(CApi, TheOpHandleRefusesAsTheTypedCalls) {
   attnscore_named_tensor bad[4] = {good[0], good[1], Named("values", x.data(), {b, m - 1, 8}),
                                    good[3]};
   attnscore_shape untouched[2] = {{-1, {-1}}, {-1, {-1}}};
-  const std::string refused = Message(attnscore_op_check(op, engine_, bad, 4, nullptr, 0, untouched, 2));
+  const std::string refused =
+      Message(attnscore_op_check(op, engine_, bad, 4, nullptr, 0, untouched, 2));
   EXPECT_NE(refused.find("MultiHeadAttention: values"), std::string::npos) << refused;
   EXPECT_EQ(untouched[0].rank, -1);
   std::vector<float> out(b * n * 8, -1.0f);
@@ -220,8 +228,8 @@ TEST_F(CApi, TheOpHandleRefusesAsTheTypedCalls) {
             "multihead: needs output 'output'");
   EXPECT_EQ(Message(attnscore_op_check(op, nullptr, good, 4, nullptr, 0, shapes, 2)),
             "attnscore_op_check: op and engine must not be null");
-  EXPECT_EQ(Message(attnscore_op_create("transformer", nullptr, 0, nullptr, 0, &op)).find(
-                "Op::Create: no entry 'transformer'; the catalogue has masked_softmax"),
+  EXPECT_EQ(Message(attnscore_op_create("transformer", nullptr, 0, nullptr, 0, &op))
+                .find("Op::Create: no entry 'transformer'; the catalogue has masked_softmax"),
             0u);
   EXPECT_EQ(Message(attnscore_op_create("additive", nullptr, 1, nullptr, 0, &op)),
             "attnscore_op_create: params is null but param_count is 1");
@@ -230,7 +238,8 @@ TEST_F(CApi, TheOpHandleRefusesAsTheTypedCalls) {
 // The catalogue's names, in order, and each entry made or loaded by name.
 TEST_F(CApi, TheCatalogueListsEveryEntry) {
   std::vector<std::string> names;
-  for (size_t i = 0; i < attnscore_catalogue_size(); ++i) names.push_back(attnscore_catalogue_name(i));
+  for (size_t i = 0; i < attnscore_catalogue_size(); ++i)
+    names.push_back(attnscore_catalogue_name(i));
   EXPECT_EQ(attnscore_catalogue_name(names.size()), nullptr);
   std::vector<std::string> want;
   for (const OpSpec& spec : Catalogue()) want.push_back(spec.name);
@@ -272,7 +281,8 @@ TEST_F(CApi, RefusalsCarryTheCppMessageAndWriteNothing) {
   options.threads = 0;
   EXPECT_NE(Message(attnscore_engine_create(&options, &engine)).find("threads is 0"), std::string::npos);
   attnscore_op* model = nullptr;
-  attnscore_status* missing = attnscore_op_load("/nonexistent/model.safetensors", nullptr, 0, &model);
+  attnscore_status* missing =
+      attnscore_op_load("/nonexistent/model.safetensors", nullptr, 0, &model);
   EXPECT_EQ(attnscore_status_get_code(missing), ATTNSCORE_IO_ERROR);
   attnscore_status_free(missing);
   EXPECT_EQ(model, nullptr);
@@ -507,7 +517,6 @@ TEST_F(CApi, MultiHeadChecksReportShapesAndRefuseAsTheOps) {
   EXPECT_EQ(
       Message(attnscore_check_multihead_attention(nullptr, &qv, &kv, &vv, &cl, &bogus, &shapes)),
       "attnscore_check_multihead_attention: the engine or model is null");
-
 }
 
 TEST_F(CApi, StatusesBelongToTheirCallOnEveryThread) {

@@ -95,9 +95,9 @@ void CheckAgainstReference(const Shape& s, const std::vector<int64_t>& lens, boo
   // over for this call must be right all the same.
   DirectCall direct;
   internal::RowLengths resolved;
-  ASSERT_TRUE(
-      internal::RowLengths::Resolve(valid, s.batch, s.queries, s.keys, direct.workspace(), &resolved)
-          .ok());
+  ASSERT_TRUE(internal::RowLengths::Resolve(valid, s.batch, s.queries, s.keys, direct.workspace(),
+                                            &resolved)
+                  .ok());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.depth)));
   using Path = Status (*)(const internal::CallContext&, const ConstTensor&, const ConstTensor&,
                           const ConstTensor&, const internal::RowLengths&, float, const Tensor&,
@@ -269,12 +269,12 @@ TEST_P(DotProductTest, QueriesWithoutASoftmaxComeOutNaNOnEveryPath) {
   const ValidLens valid = ValidLens::PerQuery(lens.data(), s.batch, s.queries);
   DirectCall direct;
   internal::RowLengths resolved;
-  ASSERT_TRUE(
-      internal::RowLengths::Resolve(valid, s.batch, s.queries, s.keys, direct.workspace(), &resolved)
-          .ok());
-  using Path =
-      Status (*)(const internal::CallContext&, const ConstTensor&, const ConstTensor&, const ConstTensor&,
-                 const internal::RowLengths&, float, const Tensor&, const Tensor&);
+  ASSERT_TRUE(internal::RowLengths::Resolve(valid, s.batch, s.queries, s.keys, direct.workspace(),
+                                            &resolved)
+                  .ok());
+  using Path = Status (*)(const internal::CallContext&, const ConstTensor&, const ConstTensor&,
+                          const ConstTensor&, const internal::RowLengths&, float, const Tensor&,
+                          const Tensor&);
   const std::pair<const char*, Path> paths[] = {{"tile", &ops::dot_product::TilePath},
                                                 {"gemm", &ops::dot_product::GemmPath},
                                                 {"sorted gemm", &ops::dot_product::SortedGemmPath}};
@@ -438,8 +438,9 @@ TEST_P(DotProductTest, QueriesInAnyOrderGetTheBitsOfTheSortedOrder) {
   // The test reaches the sorting only if sorting saves work here.
   DirectCall resolver;
   internal::RowLengths given;
-  ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::PerQuery(lens.data(), s.batch, n),
-                                            s.batch, n, m, resolver.workspace(), &given).ok());
+  ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::PerQuery(lens.data(), s.batch, n), s.batch,
+                                            n, m, resolver.workspace(), &given)
+                  .ok());
   std::vector<int64_t> sorted_lens(lens.size());
   for (size_t r = 0; r < order.size(); ++r) sorted_lens[r] = std::min(lens[given_row(r)], m);
   EXPECT_LT(ops::dot_product::GemmFlops(given.WithRows(sorted_lens.data()), s.batch, d, dv),
@@ -553,8 +554,9 @@ TEST(DotProductTilePath, EvenEntryRangesCutNearestTheSharesOrRefuse) {
                     .ok());
     std::vector<double> before(static_cast<size_t>(batch + 1));
     std::vector<int64_t> bounds(static_cast<size_t>(c.threads + 1));
-    EXPECT_EQ(ops::dot_product::EvenEntryRanges(lens, batch, c.threads, before.data(), bounds.data()),
-              c.taken)
+    EXPECT_EQ(
+        ops::dot_product::EvenEntryRanges(lens, batch, c.threads, before.data(), bounds.data()),
+        c.taken)
         << "entries " << batch << ", threads " << c.threads;
     if (c.taken) {
       EXPECT_EQ(bounds, c.bounds);

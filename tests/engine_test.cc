@@ -1,21 +1,21 @@
 // Engine creation: options, the process-wide ISA cap, the runtime report.
 #include <fenv.h>
-#include <sys/resource.h>
 #include <omp.h>
+#include <sys/resource.h>
 #include <xmmintrin.h>
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <memory>
 #include <string>
 
 #include "api/isa.h"
-#include "base/workspace.h"
 #include "base/valid_lens.h"
+#include "base/workspace.h"
 #include "test_util.h"
 
 namespace attnscore::test {
@@ -329,7 +329,9 @@ TEST(Engine, ValidLengthsResolveToRowsAndEntryWidths) {
   EXPECT_EQ(lens.entry(0).longest, 0);
   EXPECT_EQ(lens.entry(0).mix, keys);
 
-  ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::None(), batch, queries, keys, resolver.workspace(), &lens).ok());
+  ASSERT_TRUE(internal::RowLengths::Resolve(ValidLens::None(), batch, queries, keys,
+                                            resolver.workspace(), &lens)
+                  .ok());
   for (int64_t r = 0; r < batch * queries; ++r) EXPECT_EQ(lens.row(r / queries, r % queries), keys);
   EXPECT_EQ(lens.entry(2).longest, keys);
 }
@@ -371,8 +373,9 @@ TEST(Engine, InfoReportsTheWorkspaceBytesHeldBetweenCalls) {
   const int64_t b = 1, n = 512, m = 4096;
   const std::vector<float> x = RandomFloats(static_cast<size_t>(b * n * m), 3);
   std::vector<float> y(x.size());
-  ASSERT_TRUE(engine->MaskedSoftmax(ConstTensor(x.data(), {b, n, m}), ValidLens::None(),
-                                    Tensor(y.data(), {b, n, m}))
+  ASSERT_TRUE(engine
+                  ->MaskedSoftmax(ConstTensor(x.data(), {b, n, m}), ValidLens::None(),
+                                  Tensor(y.data(), {b, n, m}))
                   .ok());
   const int64_t held = engine->Info().workspace_bytes;
   EXPECT_GT(held, 0);

@@ -49,8 +49,8 @@ Status AdditiveAttention::Forward(const Engine& engine, ConstTensor queries, Con
                                   Tensor attention_weights) const {
   return internal::RunCall(internal::EngineAccess::Context(engine), "AdditiveAttention",
                            [&](const internal::CallContext& call) {
-                             return ops::AdditiveForward(call, *params_, queries, keys, values, valid_lens, out,
-                                attention_weights);
+                             return ops::AdditiveForward(call, *params_, queries, keys, values,
+                                                         valid_lens, out, attention_weights);
                            });
 }
 

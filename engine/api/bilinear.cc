@@ -46,8 +46,8 @@ Status BilinearAttention::Forward(const Engine& engine, ConstTensor queries, Con
                                   Tensor attention_weights) const {
   return internal::RunCall(internal::EngineAccess::Context(engine), "BilinearAttention",
                            [&](const internal::CallContext& call) {
-                             return ops::BilinearForward(call, *params_, queries, keys, values, valid_lens, out,
-                                attention_weights);
+                             return ops::BilinearForward(call, *params_, queries, keys, values,
+                                                         valid_lens, out, attention_weights);
                            });
 }
 

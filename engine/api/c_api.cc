@@ -11,10 +11,10 @@
 #include <new>
 #include <string>
 
+#include "api/c_api_internal.h"
 #include "attnscore/engine.h"
 #include "attnscore/kv_cache.h"
 #include "attnscore/version.h"
-#include "api/c_api_internal.h"
 
 struct attnscore_kv_cache {
   std::unique_ptr<attnscore::KvCache> cache;

@@ -53,8 +53,8 @@ Status ConcatAttention::Forward(const Engine& engine, ConstTensor queries, Const
                                 Tensor attention_weights) const {
   return internal::RunCall(internal::EngineAccess::Context(engine), "ConcatAttention",
                            [&](const internal::CallContext& call) {
-                             return ops::ConcatForward(call, *params_, queries, keys, values, valid_lens, out,
-                              attention_weights);
+                             return ops::ConcatForward(call, *params_, queries, keys, values,
+                                                       valid_lens, out, attention_weights);
                            });
 }
 

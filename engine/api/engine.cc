@@ -80,8 +80,7 @@ Status Engine::CheckDotProductAttention(ConstTensor queries, ConstTensor keys, C
 }
 
 Status Engine::CheckMultiHeadAttention(ConstTensor queries, ConstTensor keys, ConstTensor values,
-                                       const ValidLens& valid_lens,
-                                       const MultiHeadOptions& options,
+                                       const ValidLens& valid_lens, const MultiHeadOptions& options,
                                        MultiHeadShapes* shapes) const {
   if (shapes == nullptr) return Status::InvalidArgument("MultiHeadAttention: shapes is null");
   return internal::Guarded("MultiHeadAttention", [&] {
@@ -100,21 +99,21 @@ Status Engine::MaskedSoftmax(ConstTensor x, const ValidLens& valid_lens, Tensor 
 Status Engine::DotProductAttention(ConstTensor queries, ConstTensor keys, ConstTensor values,
                                    const ValidLens& valid_lens, Tensor out,
                                    Tensor attention_weights) const {
-  return internal::RunCall(
-      impl_->context, "DotProductAttention", [&](const internal::CallContext& call) {
-        return ops::DotProductAttention(call, queries, keys, values, valid_lens, out,
-                                        attention_weights);
-      });
+  return internal::RunCall(impl_->context, "DotProductAttention",
+                           [&](const internal::CallContext& call) {
+                             return ops::DotProductAttention(call, queries, keys, values,
+                                                             valid_lens, out, attention_weights);
+                           });
 }
 
 Status Engine::MultiHeadAttention(ConstTensor queries, ConstTensor keys, ConstTensor values,
                                   const ValidLens& valid_lens, const MultiHeadOptions& options,
                                   Tensor out, Tensor attention_weights) const {
-  return internal::RunCall(
-      impl_->context, "MultiHeadAttention", [&](const internal::CallContext& call) {
-        return ops::MultiHeadAttention(call, queries, keys, values, valid_lens, options, out,
-                                       attention_weights);
-      });
+  return internal::RunCall(impl_->context, "MultiHeadAttention",
+                           [&](const internal::CallContext& call) {
+                             return ops::MultiHeadAttention(call, queries, keys, values, valid_lens,
+                                                            options, out, attention_weights);
+                           });
 }
 
 namespace {

@@ -294,19 +294,20 @@ Status KvCache::Attend(const Engine& engine, ConstTensor queries, Tensor out,
   // Query i of sequence b sees its keys 0 .. L_b − N + i: per-query lengths.
   return internal::RunCall(
       internal::EngineAccess::Context(engine), kOp, [&](const internal::CallContext& call) {
-        int64_t* const lengths = call.workspace.Words(
-            internal::IndexSlot::kCacheLengths, static_cast<size_t>(s.batch * queries_per_sequence));
+        int64_t* const lengths =
+            call.workspace.Words(internal::IndexSlot::kCacheLengths,
+                                 static_cast<size_t>(s.batch * queries_per_sequence));
         for (int64_t b = 0; b < s.batch; ++b) {
           for (int64_t i = 0; i < queries_per_sequence; ++i) {
             lengths[b * queries_per_sequence + i] =
                 storage_->lengths[static_cast<size_t>(b)] - queries_per_sequence + i + 1;
           }
         }
-        return ops::MultiHeadAttention(
-            call, queries, storage_->View(storage_->keys, longest, s.key_dim),
-            storage_->View(storage_->values, longest, s.value_dim),
-            ValidLens::PerQuery(lengths, s.batch, queries_per_sequence), MultiHeadOptions(), out,
-            attention_weights);
+        return ops::MultiHeadAttention(call, queries,
+                                       storage_->View(storage_->keys, longest, s.key_dim),
+                                       storage_->View(storage_->values, longest, s.value_dim),
+                                       ValidLens::PerQuery(lengths, s.batch, queries_per_sequence),
+                                       MultiHeadOptions(), out, attention_weights);
       });
 }
 

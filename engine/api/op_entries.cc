@@ -1,10 +1,14 @@
 // One Op::Impl per catalogue entry, each a thin call of the typed API: the
 // generic call checks and computes exactly what the typed one does.
+#include <algorithm>
+#include <array>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "api/op_impl.h"
 #include "attnscore/additive.h"

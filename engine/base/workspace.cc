@@ -28,28 +28,37 @@ size_t Workspace::ThreadIndex() const {
 std::unique_ptr<Workspace::ThreadCache>& Workspace::Cache() { return caches_[ThreadIndex()]; }
 
 float* Workspace::Floats(ScratchSlot slot, size_t count) {
-  AlignedFloats& buffer = floats_[ThreadIndex() * static_cast<size_t>(ScratchSlot::kCount) +
-                                  static_cast<size_t>(slot)];
+  AlignedFloats& buffer =
+      floats_[ThreadIndex() * static_cast<size_t>(ScratchSlot::kCount) + static_cast<size_t>(slot)];
   if (count > buffer.capacity() || buffer.data() == nullptr) {
     buffer = AlignedFloats();  // the old array released before the new one is made
     buffer = AlignedFloats(count);
+    if (count * sizeof(float) > kKeptScratchBytes) oversized_ = true;
   }
   return buffer.data();
 }
 
 int64_t* Workspace::Words(IndexSlot slot, size_t count) {
   std::vector<int64_t>& words = words_[static_cast<size_t>(slot)];
-  if (words.size() < count) words.resize(count);
+  if (words.size() < count) {
+    words.resize(count);
+    if (count * sizeof(int64_t) > kKeptScratchBytes) oversized_ = true;
+  }
   return words.data();
 }
 
 double* Workspace::Reals(IndexSlot slot, size_t count) {
   std::vector<double>& reals = reals_[static_cast<size_t>(slot)];
-  if (reals.size() < count) reals.resize(count);
+  if (reals.size() < count) {
+    reals.resize(count);
+    if (count * sizeof(double) > kKeptScratchBytes) oversized_ = true;
+  }
   return reals.data();
 }
 
 void Workspace::Trim() {
+  if (!oversized_) return;
+  oversized_ = false;
   for (AlignedFloats& buffer : floats_) {
     if (buffer.capacity() * sizeof(float) > kKeptScratchBytes) buffer = AlignedFloats();
   }
@@ -70,9 +79,11 @@ size_t Workspace::HeldBytes() const {
   return bytes;
 }
 
+WorkspacePool::~WorkspacePool() { delete spare_.load(); }
+
 std::unique_ptr<Workspace> WorkspacePool::Take() {
-  std::unique_ptr<Workspace> workspace;
-  {
+  std::unique_ptr<Workspace> workspace(spare_.exchange(nullptr, std::memory_order_acquire));
+  if (workspace == nullptr) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!free_.empty()) {
       workspace = std::move(free_.back());
@@ -86,6 +97,11 @@ std::unique_ptr<Workspace> WorkspacePool::Take() {
 
 void WorkspacePool::Give(std::unique_ptr<Workspace> workspace) {
   workspace->Trim();
+  Workspace* expected = nullptr;
+  if (spare_.compare_exchange_strong(expected, workspace.get(), std::memory_order_release)) {
+    workspace.release();
+    return;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   try {
     free_.push_back(std::move(workspace));
@@ -94,9 +110,14 @@ void WorkspacePool::Give(std::unique_ptr<Workspace> workspace) {
   }
 }
 
-size_t WorkspacePool::HeldBytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+size_t WorkspacePool::HeldBytes() {
   size_t bytes = 0;
+  // The spare is taken to be read, as a call takes it, and given back.
+  if (std::unique_ptr<Workspace> spare{spare_.exchange(nullptr, std::memory_order_acquire)}) {
+    bytes += spare->HeldBytes();
+    Give(std::move(spare));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& workspace : free_) bytes += workspace->HeldBytes();
   return bytes;
 }

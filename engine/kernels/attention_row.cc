@@ -5,8 +5,8 @@
 #define HWY_TARGET_INCLUDE "kernels/attention_row.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kernels/dispatch.h"
 #include "kernels/attention_row-inl.h"
+#include "kernels/dispatch.h"
 
 #if HWY_ONCE
 namespace attnscore::kernels {

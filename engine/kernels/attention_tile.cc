@@ -5,8 +5,8 @@
 #define HWY_TARGET_INCLUDE "kernels/attention_tile.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kernels/dispatch.h"
 #include "kernels/attention_tile-inl.h"
+#include "kernels/dispatch.h"
 
 #if HWY_ONCE
 namespace attnscore::kernels {
@@ -49,7 +49,7 @@ uint32_t MixPackedTile(size_t rows, const TileWeights& weights, size_t width, co
                        size_t packed_keys, size_t value_dim, size_t panel_columns,
                        float* const* out) {
   return ATTNSCORE_DISPATCH(MixPackedTile)(rows, weights, width, packed, packed_keys, value_dim,
-                                             panel_columns, out);
+                                           panel_columns, out);
 }
 
 size_t MixTileRows() { return ATTNSCORE_DISPATCH(MixTileRows)(); }

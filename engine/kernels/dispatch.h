@@ -43,6 +43,7 @@ inline size_t DispatchIndex(int64_t compiled_mask) {
 
 // HWY_DYNAMIC_DISPATCH(FUNC), by the kernels' own mask.
 #define ATTNSCORE_DISPATCH(FUNC_NAME) \
-  (*(HWY_DISPATCH_TABLE(FUNC_NAME)[::attnscore::kernels::DispatchIndex(HWY_CHOSEN_TARGET_MASK_TARGETS)]))
+  (*(HWY_DISPATCH_TABLE(              \
+      FUNC_NAME)[::attnscore::kernels::DispatchIndex(HWY_CHOSEN_TARGET_MASK_TARGETS)]))
 
 #endif  // ATTNSCORE_KERNELS_DISPATCH_H_

@@ -37,9 +37,7 @@ namespace attnscore::kernels {
 
 HWY_EXPORT(ExpArray);
 
-void ExpArray(const float* x, size_t n, float* y) {
-  ATTNSCORE_DISPATCH(ExpArray)(x, n, y);
-}
+void ExpArray(const float* x, size_t n, float* y) { ATTNSCORE_DISPATCH(ExpArray)(x, n, y); }
 
 }  // namespace attnscore::kernels
 #endif  // HWY_ONCE

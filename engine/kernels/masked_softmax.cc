@@ -3,8 +3,8 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/masked_softmax.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/cache_control.h"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/dispatch.h"
 #include "kernels/masked_softmax-inl.h"
@@ -32,9 +32,7 @@ SoftmaxBlockStats MaskedSoftmaxBlock(const float* x, size_t n, float* y) {
 
 void FlushStreams() { hwy::FlushStream(); }
 
-const char* MaskedSoftmaxTarget() {
-  return ATTNSCORE_DISPATCH(MaskedSoftmaxTarget)();
-}
+const char* MaskedSoftmaxTarget() { return ATTNSCORE_DISPATCH(MaskedSoftmaxTarget)(); }
 
 }  // namespace attnscore::kernels
 #endif  // HWY_ONCE

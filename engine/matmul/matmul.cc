@@ -1,23 +1,22 @@
 #include "matmul/matmul.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <new>
-#include <string>
 #include <map>
 #include <mutex>
+#include <new>
+#include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <omp.h>
 
 #include "base/parallel.h"
 #include "base/workspace.h"
 #include "matmul/layout.h"
-
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace attnscore::matmul {
@@ -322,8 +321,9 @@ class PackedPlan final : public Plan {
     const int64_t b_bytes = pack_b_ ? b_batch * p.b.rows * p.b.cols * size : 0;
     unsigned char* packed;
     try {
-      packed = reinterpret_cast<unsigned char*>(workspace.Floats(
-          internal::ScratchSlot::kMatmulInputs, static_cast<size_t>(CeilDiv(a_bytes + b_bytes, 4))));
+      packed = reinterpret_cast<unsigned char*>(
+          workspace.Floats(internal::ScratchSlot::kMatmulInputs,
+                           static_cast<size_t>(CeilDiv(a_bytes + b_bytes, 4))));
     } catch (const std::bad_alloc&) {
       return Status::Internal("matmul: out of memory for packed inputs");
     }

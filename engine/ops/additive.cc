@@ -20,8 +20,8 @@
 
 #include "base/checks.h"
 #include "base/parallel.h"
-#include "base/workspace.h"
 #include "base/valid_lens.h"
+#include "base/workspace.h"
 #include "kernels/additive_scores.h"
 #include "kernels/attention_row.h"
 #include "matmul/matmul.h"
@@ -140,8 +140,8 @@ class ForwardPass {
     // the second thread idle. Each entry runs exactly as on one thread.
     std::mutex mutex;
     Status first_error = Status::Ok();
-    const Status s = internal::ForEachRowInParallel(call_.workspace, 
-        threads, batch, internal::ScratchSlot::kWorkspace, WorkspaceFloats(),
+    const Status s = internal::ForEachRowInParallel(
+        call_.workspace, threads, batch, internal::ScratchSlot::kWorkspace, WorkspaceFloats(),
         [&](int64_t b, float* scratch) {
           {
             std::lock_guard<std::mutex> lock(mutex);
@@ -241,7 +241,8 @@ class ForwardPass {
     if (!row_products_) {
       ATTNSCORE_RETURN_IF_ERROR(mix->Run(call_.workspace, probabilities.data, v, out));
       return RemixNonFiniteRows(
-          call_.workspace, probabilities, ConstTensor(v, {1, keys_, v_.dims[2]}, {0, v_.strides[1], v_.strides[2]}),
+          call_.workspace, probabilities,
+          ConstTensor(v, {1, keys_, v_.dims[2]}, {0, v_.strides[1], v_.strides[2]}),
           Tensor(out, {1, queries_, out_.dims[2]}, {0, out_.strides[1], out_.strides[2]}), lens_, b,
           /*first_query=*/0, /*bf16=*/false, threads);
     }
@@ -291,8 +292,8 @@ class ForwardPass {
         // as much work as its scores, and would leave the other thread
         // idle. Each chunk is computed as on one thread: the same bits.
         std::vector<Status> results(static_cast<size_t>(chunks));
-        ATTNSCORE_RETURN_IF_ERROR(internal::ForEachRowInParallel(call_.workspace, 
-            threads, chunks, internal::ScratchSlot::kKeyFeatures,
+        ATTNSCORE_RETURN_IF_ERROR(internal::ForEachRowInParallel(
+            call_.workspace, threads, chunks, internal::ScratchSlot::kKeyFeatures,
             static_cast<size_t>(hidden_ * chunk_stride_),
             [&](int64_t c, float* k_cols) {
               Workspace own = w;
@@ -318,8 +319,8 @@ class ForwardPass {
                      {attention_.strides[0], attention_.strides[1], attention_.strides[2]})
             : Tensor(w.scores, {1, queries_, widths.mix},
                      {queries_ * score_stride_, score_stride_, 1});
-    ATTNSCORE_RETURN_IF_ERROR(
-        ops::SoftmaxRows(call_.workspace, scores, probabilities, lens_, b, 0, threads, /*stream=*/false));
+    ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(call_.workspace, scores, probabilities, lens_, b, 0,
+                                               threads, /*stream=*/false));
     return Mix(b, probabilities, row_products_ ? nullptr : mix_plans_[static_cast<size_t>(b)].get(),
                threads);
   }
@@ -363,8 +364,9 @@ class ForwardPass {
     const int64_t blocks = (queries_ + kBlock - 1) / kBlock;
     // About 4 operations per (query, key, feature) triple.
     const double flops = 4.0 * static_cast<double>(queries_ * width * hidden_);
-    return internal::ForEachRowInParallel(call_.workspace, 
-        internal::ThreadsFor(threads, flops), blocks, internal::ScratchSlot::kRowBuffer,
+    return internal::ForEachRowInParallel(
+        call_.workspace, internal::ThreadsFor(threads, flops), blocks,
+        internal::ScratchSlot::kRowBuffer,
         /*scratch_floats=*/0,
         [&](int64_t block, float*) {
           const int64_t i0 = block * kBlock, rows = std::min(kBlock, queries_ - i0);

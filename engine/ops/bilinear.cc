@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "base/workspace.h"
 #include "base/valid_lens.h"
+#include "base/workspace.h"
 #include "ops/dot_product.h"
 #include "ops/model_params.h"
 
@@ -62,15 +62,15 @@ Status BilinearForward(const internal::CallContext& call, const BilinearParams& 
   ATTNSCORE_RETURN_IF_ERROR(internal::CheckAttentionOutputs(
       kOp, {{"queries", q}, {"keys", k}, {"values", v}}, shape, valid_lens, out, attention));
   internal::RowLengths lens;
-  ATTNSCORE_RETURN_IF_ERROR(
-      internal::RowLengths::Resolve(valid_lens, q.dims[0], q.dims[1], k.dims[1], call.workspace, &lens));
+  ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(valid_lens, q.dims[0], q.dims[1],
+                                                          k.dims[1], call.workspace, &lens));
   std::shared_ptr<const matmul::Plan> project;
   ATTNSCORE_RETURN_IF_ERROR(LinearPlan(q, m.key_size, /*bias=*/false, nullptr, &project));
   float* const projected = call.workspace.Floats(
       internal::ScratchSlot::kProjections, static_cast<size_t>(q.dims[0] * q.dims[1] * m.key_size));
   ATTNSCORE_RETURN_IF_ERROR(project->Run(call.workspace, q.data, m.w.data(), projected));
-  return RunDotProduct(call, ConstTensor(projected, {q.dims[0], q.dims[1], m.key_size}), k, v,
-                       lens, /*scale=*/1.0f, out, attention);
+  return RunDotProduct(call, ConstTensor(projected, {q.dims[0], q.dims[1], m.key_size}), k, v, lens,
+                       /*scale=*/1.0f, out, attention);
 }
 
 }  // namespace attnscore::ops

@@ -22,8 +22,8 @@
 
 #include "base/checks.h"
 #include "base/parallel.h"
-#include "base/workspace.h"
 #include "base/valid_lens.h"
+#include "base/workspace.h"
 #include "io/safetensors.h"
 #include "kernels/attention_row.h"
 #include "matmul/matmul.h"
@@ -223,12 +223,13 @@ class ForwardPass {
     float* scores = attention_.empty() ? scratch : attention_.data;
     float* applied = scratch + scratch_scores_;
     if (few_rows_) return RunFewRows(scores);
-    ATTNSCORE_RETURN_IF_ERROR(score_q_->Run(call_.workspace, q_.data, m_.score_q(), scores, m_.score_bias.data()));
+    ATTNSCORE_RETURN_IF_ERROR(
+        score_q_->Run(call_.workspace, q_.data, m_.score_q(), scores, m_.score_bias.data()));
     ATTNSCORE_RETURN_IF_ERROR(score_k_->Run(call_.workspace, k_.data, m_.score_k(), scores));
     const Tensor probabilities =
         attention_.empty() ? Tensor(scores, {batch_, queries_, rows}) : attention_;
-    ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(call_.workspace, probabilities, probabilities, lens_, 0, 0,
-                                               call_.threads(), /*stream=*/false));
+    ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(call_.workspace, probabilities, probabilities, lens_,
+                                               0, 0, call_.threads(), /*stream=*/false));
     if (row_mix_) {
       ATTNSCORE_RETURN_IF_ERROR(MixRows(probabilities, applied));
     } else {
@@ -236,19 +237,20 @@ class ForwardPass {
         ATTNSCORE_RETURN_IF_ERROR(mix_[0]->Run(call_.workspace, scores, v_.data, applied));
       } else {
         for (int64_t b = 0; b < batch_; ++b) {
-          ATTNSCORE_RETURN_IF_ERROR(mix_[static_cast<size_t>(b)]->Run(call_.workspace, 
-              scores + b * probabilities.strides[0], v_.data + b * v_.strides[0],
+          ATTNSCORE_RETURN_IF_ERROR(mix_[static_cast<size_t>(b)]->Run(
+              call_.workspace, scores + b * probabilities.strides[0], v_.data + b * v_.strides[0],
               applied + b * queries_ * m_.value_size));
         }
       }
       // Each entry's W V ran over its mix width: a shorter query's row that
       // a NaN or Inf past its own width made non-finite is redone over its own.
-      ATTNSCORE_RETURN_IF_ERROR(RemixNonFiniteRows(
-          call_.workspace, probabilities, v_, Tensor(applied, {batch_, queries_, m_.value_size}), lens_, 0, 0,
-          /*bf16=*/false, call_.threads()));
+      ATTNSCORE_RETURN_IF_ERROR(
+          RemixNonFiniteRows(call_.workspace, probabilities, v_,
+                             Tensor(applied, {batch_, queries_, m_.value_size}), lens_, 0, 0,
+                             /*bf16=*/false, call_.threads()));
     }
-    ATTNSCORE_RETURN_IF_ERROR(
-        combine_q_->Run(call_.workspace, q_.data, m_.combine_q(), out_.data, m_.combine_bias.data()));
+    ATTNSCORE_RETURN_IF_ERROR(combine_q_->Run(call_.workspace, q_.data, m_.combine_q(), out_.data,
+                                              m_.combine_bias.data()));
     return combine_applied_->Run(call_.workspace, applied, m_.combine_applied(), out_.data);
   }
 
@@ -258,8 +260,8 @@ class ForwardPass {
   Status MixRows(const Tensor& probabilities, float* applied) const {
     const int64_t rows = m_.value_rows, dv = m_.value_size;
     const double flops = 2.0 * static_cast<double>(batch_ * queries_ * rows * dv);
-    return internal::ForEachRowInParallel(call_.workspace, 
-        internal::ThreadsFor(call_.threads(), flops), batch_ * queries_,
+    return internal::ForEachRowInParallel(
+        call_.workspace, internal::ThreadsFor(call_.threads(), flops), batch_ * queries_,
         internal::ScratchSlot::kRowBuffer, /*scratch_floats=*/0,
         [&](int64_t r, float*) {
           const int64_t b = r / queries_, i = r % queries_;
@@ -285,7 +287,7 @@ class ForwardPass {
     // which may grow this slot for its own rows.
     const auto row_buffer = [&] {
       return call_.workspace.Floats(internal::ScratchSlot::kRowBuffer,
-                                     static_cast<size_t>(dq + std::max(dk, dv) + outputs));
+                                    static_cast<size_t>(dq + std::max(dk, dv) + outputs));
     };
     float* x = row_buffer();
     const auto gather = [](const ConstTensor& t, int64_t b, int64_t i, float* to) {
@@ -304,7 +306,8 @@ class ForwardPass {
     }
     const Tensor probabilities =
         attention_.empty() ? Tensor(scores, {batch_, queries_, rows}) : attention_;
-    ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(call_.workspace, probabilities, probabilities, lens_, 0, 0,
+    ATTNSCORE_RETURN_IF_ERROR(ops::SoftmaxRows(call_.workspace, probabilities, probabilities, lens_,
+                                               0, 0,
                                                /*threads=*/1, /*stream=*/false));
     x = row_buffer();
     float* y = x + dq + std::max(dk, dv);
@@ -372,9 +375,9 @@ class ForwardPass {
 
 }  // namespace
 
-Status ConcatForward(const internal::CallContext& call, const ConcatParams& params, ConstTensor queries,
-                     ConstTensor keys, ConstTensor values, const ValidLens& valid_lens, Tensor out,
-                     Tensor attention_weights) {
+Status ConcatForward(const internal::CallContext& call, const ConcatParams& params,
+                     ConstTensor queries, ConstTensor keys, ConstTensor values,
+                     const ValidLens& valid_lens, Tensor out, Tensor attention_weights) {
   return RunForward<ForwardPass>(CheckArguments, call, params, queries, keys, values, valid_lens,
                                  out, attention_weights);
 }

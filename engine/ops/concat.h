@@ -51,9 +51,9 @@ Status CheckConcatInputs(const ConcatParams& params, const ConstTensor& queries,
                          internal::AttentionShape* shape);
 
 // ConcatAttention::Forward without the call scope (threads, denormals).
-Status ConcatForward(const internal::CallContext& call, const ConcatParams& params, ConstTensor queries,
-                     ConstTensor keys, ConstTensor values, const ValidLens& valid_lens, Tensor out,
-                     Tensor attention_weights);
+Status ConcatForward(const internal::CallContext& call, const ConcatParams& params,
+                     ConstTensor queries, ConstTensor keys, ConstTensor values,
+                     const ValidLens& valid_lens, Tensor out, Tensor attention_weights);
 
 }  // namespace attnscore::ops
 

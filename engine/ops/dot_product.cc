@@ -43,8 +43,8 @@ Status DotProductAttention(const internal::CallContext& call, ConstTensor q, Con
                            Tensor attention_weights) {
   ATTNSCORE_RETURN_IF_ERROR(CheckArguments(q, k, v, valid_lens, out, attention_weights));
   internal::RowLengths lens;
-  ATTNSCORE_RETURN_IF_ERROR(
-      internal::RowLengths::Resolve(valid_lens, q.dims[0], q.dims[1], k.dims[1], call.workspace, &lens));
+  ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(valid_lens, q.dims[0], q.dims[1],
+                                                          k.dims[1], call.workspace, &lens));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[2])));
   return RunDotProduct(call, q, k, v, lens, scale, out, attention_weights);
 }

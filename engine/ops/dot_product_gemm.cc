@@ -199,11 +199,12 @@ struct Bf16Inputs {
 // bf16 words, or with `words` false the rounded values as floats. With
 // `normals`, t holds no subnormal (a softmax's weights), and the words may
 // come from the CPU's own conversion (kernels::RoundNormalsToBf16).
-Status RoundToBf16(internal::Workspace& workspace, int threads, const ConstTensor& t, bool words, void* out, bool normals = false) {
+Status RoundToBf16(internal::Workspace& workspace, int threads, const ConstTensor& t, bool words,
+                   void* out, bool normals = false) {
   const int64_t rows = t.dims[0] * t.dims[1], cols = t.dims[2];
   const bool contiguous = t.strides[2] == 1;
-  return internal::ForEachRowInParallel(workspace,
-      internal::ThreadsFor(threads, static_cast<double>(rows * cols)), rows,
+  return internal::ForEachRowInParallel(
+      workspace, internal::ThreadsFor(threads, static_cast<double>(rows * cols)), rows,
       internal::ScratchSlot::kRowBuffer, contiguous ? 0 : static_cast<size_t>(cols),
       [&](int64_t r, float* gathered) {
         const float* row = t.data + r / t.dims[1] * t.strides[0] + r % t.dims[1] * t.strides[1];
@@ -311,20 +312,23 @@ Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const C
       if (state.rounded_for != &g || state.rounded_first != c.first_batch ||
           state.rounded_entries != c.entries) {
         state.rounded_for = nullptr;  // until both copies are whole
-        ATTNSCORE_RETURN_IF_ERROR(
-            RoundToBf16(call.workspace, threads, part(k, k_chunk, g.score_width, depth), rounded.words, rounded.k));
-        ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(call.workspace, threads, part(v, v_chunk, g.mix_width, value_dim),
+        ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(call.workspace, threads,
+                                              part(k, k_chunk, g.score_width, depth), rounded.words,
+                                              rounded.k));
+        ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(call.workspace, threads,
+                                              part(v, v_chunk, g.mix_width, value_dim),
                                               rounded.words, rounded.v));
         state.rounded_for = &g;
         state.rounded_first = c.first_batch;
         state.rounded_entries = c.entries;
       }
-      ATTNSCORE_RETURN_IF_ERROR(
-          RoundToBf16(call.workspace, threads, part(q, q_chunk, c.rows, depth), rounded.words, rounded.q));
+      ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(
+          call.workspace, threads, part(q, q_chunk, c.rows, depth), rounded.words, rounded.q));
     }
     if (plans->scores) {
-      ATTNSCORE_RETURN_IF_ERROR(bf16 ? plans->scores->Run(call.workspace, rounded.q, rounded.k, state.scratch)
-                                     : plans->scores->Run(call.workspace, q_chunk, k_chunk, state.scratch));
+      ATTNSCORE_RETURN_IF_ERROR(
+          bf16 ? plans->scores->Run(call.workspace, rounded.q, rounded.k, state.scratch)
+               : plans->scores->Run(call.workspace, q_chunk, k_chunk, state.scratch));
     }
     const ConstTensor scores(state.scratch, {c.entries, c.rows, g.row});
     const Tensor probabilities =
@@ -342,27 +346,30 @@ Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const C
                                                    static_cast<uint16_t*>(rounded.p), lens,
                                                    c.first_batch, c.first_query, threads));
     } else {
-      ATTNSCORE_RETURN_IF_ERROR(SoftmaxRows(call.workspace, scores, probabilities, lens, c.first_batch,
-                                            c.first_query, threads, /*stream=*/false));
+      ATTNSCORE_RETURN_IF_ERROR(SoftmaxRows(call.workspace, scores, probabilities, lens,
+                                            c.first_batch, c.first_query, threads,
+                                            /*stream=*/false));
     }
     float* out_chunk = out.data + c.first_batch * out.strides[0] + c.first_query * out.strides[1];
     if (bf16) {
       if (!words_from_rows) {
         ConstTensor mixed = probabilities;
         mixed.dims[2] = g.mix_width;
-        ATTNSCORE_RETURN_IF_ERROR(
-            RoundToBf16(call.workspace, threads, mixed, rounded.words, rounded.p, /*normals=*/true));
+        ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(call.workspace, threads, mixed, rounded.words,
+                                              rounded.p, /*normals=*/true));
       }
       ATTNSCORE_RETURN_IF_ERROR(plans->mix->Run(call.workspace, rounded.p, rounded.v, out_chunk));
     } else {
-      ATTNSCORE_RETURN_IF_ERROR(plans->mix->Run(call.workspace, probabilities.data, v_chunk, out_chunk));
+      ATTNSCORE_RETURN_IF_ERROR(
+          plans->mix->Run(call.workspace, probabilities.data, v_chunk, out_chunk));
     }
     // W V ran over the group's mix width: a shorter query's row that a NaN
     // or Inf past its own width made non-finite is redone over its own keys.
     const Tensor out_part(out_chunk, {c.entries, c.rows, value_dim},
                           {out.strides[0], out.strides[1], out.strides[2]});
-    return RemixNonFiniteRows(call.workspace, probabilities, part(v, v_chunk, g.mix_width, value_dim), out_part,
-                              lens, c.first_batch, c.first_query, bf16, threads);
+    return RemixNonFiniteRows(call.workspace, probabilities,
+                              part(v, v_chunk, g.mix_width, value_dim), out_part, lens,
+                              c.first_batch, c.first_query, bf16, threads);
   };
 
   std::vector<std::pair<const Group*, Chunk>> chunks;
@@ -380,11 +387,11 @@ Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const C
     // Each product and softmax shared by the threads, chunk after chunk.
     ChunkState state;
     state.scratch = call.workspace.Floats(internal::ScratchSlot::kWorkspace,
-                                            static_cast<size_t>(scratch_floats));
+                                          static_cast<size_t>(scratch_floats));
     state.rounded = rounded;
     if (bf16)
       state.rounded.Carve(call.workspace.Floats(internal::ScratchSlot::kBf16Copies,
-                                                  static_cast<size_t>(rounded.floats())));
+                                                static_cast<size_t>(rounded.floats())));
     for (const auto& [g, c] : chunks) ATTNSCORE_RETURN_IF_ERROR(run_chunk(*g, c, threads, state));
     return Status::Ok();
   }
@@ -395,8 +402,9 @@ Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const C
   // each is computed the same on any thread, so the bits do not change.
   std::vector<ChunkState> states(static_cast<size_t>(threads));
   std::vector<Status> results(chunks.size());
-  ATTNSCORE_RETURN_IF_ERROR(internal::ForEachRowInParallel(call.workspace,
-      threads, chunk_count, internal::ScratchSlot::kWorkspace, static_cast<size_t>(scratch_floats),
+  ATTNSCORE_RETURN_IF_ERROR(internal::ForEachRowInParallel(
+      call.workspace, threads, chunk_count, internal::ScratchSlot::kWorkspace,
+      static_cast<size_t>(scratch_floats),
       [&](int64_t i, float* scratch) {
         ChunkState& state = states[static_cast<size_t>(omp_get_thread_num())];
         if (state.scratch == nullptr) {
@@ -404,7 +412,7 @@ Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const C
           try {
             if (bf16)
               state.rounded.Carve(call.workspace.Floats(internal::ScratchSlot::kBf16Copies,
-                                                          static_cast<size_t>(rounded.floats())));
+                                                        static_cast<size_t>(rounded.floats())));
           } catch (...) {
             results[static_cast<size_t>(i)] =
                 Status::Internal("out of memory for per-thread scratch");

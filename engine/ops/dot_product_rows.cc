@@ -82,9 +82,9 @@ constexpr int64_t kRangeBytes = int64_t{256} << 10;
 // own, its softmax runs over the whole row, and AddMixes continues its sums
 // range by range; runs only share out the work, so the thread count may
 // choose them.
-Status WholeRows(const internal::CallContext& call, int threads, const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
-                 const internal::RowLengths& lens, float scale, const Tensor& out,
-                 const Tensor& attention) {
+Status WholeRows(const internal::CallContext& call, int threads, const ConstTensor& q,
+                 const ConstTensor& k, const ConstTensor& v, const internal::RowLengths& lens,
+                 float scale, const Tensor& out, const Tensor& attention) {
   const int64_t groups = q.dims[1], queries = q.dims[2], depth = q.dims[3], keys = k.dims[2];
   const int64_t value_dim = v.dims[3];
   const int64_t chunks = CeilDiv(queries, kChunkRows);
@@ -102,8 +102,8 @@ Status WholeRows(const internal::CallContext& call, int threads, const ConstTens
           : keys;
   const bool want_attention = !attention.empty();
   // Each task's scratch: a row of scores per row of its run, then its weights.
-  return internal::ForEachRowInParallel(call.workspace, 
-      threads, q.dims[0] * runs, internal::ScratchSlot::kRowTask,
+  return internal::ForEachRowInParallel(
+      call.workspace, threads, q.dims[0] * runs, internal::ScratchSlot::kRowTask,
       static_cast<size_t>(run * chunk_rows * keys),
       [&](int64_t task, float* scratch) {
         const int64_t b = task / runs;
@@ -187,16 +187,17 @@ Status WholeRows(const internal::CallContext& call, int threads, const ConstTens
 
 // The row path with the keys in blocks of `key_block`, a task each for all
 // of a group's rows, then merged row by row.
-Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t key_block, const ConstTensor& q, const ConstTensor& k,
-                       const ConstTensor& v, const internal::RowLengths& lens, float scale,
-                       const Tensor& out, const Tensor& attention) {
+Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t key_block,
+                       const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+                       const internal::RowLengths& lens, float scale, const Tensor& out,
+                       const Tensor& attention) {
   const int64_t groups = q.dims[1], queries = q.dims[2], depth = q.dims[3], keys = k.dims[2];
   const int64_t value_dim = v.dims[3], rows = q.dims[0] * groups * queries;
   const bool want_attention = !attention.empty();
   const int64_t blocks = CeilDiv(keys, key_block);  // per row, at most
   const int64_t partial_floats = BlockPartial::kHeader + value_dim;
   float* partials = call.workspace.Floats(internal::ScratchSlot::kRowPartials,
-                                            static_cast<size_t>(rows * blocks * partial_floats));
+                                          static_cast<size_t>(rows * blocks * partial_floats));
   const auto partial = [&](int64_t r, int64_t block) {
     return BlockPartial{partials + (r * blocks + block) * partial_floats};
   };
@@ -213,8 +214,8 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
   // each row's block scores, then its weights (or, for a row with L = 0,
   // uniform weights over M keys).
   const int64_t chunk_rows = std::min(queries, kChunkRows);
-  Status status = internal::ForEachRowInParallel(call.workspace, 
-      threads, q.dims[0] * blocks * groups, internal::ScratchSlot::kRowTask,
+  Status status = internal::ForEachRowInParallel(
+      call.workspace, threads, q.dims[0] * blocks * groups, internal::ScratchSlot::kRowTask,
       static_cast<size_t>(std::max(keys, chunk_rows * key_block)),
       [&](int64_t task, float* scratch) {
         const int64_t b = task / groups / blocks, block = task / groups % blocks;
@@ -287,8 +288,8 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
 
   // Merge each row's blocks: weigh block β by sum_β · exp(max_β − max), the
   // share of the row's softmax denominator its keys hold.
-  return internal::ForEachRowInParallel(call.workspace, 
-      threads, rows, internal::ScratchSlot::kRowBuffer, /*scratch_floats=*/0,
+  return internal::ForEachRowInParallel(
+      call.workspace, threads, rows, internal::ScratchSlot::kRowBuffer, /*scratch_floats=*/0,
       [&](int64_t r, float*) {
         const int64_t b = r / queries / groups, g = r / queries % groups, i = r % queries;
         const int64_t valid = lens.row(b, i);

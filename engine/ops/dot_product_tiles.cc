@@ -350,14 +350,16 @@ Status TilePath(const internal::CallContext& call, const ConstTensor& q, const C
   double* entry_work = nullptr;
   int64_t* range_bounds = nullptr;  // the call's, as `sorted`
   try {
-    entry_work = call.workspace.Reals(internal::IndexSlot::kEntryWork, static_cast<size_t>(batch + 1));
-    range_bounds = call.workspace.Words(internal::IndexSlot::kBounds, static_cast<size_t>(threads + 1));
+    entry_work =
+        call.workspace.Reals(internal::IndexSlot::kEntryWork, static_cast<size_t>(batch + 1));
+    range_bounds =
+        call.workspace.Words(internal::IndexSlot::kBounds, static_cast<size_t>(threads + 1));
   } catch (const std::bad_alloc&) {
     return Status::Internal("out of memory for the tile path's entry ranges");
   }
   if (EvenEntryRanges(lens, batch, threads, entry_work, range_bounds)) {
-    return internal::ForEachRowInParallel(call.workspace, 
-        threads, threads, internal::ScratchSlot::kWorkspace, scratch_floats,
+    return internal::ForEachRowInParallel(
+        call.workspace, threads, threads, internal::ScratchSlot::kWorkspace, scratch_floats,
         [&](int64_t task, float* scratch) {
           for (int64_t b = range_bounds[task]; b < range_bounds[task + 1]; ++b) {
             for (int64_t tile = 0; tile < tiles_per_entry; ++tile) run_tile(b, tile, scratch);
@@ -367,8 +369,9 @@ Status TilePath(const internal::CallContext& call, const ConstTensor& q, const C
   }
   // Else tiles go to threads as they come free. Tasks [0, batch): each
   // entry's first tile; then the others, entry by entry.
-  return internal::ForEachRowInParallel(call.workspace, 
-      threads, batch * tiles_per_entry, internal::ScratchSlot::kWorkspace, scratch_floats,
+  return internal::ForEachRowInParallel(
+      call.workspace, threads, batch * tiles_per_entry, internal::ScratchSlot::kWorkspace,
+      scratch_floats,
       [&](int64_t task, float* scratch) {
         const int64_t later = task - batch;
         const int64_t b = later < 0 ? task : later / (tiles_per_entry - 1);

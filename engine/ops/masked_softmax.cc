@@ -4,8 +4,8 @@
 
 #include "base/checks.h"
 #include "base/parallel.h"
-#include "base/workspace.h"
 #include "base/valid_lens.h"
+#include "base/workspace.h"
 #include "kernels/bf16.h"
 #include "kernels/masked_softmax.h"
 
@@ -35,12 +35,14 @@ kernels::StreamedRow RowOf(const ConstTensor& x, const Tensor& y, const internal
 // each, with y_row the row's floats in L1, unit strides (y's own row, or
 // the row buffer a strided y goes through).
 template <class Then>
-Status ForEachSoftmaxRow(internal::Workspace& workspace, ConstTensor x, Tensor y, const internal::RowLengths& lens,
-                         int64_t first_batch, int64_t first_query, int threads, Then then) {
+Status ForEachSoftmaxRow(internal::Workspace& workspace, ConstTensor x, Tensor y,
+                         const internal::RowLengths& lens, int64_t first_batch, int64_t first_query,
+                         int threads, Then then) {
   const int64_t queries = y.dims[1], width = y.dims[2];
   const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
-  return internal::ForEachRowInParallel(workspace, 
-      threads, y.dims[0] * queries, internal::ScratchSlot::kRowBuffer, static_cast<size_t>(width),
+  return internal::ForEachRowInParallel(
+      workspace, threads, y.dims[0] * queries, internal::ScratchSlot::kRowBuffer,
+      static_cast<size_t>(width),
       [&](int64_t r, float* row_buffer) {
         const kernels::StreamedRow at =
             RowOf(x, y, lens, first_batch, first_query, r / queries, r % queries);
@@ -65,8 +67,9 @@ int SoftmaxThreads(int threads, const Tensor& y) {
 
 }  // namespace
 
-Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y, const internal::RowLengths& lens, int64_t first_batch,
-                   int64_t first_query, int threads, bool stream) {
+Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y,
+                   const internal::RowLengths& lens, int64_t first_batch, int64_t first_query,
+                   int threads, bool stream) {
   const int64_t queries = y.dims[1], width = y.dims[2];
   const int64_t rows = y.dims[0] * queries;
   threads = SoftmaxThreads(threads, y);
@@ -75,8 +78,9 @@ Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y, cons
     const int64_t chunk_rows =
         std::clamp<int64_t>((rows + threads - 1) / threads, 1, kStreamChunkRows);
     const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
-    return internal::ForEachRowInParallel(workspace, 
-        threads, chunks, internal::ScratchSlot::kRowBuffer, 2 * static_cast<size_t>(width),
+    return internal::ForEachRowInParallel(
+        workspace, threads, chunks, internal::ScratchSlot::kRowBuffer,
+        2 * static_cast<size_t>(width),
         [&](int64_t chunk, float* row_buffers) {
           kernels::StreamedRow descriptors[kStreamChunkRows];
           const int64_t first = chunk * chunk_rows;
@@ -103,8 +107,8 @@ Status SoftmaxRowsAndBf16(internal::Workspace& workspace, ConstTensor x, Tensor 
                           const internal::RowLengths& lens, int64_t first_batch,
                           int64_t first_query, int threads) {
   const auto width = static_cast<size_t>(y.dims[2]);
-  return ForEachSoftmaxRow(workspace, x, y, lens, first_batch, first_query, SoftmaxThreads(threads, y),
-                           [&](int64_t r, const float* row) {
+  return ForEachSoftmaxRow(workspace, x, y, lens, first_batch, first_query,
+                           SoftmaxThreads(threads, y), [&](int64_t r, const float* row) {
                              kernels::RoundNormalsToBf16(row, width,
                                                          words + static_cast<size_t>(r) * width);
                            });
@@ -128,8 +132,10 @@ Status MaskedSoftmax(const internal::CallContext& call, ConstTensor x, const Val
   // cost a read per line written: stream it to memory instead.
   const bool stream = batch * queries * keys * int64_t{sizeof(float)} >= kStreamBytes;
   internal::RowLengths lens;
-  ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(valid_lens, batch, queries, keys, call.workspace, &lens));
-  return SoftmaxRows(call.workspace, x, y, lens, /*first_batch=*/0, /*first_query=*/0, call.threads(), stream);
+  ATTNSCORE_RETURN_IF_ERROR(
+      internal::RowLengths::Resolve(valid_lens, batch, queries, keys, call.workspace, &lens));
+  return SoftmaxRows(call.workspace, x, y, lens, /*first_batch=*/0, /*first_query=*/0,
+                     call.threads(), stream);
 }
 
 }  // namespace attnscore::ops

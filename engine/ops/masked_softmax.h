@@ -17,8 +17,8 @@ namespace attnscore::ops {
 Status CheckMaskedSoftmaxInput(const ConstTensor& x);
 
 // Engine::MaskedSoftmax without the call scope (threads, denormals).
-Status MaskedSoftmax(const internal::CallContext& call, ConstTensor x,
-                     const ValidLens& valid_lens, Tensor y);
+Status MaskedSoftmax(const internal::CallContext& call, ConstTensor x, const ValidLens& valid_lens,
+                     Tensor y);
 
 // The unchecked core, shared with the attention ops: y[b, i] = masked softmax
 // of x[b, i] over y's width W, where row (b, i) of the views is row
@@ -27,8 +27,9 @@ Status MaskedSoftmax(const internal::CallContext& call, ConstTensor x,
 // `stream` writes y with non-temporal stores (for outputs nobody reads soon;
 // needs unit column strides). Fails only if a thread's row buffer cannot be
 // allocated, and then may have written part of y.
-Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y, const internal::RowLengths& lens,
-                   int64_t first_batch, int64_t first_query, int threads, bool stream);
+Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y,
+                   const internal::RowLengths& lens, int64_t first_batch, int64_t first_query,
+                   int threads, bool stream);
 
 // SoftmaxRows without streaming, and each row of y also rounded to bf16
 // words into `words`, dense rows of y's width W, as soon as it is made: the

@@ -55,8 +55,8 @@ Status RunForward(Check check, const internal::CallContext& call, const Params& 
                   const ValidLens& valid_lens, const Tensor& out, const Tensor& attention_weights) {
   ATTNSCORE_RETURN_IF_ERROR(check(params, q, k, v, valid_lens, out, attention_weights));
   internal::RowLengths lens;
-  ATTNSCORE_RETURN_IF_ERROR(
-      internal::RowLengths::Resolve(valid_lens, q.dims[0], q.dims[1], v.dims[1], call.workspace, &lens));
+  ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(valid_lens, q.dims[0], q.dims[1],
+                                                          v.dims[1], call.workspace, &lens));
   Pass pass(call, params, q, k, v, lens, out, attention_weights);
   ATTNSCORE_RETURN_IF_ERROR(pass.Prepare());
   return pass.Run();

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "base/checks.h"
-#include "base/workspace.h"
 #include "base/valid_lens.h"
+#include "base/workspace.h"
 #include "ops/dot_product.h"
 #include "ops/dot_product_paths.h"
 
@@ -66,10 +66,12 @@ Status CheckArguments(const ConstTensor& q, const ConstTensor& k, const ConstTen
 // The lengths the heads run with, (B, N): the caller's, each cut to its
 // query's causal bound (query i of N sees keys 0..i, or 0..M - N + i),
 // clamped to [0, M].
-Status EffectiveLengths(internal::Workspace& workspace, const ValidLens& valid_lens, Causal causal, int64_t batch, int64_t queries,
-                        int64_t keys, std::vector<int64_t>* lengths) {
+Status EffectiveLengths(internal::Workspace& workspace, const ValidLens& valid_lens, Causal causal,
+                        int64_t batch, int64_t queries, int64_t keys,
+                        std::vector<int64_t>* lengths) {
   internal::RowLengths lens;
-  ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(valid_lens, batch, queries, keys, workspace, &lens));
+  ATTNSCORE_RETURN_IF_ERROR(
+      internal::RowLengths::Resolve(valid_lens, batch, queries, keys, workspace, &lens));
   const int64_t shift = causal == Causal::kBottomRight ? keys - queries : 0;
   lengths->resize(static_cast<size_t>(batch * queries));
   for (int64_t b = 0; b < batch; ++b) {
@@ -152,15 +154,15 @@ Status CheckCausal(const char* op, Causal causal, const ConstTensor& q, const Co
                                  std::to_string(static_cast<int>(causal)) + ", not a Causal");
 }
 
-Status MultiHeadAttention(const internal::CallContext& call, ConstTensor q, ConstTensor k, ConstTensor v,
-                          const ValidLens& valid_lens, const MultiHeadOptions& multihead,
-                          Tensor out, Tensor attention) {
+Status MultiHeadAttention(const internal::CallContext& call, ConstTensor q, ConstTensor k,
+                          ConstTensor v, const ValidLens& valid_lens,
+                          const MultiHeadOptions& multihead, Tensor out, Tensor attention) {
   ATTNSCORE_RETURN_IF_ERROR(CheckArguments(q, k, v, valid_lens, multihead, out, attention));
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t kv_heads = k.dims[2], group = heads / kv_heads;  // query heads per K/V head
   std::vector<int64_t> lengths;
-  ATTNSCORE_RETURN_IF_ERROR(
-      EffectiveLengths(call.workspace, valid_lens, multihead.causal, batch, queries, keys, &lengths));
+  ATTNSCORE_RETURN_IF_ERROR(EffectiveLengths(call.workspace, valid_lens, multihead.causal, batch,
+                                             queries, keys, &lengths));
   const float scale = multihead.scale != 0.0f
                           ? multihead.scale
                           : static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3])));
@@ -181,8 +183,9 @@ Status MultiHeadAttention(const internal::CallContext& call, ConstTensor q, Cons
         query_lengths[static_cast<size_t>(b)] = lengths[static_cast<size_t>(b * queries + n)];
       }
       internal::RowLengths lens;
-      ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(
-          ValidLens::PerBatch(query_lengths.data(), batch), batch, group, keys, call.workspace, &lens));
+      ATTNSCORE_RETURN_IF_ERROR(
+          internal::RowLengths::Resolve(ValidLens::PerBatch(query_lengths.data(), batch), batch,
+                                        group, keys, call.workspace, &lens));
       Tensor groups_attention;  // (B, Hkv, group, M) at query n
       if (!attention.empty()) {
         groups_attention =
@@ -201,8 +204,9 @@ Status MultiHeadAttention(const internal::CallContext& call, ConstTensor q, Cons
   // shapes and lengths, so the first head makes every plan the others use:
   // a failure comes before anything is written.
   internal::RowLengths lens;
-  ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(
-      ValidLens::PerQuery(lengths.data(), batch, queries), batch, queries, keys, call.workspace, &lens));
+  ATTNSCORE_RETURN_IF_ERROR(
+      internal::RowLengths::Resolve(ValidLens::PerQuery(lengths.data(), batch, queries), batch,
+                                    queries, keys, call.workspace, &lens));
   // A head of token-major views has rows H·F floats apart: 4 KiB for 16
   // heads of 64, so its rows share cache sets and oneDNN's matmuls on them
   // ran at 0.74x the speed (causal prefill (1, 1024, 16 heads, D 64),
@@ -218,7 +222,7 @@ Status MultiHeadAttention(const internal::CallContext& call, ConstTensor q, Cons
     try {
       copies =
           call.workspace.Floats(internal::ScratchSlot::kHeadCopies,
-                                  static_cast<size_t>(q_floats + k_floats + v_floats + out_floats));
+                                static_cast<size_t>(q_floats + k_floats + v_floats + out_floats));
     } catch (const std::bad_alloc&) {
       return Status::Internal(std::string(kOp) + ": out of memory for dense copies of a head");
     }

@@ -153,15 +153,18 @@ Status MultiHeadForward(const internal::CallContext& call, const MultiHeadParams
   // Workspace: the projections Q (B, N, H), K and V (B, M, H), and the
   // heads' output (B, N, H), dense.
   const int64_t query_floats = batch * queries * hidden, key_floats = batch * keys * hidden;
-  float* const q_proj = call.workspace.Floats(
-      internal::ScratchSlot::kProjections, static_cast<size_t>(2 * (query_floats + key_floats)));
+  float* const q_proj = call.workspace.Floats(internal::ScratchSlot::kProjections,
+                                              static_cast<size_t>(2 * (query_floats + key_floats)));
   float* const k_proj = q_proj + query_floats;
   float* const v_proj = k_proj + key_floats;
   float* const heads_out = v_proj + key_floats;
   const auto bias = [&](const std::vector<float>& b) { return m.bias ? b.data() : nullptr; };
-  ATTNSCORE_RETURN_IF_ERROR(project_q->Run(call.workspace, q.data, m.w_q.data(), q_proj, bias(m.b_q)));
-  ATTNSCORE_RETURN_IF_ERROR(project_k->Run(call.workspace, k.data, m.w_k.data(), k_proj, bias(m.b_k)));
-  ATTNSCORE_RETURN_IF_ERROR(project_v->Run(call.workspace, v.data, m.w_v.data(), v_proj, bias(m.b_v)));
+  ATTNSCORE_RETURN_IF_ERROR(
+      project_q->Run(call.workspace, q.data, m.w_q.data(), q_proj, bias(m.b_q)));
+  ATTNSCORE_RETURN_IF_ERROR(
+      project_k->Run(call.workspace, k.data, m.w_k.data(), k_proj, bias(m.b_k)));
+  ATTNSCORE_RETURN_IF_ERROR(
+      project_v->Run(call.workspace, v.data, m.w_v.data(), v_proj, bias(m.b_v)));
 
   // A projection's H features are its heads in order: (B, N, H) is
   // (B, N, heads, d) as it stands.

@@ -32,7 +32,8 @@ bool AnyNonFinite(const float* x, int64_t n, int64_t stride) {
 
 }  // namespace
 
-Status RemixNonFiniteRows(internal::Workspace& workspace, const ConstTensor& weights, const ConstTensor& values, const Tensor& out,
+Status RemixNonFiniteRows(internal::Workspace& workspace, const ConstTensor& weights,
+                          const ConstTensor& values, const Tensor& out,
                           const internal::RowLengths& lens, int64_t first_batch,
                           int64_t first_query, bool bf16, int threads) {
   const int64_t queries = out.dims[1], value_dim = out.dims[2];
@@ -58,8 +59,9 @@ Status RemixNonFiniteRows(internal::Workspace& workspace, const ConstTensor& wei
   const bool direct =
       !bf16 && weights.strides[2] == 1 && values.strides[2] == 1 && out.strides[2] == 1;
   const size_t buffer = direct ? 0 : static_cast<size_t>(keys + 2 * value_dim);
-  return internal::ForEachRowInParallel(workspace, 
-      internal::ThreadsFor(threads, flops), rows, internal::ScratchSlot::kRowBuffer, buffer,
+  return internal::ForEachRowInParallel(
+      workspace, internal::ThreadsFor(threads, flops), rows, internal::ScratchSlot::kRowBuffer,
+      buffer,
       [&](int64_t r, float* scratch) {
         const int64_t width = width_to_remix(r);
         if (width == 0) return;

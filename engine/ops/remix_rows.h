@@ -29,7 +29,8 @@ namespace attnscore::ops {
 // of `lens`. With `bf16`, each weight and value is rounded to bfloat16 first,
 // as the bf16 mode's product reads them. Fails only if a thread's row buffer
 // cannot be allocated.
-Status RemixNonFiniteRows(internal::Workspace& workspace, const ConstTensor& weights, const ConstTensor& values, const Tensor& out,
+Status RemixNonFiniteRows(internal::Workspace& workspace, const ConstTensor& weights,
+                          const ConstTensor& values, const Tensor& out,
                           const internal::RowLengths& lens, int64_t first_batch,
                           int64_t first_query, bool bf16, int threads);
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "arrays.h"
-#include "catalogue.h"
 #include "attnscore/attnscore.h"
+#include "catalogue.h"
 
 namespace attnscore::python {
 namespace {

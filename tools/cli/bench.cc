@@ -464,8 +464,8 @@ int BenchCommand(const Args& args) {
   const std::string word = args.words.size() > 1 ? args.words[1] : "";
   const OpSpec* spec = FindEntry(word);
   if (spec == nullptr) {
-    return Fail(Status::InvalidArgument("bench wants an op: " + EntryNames() + ", got '" + word +
-                                        "'"));
+    return Fail(
+        Status::InvalidArgument("bench wants an op: " + EntryNames() + ", got '" + word + "'"));
   }
   // The multi-head entries share one bench: the op (multihead_attention,
   // and `bench multihead` unless --module), the module (--module) and
@@ -579,10 +579,10 @@ int BenchCommand(const Args& args) {
       s = BilinearAttention::Create(ConstTensor(w.data(), {D, Dk}), &bilinear_model);
       if (!s.ok()) return Fail(s);
       call = [&, D, Dk, Dv] {
-        return bilinear_model->Forward(
-            *engine, ConstTensor(a.data(), {B, N, D}), ConstTensor(k.data(), {B, M, Dk}),
-            ConstTensor(v.data(), {B, M, Dv}), lens, Tensor(out.data(), {B, N, Dv}),
-            attention_weights_view);
+        return bilinear_model->Forward(*engine, ConstTensor(a.data(), {B, N, D}),
+                                       ConstTensor(k.data(), {B, M, Dk}),
+                                       ConstTensor(v.data(), {B, M, Dv}), lens,
+                                       Tensor(out.data(), {B, N, Dv}), attention_weights_view);
       };
       // The projection Q W, then the dot product over valid keys.
       flops = 2.0 * static_cast<double>(B * N * D * Dk) +

@@ -1,7 +1,8 @@
-// `attnscore run softmax|dot|additive|concat`: reads the inputs (.npy, and a
-// .safetensors model for additive and concat), runs the op once and writes
-// --out and, if asked, --weights-out (the attention weights). docs/cli.md
-// describes the flags and the files.
+// `attnscore run OP`, for every entry of the catalogue: reads the inputs
+// (.npy, and a .safetensors model for a model), runs the entry once through
+// its generic call and writes --out and, if asked, --weights-out (the
+// attention weights). The flags come from the entry's spec (cli/flags.h);
+// docs/cli.md describes them and the files.
 #ifndef ATTNSCORE_TOOLS_CLI_RUN_H_
 #define ATTNSCORE_TOOLS_CLI_RUN_H_
 
