@@ -38,20 +38,15 @@ Status AdditiveAttention::Load(const std::string& path, std::unique_ptr<Additive
 
 Status AdditiveAttention::Check(ConstTensor queries, ConstTensor keys, ConstTensor values,
                                 const ValidLens& valid_lens, OutputShapes* shapes) const {
-  return internal::ReportOutputShapes(
-      valid_lens, "AdditiveAttention", shapes, [&](internal::AttentionShape* shape) {
-        return ops::CheckAdditiveInputs(*params_, queries, keys, values, shape);
-      });
+  return internal::CheckModelInputs("AdditiveAttention", ops::CheckAdditiveInputs, *params_,
+                                    queries, keys, values, valid_lens, shapes);
 }
 
 Status AdditiveAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
                                   ConstTensor values, const ValidLens& valid_lens, Tensor out,
                                   Tensor attention_weights) const {
-  return internal::RunCall(internal::EngineAccess::Context(engine), "AdditiveAttention",
-                           [&](const internal::CallContext& call) {
-                             return ops::AdditiveForward(call, *params_, queries, keys, values,
-                                                         valid_lens, out, attention_weights);
-                           });
+  return internal::RunModel(engine, "AdditiveAttention", ops::AdditiveForward, *params_, queries,
+                            keys, values, valid_lens, out, attention_weights);
 }
 
 }  // namespace attnscore

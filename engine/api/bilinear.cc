@@ -35,20 +35,15 @@ Status BilinearAttention::Load(const std::string& path, std::unique_ptr<Bilinear
 
 Status BilinearAttention::Check(ConstTensor queries, ConstTensor keys, ConstTensor values,
                                 const ValidLens& valid_lens, OutputShapes* shapes) const {
-  return internal::ReportOutputShapes(
-      valid_lens, "BilinearAttention", shapes, [&](internal::AttentionShape* shape) {
-        return ops::CheckBilinearInputs(*params_, queries, keys, values, shape);
-      });
+  return internal::CheckModelInputs("BilinearAttention", ops::CheckBilinearInputs, *params_,
+                                    queries, keys, values, valid_lens, shapes);
 }
 
 Status BilinearAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
                                   ConstTensor values, const ValidLens& valid_lens, Tensor out,
                                   Tensor attention_weights) const {
-  return internal::RunCall(internal::EngineAccess::Context(engine), "BilinearAttention",
-                           [&](const internal::CallContext& call) {
-                             return ops::BilinearForward(call, *params_, queries, keys, values,
-                                                         valid_lens, out, attention_weights);
-                           });
+  return internal::RunModel(engine, "BilinearAttention", ops::BilinearForward, *params_, queries,
+                            keys, values, valid_lens, out, attention_weights);
 }
 
 }  // namespace attnscore

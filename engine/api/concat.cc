@@ -42,20 +42,15 @@ Status ConcatAttention::Load(const std::string& path, int64_t query_size,
 
 Status ConcatAttention::Check(ConstTensor queries, ConstTensor keys, ConstTensor values,
                               const ValidLens& valid_lens, OutputShapes* shapes) const {
-  return internal::ReportOutputShapes(
-      valid_lens, "ConcatAttention", shapes, [&](internal::AttentionShape* shape) {
-        return ops::CheckConcatInputs(*params_, queries, keys, values, shape);
-      });
+  return internal::CheckModelInputs("ConcatAttention", ops::CheckConcatInputs, *params_, queries,
+                                    keys, values, valid_lens, shapes);
 }
 
 Status ConcatAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
                                 ConstTensor values, const ValidLens& valid_lens, Tensor out,
                                 Tensor attention_weights) const {
-  return internal::RunCall(internal::EngineAccess::Context(engine), "ConcatAttention",
-                           [&](const internal::CallContext& call) {
-                             return ops::ConcatForward(call, *params_, queries, keys, values,
-                                                       valid_lens, out, attention_weights);
-                           });
+  return internal::RunModel(engine, "ConcatAttention", ops::ConcatForward, *params_, queries, keys,
+                            values, valid_lens, out, attention_weights);
 }
 
 }  // namespace attnscore

@@ -55,12 +55,8 @@ Status MultiHeadAttention::Check(ConstTensor queries, ConstTensor keys, ConstTen
 Status MultiHeadAttention::Forward(const Engine& engine, ConstTensor queries, ConstTensor keys,
                                    ConstTensor values, const ValidLens& valid_lens, Causal causal,
                                    Tensor out, Tensor attention_weights) const {
-  return internal::RunCall(internal::EngineAccess::Context(engine), "MultiHeadAttention",
-                           [&](const internal::CallContext& call) {
-                             return ops::MultiHeadForward(call, *params_, queries, keys, values,
-                                                          valid_lens, causal, out,
-                                                          attention_weights);
-                           });
+  return internal::RunModel(engine, "MultiHeadAttention", ops::MultiHeadForward, *params_, queries,
+                            keys, values, valid_lens, causal, out, attention_weights);
 }
 
 }  // namespace attnscore
