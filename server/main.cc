@@ -32,9 +32,12 @@ SIGTERM or SIGINT stops accepting, finishes the requests in flight and exits 0.
   --host HOST               address to listen on (default 127.0.0.1)
   --port PORT               port (default 8000; 0 picks a free one). The chosen
                             address is printed on stdout once listening.
-  --models DIR              serve each DIR/NAME.safetensors as model NAME
-                            (additive or concat attention; concat needs
-                            DIR/NAME.json: {"query_size": Dq})
+  --models DIR              serve each DIR/NAME.safetensors as model NAME:
+                            additive, concat, bilinear or multihead, the kind
+                            and its parameters (num_heads, query_size) from
+                            the file's __metadata__ or DIR/NAME.json; a file
+                            it cannot serve is listed not ready, with the
+                            reason on stderr
   --threads N               engine threads per request (default 1)
   --workers N               requests computed at once (default: cores / threads)
   --max-queue N             requests waiting for a worker; more get 503 with

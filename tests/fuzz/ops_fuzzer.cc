@@ -829,7 +829,7 @@ const Engine& PickEngine(Input& in, bool allow_bf16, bool* bf16) {
   const int threads = in.Range<int>(1, 2);
   *bf16 = allow_bf16 && in.Bool();
   const int64_t target = g_targets[in.Range<size_t>(0, g_targets.size() - 1)];
-  kernels::SetDispatchTargets(target);
+  attnscore::kernels::SetDispatchTargets(target);
   g_case += Format("threads %d, %s, highway %s", threads, *bf16 ? "bf16" : "fp32",
                    hwy::TargetName(target));
   return *g_engines[threads - 1][*bf16 ? 1 : 0];
