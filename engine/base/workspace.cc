@@ -38,22 +38,27 @@ float* Workspace::Floats(ScratchSlot slot, size_t count) {
   return buffer.data();
 }
 
-int64_t* Workspace::Words(IndexSlot slot, size_t count) {
-  std::vector<int64_t>& words = words_[static_cast<size_t>(slot)];
-  if (words.size() < count) {
-    words.resize(count);
-    if (count * sizeof(int64_t) > kKeptScratchBytes) oversized_ = true;
+namespace {
+
+// `buffer` grown to at least `count` elements; `*oversized` set where it
+// grew past what a workspace keeps between calls.
+template <typename T>
+T* Grown(std::vector<T>& buffer, size_t count, bool* oversized) {
+  if (buffer.size() < count) {
+    buffer.resize(count);
+    if (count * sizeof(T) > kKeptScratchBytes) *oversized = true;
   }
-  return words.data();
+  return buffer.data();
+}
+
+}  // namespace
+
+int64_t* Workspace::Words(IndexSlot slot, size_t count) {
+  return Grown(words_[static_cast<size_t>(slot)], count, &oversized_);
 }
 
 double* Workspace::Reals(IndexSlot slot, size_t count) {
-  std::vector<double>& reals = reals_[static_cast<size_t>(slot)];
-  if (reals.size() < count) {
-    reals.resize(count);
-    if (count * sizeof(double) > kKeptScratchBytes) oversized_ = true;
-  }
-  return reals.data();
+  return Grown(reals_[static_cast<size_t>(slot)], count, &oversized_);
 }
 
 void Workspace::Trim() {
