@@ -463,12 +463,14 @@ def test_a_file_that_is_no_model_is_not_ready_and_stops_nothing(tmp_path):
     shutil.copy(os.path.join(GOLDEN, "concat_tutorial", "model.safetensors"),
                 folder / "attn.safetensors")
     (folder / "other.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{\"a\":1}")
+    os.mkfifo(folder / "pipe.safetensors")  # opened, it would block the start
     running, stderr = started_with(tmp_path, folder)
     with running:
         assert "model 'attn' is not ready" in stderr and "attn.json" in stderr and \
             "query_size" in stderr, stderr
         assert "model 'other' is not ready" in stderr and "other.safetensors" in stderr, stderr
-        for name in ("attn", "other"):
+        assert "model 'pipe' is not ready" in stderr and "not a regular file" in stderr, stderr
+        for name in ("attn", "other", "pipe"):
             status, _, answer = running.call("GET", "/v2/models/%s/ready" % name)
             assert status == 400 and answer["ready"] is False, answer
             status, _, answer = running.call("POST", "/v2/models/%s/infer" % name,
