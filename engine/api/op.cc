@@ -213,17 +213,19 @@ Status BindInputs(const OpSpec& op, const std::vector<NamedTensor>& inputs, cons
   return Status::Ok();
 }
 
-}  // namespace
-
-ConstTensor BoundCall::Floats(size_t input) const {
-  const NamedTensor* t = inputs[input];
-  if (t == nullptr) return ConstTensor();
-  ConstTensor view;
-  view.data = static_cast<const float*>(t->data);
+// A float32 named tensor as a view of its memory; empty for none.
+Tensor FloatView(const NamedTensor* t) {
+  Tensor view;
+  if (t == nullptr) return view;
+  view.data = static_cast<float*>(t->data);
   view.rank = t->rank;
   for (int d = 0; d < kMaxRank; ++d) view.dims[d] = t->dims[d], view.strides[d] = t->strides[d];
   return view;
 }
+
+}  // namespace
+
+ConstTensor BoundCall::Floats(size_t input) const { return FloatView(inputs[input]); }
 
 ValidLens BoundCall::Lens(size_t input) const {
   const NamedTensor* t = inputs[input];
@@ -260,9 +262,8 @@ Status Op::Create(const std::string& name, const Params& params,
     std::vector<const NamedTensor*> matched;
     ATTNSCORE_RETURN_IF_ERROR(Match(*spec, spec->weights, weights, "weight", &matched));
     std::map<std::string, ConstTensor> views;
-    BoundCall bound{matched, {}, {}};
     for (size_t i = 0; i < matched.size(); ++i) {
-      if (matched[i] != nullptr) views[spec->weights[i].name] = bound.Floats(i);
+      if (matched[i] != nullptr) views[spec->weights[i].name] = FloatView(matched[i]);
     }
     std::unique_ptr<Impl> impl;
     ATTNSCORE_RETURN_IF_ERROR(internal::MakeOpImpl(*spec, sizes, views, &impl));
@@ -311,15 +312,7 @@ Status Op::Run(const Engine& engine, const std::vector<NamedTensor>& inputs, con
   std::vector<const NamedTensor*> matched;
   ATTNSCORE_RETURN_IF_ERROR(Match(spec(), spec().outputs, outputs, "output", &matched));
   if (matched[0] == nullptr) return Bad(spec(), "needs output '" + spec().outputs[0].name + "'");
-  const BoundCall as_inputs{matched, {}, {}};
-  for (size_t i = 0; i < matched.size(); ++i) {
-    const ConstTensor view = as_inputs.Floats(i);
-    Tensor out;
-    out.data = const_cast<float*>(view.data);
-    out.rank = view.rank;
-    for (int d = 0; d < kMaxRank; ++d) out.dims[d] = view.dims[d], out.strides[d] = view.strides[d];
-    call.outputs.push_back(matched[i] != nullptr ? out : Tensor());
-  }
+  for (const NamedTensor* output : matched) call.outputs.push_back(FloatView(output));
   return impl_->Run(engine, call);
 }
 
