@@ -108,7 +108,6 @@ void BM_ConcatLinearLayersOnednn(benchmark::State& state) {
   const ImplementationLabel label;
   // A workspace of one thread, as a 1-thread engine's call lends one.
   internal::Workspace workspace(1);
-  workspace.Begin();
   for (auto _ : state) {
     if (!st.ok()) break;
     st = scores_plan->Run(workspace, q_k.data(), attn_w.data(), scores.data(), attn_b.data());

@@ -38,7 +38,9 @@ SIGTERM or SIGINT stops accepting, finishes the requests in flight and exits 0.
                             the file's __metadata__ or DIR/NAME.json; a file
                             it cannot serve is listed not ready, with the
                             reason on stderr
-  --threads N               engine threads per request (default 1)
+  --threads N               engine threads per request (default 1); one
+                            request at a time has them, others meanwhile run
+                            on their worker's thread alone
   --workers N               requests computed at once (default: cores / threads)
   --max-queue N             requests waiting for a worker; more get 503 with
                             Retry-After (default 64)

@@ -338,11 +338,11 @@ TEST(Engine, ValidLengthsResolveToRowsAndEntryWidths) {
 
 // A workspace's buffers start on a cache line whatever they grew from, keep
 // their contents while they do not grow, and each slot is its own buffer;
-// a thread of a region the call opened has buffers of its own, and the
-// caller's (thread 0) are the region's thread 0's.
+// each thread of the team has buffers of its own, and the caller's are
+// thread 0's.
 TEST(Engine, WorkspaceBuffersAreLineAlignedAndStable) {
-  internal::Workspace workspace(2);
-  workspace.Begin();
+  DirectCall direct(EngineOptions{.threads = 2});
+  internal::Workspace& workspace = direct.workspace();
   for (size_t count : {size_t{1}, size_t{3}, size_t{17}, size_t{1000}, size_t{12345}}) {
     float* a = workspace.Floats(internal::ScratchSlot::kRowBuffer, count);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u) << "count=" << count;
@@ -356,11 +356,11 @@ TEST(Engine, WorkspaceBuffersAreLineAlignedAndStable) {
   EXPECT_NE(other, workspace.Floats(internal::ScratchSlot::kRowBuffer, 16));
   float* caller = workspace.Floats(internal::ScratchSlot::kRowTask, 8);
   float* team[2] = {nullptr, nullptr};
-#pragma omp parallel num_threads(2)
-  team[omp_get_thread_num()] = workspace.Floats(internal::ScratchSlot::kRowTask, 8);
+  auto work = [&](int t) { team[t] = workspace.Floats(internal::ScratchSlot::kRowTask, 8); };
+  ASSERT_TRUE(workspace.team()->TryRun(2, work));
   EXPECT_EQ(team[0], caller);
   if (team[1] != nullptr) {
-    EXPECT_NE(team[1], caller);  // a second thread was given: its own buffer
+    EXPECT_NE(team[1], caller);  // the worker joined: its own buffer
   }
 }
 

@@ -4,8 +4,6 @@
 // thread count computes the same is checked across processes in cli_test.)
 #include "matmul/matmul.h"
 
-#include <omp.h>
-
 #include <cstring>
 #include <string>
 #include <vector>
@@ -81,11 +79,8 @@ std::vector<float> RunWith(int threads, const Operands& o) {
   EngineOptions options;
   options.threads = threads;
   DirectCall direct(options);
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(threads);
   const Status run = plan->Run(direct.workspace(), o.a.data(), o.b.data(), c.data(),
                                o.problem.bias ? o.bias.data() : nullptr);
-  omp_set_num_threads(saved);
   EXPECT_TRUE(run.ok()) << run.message();
   return c;
 }

@@ -219,6 +219,13 @@ std::unique_ptr<Engine> EngineWithThreads(int threads) {
   return engine;
 }
 
+std::unique_ptr<internal::ThreadTeam> DirectCall::MakeTeam(int threads) {
+  std::unique_ptr<internal::ThreadTeam> team;
+  const Status s = internal::ThreadTeam::Create(threads, &team);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return team;
+}
+
 void PerTarget::SetUp() {
   kernels::SetDispatchTargets(GetParam());
   // The dispatch really goes to the target under test.

@@ -92,19 +92,22 @@ const Engine& DefaultEngine();
 std::unique_ptr<Engine> EngineWithThreads(int threads);
 
 // A call context for running the engine's internals directly (a path, a
-// plan, a resolution of lengths): the given options and a workspace of
-// their threads, as an engine call lends one.
+// plan, a resolution of lengths): the given options, a team of their
+// threads and a workspace for it, as an engine call has.
 class DirectCall {
  public:
   explicit DirectCall(const EngineOptions& options = EngineOptions())
-      : options_(options), workspace_(options.threads), call_{options_, workspace_} {
-    workspace_.Begin();
-  }
+      : options_(options),
+        team_(MakeTeam(options.threads)),
+        workspace_(options.threads, team_.get()),
+        call_{options_, workspace_} {}
   const internal::CallContext& call() const { return call_; }
   internal::Workspace& workspace() { return workspace_; }
 
  private:
+  static std::unique_ptr<internal::ThreadTeam> MakeTeam(int threads);
   EngineOptions options_;
+  std::unique_ptr<internal::ThreadTeam> team_;
   internal::Workspace workspace_;
   internal::CallContext call_;
 };

@@ -19,7 +19,8 @@
 namespace attnscore {
 
 struct Engine::Impl {
-  explicit Impl(const EngineOptions& options) : context(options) {}
+  Impl(const EngineOptions& options, std::unique_ptr<internal::ThreadTeam> team)
+      : context(options, std::move(team)) {}
   // Shared by the const calls of many threads: its pool of workspaces is
   // thread-safe.
   mutable internal::EngineContext context;
@@ -48,13 +49,14 @@ Status Engine::Create(const EngineOptions& options, std::unique_ptr<Engine>* eng
                                    ", not a Precision");
   }
   EngineOptions resolved = options;
+  std::unique_ptr<internal::ThreadTeam> team;
   ATTNSCORE_RETURN_IF_ERROR(internal::Guarded("Engine::Create", [&] {
-    ATTNSCORE_RETURN_IF_ERROR(internal::StartThreads(options.threads));
+    ATTNSCORE_RETURN_IF_ERROR(internal::ThreadTeam::Create(options.threads, &team));
     ATTNSCORE_RETURN_IF_ERROR(internal::ResolveIsa(options.isa, &resolved.isa));
     ATTNSCORE_RETURN_IF_ERROR(internal::ApplyIsaCap(resolved.isa));
     return Status::Ok();
   }));
-  auto impl = std::unique_ptr<Impl>(new (std::nothrow) Impl(resolved));
+  auto impl = std::unique_ptr<Impl>(new (std::nothrow) Impl(resolved, std::move(team)));
   if (!impl) return Status::Internal("Engine::Create: out of memory");
   engine->reset(new (std::nothrow) Engine(std::move(impl)));
   if (!*engine) return Status::Internal("Engine::Create: out of memory");

@@ -1,6 +1,5 @@
 #include "base/call_scope.h"
 
-#include <omp.h>
 #include <xmmintrin.h>
 
 #include <utility>
@@ -24,16 +23,8 @@ FlushDenormals::FlushDenormals() : saved_(_mm_getcsr()) {
 FlushDenormals::~FlushDenormals() { _mm_setcsr(saved_); }
 
 CallScope::CallScope(EngineContext& engine)
-    : saved_threads_(omp_get_max_threads()),
-      engine_(engine),
-      workspace_(engine.workspaces.Take()),
-      call_{engine.options, *workspace_} {
-  omp_set_num_threads(engine.options.threads);
-}
+    : engine_(engine), workspace_(engine.workspaces.Take()), call_{engine.options, *workspace_} {}
 
-CallScope::~CallScope() {
-  omp_set_num_threads(saved_threads_);
-  engine_.workspaces.Give(std::move(workspace_));
-}
+CallScope::~CallScope() { engine_.workspaces.Give(std::move(workspace_)); }
 
 }  // namespace attnscore::internal

@@ -10,6 +10,7 @@
 
 #include "attnscore/options.h"
 #include "attnscore/status.h"
+#include "base/thread_team.h"
 #include "base/workspace.h"
 
 namespace attnscore::internal {
@@ -30,14 +31,17 @@ class FlushDenormals {
   unsigned saved_;
 };
 
-// What an Engine owns from Create on: its options and the workspaces it
-// lends its calls (one per call running at the same time, kept between
-// calls). Every op, path and helper of a call reaches them through the
-// call's CallContext.
+// What an Engine owns from Create on: its options, its thread team and the
+// workspaces it lends its calls (one per call running at the same time,
+// kept between calls). Every op, path and helper of a call reaches them
+// through the call's CallContext.
 struct EngineContext {
-  explicit EngineContext(const EngineOptions& engine_options)
-      : options(engine_options), workspaces(engine_options.threads) {}
+  EngineContext(const EngineOptions& engine_options, std::unique_ptr<ThreadTeam> thread_team)
+      : options(engine_options),
+        team(std::move(thread_team)),
+        workspaces(engine_options.threads, team.get()) {}
   const EngineOptions options;
+  const std::unique_ptr<ThreadTeam> team;
   WorkspacePool workspaces;
 };
 
@@ -49,10 +53,10 @@ struct CallContext {
   int threads() const { return options.threads; }
 };
 
-// One engine call's setup: OpenMP (ours and oneDNN's) gets the engine's
-// threads, denormals are flushed, and a workspace is taken from the
-// engine's pool; the caller's settings come back, and the workspace goes
-// back to the pool (trimmed), when it ends. Calls do not nest.
+// One engine call's setup: denormals are flushed and a workspace is taken
+// from the engine's pool; the caller's floating-point mode comes back, and
+// the workspace goes back to the pool (trimmed), when it ends. Calls do not
+// nest.
 class CallScope {
  public:
   // Throws std::bad_alloc (a new workspace).
@@ -65,7 +69,6 @@ class CallScope {
 
  private:
   FlushDenormals flush_;
-  int saved_threads_;
   EngineContext& engine_;
   std::unique_ptr<Workspace> workspace_;
   CallContext call_;

@@ -1,9 +1,8 @@
-// Rows of work shared among OpenMP threads.
+// Rows of work shared among the threads of a call's team.
 #ifndef ATTNSCORE_BASE_PARALLEL_H_
 #define ATTNSCORE_BASE_PARALLEL_H_
 
-#include <omp.h>
-
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +10,7 @@
 
 #include "attnscore/status.h"
 #include "base/call_scope.h"
+#include "base/thread_team.h"
 #include "base/workspace.h"
 
 namespace attnscore::internal {
@@ -21,67 +21,65 @@ namespace attnscore::internal {
 constexpr double kMinSharedFlops = 1e5;
 inline int ThreadsFor(int threads, double flops) { return flops < kMinSharedFlops ? 1 : threads; }
 
-// Starts `threads` - 1 threads and joins them, then runs one OpenMP region
-// of `threads`, whose team OpenMP keeps for this thread's later calls. A
-// system that cannot start them gets an Unsupported Status naming the
-// reason here, where OpenMP would end the process ("Thread creation
-// failed") in the middle of a call.
-Status StartThreads(int threads);
-
 // Runs body(row, scratch) for every row in [0, rows) on up to `threads`
-// OpenMP threads (at most the engine's), each with denormals flushed and
-// its own scratch of `scratch_floats` in `slot` of the call's `workspace`
-// (a null pointer when 0); then after() once per thread. An exception may
-// not leave an OpenMP region, so a thread that cannot allocate its scratch
-// skips its rows and the call reports it (rows done by other threads stay
-// written). Rows go to threads in equal runs;
-// `Balance::kDynamic` hands them out one at a time instead, for rows of very
-// unequal cost (each row's result never depends on which thread ran it).
-enum class Balance { kStatic, kDynamic };
+// threads of the call's team (at most the engine's), each with denormals
+// flushed and its own scratch of `scratch_floats` in `slot` of the call's
+// `workspace` (a null pointer when 0); then after() once on each thread
+// that ran. Threads take rows as they come free, from one counter: a thread
+// the scheduler holds off costs the call only the rows it took. Each row's
+// result never depends on which thread ran it, so the bits are the same for
+// any thread count and any schedule. `Balance::kRuns` hands rows out in runs
+// of about a quarter of a thread's share (neighbouring rows share a core's
+// caches and prefetch streams); `Balance::kOneAtATime` one at a time, for
+// rows of very unequal cost. Where the team is busy (a concurrent call on
+// the same engine, or a region inside a region) the caller runs every row
+// itself. No exception may leave a thread: one that cannot allocate its
+// scratch takes no rows and the call reports it (the other rows stay
+// written).
+enum class Balance { kRuns, kOneAtATime };
 template <class Body, class After>
 Status ForEachRowInParallel(Workspace& workspace, int threads, int64_t rows, ScratchSlot slot,
                             size_t scratch_floats, Body body, After after,
-                            Balance balance = Balance::kStatic) {
-  if (threads <= 1 || rows <= 1) {
-    // No OpenMP region at all: even a one-thread region costs the caller
-    // futex calls, a few microseconds of a small call.
-    FlushDenormals flush;
-    float* scratch = nullptr;
-    try {
-      if (scratch_floats > 0) scratch = workspace.Floats(slot, scratch_floats);
-    } catch (const std::bad_alloc&) {
-      return Status::Internal("out of memory for per-thread scratch");
-    }
-    for (int64_t r = 0; r < rows; ++r) body(r, scratch);
-    after();
-    return Status::Ok();
-  }
+                            Balance balance = Balance::kRuns) {
   std::atomic<bool> out_of_memory{false};
-#pragma omp parallel num_threads(threads)
-  {
-    FlushDenormals flush;  // MXCSR is per thread
-    float* scratch = nullptr;
-    bool ready = scratch_floats == 0;
+  const auto scratch_or_null = [&](float** scratch) {
+    *scratch = nullptr;
     try {
-      if (!ready) scratch = workspace.Floats(slot, scratch_floats);
-      ready = true;
+      if (scratch_floats > 0) *scratch = workspace.Floats(slot, scratch_floats);
+      return true;
     } catch (const std::bad_alloc&) {
-      out_of_memory = true;
+      out_of_memory.store(true, std::memory_order_relaxed);
+      return false;
     }
-    if (balance == Balance::kDynamic) {
-#pragma omp for schedule(dynamic)
-      for (int64_t r = 0; r < rows; ++r) {
-        if (ready) body(r, scratch);
+  };
+  ThreadTeam* team = workspace.team();
+  threads = static_cast<int>(std::min<int64_t>(threads, rows));
+  if (threads > 1 && team != nullptr) {
+    const int64_t grain =
+        balance == Balance::kOneAtATime ? 1 : std::max<int64_t>(1, rows / (4 * int64_t{threads}));
+    std::atomic<int64_t> next{0};
+    auto work = [&](int) {
+      FlushDenormals flush;  // MXCSR is per thread
+      float* scratch;
+      if (!scratch_or_null(&scratch)) return;
+      for (int64_t first; (first = next.fetch_add(grain, std::memory_order_relaxed)) < rows;) {
+        const int64_t last = std::min(rows, first + grain);
+        for (int64_t r = first; r < last; ++r) body(r, scratch);
       }
-    } else {
-#pragma omp for schedule(static)
-      for (int64_t r = 0; r < rows; ++r) {
-        if (ready) body(r, scratch);
-      }
+      after();
+    };
+    if (team->TryRun(threads, work)) {
+      return out_of_memory ? Status::Internal("out of memory for per-thread scratch")
+                           : Status::Ok();
     }
-    after();
   }
-  return out_of_memory ? Status::Internal("out of memory for per-thread scratch") : Status::Ok();
+  // Alone: no counter, no other thread.
+  FlushDenormals flush;
+  float* scratch;
+  if (!scratch_or_null(&scratch)) return Status::Internal("out of memory for per-thread scratch");
+  for (int64_t r = 0; r < rows; ++r) body(r, scratch);
+  after();
+  return Status::Ok();
 }
 
 }  // namespace attnscore::internal

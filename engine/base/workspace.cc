@@ -1,29 +1,21 @@
 #include "base/workspace.h"
 
-#include <omp.h>
-
 #include <new>
 #include <utility>
 
 namespace attnscore::internal {
 
-Workspace::Workspace(int threads)
-    : floats_(static_cast<size_t>(threads) * static_cast<size_t>(ScratchSlot::kCount)),
+Workspace::Workspace(int threads, ThreadTeam* team)
+    : threads_(threads),
+      team_(team),
+      floats_(static_cast<size_t>(threads) * static_cast<size_t>(ScratchSlot::kCount)),
       caches_(static_cast<size_t>(threads)),
       words_(static_cast<size_t>(IndexSlot::kCount)),
       reals_(static_cast<size_t>(IndexSlot::kCount)) {}
 
-void Workspace::Begin() { base_level_ = omp_get_level(); }
-
-size_t Workspace::ThreadIndex() const {
-  // A region the call opened is one level deeper than its caller and has at
-  // most the engine's threads: its thread number picks the buffers, also
-  // from within a region nested in it. The caller's own team (if it called
-  // from one) is above that level: its thread is the calling thread, 0.
-  return omp_get_level() > base_level_
-             ? static_cast<size_t>(omp_get_ancestor_thread_num(base_level_ + 1))
-             : 0;
-}
+// The team's workers are numbered from 1 up to its threads, which are the
+// engine's, as this workspace's; any other thread is the caller.
+size_t Workspace::ThreadIndex() const { return static_cast<size_t>(ThreadTeam::ThisThread()); }
 
 std::unique_ptr<Workspace::ThreadCache>& Workspace::Cache() { return caches_[ThreadIndex()]; }
 
@@ -95,8 +87,7 @@ std::unique_ptr<Workspace> WorkspacePool::Take() {
       free_.pop_back();
     }
   }
-  if (workspace == nullptr) workspace = std::make_unique<Workspace>(threads_);
-  workspace->Begin();
+  if (workspace == nullptr) workspace = std::make_unique<Workspace>(threads_, team_);
   return workspace;
 }
 

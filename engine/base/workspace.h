@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/aligned_floats.h"
+#include "base/thread_team.h"
 
 namespace attnscore::internal {
 
@@ -55,10 +56,15 @@ constexpr size_t kKeptScratchBytes = size_t{4} << 20;
 // it is shared by concurrent calls.
 class Workspace {
  public:
-  explicit Workspace(int threads);
+  // Buffers for `threads` threads; `team` (may be null: every region runs
+  // on the caller) is the engine's, whose threads index them.
+  explicit Workspace(int threads, ThreadTeam* team = nullptr);
 
-  // A buffer of at least `count` floats for `slot` and the thread asking: a
-  // thread of a parallel region the call opened, else the calling thread.
+  int threads() const { return threads_; }
+  ThreadTeam* team() const { return team_; }
+
+  // A buffer of at least `count` floats for `slot` and the thread asking:
+  // a worker of the team, else the calling thread (thread 0).
   // On a 64-byte cache line; valid until the next Floats for the same slot
   // and thread, or the end of the call; contents unspecified. Throws
   // std::bad_alloc.
@@ -80,9 +86,6 @@ class Workspace {
   // The asking thread's (as for Floats); empty until the layer fills it.
   std::unique_ptr<ThreadCache>& Cache();
 
-  // Where the call starts: parallel regions deeper than the caller's are
-  // the call's own, and their threads index the per-thread buffers.
-  void Begin();
   // Returns buffers larger than kKeptScratchBytes (none to look for unless
   // one grew past it during the call).
   void Trim();
@@ -91,7 +94,7 @@ class Workspace {
 
  private:
   int threads_;
-  int base_level_ = 0;
+  ThreadTeam* team_;
   bool oversized_ = false;  // a buffer grew past kKeptScratchBytes
   size_t ThreadIndex() const;
 
@@ -105,12 +108,12 @@ class Workspace {
 // the next calls. Thread-safe.
 class WorkspacePool {
  public:
-  explicit WorkspacePool(int threads) : threads_(threads) {}
+  WorkspacePool(int threads, ThreadTeam* team) : threads_(threads), team_(team) {}
   ~WorkspacePool();
   WorkspacePool(const WorkspacePool&) = delete;
   WorkspacePool& operator=(const WorkspacePool&) = delete;
 
-  // A workspace for one call (a kept one, or a new one), Begin() done.
+  // A workspace for one call (a kept one, or a new one).
   // Throws std::bad_alloc.
   std::unique_ptr<Workspace> Take();
   // Takes it back when the call ends, trimmed.
@@ -121,6 +124,7 @@ class WorkspacePool {
 
  private:
   const int threads_;
+  ThreadTeam* const team_;
   // The last workspace given back, taken first: a call that runs while no
   // other does needs no lock (a toy call takes about 0.3 µs, a lock pair
   // 40 ns of it). Owned by the pool while here.

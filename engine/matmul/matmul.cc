@@ -49,8 +49,11 @@ int64_t InputBytes(const Problem& p) { return p.bf16 ? 2 : 4; }
 // by it can never be mistaken for a later primitive's.
 std::atomic<uint64_t> next_primitive_id{1};
 
-// While alive, this thread's OpenMP regions (oneDNN's included) get one
-// thread: a primitive made or run under it never splits its work.
+// While alive, this thread's OpenMP regions get one thread: a primitive made
+// or run under it never splits its work. Debian's oneDNN threads with
+// OpenMP, whose thread count is a per-thread setting of the process's
+// OpenMP runtime; the engine's own threads (base/thread_team.h) are not
+// OpenMP's, so every entry into oneDNN sets it here.
 class OneOmpThread {
  public:
   OneOmpThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
@@ -94,8 +97,8 @@ class Primitive {
     scratch_bytes_ = pd_.scratchpad_desc().get_size();
   }
 
-  // Call with one OpenMP thread (OneOmpThread or inside a parallel region):
-  // some implementations pick their thread count when they run.
+  // Call under OneOmpThread: some implementations pick their thread count
+  // when they run.
   Status Run(internal::Workspace& workspace, const void* a, const void* b, float* c,
              const float* bias) const {
     try {
@@ -206,7 +209,7 @@ int64_t TaskCount(double flops) {
 }
 
 // A problem cut into tasks whose shapes depend on the problem alone, run by
-// the calling thread's OpenMP threads: every thread count computes each
+// the call's threads: every thread count computes each
 // element with the same primitive, so results are bitwise the same.
 class TiledPlan final : public Plan {
  public:
@@ -251,14 +254,14 @@ class TiledPlan final : public Plan {
       OneOmpThread one;
       return full_->Run(workspace, a, b, c, bias);
     }
-    // Nothing may throw out of an OpenMP region: a failed task is recorded,
+    // Nothing may throw out of a team thread: a failed task is recorded,
     // and the tasks not yet started are skipped.
     std::atomic<bool> failed{false};
     std::mutex mutex;
     Status first_error = Status::Ok();
     const Status s = internal::ForEachRowInParallel(
-        workspace, omp_in_parallel() ? 1 : omp_get_max_threads(), tasks_,
-        internal::ScratchSlot::kRowBuffer, /*scratch_floats=*/0,
+        workspace, workspace.threads(), tasks_, internal::ScratchSlot::kRowBuffer,
+        /*scratch_floats=*/0,
         [&](int64_t task, float*) {
           if (failed.load(std::memory_order_relaxed)) return;
           try {

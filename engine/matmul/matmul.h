@@ -38,7 +38,7 @@ struct Problem {
 };
 
 // What runs one Problem: single-threaded oneDNN primitives over tasks that
-// the calling thread's OpenMP threads share; immutable and shareable, so many
+// the call's threads share; immutable and shareable, so many
 // threads may Run it at once. Results do not depend on the thread count.
 class Plan {
  public:

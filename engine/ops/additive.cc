@@ -148,7 +148,7 @@ class ForwardPass {
             if (!first_error.ok()) return;
           }
           Workspace w(scratch, queries_ * hidden_, hidden_ * chunk_stride_);
-          // No exception may leave the OpenMP region (oneDNN's bindings and
+          // No exception may leave a team thread (oneDNN's bindings and
           // scratchpads allocate on a thread's first run of a primitive).
           Status entry;
           try {
@@ -161,7 +161,7 @@ class ForwardPass {
           std::lock_guard<std::mutex> lock(mutex);
           if (first_error.ok()) first_error = std::move(entry);
         },
-        [] {}, internal::Balance::kDynamic);  // entries' lengths differ
+        [] {}, internal::Balance::kOneAtATime);  // entries' lengths differ
     return first_error.ok() ? s : first_error;
   }
 
@@ -298,7 +298,7 @@ class ForwardPass {
             [&](int64_t c, float* k_cols) {
               Workspace own = w;
               own.k_cols = k_cols;
-              // No exception may leave the OpenMP region (oneDNN's bindings
+              // No exception may leave a team thread (oneDNN's bindings
               // and scratchpads allocate on a thread's first run).
               try {
                 results[static_cast<size_t>(c)] =

@@ -1,5 +1,4 @@
 // The dot product's gemm path: see dot_product_paths.h.
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -406,7 +405,7 @@ Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const C
       call.workspace, threads, chunk_count, internal::ScratchSlot::kWorkspace,
       static_cast<size_t>(scratch_floats),
       [&](int64_t i, float* scratch) {
-        ChunkState& state = states[static_cast<size_t>(omp_get_thread_num())];
+        ChunkState& state = states[static_cast<size_t>(internal::ThreadTeam::ThisThread())];
         if (state.scratch == nullptr) {
           state.rounded = rounded;
           try {
@@ -420,7 +419,7 @@ Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const C
           }
           state.scratch = scratch;
         }
-        // No exception may leave the OpenMP region (oneDNN's bindings and
+        // No exception may leave a team thread (oneDNN's bindings and
         // scratchpads allocate on a thread's first run of a primitive).
         try {
           results[static_cast<size_t>(i)] =
@@ -431,7 +430,7 @@ Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const C
               Status::Internal("a chunk's computation failed (out of memory?)");
         }
       },
-      [] {}, internal::Balance::kDynamic));
+      [] {}, internal::Balance::kOneAtATime));
   for (const Status& result : results) ATTNSCORE_RETURN_IF_ERROR(result);
   return Status::Ok();
 }

@@ -182,7 +182,7 @@ Status WholeRows(const internal::CallContext& call, int threads, const ConstTens
           }
         }
       },
-      [] {}, internal::Balance::kDynamic);  // rows' lengths differ
+      [] {}, internal::Balance::kOneAtATime);  // rows' lengths differ
 }
 
 // The row path with the keys in blocks of `key_block`, a task each for all
@@ -283,7 +283,7 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
                            static_cast<size_t>(value_dim), outs);
         }
       },
-      [] {}, internal::Balance::kDynamic);  // rows' lengths differ, and so do their blocks
+      [] {}, internal::Balance::kOneAtATime);  // rows' lengths differ, and so do their blocks
   ATTNSCORE_RETURN_IF_ERROR(status);
 
   // Merge each row's blocks: weigh block β by sum_β · exp(max_β − max), the

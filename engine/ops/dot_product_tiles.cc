@@ -365,7 +365,7 @@ Status TilePath(const internal::CallContext& call, const ConstTensor& q, const C
             for (int64_t tile = 0; tile < tiles_per_entry; ++tile) run_tile(b, tile, scratch);
           }
         },
-        [] {}, internal::Balance::kStatic);
+        [] {}, internal::Balance::kRuns);
   }
   // Else tiles go to threads as they come free. Tasks [0, batch): each
   // entry's first tile; then the others, entry by entry.
@@ -378,7 +378,7 @@ Status TilePath(const internal::CallContext& call, const ConstTensor& q, const C
         const int64_t tile = later < 0 ? 0 : 1 + later % (tiles_per_entry - 1);
         run_tile(b, tile, scratch);
       },
-      [] {}, internal::Balance::kDynamic);
+      [] {}, internal::Balance::kOneAtATime);
 }
 
 }  // namespace attnscore::ops::dot_product

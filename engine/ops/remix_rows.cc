@@ -88,7 +88,7 @@ Status RemixNonFiniteRows(internal::Workspace& workspace, const ConstTensor& wei
         }
         for (int64_t c = 0; c < value_dim; ++c) o[c * out.strides[2]] = sum[c];
       },
-      [] {}, internal::Balance::kDynamic);
+      [] {}, internal::Balance::kOneAtATime);
 }
 
 }  // namespace attnscore::ops

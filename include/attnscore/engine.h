@@ -6,10 +6,15 @@
 //   s = engine->DotProductAttention(q, k, v, lens, out);
 //
 // An Engine is immutable after Create and safe to call from many threads at
-// once. It owns what its calls use besides their outputs: each call takes
-// a workspace from the engine (one per call running at the same time, kept
-// for later calls), and nothing is kept between calls outside it. Every call checks all of its arguments first: a call that returns a
-// non-OK Status has written nothing to its outputs.
+// once. It owns what its calls use besides their outputs: its threads
+// (options.threads - 1 workers, started by Create; the caller is the
+// first), and a workspace each call takes (one per call running at the
+// same time, kept for later calls); nothing is kept between calls outside
+// it. One call at a time runs on the threads: a call made while another
+// runs is computed by its calling thread alone, with the same bits, so an
+// engine never has more than options.threads threads working plus its
+// callers. Every call checks all of its arguments first: a call that
+// returns a non-OK Status has written nothing to its outputs.
 #ifndef ATTNSCORE_ENGINE_H_
 #define ATTNSCORE_ENGINE_H_
 

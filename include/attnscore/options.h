@@ -37,8 +37,8 @@ ATTNSCORE_API const char* PrecisionName(Precision precision);
 ATTNSCORE_API bool ParsePrecision(const std::string& name, Precision* precision);
 
 // The most threads an engine may use per call. Engine::Create refuses more,
-// and starts the threads it is given once, returning a Status when the
-// system cannot start them (where OpenMP would end the process mid-call).
+// and starts the threads it is given (they live as long as the engine),
+// returning a Status when the system cannot start them.
 inline constexpr int kMaxThreads = 1024;
 
 struct EngineOptions {
