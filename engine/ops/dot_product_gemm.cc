@@ -12,148 +12,13 @@
 #include "base/workspace.h"
 #include "kernels/bf16.h"
 #include "matmul/matmul.h"
+#include "ops/dot_product_gemm_chunks.h"
 #include "ops/dot_product_paths.h"
 #include "ops/masked_softmax.h"
 #include "ops/remix_rows.h"
 
 namespace attnscore::ops::dot_product {
 namespace {
-
-struct Plans {
-  std::shared_ptr<const matmul::Plan> scores, mix;
-};
-
-// Consecutive batch entries that need the same matmul widths, so one batched
-// oneDNN call serves them all. (Widening entries to share calls was faster
-// for decode, 116 -> 76-79 us on (8, 1, 1024), but computes keys past an
-// entry's own lengths, which the contract rules out: a NaN there leaks.)
-//
-// An entry whose queries' lengths differ enough (per-query lengths, the
-// causal lengths 1..N among them) is cut instead into blocks of
-// kQueryBlock queries, a group each, whose widths are the block's own: the
-// work then follows the lengths, not N times the longest.
-struct Group {
-  int64_t first = 0, count = 0;
-  int64_t first_query = 0, queries = 0;  // the queries of each entry it covers
-  // Key columns of Q Kᵀ: the longest valid length among the group's queries.
-  // Keys past every query's length are never computed.
-  int64_t score_width = 0;
-  // Key columns of W V: score_width, or all M when a query has length 0,
-  // since the reference gives such a query uniform weights over all M keys.
-  int64_t mix_width = 0;
-  int64_t row = 0;  // floats between score rows in scratch
-  // Plans by chunk shape (entries, rows); a group has at most two shapes.
-  std::vector<std::pair<std::pair<int64_t, int64_t>, Plans>> plans;
-};
-
-// A piece of a group small enough for its scores to stay in cache.
-struct Chunk {
-  int64_t first_batch, entries, first_query, rows;
-};
-
-// Queries per block of a cut entry: 64 rows keep oneDNN's kernels on full
-// tiles, and cut the causal (1, 1024, 1024) to 1.06x its unmasked half.
-constexpr int64_t kQueryBlock = 64;
-// An entry is cut when its blocks' work is at most this share of the whole
-// entry's: each block costs its own oneDNN calls.
-constexpr double kCutWhenBelow = 0.8;
-
-// The widths of queries [first, first + count) of entry b: the longest
-// length among them rounded up to 16 columns (fewer distinct plans) but
-// never past the entry's own longest, and the mix width likewise, or all M
-// keys when one of them has length 0.
-std::pair<int64_t, int64_t> BlockWidths(const internal::RowLengths& lens, int64_t b, int64_t first,
-                                        int64_t count) {
-  const internal::EntryWidths& entry = lens.entry(b);
-  int64_t longest = 0;
-  bool uniform = false;  // a query with length 0
-  for (int64_t i = first; i < first + count; ++i) {
-    longest = std::max(longest, lens.row(b, i));
-    uniform = uniform || lens.row(b, i) == 0;
-  }
-  const int64_t score = std::min(CeilDiv(longest, 16) * 16, entry.longest);
-  return {score, uniform ? lens.keys() : score};
-}
-
-std::vector<Group> GroupBatches(const internal::RowLengths& lens, int64_t batch, int64_t depth,
-                                int64_t value_dim) {
-  const int64_t queries = lens.queries();
-  std::vector<Group> groups;
-  for (int64_t b = 0; b < batch; ++b) {
-    const auto [longest, mix] = lens.entry(b);
-    if (queries > kQueryBlock) {
-      // The work of the blocks against the whole entry's.
-      double whole =
-          static_cast<double>(queries) * static_cast<double>(longest * depth + mix * value_dim);
-      double cut = 0;
-      for (int64_t i = 0; i < queries; i += kQueryBlock) {
-        const int64_t rows = std::min(kQueryBlock, queries - i);
-        const auto [score, block_mix] = BlockWidths(lens, b, i, rows);
-        cut +=
-            static_cast<double>(rows) * static_cast<double>(score * depth + block_mix * value_dim);
-      }
-      if (cut < kCutWhenBelow * whole) {
-        for (int64_t i = 0; i < queries; i += kQueryBlock) {
-          const int64_t rows = std::min(kQueryBlock, queries - i);
-          const auto [score, block_mix] = BlockWidths(lens, b, i, rows);
-          groups.push_back(Group{b, 1, i, rows, score, block_mix, 0, {}});
-        }
-        continue;
-      }
-    }
-    const Group* last = groups.empty() ? nullptr : &groups.back();
-    if (last != nullptr && last->queries == queries && last->score_width == longest &&
-        last->mix_width == mix) {
-      ++groups.back().count;
-    } else {
-      groups.push_back(Group{b, 1, 0, queries, longest, mix, 0, {}});
-    }
-  }
-  return groups;
-}
-
-}  // namespace
-
-double GemmFlops(const internal::RowLengths& lens, int64_t batch, int64_t depth,
-                 int64_t value_dim) {
-  double flops = 0;
-  for (const Group& g : GroupBatches(lens, batch, depth, value_dim)) {
-    flops += 2.0 * static_cast<double>(g.count * g.queries) *
-             static_cast<double>(g.score_width * depth + g.mix_width * value_dim);
-  }
-  return flops;
-}
-
-namespace {
-
-// Calls fn(chunk) for pieces of `g` whose scores take about kChunkBytes:
-// whole batch entries while they fit, else blocks of queries (whole 16-row
-// multiples keep oneDNN's kernels on full tiles). 2 MiB measured fastest on
-// the long shape (1, 1024, 4096): smaller blocks make oneDNN's calls too
-// short, larger ones spill the scores out of L2 before W V reads them.
-template <class Fn>
-void ForEachChunk(const Group& g, Fn fn) {
-  const int64_t queries = g.queries;
-  constexpr int64_t kChunkBytes = int64_t{2} << 20;
-  const int64_t row_bytes = 4 * std::max<int64_t>(g.row, 1);
-  // But a group of several entries gets about kGroupChunks chunks even when
-  // it would fit in one: enough for threads to take whole ones (see
-  // DotProductAttention). The cut must not depend on the thread count, or
-  // the bits could.
-  constexpr int64_t kGroupChunks = 8;
-  const int64_t entries =
-      std::clamp<int64_t>(kChunkBytes / (queries * row_bytes), 1, CeilDiv(g.count, kGroupChunks));
-  int64_t rows = queries;
-  if (queries * row_bytes > kChunkBytes) {
-    rows = std::min(queries, std::max<int64_t>(16, kChunkBytes / row_bytes / 16 * 16));
-  }
-  for (int64_t b = 0; b < g.count; b += entries) {
-    for (int64_t i = 0; i < queries; i += rows) {
-      fn(Chunk{g.first + b, std::min(entries, g.count - b), g.first_query + i,
-               std::min(rows, queries - i)});
-    }
-  }
-}
 
 matmul::Layout LayoutOf(const ConstTensor& t, int64_t rows, int64_t cols) {
   return {rows, cols, t.strides[0], t.strides[1], t.strides[2]};
@@ -226,63 +91,69 @@ Status RoundToBf16(internal::Workspace& workspace, int threads, const ConstTenso
       [] {});
 }
 
-}  // namespace
-
-Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-                const ConstTensor& v, const internal::RowLengths& lens, float scale,
-                const Tensor& out, const Tensor& attention) {
-  const int64_t depth = q.dims[2], keys = k.dims[1];
-  const bool want_attention = !attention.empty();
-  std::vector<Group> groups = GroupBatches(lens, q.dims[0], depth, v.dims[2]);
-
-  // Every primitive exists before anything is written, so a failure here
-  // leaves the outputs untouched.
-  const int64_t value_dim = v.dims[2];
-  const bool bf16 = call.options.precision == Precision::kBf16;
-  Bf16Inputs rounded;
-  if (bf16) rounded.words = matmul::NativeBf16();
-  const bool bf16_words = bf16 && rounded.words;  // else fp32 matmuls, on rounded floats
-  int64_t scratch_floats = 0;
-  Status status;
-  for (Group& g : groups) {
-    // Scores go to scratch; without a weights output the softmax then runs in
-    // place there, so rows are mix_width apart to leave room for it.
-    g.row = want_attention ? g.score_width : g.mix_width;
-    ForEachChunk(g, [&](const Chunk& c) {
-      scratch_floats = std::max(scratch_floats, c.entries * c.rows * g.row);
-      if (bf16) rounded.Fit(c, g.score_width, g.mix_width, depth, value_dim);
-      const std::pair<int64_t, int64_t> shape{c.entries, c.rows};
-      for (const auto& known : g.plans) {
-        if (known.first == shape) return;
-      }
-      Plans plans;
-      if (g.score_width > 0) {
-        matmul::Problem scores;
-        scores.batch = c.entries;
-        scores.a = bf16 ? Dense(c.rows, depth) : LayoutOf(q, c.rows, depth);
-        // Kᵀ by swapping the strides of K (or of its bf16 copy): no copy.
-        scores.b =
-            bf16 ? matmul::Layout{depth, g.score_width, g.score_width * depth, 1, depth}
-                 : matmul::Layout{depth, g.score_width, k.strides[0], k.strides[2], k.strides[1]};
-        scores.c = {c.rows, g.score_width, c.rows * g.row, g.row, 1};
-        scores.scale = scale;
-        scores.bf16 = bf16_words;
-        if (status.ok()) status = matmul::GetPlan(scores, &plans.scores);
-      }
-      matmul::Problem mix;
-      mix.batch = c.entries;
-      mix.a = bf16             ? Dense(c.rows, g.mix_width)
-              : want_attention ? LayoutOf(attention, c.rows, g.mix_width)
-                               : matmul::Layout{c.rows, g.mix_width, c.rows * g.row, g.row, 1};
-      mix.b = bf16 ? Dense(g.mix_width, value_dim) : LayoutOf(v, g.mix_width, value_dim);
-      mix.c = LayoutOf(out, c.rows, out.dims[2]);
-      mix.bf16 = bf16_words;
-      if (status.ok()) status = matmul::GetPlan(mix, &plans.mix);
-      g.plans.emplace_back(shape, std::move(plans));
-    });
-    ATTNSCORE_RETURN_IF_ERROR(status);
+// One gemm-path call in named steps: MakePlans, then Run, chunk by chunk
+// (RoundInputs, Scores, Softmax, Mix).
+class GemmRun {
+ public:
+  GemmRun(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
+          const ConstTensor& v, const internal::RowLengths& lens, float scale, const Tensor& out,
+          const Tensor& attention)
+      : call_(call),
+        q_(q),
+        k_(k),
+        v_(v),
+        lens_(lens),
+        scale_(scale),
+        out_(out),
+        attention_(attention),
+        depth_(q.dims[2]),
+        keys_(k.dims[1]),
+        value_dim_(v.dims[2]),
+        want_attention_(!attention.empty()),
+        bf16_(call.options.precision == Precision::kBf16),
+        groups_(GroupBatches(lens, q.dims[0], depth_, value_dim_)) {
+    if (bf16_) rounded_.words = matmul::NativeBf16();
+    bf16_words_ = bf16_ && rounded_.words;  // else fp32 matmuls, on rounded floats
   }
 
+  // Every chunk's primitives, and the scratch sizes, before anything is
+  // written: a failure here leaves the outputs untouched.
+  Status MakePlans() {
+    Status status;
+    for (Group& g : groups_) {
+      // Scores go to scratch; without a weights output the softmax then runs in
+      // place there, so rows are mix_width apart to leave room for it.
+      g.row = want_attention_ ? g.score_width : g.mix_width;
+      ForEachChunk(g, [&](const Chunk& c) {
+        scratch_floats_ = std::max(scratch_floats_, c.entries * c.rows * g.row);
+        if (bf16_) rounded_.Fit(c, g.score_width, g.mix_width, depth_, value_dim_);
+        if (status.ok()) status = MakeChunkPlans(g, c);
+      });
+      ATTNSCORE_RETURN_IF_ERROR(status);
+    }
+    return Status::Ok();
+  }
+  // Every chunk: each shared by the threads in turn where chunks are few,
+  // else whole chunks handed to threads as they come free.
+  Status Run() {
+    std::vector<std::pair<const Group*, Chunk>> chunks;
+    for (const Group& g : groups_) {
+      ForEachChunk(g, [&](const Chunk& c) { chunks.emplace_back(&g, c); });
+    }
+    double flops = 0;  // as the products count them
+    for (const auto& [g, c] : chunks) {
+      flops += 2.0 * static_cast<double>(c.entries * c.rows) *
+               static_cast<double>(g->score_width * depth_ + g->mix_width * value_dim_);
+    }
+    const int threads = call_.threads();
+    if (internal::ThreadsFor(threads, flops) == 1 ||
+        static_cast<int64_t>(chunks.size()) < 2 * threads) {
+      return RunChunksInTurn(chunks, threads);
+    }
+    return RunChunksPerThread(chunks, threads);
+  }
+
+ private:
   // One thread's working set for its chunks: the scores scratch, and in
   // bf16 mode its rounded copies with whose K and V they hold.
   struct ChunkState {
@@ -291,148 +162,209 @@ Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const C
     const Group* rounded_for = nullptr;  // the group whose K and V the copies hold
     int64_t rounded_first = -1, rounded_entries = 0;
   };
-  // Runs chunk `c` of `g` on `threads`: scores, softmax, then W V.
-  const auto run_chunk = [&](const Group& g, const Chunk& c, int threads,
-                             ChunkState& state) -> Status {
-    const Plans* plans = nullptr;
-    for (const auto& known : g.plans) {
-      if (known.first == std::pair{c.entries, c.rows}) plans = &known.second;
-    }
-    const float* q_chunk = q.data + c.first_batch * q.strides[0] + c.first_query * q.strides[1];
-    const float* k_chunk = k.data + c.first_batch * k.strides[0];
-    const float* v_chunk = v.data + c.first_batch * v.strides[0];
-    Bf16Inputs& rounded = state.rounded;
-    // The chunk's (entries, rows, cols) of t, from `data` on.
-    const auto part = [&](const ConstTensor& t, const float* data, int64_t rows, int64_t cols) {
-      return ConstTensor(data, {c.entries, rows, cols}, {t.strides[0], t.strides[1], t.strides[2]});
-    };
-    if (bf16) {
-      // A cut entry's blocks have widths of their own: copies are per group.
-      if (state.rounded_for != &g || state.rounded_first != c.first_batch ||
-          state.rounded_entries != c.entries) {
-        state.rounded_for = nullptr;  // until both copies are whole
-        ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(call.workspace, threads,
-                                              part(k, k_chunk, g.score_width, depth), rounded.words,
-                                              rounded.k));
-        ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(call.workspace, threads,
-                                              part(v, v_chunk, g.mix_width, value_dim),
-                                              rounded.words, rounded.v));
-        state.rounded_for = &g;
-        state.rounded_first = c.first_batch;
-        state.rounded_entries = c.entries;
-      }
-      ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(
-          call.workspace, threads, part(q, q_chunk, c.rows, depth), rounded.words, rounded.q));
-    }
-    if (plans->scores) {
-      ATTNSCORE_RETURN_IF_ERROR(
-          bf16 ? plans->scores->Run(call.workspace, rounded.q, rounded.k, state.scratch)
-               : plans->scores->Run(call.workspace, q_chunk, k_chunk, state.scratch));
-    }
-    const ConstTensor scores(state.scratch, {c.entries, c.rows, g.row});
-    const Tensor probabilities =
-        want_attention ? Tensor(attention.data + c.first_batch * attention.strides[0] +
-                                    c.first_query * attention.strides[1],
-                                {c.entries, c.rows, keys},
-                                {attention.strides[0], attention.strides[1], attention.strides[2]})
-                       : Tensor(state.scratch, {c.entries, c.rows, g.mix_width});
-    // P's bf16 words, dense (rows, mix_width): from each softmax row as it
-    // is made where the matmuls take bf16 words and the probabilities are
-    // that wide (no weights output), else in a pass of their own.
-    const bool words_from_rows = bf16_words && !want_attention;
-    if (words_from_rows) {
-      ATTNSCORE_RETURN_IF_ERROR(SoftmaxRowsAndBf16(call.workspace, scores, probabilities,
-                                                   static_cast<uint16_t*>(rounded.p), lens,
-                                                   c.first_batch, c.first_query, threads));
-    } else {
-      ATTNSCORE_RETURN_IF_ERROR(SoftmaxRows(call.workspace, scores, probabilities, lens,
-                                            c.first_batch, c.first_query, threads,
-                                            /*stream=*/false));
-    }
-    float* out_chunk = out.data + c.first_batch * out.strides[0] + c.first_query * out.strides[1];
-    if (bf16) {
-      if (!words_from_rows) {
-        ConstTensor mixed = probabilities;
-        mixed.dims[2] = g.mix_width;
-        ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(call.workspace, threads, mixed, rounded.words,
-                                              rounded.p, /*normals=*/true));
-      }
-      ATTNSCORE_RETURN_IF_ERROR(plans->mix->Run(call.workspace, rounded.p, rounded.v, out_chunk));
-    } else {
-      ATTNSCORE_RETURN_IF_ERROR(
-          plans->mix->Run(call.workspace, probabilities.data, v_chunk, out_chunk));
-    }
-    // W V ran over the group's mix width: a shorter query's row that a NaN
-    // or Inf past its own width made non-finite is redone over its own keys.
-    const Tensor out_part(out_chunk, {c.entries, c.rows, value_dim},
-                          {out.strides[0], out.strides[1], out.strides[2]});
-    return RemixNonFiniteRows(call.workspace, probabilities,
-                              part(v, v_chunk, g.mix_width, value_dim), out_part, lens,
-                              c.first_batch, c.first_query, bf16, threads);
-  };
 
-  std::vector<std::pair<const Group*, Chunk>> chunks;
-  for (const Group& g : groups) {
-    ForEachChunk(g, [&](const Chunk& c) { chunks.emplace_back(&g, c); });
-  }
-  double flops = 0;  // as the products count them
-  for (const auto& [g, c] : chunks) {
-    flops += 2.0 * static_cast<double>(c.entries * c.rows) *
-             static_cast<double>(g->score_width * depth + g->mix_width * value_dim);
-  }
-  const int threads = call.threads();
-  const auto chunk_count = static_cast<int64_t>(chunks.size());
-  if (internal::ThreadsFor(threads, flops) == 1 || chunk_count < 2 * threads) {
-    // Each product and softmax shared by the threads, chunk after chunk.
-    ChunkState state;
-    state.scratch = call.workspace.Floats(internal::ScratchSlot::kWorkspace,
-                                          static_cast<size_t>(scratch_floats));
-    state.rounded = rounded;
-    if (bf16)
-      state.rounded.Carve(call.workspace.Floats(internal::ScratchSlot::kBf16Copies,
-                                                static_cast<size_t>(rounded.floats())));
-    for (const auto& [g, c] : chunks) ATTNSCORE_RETURN_IF_ERROR(run_chunk(*g, c, threads, state));
+  Status MakeChunkPlans(Group& g, const Chunk& c) {
+    const std::pair<int64_t, int64_t> shape{c.entries, c.rows};
+    for (const auto& known : g.plans) {
+      if (known.first == shape) return Status::Ok();
+    }
+    Plans plans;
+    if (g.score_width > 0) {
+      matmul::Problem scores;
+      scores.batch = c.entries;
+      scores.a = bf16_ ? Dense(c.rows, depth_) : LayoutOf(q_, c.rows, depth_);
+      // Kᵀ by swapping the strides of K (or of its bf16 copy): no copy.
+      scores.b = bf16_ ? matmul::Layout{depth_, g.score_width, g.score_width * depth_, 1, depth_}
+                       : matmul::Layout{depth_, g.score_width, k_.strides[0], k_.strides[2],
+                                        k_.strides[1]};
+      scores.c = {c.rows, g.score_width, c.rows * g.row, g.row, 1};
+      scores.scale = scale_;
+      scores.bf16 = bf16_words_;
+      ATTNSCORE_RETURN_IF_ERROR(matmul::GetPlan(scores, &plans.scores));
+    }
+    matmul::Problem mix;
+    mix.batch = c.entries;
+    mix.a = bf16_             ? Dense(c.rows, g.mix_width)
+            : want_attention_ ? LayoutOf(attention_, c.rows, g.mix_width)
+                              : matmul::Layout{c.rows, g.mix_width, c.rows * g.row, g.row, 1};
+    mix.b = bf16_ ? Dense(g.mix_width, value_dim_) : LayoutOf(v_, g.mix_width, value_dim_);
+    mix.c = LayoutOf(out_, c.rows, out_.dims[2]);
+    mix.bf16 = bf16_words_;
+    ATTNSCORE_RETURN_IF_ERROR(matmul::GetPlan(mix, &plans.mix));
+    g.plans.emplace_back(shape, std::move(plans));
     return Status::Ok();
   }
-  // Enough chunks for every thread: whole chunks per thread, handed out one
-  // at a time. No barrier between a chunk's steps, and its scores stay in
-  // the cache of the core that made them (and a thread slowed by a busy
-  // core simply takes fewer chunks). Chunks depend on the problem alone and
-  // each is computed the same on any thread, so the bits do not change.
-  std::vector<ChunkState> states(static_cast<size_t>(threads));
-  std::vector<Status> results(chunks.size());
-  ATTNSCORE_RETURN_IF_ERROR(internal::ForEachRowInParallel(
-      call.workspace, threads, chunk_count, internal::ScratchSlot::kWorkspace,
-      static_cast<size_t>(scratch_floats),
-      [&](int64_t i, float* scratch) {
-        ChunkState& state = states[static_cast<size_t>(internal::ThreadTeam::ThisThread())];
-        if (state.scratch == nullptr) {
-          state.rounded = rounded;
-          try {
-            if (bf16)
-              state.rounded.Carve(call.workspace.Floats(internal::ScratchSlot::kBf16Copies,
-                                                        static_cast<size_t>(rounded.floats())));
-          } catch (...) {
-            results[static_cast<size_t>(i)] =
-                Status::Internal("out of memory for per-thread scratch");
-            return;
+  const Plans& PlansOf(const Group& g, const Chunk& c) const {
+    for (const auto& known : g.plans) {
+      if (known.first == std::pair{c.entries, c.rows}) return known.second;
+    }
+    return g.plans.front().second;  // unreachable: MakePlans made every chunk's
+  }
+  // The chunk's (entries, rows, cols) of t, from `data` on.
+  static ConstTensor Part(const Chunk& c, const ConstTensor& t, const float* data, int64_t rows,
+                          int64_t cols) {
+    return ConstTensor(data, {c.entries, rows, cols}, {t.strides[0], t.strides[1], t.strides[2]});
+  }
+  const float* QueriesOf(const Chunk& c) const {
+    return q_.data + c.first_batch * q_.strides[0] + c.first_query * q_.strides[1];
+  }
+  const float* KeysOf(const Chunk& c) const { return k_.data + c.first_batch * k_.strides[0]; }
+  const float* ValuesOf(const Chunk& c) const { return v_.data + c.first_batch * v_.strides[0]; }
+  // Runs chunk `c` of `g` on `threads`: scores, softmax, then W V.
+  Status RunChunk(const Group& g, const Chunk& c, int threads, ChunkState& state) const {
+    if (bf16_) ATTNSCORE_RETURN_IF_ERROR(RoundInputs(g, c, threads, state));
+    const Plans& plans = PlansOf(g, c);
+    if (plans.scores) {
+      ATTNSCORE_RETURN_IF_ERROR(
+          bf16_
+              ? plans.scores->Run(call_.workspace, state.rounded.q, state.rounded.k, state.scratch)
+              : plans.scores->Run(call_.workspace, QueriesOf(c), KeysOf(c), state.scratch));
+    }
+    const Tensor probabilities =
+        want_attention_
+            ? Tensor(attention_.data + c.first_batch * attention_.strides[0] +
+                         c.first_query * attention_.strides[1],
+                     {c.entries, c.rows, keys_},
+                     {attention_.strides[0], attention_.strides[1], attention_.strides[2]})
+            : Tensor(state.scratch, {c.entries, c.rows, g.mix_width});
+    ATTNSCORE_RETURN_IF_ERROR(Softmax(g, c, threads, state, probabilities));
+    return Mix(g, c, threads, state, probabilities);
+  }
+  // bf16: the chunk's K and V (once per run of chunks of the same entries)
+  // and Q rounded into the state's copies.
+  Status RoundInputs(const Group& g, const Chunk& c, int threads, ChunkState& state) const {
+    Bf16Inputs& rounded = state.rounded;
+    // A cut entry's blocks have widths of their own: copies are per group.
+    if (state.rounded_for != &g || state.rounded_first != c.first_batch ||
+        state.rounded_entries != c.entries) {
+      state.rounded_for = nullptr;  // until both copies are whole
+      ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(call_.workspace, threads,
+                                            Part(c, k_, KeysOf(c), g.score_width, depth_),
+                                            rounded.words, rounded.k));
+      ATTNSCORE_RETURN_IF_ERROR(RoundToBf16(call_.workspace, threads,
+                                            Part(c, v_, ValuesOf(c), g.mix_width, value_dim_),
+                                            rounded.words, rounded.v));
+      state.rounded_for = &g;
+      state.rounded_first = c.first_batch;
+      state.rounded_entries = c.entries;
+    }
+    return RoundToBf16(call_.workspace, threads, Part(c, q_, QueriesOf(c), c.rows, depth_),
+                       rounded.words, rounded.q);
+  }
+  // The chunk's probabilities (the weights output, or the scratch in place)
+  // from its scores, and in bf16 mode their words.
+  Status Softmax(const Group& g, const Chunk& c, int threads, ChunkState& state,
+                 const Tensor& probabilities) const {
+    const ConstTensor scores(state.scratch, {c.entries, c.rows, g.row});
+    // P's bf16 words, dense (rows, mix_width): from each softmax row as it is
+    // made where the matmuls take bf16 words and the probabilities are that
+    // wide (no weights output), else in a pass of their own.
+    if (bf16_words_ && !want_attention_) {
+      return SoftmaxRowsAndBf16(call_.workspace, scores, probabilities,
+                                static_cast<uint16_t*>(state.rounded.p), lens_, c.first_batch,
+                                c.first_query, threads);
+    }
+    ATTNSCORE_RETURN_IF_ERROR(SoftmaxRows(call_.workspace, scores, probabilities, lens_,
+                                          c.first_batch, c.first_query, threads,
+                                          /*stream=*/false));
+    if (!bf16_) return Status::Ok();
+    ConstTensor mixed = probabilities;
+    mixed.dims[2] = g.mix_width;
+    return RoundToBf16(call_.workspace, threads, mixed, state.rounded.words, state.rounded.p,
+                       /*normals=*/true);
+  }
+  // out = P V over the group's mix width, then the rows that widths past
+  // their own made non-finite redone over their own keys.
+  Status Mix(const Group& g, const Chunk& c, int threads, ChunkState& state,
+             const Tensor& probabilities) const {
+    const Plans& plans = PlansOf(g, c);
+    float* out_chunk =
+        out_.data + c.first_batch * out_.strides[0] + c.first_query * out_.strides[1];
+    ATTNSCORE_RETURN_IF_ERROR(
+        bf16_ ? plans.mix->Run(call_.workspace, state.rounded.p, state.rounded.v, out_chunk)
+              : plans.mix->Run(call_.workspace, probabilities.data, ValuesOf(c), out_chunk));
+    // W V ran over the group's mix width: a shorter query's row that a NaN
+    // or Inf past its own width made non-finite is redone over its own keys.
+    const Tensor out_part(out_chunk, {c.entries, c.rows, value_dim_},
+                          {out_.strides[0], out_.strides[1], out_.strides[2]});
+    return RemixNonFiniteRows(call_.workspace, probabilities,
+                              Part(c, v_, ValuesOf(c), g.mix_width, value_dim_), out_part, lens_,
+                              c.first_batch, c.first_query, bf16_, threads);
+  }
+  // Each product and softmax shared by the threads, chunk after chunk.
+  Status RunChunksInTurn(const std::vector<std::pair<const Group*, Chunk>>& chunks, int threads) {
+    ChunkState state;
+    state.scratch = call_.workspace.Floats(internal::ScratchSlot::kWorkspace,
+                                           static_cast<size_t>(scratch_floats_));
+    state.rounded = rounded_;
+    if (bf16_)
+      state.rounded.Carve(call_.workspace.Floats(internal::ScratchSlot::kBf16Copies,
+                                                 static_cast<size_t>(rounded_.floats())));
+    for (const auto& [g, c] : chunks) ATTNSCORE_RETURN_IF_ERROR(RunChunk(*g, c, threads, state));
+    return Status::Ok();
+  }
+  // Enough chunks for every thread: whole chunks per thread, handed out one at
+  // a time. No barrier between a chunk's steps, and its scores stay in the
+  // cache of the core that made them (and a thread slowed by a busy core
+  // simply takes fewer chunks). Chunks depend on the problem alone and each is
+  // computed the same on any thread, so the bits do not change.
+  Status RunChunksPerThread(const std::vector<std::pair<const Group*, Chunk>>& chunks,
+                            int threads) {
+    std::vector<ChunkState> states(static_cast<size_t>(threads));
+    std::vector<Status> results(chunks.size());
+    ATTNSCORE_RETURN_IF_ERROR(internal::ForEachRowInParallel(
+        call_.workspace, threads, static_cast<int64_t>(chunks.size()),
+        internal::ScratchSlot::kWorkspace, static_cast<size_t>(scratch_floats_),
+        [&](int64_t i, float* scratch) {
+          ChunkState& state = states[static_cast<size_t>(internal::ThreadTeam::ThisThread())];
+          Status& result = results[static_cast<size_t>(i)];
+          if (state.scratch == nullptr) {
+            state.rounded = rounded_;
+            try {
+              if (bf16_)
+                state.rounded.Carve(call_.workspace.Floats(internal::ScratchSlot::kBf16Copies,
+                                                           static_cast<size_t>(rounded_.floats())));
+            } catch (...) {
+              result = Status::Internal("out of memory for per-thread scratch");
+              return;
+            }
+            state.scratch = scratch;
           }
-          state.scratch = scratch;
-        }
-        // No exception may leave a team thread (oneDNN's bindings and
-        // scratchpads allocate on a thread's first run of a primitive).
-        try {
-          results[static_cast<size_t>(i)] =
-              run_chunk(*chunks[static_cast<size_t>(i)].first,
-                        chunks[static_cast<size_t>(i)].second, 1, state);
-        } catch (...) {
-          results[static_cast<size_t>(i)] =
-              Status::Internal("a chunk's computation failed (out of memory?)");
-        }
-      },
-      [] {}, internal::Balance::kOneAtATime));
-  for (const Status& result : results) ATTNSCORE_RETURN_IF_ERROR(result);
-  return Status::Ok();
+          // No exception may leave a team thread (oneDNN's bindings and
+          // scratchpads allocate on a thread's first run of a primitive).
+          try {
+            const auto& [g, c] = chunks[static_cast<size_t>(i)];
+            result = RunChunk(*g, c, 1, state);
+          } catch (...) {
+            result = Status::Internal("a chunk's computation failed (out of memory?)");
+          }
+        },
+        [] {}, internal::Balance::kOneAtATime));
+    for (const Status& result : results) ATTNSCORE_RETURN_IF_ERROR(result);
+    return Status::Ok();
+  }
+
+  const internal::CallContext& call_;
+  const ConstTensor &q_, &k_, &v_;
+  const internal::RowLengths& lens_;
+  const float scale_;
+  const Tensor &out_, &attention_;
+  const int64_t depth_, keys_, value_dim_;
+  const bool want_attention_, bf16_;
+  bool bf16_words_ = false;
+  std::vector<Group> groups_;
+  Bf16Inputs rounded_;  // sized for the largest chunk; each thread carves its own
+  int64_t scratch_floats_ = 0;
+};
+
+}  // namespace
+
+Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
+                const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                const Tensor& out, const Tensor& attention) {
+  GemmRun run(call, q, k, v, lens, scale, out, attention);
+  ATTNSCORE_RETURN_IF_ERROR(run.MakePlans());
+  return run.Run();
 }
 
 }  // namespace attnscore::ops::dot_product
