@@ -276,9 +276,11 @@ double SecondsOf(benchmark::State& state, const std::function<Status()>& call) {
   return seconds;
 }
 
-double SecondsToRead(const std::vector<std::pair<const float*, size_t>>& spans) {
+double SecondsToRead(const std::vector<std::pair<const void*, size_t>>& spans) {
   const auto start = std::chrono::steady_clock::now();
-  for (const auto& [first, count] : spans) benchmark::DoNotOptimize(kernels::MaxAbs(first, count));
+  for (const auto& [first, bytes] : spans) {
+    benchmark::DoNotOptimize(kernels::MaxAbs(static_cast<const float*>(first), bytes / 4));
+  }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -288,7 +290,7 @@ void CachedReadTwoThreads(benchmark::State& state) {
   const std::vector<float> data = RandomFloats(floats, 5);
   TwoThreadsAgainstOne(state, [&](int threads) {
     // On 1 thread, no OpenMP region, as the engine on 1 thread.
-    if (threads == 1) return SecondsToRead({{data.data(), static_cast<size_t>(floats)}});
+    if (threads == 1) return SecondsToRead({{data.data(), static_cast<size_t>(floats) * 4}});
     const auto start = std::chrono::steady_clock::now();
     int team = 0;
 #pragma omp parallel num_threads(threads)

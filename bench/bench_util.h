@@ -143,9 +143,10 @@ void AgainstLimitMatmul(benchmark::State& state, const std::function<double()>& 
 // (the first failure's).
 double SecondsOf(benchmark::State& state, const std::function<Status()>& call);
 
-// Seconds to read `spans` (first float, count) once with CachedRead's
-// kernel: the read side of AgainstItsRead.
-double SecondsToRead(const std::vector<std::pair<const float*, size_t>>& spans);
+// Seconds to read `spans` (first byte, bytes; floats, or a cache's bf16
+// words read as floats) once with CachedRead's kernel: the read side of
+// AgainstItsRead.
+double SecondsToRead(const std::vector<std::pair<const void*, size_t>>& spans);
 
 // One batched oneDNN matmul, (batch, rows, inner) · (batch, inner, cols),
 // fp32 output, on random fp32 inputs or (bf16) their upper halves, made

@@ -143,11 +143,11 @@ void BM_DotProductAgainstLimit(benchmark::State& state) {
   const ImplementationLabel label;
   // Decode, as report.py tells it: the engine's row path.
   if (call.queries <= ops::dot_product::kRowPathMaxQueries) {
-    std::vector<std::pair<const float*, size_t>> rows;
+    std::vector<std::pair<const void*, size_t>> rows;
     for (int64_t b = 0; b < call.batch; ++b) {
-      const auto floats = static_cast<size_t>(call.RowsRead(b) * call.depth);
-      rows.emplace_back(call.k.data() + b * call.keys * call.depth, floats);
-      rows.emplace_back(call.v.data() + b * call.keys * call.depth, floats);
+      const auto bytes = static_cast<size_t>(call.RowsRead(b) * call.depth) * sizeof(float);
+      rows.emplace_back(call.k.data() + b * call.keys * call.depth, bytes);
+      rows.emplace_back(call.v.data() + b * call.keys * call.depth, bytes);
     }
     AgainstItsRead(state, timed_call, [&] { return SecondsToRead(rows); });
   } else {

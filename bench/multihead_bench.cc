@@ -120,7 +120,7 @@ BENCHMARK(BM_MultiHeadAgainstMatmul)
 // positions that are whole pages, just enough of them for the keys.
 struct KvCacheDecodeCall {
   KvCacheDecodeCall(int64_t batch, int64_t keys, int64_t heads, int64_t kv_heads, int64_t depth,
-                    bool pooled = false)
+                    bool pooled = false, Precision precision = Precision::kFp32)
       : batch(batch),
         heads(heads),
         depth(depth),
@@ -131,8 +131,9 @@ struct KvCacheDecodeCall {
     KvCacheShape shape;
     shape.batch = batch, shape.capacity = keys, shape.kv_heads = kv_heads;
     shape.key_dim = depth, shape.value_dim = depth;
+    shape.precision = precision;
     if (pooled) {
-      shape.block_positions = KvCache::BlockPositionsMultiple(depth, depth);
+      shape.block_positions = KvCache::BlockPositionsMultiple(depth, depth, precision);
       shape.blocks = batch * ((keys + shape.block_positions - 1) / shape.block_positions);
     }
     status = KvCache::Create(shape, &cache);
@@ -178,20 +179,22 @@ BENCHMARK(BM_KvCacheDecode)
     ->UseRealTime();
 
 // BM_KvCacheDecode's step against a read of the K and V it reads, where the
-// cache holds them (internal::KvCacheBytes), alternated on 1 thread
+// cache holds them (internal::KvCacheBytes: in bf16, its words), from an
+// fp32 cache and from a bf16 one (bf16:1), alternated on 1 thread
 // (AgainstItsRead). A read of the caller's copies instead, 16 MiB beside
 // the cache's 16, found them evicted by the step's rounds: 231-257 µs on a
 // Zen 5 with 32 MiB of L3, where the same read alone takes 159-165.
 void BM_KvCacheDecodeAgainstRead(benchmark::State& state) {
   KvCacheDecodeCall call(state.range(0), state.range(1), state.range(2), state.range(3),
-                         state.range(4));
+                         state.range(4), /*pooled=*/false,
+                         state.range(5) != 0 ? Precision::kBf16 : Precision::kFp32);
   if (!call.status.ok()) {
     state.SkipWithError(call.status.message().c_str());
     return;
   }
   const std::unique_ptr<Engine> engine = EngineOrSkip(state, 1);
   if (!engine) return;
-  const std::vector<std::pair<const float*, size_t>> held =
+  const std::vector<std::pair<const void*, size_t>> held =
       internal::KvCacheBytes::Held(*call.cache);
   const ImplementationLabel label;
   AgainstItsRead(
@@ -201,8 +204,9 @@ void BM_KvCacheDecodeAgainstRead(benchmark::State& state) {
 }
 
 BENCHMARK(BM_KvCacheDecodeAgainstRead)
-    ->ArgNames({"batch", "keys", "heads", "kv_heads", "dim"})
-    ->Args({4, 2048, 16, 4, 64})
+    ->ArgNames({"batch", "keys", "heads", "kv_heads", "dim", "bf16"})
+    ->Args({4, 2048, 16, 4, 64, 0})
+    ->Args({4, 2048, 16, 4, 64, 1})
     ->Iterations(15)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

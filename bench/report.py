@@ -684,8 +684,9 @@ def alternated_section(runs, pairs, bf16, skipped_runs):
                 {0: "", 1: ", causal top-left", 2: ", causal bottom-right"}[a["causal"]])
             limit = matmul
         else:
-            shape = "KvCache decode, B %d, Hq %d, Hkv %d, D %d, %d keys" % (
-                a["batch"], a["heads"], a["kv_heads"], a["dim"], a["keys"])
+            shape = "KvCache decode, B %d, Hq %d, Hkv %d, D %d, %d keys%s" % (
+                a["batch"], a["heads"], a["kv_heads"], a["dim"], a["keys"],
+                ", bf16 cache" if a.get("bf16") else "")
             limit = "read of the K and V it holds"
         if name not in runs:
             t.add(shape, "—", limit, "—", "not measured: " + skipped_runs[name])

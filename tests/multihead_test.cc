@@ -680,10 +680,11 @@ TEST(MultiHeadKvCache, HeldBytesAreWhatWasAppendedHeadByHead) {
     ASSERT_EQ(held.size(), 8u) << "pooled " << pooled;
     for (int64_t b = 0; b < 2; ++b) {
       for (int64_t part = 0; part < 4; ++part) {  // keys of heads 0, 1; values of heads 0, 1
-        const auto& [first, floats] = held[static_cast<size_t>(b * 4 + part)];
+        const auto& [bytes, count] = held[static_cast<size_t>(b * 4 + part)];
+        const auto* first = static_cast<const float*>(bytes);
         const std::vector<float>& given = part < 2 ? k[b] : v[b];
         const int64_t h = part % 2;
-        ASSERT_EQ(floats, static_cast<size_t>(lengths[b] * 64));
+        ASSERT_EQ(count, static_cast<size_t>(lengths[b] * 64) * sizeof(float));
         for (int64_t t = 0; t < lengths[b]; ++t) {
           for (int64_t d = 0; d < 64; ++d) {
             ASSERT_EQ(first[t * 64 + d], given[static_cast<size_t>(t * row + h * 64 + d)])
@@ -773,13 +774,16 @@ TEST(MultiHeadKvCache, RefusesABadPool) {
            "; a pool needs at least 1 (or both 0 for none)"},
       {block / 2, 4, 64,
        "KvCache::Create: block_positions is " + std::to_string(block / 2) +
-           "; a block of a head's keys (D = 64) and of its values (Dv = 64) must be whole " + page +
-           "-byte pages, so block_positions must be a multiple of " + std::to_string(block)},
+           "; a block of a head's keys (D = 64) and of its values (Dv = 64), in fp32, must be "
+           "whole " +
+           page + "-byte pages, so block_positions must be a multiple of " + std::to_string(block)},
       // D = 32 needs twice as many positions as Dv = 64.
       {block, 4, 32,
        "KvCache::Create: block_positions is " + std::to_string(block) +
-           "; a block of a head's keys (D = 32) and of its values (Dv = 64) must be whole " + page +
-           "-byte pages, so block_positions must be a multiple of " + std::to_string(2 * block)},
+           "; a block of a head's keys (D = 32) and of its values (Dv = 64), in fp32, must be "
+           "whole " +
+           page + "-byte pages, so block_positions must be a multiple of " +
+           std::to_string(2 * block)},
   };
   for (const Case& c : cases) {
     KvCacheShape bad = good;

@@ -33,7 +33,7 @@ ENCODER_LIMIT = "BM_DotProductAgainstLimit/batch:4/queries:128/keys:128/dim:64/p
                 "iterations:15/real_time"
 PREFILL_LIMIT = "BM_MultiHeadAgainstMatmul/batch:1/queries:1024/keys:1024/heads:16/" \
                 "kv_heads:16/dim:64/causal:1/iterations:15/real_time"
-KV_LIMIT = "BM_KvCacheDecodeAgainstRead/batch:4/keys:2048/heads:16/kv_heads:4/dim:64/" \
+KV_LIMIT = "BM_KvCacheDecodeAgainstRead/batch:4/keys:2048/heads:16/kv_heads:4/dim:64/bf16:0/" \
            "iterations:15/real_time"
 
 

@@ -351,6 +351,23 @@ int64_t attnscore_kv_cache_block_positions_multiple(int64_t key_dim, int64_t val
   return attnscore::KvCache::BlockPositionsMultiple(key_dim, value_dim);
 }
 
+attnscore_status* attnscore_kv_cache_create_shaped(const attnscore_kv_cache_shape* shape,
+                                                   attnscore_kv_cache** cache) {
+  if (shape == nullptr) return Invalid("attnscore_kv_cache_create_shaped", "shape is null");
+  attnscore::KvCacheShape cpp = KvCacheShapeOf(shape->batch, shape->capacity, shape->kv_heads,
+                                               shape->key_dim, shape->value_dim);
+  cpp.block_positions = shape->block_positions, cpp.blocks = shape->blocks;
+  cpp.precision = static_cast<attnscore::Precision>(shape->precision);  // Create checks it
+  return CreateKvCache("attnscore_kv_cache_create_shaped", cpp, cache);
+}
+
+int64_t attnscore_kv_cache_block_positions_multiple_in(int64_t key_dim, int64_t value_dim,
+                                                       int32_t precision) {
+  if (precision != ATTNSCORE_FP32 && precision != ATTNSCORE_BF16) return 0;
+  return attnscore::KvCache::BlockPositionsMultiple(key_dim, value_dim,
+                                                    static_cast<attnscore::Precision>(precision));
+}
+
 void attnscore_kv_cache_destroy(attnscore_kv_cache* cache) { delete cache; }
 
 int64_t attnscore_kv_cache_blocks_in_use(const attnscore_kv_cache* cache) {

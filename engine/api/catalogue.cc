@@ -111,7 +111,13 @@ OpSpec KvCacheSpec() {
                size("key_dim", "", "D"),
                size("value_dim", "", "Dv"),
                size("block_positions", "0", "a pool's block size in positions (0: no pool)"),
-               size("blocks", "0", "the pool's blocks (0: no pool)")};
+               size("blocks", "0", "the pool's blocks (0: no pool)"),
+               ParamSpec{"kv_precision",
+                         Kind::kModel,
+                         Type::kChoice,
+                         {"fp32", "bf16"},
+                         "fp32",
+                         "how keys and values are held (bf16: rounded once, as appended)"}};
   op.stateful = true;
   return op;
 }

@@ -1,7 +1,9 @@
 // KvCache: each sequence's keys and values kept heads-first, (Hkv, capacity,
 // D) per sequence, so that a head's cached keys are one contiguous block
 // (read in one stream by decoding), and attention over them by the
-// multi-head op on a strided view of the whole cache.
+// multi-head op on a strided view of the whole cache: floats, or bfloat16
+// words (rounded once, as they are appended) that the op's decode form
+// reads as they are.
 #include "attnscore/kv_cache.h"
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include "base/aligned_floats.h"
 #include "base/call_scope.h"
 #include "base/checks.h"
+#include "kernels/bf16.h"
 #include "ops/multihead.h"
 
 namespace attnscore {
@@ -41,13 +44,14 @@ Status CheckPoolShape(const KvCacheShape& shape) {
                                      "; a pool needs at least 1 (or both 0 for none)");
     }
   }
-  const int64_t multiple = KvCache::BlockPositionsMultiple(shape.key_dim, shape.value_dim);
+  const int64_t multiple =
+      KvCache::BlockPositionsMultiple(shape.key_dim, shape.value_dim, shape.precision);
   if (shape.block_positions % multiple != 0) {
     return Status::InvalidArgument(
         call + "block_positions is " + std::to_string(shape.block_positions) + "; a block of a " +
-        "head's keys (D = " + std::to_string(shape.key_dim) +
-        ") and of its values (Dv = " + std::to_string(shape.value_dim) + ") must be whole " +
-        std::to_string(internal::AlignedFloats::PageBytes()) +
+        "head's keys (D = " + std::to_string(shape.key_dim) + ") and of its values (Dv = " +
+        std::to_string(shape.value_dim) + "), in " + PrecisionName(shape.precision) +
+        ", must be whole " + std::to_string(internal::AlignedFloats::PageBytes()) +
         "-byte pages, so block_positions must be a multiple of " + std::to_string(multiple));
   }
   const double blocks_per_sequence =
@@ -71,11 +75,13 @@ struct KvCache::Storage {
   // Positions kept per head of a sequence: its capacity, rounded up to
   // whole blocks where there is a pool, so that every block is whole pages.
   int64_t positions = 0;
-  // (B, Hkv, positions, D) and (B, Hkv, positions, Dv), on cache lines and
-  // huge pages: with D a multiple of 16, no vector load of a row splits a
-  // line (rows 16 bytes off a line made decoding's kernels a fifth slower
-  // in cache). With a pool, reserved: pages take memory as positions are
-  // written and give it back when their sequence is cleared.
+  // Bytes of one stored element: 4 (fp32) or 2 (bf16 words).
+  int64_t element_bytes = 4;
+  // (B, Hkv, positions, D) and (B, Hkv, positions, Dv) elements, on cache
+  // lines and huge pages: with D a multiple of 16, no vector load of a row
+  // splits a line (rows 16 bytes off a line made decoding's kernels a fifth
+  // slower in cache). With a pool, reserved: pages take memory as positions
+  // are written and give it back when their sequence is cleared.
   internal::AlignedFloats keys, values;
   std::vector<int64_t> lengths;  // (B)
   int64_t blocks_in_use = 0;     // Σ_b BlocksFor(lengths[b])
@@ -86,32 +92,60 @@ struct KvCache::Storage {
     return pooled() ? (length + shape.block_positions - 1) / shape.block_positions : 0;
   }
 
-  // Where position t of head h of sequence b starts.
-  float* key(int64_t b, int64_t h, int64_t t) {
-    return keys.data() + ((b * shape.kv_heads + h) * positions + t) * shape.key_dim;
+  // The offset, in elements, of position t of head h of sequence b in an
+  // array of `features` elements a position.
+  int64_t Offset(int64_t b, int64_t h, int64_t t, int64_t features) const {
+    return ((b * shape.kv_heads + h) * positions + t) * features;
   }
-  float* value(int64_t b, int64_t h, int64_t t) {
-    return values.data() + ((b * shape.kv_heads + h) * positions + t) * shape.value_dim;
+  // Where that position starts, as elements of type T.
+  template <typename T>
+  T* At(const internal::AlignedFloats& data, int64_t b, int64_t h, int64_t t,
+        int64_t features) const {
+    return reinterpret_cast<T*>(const_cast<float*>(data.data())) + Offset(b, h, t, features);
   }
   // The first `keys` positions of every sequence, (B, keys, Hkv, F) by strides.
-  ConstTensor View(const internal::AlignedFloats& data, int64_t keys, int64_t features) const {
-    return ConstTensor(data.data(), {shape.batch, keys, shape.kv_heads, features},
-                       {shape.kv_heads * positions * features, features, positions * features, 1});
+  template <typename T>
+  TensorView<const T> View(const internal::AlignedFloats& data, int64_t keys,
+                           int64_t features) const {
+    return TensorView<const T>(
+        At<const T>(data, 0, 0, 0, features), {shape.batch, keys, shape.kv_heads, features},
+        {shape.kv_heads * positions * features, features, positions * features, 1});
+  }
+  // Stores one position's `features` elements, `step` apart in `src`, at dst.
+  void Store(const float* src, int64_t step, int64_t features, void* dst) const {
+    if (element_bytes == 4) {
+      auto* out = static_cast<float*>(dst);
+      for (int64_t d = 0; d < features; ++d) out[d] = src[d * step];
+      return;
+    }
+    // Rounded to bf16 a slice at a time, gathered into a buffer on the stack.
+    auto* out = static_cast<uint16_t*>(dst);
+    constexpr int64_t kSlice = 256;
+    float gathered[kSlice];
+    for (int64_t d0 = 0; d0 < features; d0 += kSlice) {
+      const int64_t n = std::min(kSlice, features - d0);
+      const float* from = src + d0 * step;
+      if (step != 1) {
+        for (int64_t d = 0; d < n; ++d) gathered[d] = from[d * step];
+        from = gathered;
+      }
+      kernels::RoundToBf16(from, static_cast<size_t>(n), out + d0);
+    }
   }
   // Copies keys (rows, Hkv, D) and values (rows, Hkv, Dv) of checked views
-  // to sequence b's positions from its length on.
+  // to sequence b's positions from its length on (rounded to bf16 where
+  // the cache holds bf16).
   void Copy(int64_t b, const ConstTensor& k, const ConstTensor& v, int64_t k_offset,
             int64_t v_offset) {
     const int64_t rows = k.dims[k.rank - 3];
     const int s = k.rank - 3;  // the views' position dim
+    const int64_t held = lengths[static_cast<size_t>(b)];
     for (int64_t t = 0; t < rows; ++t) {
       for (int64_t h = 0; h < shape.kv_heads; ++h) {
-        const float* src_k = k.data + k_offset + t * k.strides[s] + h * k.strides[s + 1];
-        float* dst_k = key(b, h, lengths[static_cast<size_t>(b)] + t);
-        for (int64_t d = 0; d < shape.key_dim; ++d) dst_k[d] = src_k[d * k.strides[s + 2]];
-        const float* src_v = v.data + v_offset + t * v.strides[s] + h * v.strides[s + 1];
-        float* dst_v = value(b, h, lengths[static_cast<size_t>(b)] + t);
-        for (int64_t d = 0; d < shape.value_dim; ++d) dst_v[d] = src_v[d * v.strides[s + 2]];
+        Store(k.data + k_offset + t * k.strides[s] + h * k.strides[s + 1], k.strides[s + 2],
+              shape.key_dim, At<char>(keys, b, h, held + t, shape.key_dim * element_bytes));
+        Store(v.data + v_offset + t * v.strides[s] + h * v.strides[s + 1], v.strides[s + 2],
+              shape.value_dim, At<char>(values, b, h, held + t, shape.value_dim * element_bytes));
       }
     }
     lengths[static_cast<size_t>(b)] += rows;
@@ -153,21 +187,27 @@ struct KvCache::Storage {
 KvCache::KvCache(std::unique_ptr<Storage> storage) : storage_(std::move(storage)) {}
 KvCache::~KvCache() = default;
 
-int64_t KvCache::BlockPositionsMultiple(int64_t key_dim, int64_t value_dim) {
+int64_t KvCache::BlockPositionsMultiple(int64_t key_dim, int64_t value_dim, Precision precision) {
   if (key_dim < 1 || value_dim < 1) return 0;
   const auto page = static_cast<int64_t>(internal::AlignedFloats::PageBytes());
-  // The fewest positions whose rows of `features` floats are whole pages:
-  // page / gcd(page, 4 · features). features is taken modulo the page:
-  // 4 · (features mod page) ≡ 4 · features (mod page), and the product stays
-  // below 4 · page, whatever the dim.
-  const auto whole_pages = [page](int64_t features) {
-    return page / std::gcd(page, (features % page) * static_cast<int64_t>(sizeof(float)));
+  const int64_t bytes = precision == Precision::kBf16 ? 2 : 4;
+  // The fewest positions whose rows of `features` elements are whole pages:
+  // page / gcd(page, bytes · features). features is taken modulo the page:
+  // bytes · (features mod page) ≡ bytes · features (mod page), and the
+  // product stays below 4 · page, whatever the dim.
+  const auto whole_pages = [page, bytes](int64_t features) {
+    return page / std::gcd(page, (features % page) * bytes);
   };
   return std::lcm(whole_pages(key_dim), whole_pages(value_dim));
 }
 
 Status KvCache::Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cache) {
   if (cache == nullptr) return Status::InvalidArgument("KvCache::Create: cache is null");
+  if (shape.precision != Precision::kFp32 && shape.precision != Precision::kBf16) {
+    return Status::InvalidArgument("KvCache::Create: precision is " +
+                                   std::to_string(static_cast<int>(shape.precision)) +
+                                   ", not a Precision (fp32 or bf16)");
+  }
   const std::pair<const char*, int64_t> dims[] = {{"batch", shape.batch},
                                                   {"capacity", shape.capacity},
                                                   {"kv_heads", shape.kv_heads},
@@ -194,8 +234,11 @@ Status KvCache::Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cach
     storage->shape = shape;
     const int64_t block = shape.block_positions;
     storage->positions = block > 0 ? (shape.capacity + block - 1) / block * block : shape.capacity;
+    storage->element_bytes = shape.precision == Precision::kBf16 ? 2 : 4;
+    // The floats whose bytes hold the elements.
     const auto floats_of = [&](int64_t features) {
-      return static_cast<size_t>(shape.batch * shape.kv_heads * storage->positions * features);
+      const int64_t elements = shape.batch * shape.kv_heads * storage->positions * features;
+      return static_cast<size_t>((elements * storage->element_bytes + 3) / 4);
     };
     if (storage->pooled()) {
       storage->keys = internal::AlignedFloats::Reserved(floats_of(shape.key_dim));
@@ -263,10 +306,12 @@ Status KvCache::Clear(int64_t sequence) {
     // Its blocks' pages, head by head: whole pages, as CheckPoolShape made them.
     const int64_t written = s.BlocksFor(held) * s.shape.block_positions;
     for (int64_t h = 0; h < s.shape.kv_heads; ++h) {
-      s.keys.Discard(static_cast<size_t>(s.key(sequence, h, 0) - s.keys.data()),
-                     static_cast<size_t>(written * s.shape.key_dim));
-      s.values.Discard(static_cast<size_t>(s.value(sequence, h, 0) - s.values.data()),
-                       static_cast<size_t>(written * s.shape.value_dim));
+      s.keys.Discard(
+          static_cast<size_t>(s.Offset(sequence, h, 0, s.shape.key_dim) * s.element_bytes / 4),
+          static_cast<size_t>(written * s.shape.key_dim * s.element_bytes / 4));
+      s.values.Discard(
+          static_cast<size_t>(s.Offset(sequence, h, 0, s.shape.value_dim) * s.element_bytes / 4),
+          static_cast<size_t>(written * s.shape.value_dim * s.element_bytes / 4));
     }
     s.blocks_in_use -= s.BlocksFor(held);
   }
@@ -279,6 +324,12 @@ Status KvCache::Attend(const Engine& engine, ConstTensor queries, Tensor out,
   const KvCacheShape& s = storage_->shape;
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "queries", queries,
                                         {s.batch, kAnyDim, kAnyDim, s.key_dim}, "(B, N, Hq, D)"));
+  if (queries.dims[2] % s.kv_heads != 0) {
+    return Status::InvalidArgument(std::string(kOp) + ": queries " + ShapeString(queries) +
+                                   " have " + std::to_string(queries.dims[2]) +
+                                   " heads; the cache's " + std::to_string(s.kv_heads) +
+                                   " key-value heads must divide them");
+  }
   const int64_t queries_per_sequence = queries.dims[1];
   int64_t longest = 0;
   for (int64_t b = 0; b < s.batch; ++b) {
@@ -303,24 +354,32 @@ Status KvCache::Attend(const Engine& engine, ConstTensor queries, Tensor out,
                 storage_->lengths[static_cast<size_t>(b)] - queries_per_sequence + i + 1;
           }
         }
-        return ops::MultiHeadAttention(call, queries,
-                                       storage_->View(storage_->keys, longest, s.key_dim),
-                                       storage_->View(storage_->values, longest, s.value_dim),
-                                       ValidLens::PerQuery(lengths, s.batch, queries_per_sequence),
-                                       MultiHeadOptions(), out, attention_weights);
+        const ValidLens lens = ValidLens::PerQuery(lengths, s.batch, queries_per_sequence);
+        if (s.precision == Precision::kBf16) {
+          return ops::CachedAttentionBf16(
+              call, kOp, queries, storage_->View<uint16_t>(storage_->keys, longest, s.key_dim),
+              storage_->View<uint16_t>(storage_->values, longest, s.value_dim), lens, out,
+              attention_weights);
+        }
+        return ops::MultiHeadAttention(
+            call, queries, storage_->View<float>(storage_->keys, longest, s.key_dim),
+            storage_->View<float>(storage_->values, longest, s.value_dim), lens, MultiHeadOptions(),
+            out, attention_weights);
       });
 }
 
-std::vector<std::pair<const float*, size_t>> internal::KvCacheBytes::Held(const KvCache& cache) {
-  KvCache::Storage& s = *cache.storage_;
-  std::vector<std::pair<const float*, size_t>> spans;
+std::vector<std::pair<const void*, size_t>> internal::KvCacheBytes::Held(const KvCache& cache) {
+  const KvCache::Storage& s = *cache.storage_;
+  std::vector<std::pair<const void*, size_t>> spans;
   for (int64_t b = 0; b < s.shape.batch; ++b) {
-    const int64_t held = s.lengths[static_cast<size_t>(b)];
+    const auto held = static_cast<size_t>(s.lengths[static_cast<size_t>(b)] * s.element_bytes);
     for (int64_t h = 0; h < s.shape.kv_heads; ++h) {
-      spans.emplace_back(s.key(b, h, 0), static_cast<size_t>(held * s.shape.key_dim));
+      spans.emplace_back(s.At<char>(s.keys, b, h, 0, s.shape.key_dim * s.element_bytes),
+                         held * static_cast<size_t>(s.shape.key_dim));
     }
     for (int64_t h = 0; h < s.shape.kv_heads; ++h) {
-      spans.emplace_back(s.value(b, h, 0), static_cast<size_t>(held * s.shape.value_dim));
+      spans.emplace_back(s.At<char>(s.values, b, h, 0, s.shape.value_dim * s.element_bytes),
+                         held * static_cast<size_t>(s.shape.value_dim));
     }
   }
   return spans;

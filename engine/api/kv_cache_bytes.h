@@ -15,8 +15,8 @@ namespace attnscore::internal {
 
 struct KvCacheBytes {
   // Each sequence's keys, then its values, of one head after another, over
-  // the positions it holds: (first float, floats), as Attend reads them.
-  static std::vector<std::pair<const float*, size_t>> Held(const KvCache& cache);
+  // the positions it holds: (first byte, bytes), as Attend reads them.
+  static std::vector<std::pair<const void*, size_t>> Held(const KvCache& cache);
 };
 
 }  // namespace attnscore::internal

@@ -73,8 +73,8 @@ Status CheckParams(const OpSpec& spec, const Params& params, ParamSpec::Kind kin
   return Status::Ok();
 }
 
-// The model parameters as integers: given, else their defaults; required
-// ones missing are refused.
+// The model parameters as integers (a choice as its index among the
+// choices): given, else their defaults; required ones missing are refused.
 Status ModelSizes(const OpSpec& spec, const Params& params, internal::ModelSizes* sizes) {
   ATTNSCORE_RETURN_IF_ERROR(CheckParams(spec, params, ParamSpec::Kind::kModel, "kind"));
   for (const ParamSpec& p : spec.params) {
@@ -83,7 +83,11 @@ Status ModelSizes(const OpSpec& spec, const Params& params, internal::ModelSizes
     const std::string text = given != params.end() ? given->second : p.default_value;
     if (text.empty()) return Bad(spec, "needs the model parameter " + p.name + " (" + p.doc + ")");
     int64_t value = 0;
-    ParseInt(text, &value);
+    if (p.type == ParamSpec::Type::kChoice) {
+      value = std::find(p.choices.begin(), p.choices.end(), text) - p.choices.begin();
+    } else {
+      ParseInt(text, &value);
+    }
     (*sizes)[p.name] = value;
   }
   return Status::Ok();

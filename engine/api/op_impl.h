@@ -45,7 +45,7 @@ struct Op::Impl {
 namespace internal {
 
 // A model's parameters parsed: `params` by their spec's names, each an
-// integer (every model parameter is one).
+// integer, or for a choice its index among the spec's choices.
 using ModelSizes = std::map<std::string, int64_t>;
 
 // The entry `spec` made from its model parameters and weights (by name,

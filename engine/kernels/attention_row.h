@@ -44,6 +44,21 @@ void MixRows(size_t rows, const float* const* weights, const size_t* keys, const
 void AddMixes(size_t rows, const float* const* weights, const size_t* keys, const float* v,
               int64_t v_row_stride, size_t value_dim, float* const* out);
 
+// ScoreRows, MixRows, AddMixes and MixRow over K or V rows held as
+// bfloat16 words (a bf16 KvCache's; attention_row_bf16.cc), row strides in
+// words. Each word widens exactly to the float it stands for as it is read;
+// products and sums are in float. A score depends on its own query and key
+// row alone, and AddMixes continues each column's sum key after key, as
+// above.
+void ScoreRows(size_t rows, const float* const* q, size_t depth, const uint16_t* k,
+               int64_t k_row_stride, const size_t* keys, float scale, float* const* scores);
+void MixRows(size_t rows, const float* const* weights, const size_t* keys, const uint16_t* v,
+             int64_t v_row_stride, size_t value_dim, float* const* out);
+void AddMixes(size_t rows, const float* const* weights, const size_t* keys, const uint16_t* v,
+              int64_t v_row_stride, size_t value_dim, float* const* out);
+void MixRow(const float* weights, size_t keys, const uint16_t* v, int64_t v_row_stride,
+            size_t value_dim, float* out);
+
 }  // namespace attnscore::kernels
 
 #endif  // ATTNSCORE_KERNELS_ATTENTION_ROW_H_

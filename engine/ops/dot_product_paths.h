@@ -94,10 +94,13 @@ Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const C
 // v (B, G, M, Dv), out (B, G, R, Dv), attention_weights (B, G, R, M) or
 // empty; `lens` has (B, R) rows, each group's row i taking row i's length.
 // Rows and K, V rows contiguous. Each row gets the bits RowPath gives it
-// alone; RowPath is the case G = 1.
-Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-                      const ConstTensor& v, const internal::RowLengths& lens, float scale,
-                      int64_t key_block, const Tensor& out, const Tensor& attention_weights);
+// alone; RowPath is the case G = 1. K and V are floats, or bfloat16 words
+// (T = uint16_t: a bf16 KvCache's), read by the row kernels' bf16 forms.
+template <typename T>
+Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q,
+                      const TensorView<const T>& k, const TensorView<const T>& v,
+                      const internal::RowLengths& lens, float scale, int64_t key_block,
+                      const Tensor& out, const Tensor& attention_weights);
 // The gemm path on queries sorted by length within each entry where that
 // saves work: Q gathered, out and the weights scattered back, row by row.
 // It sorts only when the sorted blocks' FLOPs are below kSortWhenBelow of

@@ -54,7 +54,8 @@ T* GroupOf(const TensorView<T>& t, int64_t b, int64_t g) {
 // rows of every group side by side) rather than lie apart, each group's
 // rows a block of their own (heads-first, as in a KvCache). It picks how
 // the work is read, never a bit of the result.
-bool GroupsInterleave(const ConstTensor& k, const ConstTensor& v) {
+template <typename T>
+bool GroupsInterleave(const TensorView<const T>& k, const TensorView<const T>& v) {
   const int64_t keys = k.dims[2];
   return k.dims[1] > 1 &&
          (k.strides[1] < keys * k.strides[2] || v.strides[1] < keys * v.strides[2]);
@@ -82,9 +83,11 @@ constexpr int64_t kRangeBytes = int64_t{256} << 10;
 // own, its softmax runs over the whole row, and AddMixes continues its sums
 // range by range; runs only share out the work, so the thread count may
 // choose them.
+template <typename T>
 Status WholeRows(const internal::CallContext& call, int threads, const ConstTensor& q,
-                 const ConstTensor& k, const ConstTensor& v, const internal::RowLengths& lens,
-                 float scale, const Tensor& out, const Tensor& attention) {
+                 const TensorView<const T>& k, const TensorView<const T>& v,
+                 const internal::RowLengths& lens, float scale, const Tensor& out,
+                 const Tensor& attention) {
   const int64_t groups = q.dims[1], queries = q.dims[2], depth = q.dims[3], keys = k.dims[2];
   const int64_t value_dim = v.dims[3];
   const int64_t chunks = CeilDiv(queries, kChunkRows);
@@ -187,10 +190,11 @@ Status WholeRows(const internal::CallContext& call, int threads, const ConstTens
 
 // The row path with the keys in blocks of `key_block`, a task each for all
 // of a group's rows, then merged row by row.
+template <typename T>
 Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t key_block,
-                       const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
-                       const internal::RowLengths& lens, float scale, const Tensor& out,
-                       const Tensor& attention) {
+                       const ConstTensor& q, const TensorView<const T>& k,
+                       const TensorView<const T>& v, const internal::RowLengths& lens, float scale,
+                       const Tensor& out, const Tensor& attention) {
   const int64_t groups = q.dims[1], queries = q.dims[2], depth = q.dims[3], keys = k.dims[2];
   const int64_t value_dim = v.dims[3], rows = q.dims[0] * groups * queries;
   const bool want_attention = !attention.empty();
@@ -220,7 +224,7 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
       [&](int64_t task, float* scratch) {
         const int64_t b = task / groups / blocks, block = task / groups % blocks;
         const int64_t g = task % groups;
-        const float* v_group = GroupOf(v, b, g);
+        const T* v_group = GroupOf(v, b, g);
         const int64_t first = block * key_block;
         for (int64_t i0 = 0; i0 < queries; i0 += kChunkRows) {
           // The chunk's rows with keys in this block: scored together, then
@@ -343,15 +347,25 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
 
 }  // namespace
 
-Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-                      const ConstTensor& v, const internal::RowLengths& lens, float scale,
-                      int64_t key_block, const Tensor& out, const Tensor& attention) {
+template <typename T>
+Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q,
+                      const TensorView<const T>& k, const TensorView<const T>& v,
+                      const internal::RowLengths& lens, float scale, int64_t key_block,
+                      const Tensor& out, const Tensor& attention) {
   const int64_t keys = k.dims[2], rows = q.dims[0] * q.dims[1] * q.dims[2];
   const int threads = internal::ThreadsFor(
       call.threads(), 2.0 * static_cast<double>(rows * keys * (q.dims[3] + v.dims[3])));
   if (key_block >= keys) return WholeRows(call, threads, q, k, v, lens, scale, out, attention);
   return RowsInKeyBlocks(call, threads, key_block, q, k, v, lens, scale, out, attention);
 }
+
+template Status GroupedRowPath(const internal::CallContext&, const ConstTensor&, const ConstTensor&,
+                               const ConstTensor&, const internal::RowLengths&, float, int64_t,
+                               const Tensor&, const Tensor&);
+template Status GroupedRowPath(const internal::CallContext&, const ConstTensor&,
+                               const TensorView<const uint16_t>&, const TensorView<const uint16_t>&,
+                               const internal::RowLengths&, float, int64_t, const Tensor&,
+                               const Tensor&);
 
 Status RowPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                const ConstTensor& v, const internal::RowLengths& lens, float scale,

@@ -106,6 +106,44 @@ TensorView<T> HeadsOuter(const TensorView<T>& t) {
                        {t.strides[0], t.strides[2], t.strides[1], t.strides[3]});
 }
 
+// For each query position, one row-path call whose groups are the K/V
+// heads, each with its query heads as rows, so each of a head's keys is
+// read once for all of them (and token-major heads go through the keys side
+// by side, so their K and V rows are read whole). The key block depends on
+// the shape and not on the grouping or the layout, so a grouped call gives
+// the bits of the same call with K and V repeated per head. `lengths`:
+// (B, N), each query's. K and V floats, or bf16 words (a KvCache's).
+template <typename T>
+Status GroupedDecode(const internal::CallContext& call, const ConstTensor& q,
+                     const TensorView<const T>& k, const TensorView<const T>& v,
+                     const std::vector<int64_t>& lengths, float scale, const Tensor& out,
+                     const Tensor& attention) {
+  const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
+  const int64_t kv_heads = k.dims[2], group = heads / kv_heads;  // query heads per K/V head
+  const int64_t key_block = dot_product::RowKeyBlock(batch, heads, keys, q.dims[3] + v.dims[3]);
+  std::vector<int64_t> query_lengths(static_cast<size_t>(batch));
+  for (int64_t n = 0; n < queries; ++n) {
+    for (int64_t b = 0; b < batch; ++b) {
+      query_lengths[static_cast<size_t>(b)] = lengths[static_cast<size_t>(b * queries + n)];
+    }
+    internal::RowLengths lens;
+    ATTNSCORE_RETURN_IF_ERROR(
+        internal::RowLengths::Resolve(ValidLens::PerBatch(query_lengths.data(), batch), batch,
+                                      group, keys, call.workspace, &lens));
+    Tensor groups_attention;  // (B, Hkv, group, M) at query n
+    if (!attention.empty()) {
+      groups_attention =
+          Tensor(attention.data + n * attention.strides[2], {batch, kv_heads, group, keys},
+                 {attention.strides[0], group * attention.strides[1], attention.strides[1],
+                  attention.strides[3]});
+    }
+    ATTNSCORE_RETURN_IF_ERROR(dot_product::GroupedRowPath(
+        call, GroupsAtQuery(q, n, group), HeadsOuter(k), HeadsOuter(v), lens, scale, key_block,
+        GroupsAtQuery(out, n, group), groups_attention));
+  }
+  return Status::Ok();
+}
+
 // Copies the (B, R, F) view `from` into the (B, R, F) view `to`, row by row.
 void CopyRows(const ConstTensor& from, const Tensor& to) {
   for (int64_t b = 0; b < from.dims[0]; ++b) {
@@ -154,6 +192,46 @@ Status CheckCausal(const char* op, Causal causal, const ConstTensor& q, const Co
                                  std::to_string(static_cast<int>(causal)) + ", not a Causal");
 }
 
+Status CachedAttentionBf16(const internal::CallContext& call, const char* op, ConstTensor q,
+                           TensorView<const uint16_t> k, TensorView<const uint16_t> v,
+                           const ValidLens& valid_lens, Tensor out, Tensor attention) {
+  const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
+  const int64_t value_dim = v.dims[3];
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(op, "out", out, {batch, queries, heads, value_dim}, "(B, N, Hq, Dv)"));
+  if (!attention.empty()) {
+    ATTNSCORE_RETURN_IF_ERROR(CheckTensor(op, "attention_weights", attention,
+                                          {batch, heads, queries, keys}, "(B, Hq, N, M)"));
+  }
+  ATTNSCORE_RETURN_IF_ERROR(internal::CheckOutputsApart(op, {{"queries", q}}, out, attention,
+                                                        valid_lens, batch, queries));
+  std::vector<int64_t> lengths;
+  ATTNSCORE_RETURN_IF_ERROR(
+      EffectiveLengths(call.workspace, valid_lens, Causal::kNone, batch, queries, keys, &lengths));
+  const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3])));
+  if (q.strides[3] == 1 && out.strides[3] == 1) {
+    return GroupedDecode(call, q, k, v, lengths, scale, out, attention);
+  }
+  // Rows the kernels cannot read in place go through dense copies.
+  const int64_t depth = q.dims[3];
+  const int64_t q_floats = batch * queries * heads * depth;
+  float* copies = nullptr;
+  try {
+    copies =
+        call.workspace.Floats(internal::ScratchSlot::kHeadCopies,
+                              static_cast<size_t>(q_floats + batch * queries * heads * value_dim));
+  } catch (const std::bad_alloc&) {
+    return Status::Internal(std::string(op) + ": out of memory for dense copies of Q and out");
+  }
+  const Tensor q_copy(copies, {batch, queries, heads, depth});
+  const Tensor out_copy(copies + q_floats, {batch, queries, heads, value_dim});
+  for (int64_t h = 0; h < heads; ++h) CopyRows(OneHead(q, h), OneHead(q_copy, h));
+  ATTNSCORE_RETURN_IF_ERROR(
+      GroupedDecode(call, ConstTensor(q_copy), k, v, lengths, scale, out_copy, attention));
+  for (int64_t h = 0; h < heads; ++h) CopyRows(OneHead(ConstTensor(out_copy), h), OneHead(out, h));
+  return Status::Ok();
+}
+
 Status MultiHeadAttention(const internal::CallContext& call, ConstTensor q, ConstTensor k,
                           ConstTensor v, const ValidLens& valid_lens,
                           const MultiHeadOptions& multihead, Tensor out, Tensor attention) {
@@ -167,39 +245,11 @@ Status MultiHeadAttention(const internal::CallContext& call, ConstTensor q, Cons
                           ? multihead.scale
                           : static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3])));
 
-  // Decoding (a few queries): for each query position, one row-path call
-  // whose groups are the K/V heads, each with its query heads as rows, so
-  // each of a head's keys is read once for all of them (and token-major
-  // heads go through the keys side by side, so their K and V rows are read
-  // whole). The key block depends on the shape and not on the grouping or
-  // the layout, so a grouped call gives the bits of the same call with K
-  // and V repeated per head.
+  // Decoding (a few queries): the grouped row path (GroupedDecode).
   if (queries <= dot_product::kRowPathMaxQueries && q.strides[3] == 1 && k.strides[3] == 1 &&
       v.strides[3] == 1 && out.strides[3] == 1) {
-    const int64_t key_block = dot_product::RowKeyBlock(batch, heads, keys, q.dims[3] + v.dims[3]);
-    std::vector<int64_t> query_lengths(static_cast<size_t>(batch));
-    for (int64_t n = 0; n < queries; ++n) {
-      for (int64_t b = 0; b < batch; ++b) {
-        query_lengths[static_cast<size_t>(b)] = lengths[static_cast<size_t>(b * queries + n)];
-      }
-      internal::RowLengths lens;
-      ATTNSCORE_RETURN_IF_ERROR(
-          internal::RowLengths::Resolve(ValidLens::PerBatch(query_lengths.data(), batch), batch,
-                                        group, keys, call.workspace, &lens));
-      Tensor groups_attention;  // (B, Hkv, group, M) at query n
-      if (!attention.empty()) {
-        groups_attention =
-            Tensor(attention.data + n * attention.strides[2], {batch, kv_heads, group, keys},
-                   {attention.strides[0], group * attention.strides[1], attention.strides[1],
-                    attention.strides[3]});
-      }
-      ATTNSCORE_RETURN_IF_ERROR(dot_product::GroupedRowPath(
-          call, GroupsAtQuery(q, n, group), HeadsOuter(k), HeadsOuter(v), lens, scale, key_block,
-          GroupsAtQuery(out, n, group), groups_attention));
-    }
-    return Status::Ok();
+    return GroupedDecode(call, q, k, v, lengths, scale, out, attention);
   }
-
   // Otherwise one dot-product call per query head. Every head has the same
   // shapes and lengths, so the first head makes every plan the others use:
   // a failure comes before anything is written.

@@ -223,6 +223,21 @@ ATTNSCORE_API attnscore_status* attnscore_kv_cache_create_pooled(
  * 0 where either is below 1. */
 ATTNSCORE_API int64_t attnscore_kv_cache_block_positions_multiple(int64_t key_dim,
                                                                   int64_t value_dim);
+/* Any cache (attnscore::KvCacheShape): the calls above in one, and the
+ * precision the cache holds keys and values in (attnscore_precision:
+ * ATTNSCORE_BF16 rounds each element to bf16 once, as it is appended). */
+typedef struct attnscore_kv_cache_shape {
+  int64_t batch, capacity, kv_heads, key_dim, value_dim;
+  int64_t block_positions, blocks; /* a pool, or 0, 0 for none */
+  int32_t precision;               /* attnscore_precision */
+} attnscore_kv_cache_shape;
+ATTNSCORE_API attnscore_status* attnscore_kv_cache_create_shaped(
+    const attnscore_kv_cache_shape* shape, attnscore_kv_cache** cache);
+/* The block multiple for elements of `precision`; 0 for a precision that
+ * is none, or a dim below 1. */
+ATTNSCORE_API int64_t attnscore_kv_cache_block_positions_multiple_in(int64_t key_dim,
+                                                                     int64_t value_dim,
+                                                                     int32_t precision);
 ATTNSCORE_API void attnscore_kv_cache_destroy(attnscore_kv_cache* cache);
 /* The pool's blocks in use; 0 without a pool or for a NULL cache. */
 ATTNSCORE_API int64_t attnscore_kv_cache_blocks_in_use(const attnscore_kv_cache* cache);

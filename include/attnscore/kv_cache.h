@@ -20,7 +20,7 @@
 // reach into one, and Clear hands its blocks back, their memory returned to
 // the system; an Append that needs more blocks than are free fails,
 // changing nothing. Memory then follows the blocks in use, at most
-// blocks · block_positions · Hkv · (D + Dv) floats, while each sequence may
+// blocks · block_positions · Hkv · (D + Dv) elements, while each sequence may
 // still grow to `capacity` (address space is reserved for every sequence's
 // capacity, not memory).
 #ifndef ATTNSCORE_KV_CACHE_H_
@@ -47,24 +47,32 @@ struct KvCacheShape {
   int64_t key_dim = 0;    // D
   int64_t value_dim = 0;  // Dv
   // A pool of blocks shared by the sequences (0, 0: none). A block's keys
-  // and values of one head are whole pages: block_positions · D · 4 and
-  // block_positions · Dv · 4 bytes are multiples of the page size, so
-  // block_positions is a multiple of KvCache::BlockPositionsMultiple(D, Dv)
-  // (16 with 4 KiB pages and D = Dv = 64).
+  // and values of one head are whole pages: block_positions · D · E and
+  // block_positions · Dv · E bytes (E = 4, or 2 in bf16) are multiples of
+  // the page size, so block_positions is a multiple of
+  // KvCache::BlockPositionsMultiple(D, Dv, precision) (16 with 4 KiB pages,
+  // D = Dv = 64 and fp32; 32 in bf16).
   int64_t block_positions = 0;
   int64_t blocks = 0;
+  // How keys and values are held: kFp32 as given, or kBf16, each element
+  // rounded to the nearest bfloat16 (ties to even) once, as it is appended,
+  // and read as such by Attend: half the memory, and half the bytes a
+  // decoding step reads (docs/semantics.md section 5.3).
+  Precision precision = Precision::kFp32;
 };
 
 class ATTNSCORE_API KvCache {
  public:
-  // Allocates B · capacity · Hkv · (D + Dv) floats, every sequence empty;
-  // with a pool, reserves address space for them (capacity rounded up to
-  // whole blocks) and takes memory only as positions arrive.
+  // Allocates B · capacity · Hkv · (D + Dv) elements (floats, or bf16
+  // words), every sequence empty; with a pool, reserves address space for
+  // them (capacity rounded up to whole blocks) and takes memory only as
+  // positions arrive.
   static Status Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cache);
-  // The fewest positions whose keys (D floats each) and values (Dv floats
-  // each) are whole pages of this machine: a pool's block_positions must be
-  // a multiple of it. 0 where D or Dv is below 1.
-  static int64_t BlockPositionsMultiple(int64_t key_dim, int64_t value_dim);
+  // The fewest positions whose keys (D elements each) and values (Dv
+  // elements each) in `precision` are whole pages of this machine: a pool's
+  // block_positions must be a multiple of it. 0 where D or Dv is below 1.
+  static int64_t BlockPositionsMultiple(int64_t key_dim, int64_t value_dim,
+                                        Precision precision = Precision::kFp32);
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;

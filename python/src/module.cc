@@ -523,29 +523,50 @@ PYBIND11_MODULE(_attnscore, m) {
 
   py::class_<KvCache, std::unique_ptr<KvCache>>(
       m, "KvCache",
-      "KvCache(batch, capacity, kv_heads, key_dim, value_dim, block_positions=0, blocks=0): "
-      "keys and values of B sequences for decoding (docs/semantics.md section 5.3); with "
+      "KvCache(batch, capacity, kv_heads, key_dim, value_dim, precision='fp32', "
+      "block_positions=0, blocks=0): keys and values of B sequences for decoding "
+      "(docs/semantics.md section 5.3), held as fp32 or rounded once to bf16; with "
       "block_positions and blocks, the sequences share a pool of that many blocks.")
       .def(py::init([](int64_t batch, int64_t capacity, int64_t kv_heads, int64_t key_dim,
-                       int64_t value_dim, int64_t block_positions, int64_t blocks) {
+                       int64_t value_dim, const std::string& precision, int64_t block_positions,
+                       int64_t blocks) {
              KvCacheShape shape;
              shape.batch = batch, shape.capacity = capacity, shape.kv_heads = kv_heads;
              shape.key_dim = key_dim, shape.value_dim = value_dim;
              shape.block_positions = block_positions, shape.blocks = blocks;
+             if (!ParsePrecision(precision, &shape.precision)) {
+               throw py::value_error("KvCache: precision is '" + precision +
+                                     "'; want 'fp32' or 'bf16'");
+             }
              std::unique_ptr<KvCache> cache;
              ThrowIfError(KvCache::Create(shape, &cache));
              return cache;
            }),
            py::arg("batch"), py::arg("capacity"), py::arg("kv_heads"), py::arg("key_dim"),
-           py::arg("value_dim"), py::arg("block_positions") = 0, py::arg("blocks") = 0)
+           py::arg("value_dim"), py::arg("precision") = "fp32", py::arg("block_positions") = 0,
+           py::arg("blocks") = 0)
+      .def_property_readonly(
+          "precision",
+          [](const KvCache& cache) { return std::string(PrecisionName(cache.shape().precision)); },
+          "How keys and values are held: 'fp32' or 'bf16'.")
       .def("length", &KvCache::length, py::arg("sequence"),
            "Positions the sequence holds (0 for one out of range).")
       .def("blocks_in_use", &KvCache::blocks_in_use,
            "The pool's blocks the sequences hold (0 without a pool).")
-      .def_static("block_positions_multiple", &KvCache::BlockPositionsMultiple, py::arg("key_dim"),
-                  py::arg("value_dim"),
-                  "The multiple a pool's block_positions must be: the fewest positions whose "
-                  "keys and values are whole pages of this machine (0 where a dim is below 1).")
+      .def_static(
+          "block_positions_multiple",
+          [](int64_t key_dim, int64_t value_dim, const std::string& precision) {
+            Precision p = Precision::kFp32;
+            if (!ParsePrecision(precision, &p)) {
+              throw py::value_error("KvCache.block_positions_multiple: precision is '" + precision +
+                                    "'; want 'fp32' or 'bf16'");
+            }
+            return KvCache::BlockPositionsMultiple(key_dim, value_dim, p);
+          },
+          py::arg("key_dim"), py::arg("value_dim"), py::arg("precision") = "fp32",
+          "The multiple a pool's block_positions must be: the fewest positions whose "
+          "keys and values, in `precision`, are whole pages of this machine (0 where a dim "
+          "is below 1).")
       .def(
           "append",
           [](KvCache& cache, const py::object& keys, const py::object& values) {
@@ -607,6 +628,9 @@ PYBIND11_MODULE(_attnscore, m) {
                ", kv_heads=" + std::to_string(s.kv_heads) +
                ", key_dim=" + std::to_string(s.key_dim) +
                ", value_dim=" + std::to_string(s.value_dim) +
+               (s.precision != Precision::kFp32
+                    ? ", precision='" + std::string(PrecisionName(s.precision)) + "'"
+                    : std::string()) +
                (s.block_positions > 0 ? ", block_positions=" + std::to_string(s.block_positions) +
                                             ", blocks=" + std::to_string(s.blocks)
                                       : std::string()) +

@@ -809,6 +809,33 @@ def test_kv_cache_pool_shares_blocks(engine, rng):
         attnscore.KvCache(2, 8, 2, 64, 64, block_positions=block // 2, blocks=3)
 
 
+def rounded_to_bf16(x):
+    """x (float32) rounded to the nearest bfloat16, ties to even, as floats."""
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    low, kept = bits & 0xFFFF, bits >> 16
+    up = (low > 0x8000) | ((low == 0x8000) & ((kept & 1) == 1))
+    return ((kept + up) << 16).astype(np.uint32).view(np.float32)
+
+
+def test_kv_cache_in_bf16_attends_over_the_rounded_keys_and_values(engine, rng):
+    k = rng.standard_normal((2, 50, 2, 16), dtype=np.float32)
+    v = rng.standard_normal((2, 50, 2, 16), dtype=np.float32)
+    q = rng.standard_normal((2, 50, 4, 16), dtype=np.float32)
+    cache = attnscore.KvCache(2, 64, 2, 16, 16, precision="bf16")
+    assert cache.precision == "bf16"
+    assert "precision='bf16'" in repr(cache)
+    assert attnscore.KvCache(2, 64, 2, 16, 16).precision == "fp32"
+    cache.append(k, v)
+    want, _ = ref_multihead(q, rounded_to_bf16(k), rounded_to_bf16(v), None, "top-left",
+                            1 / np.sqrt(16))
+    out = cache.attend(engine, q[:, 49:])
+    assert_output(out[:, 0], want[:, 49], v)
+    assert (attnscore.KvCache.block_positions_multiple(64, 64, "bf16")
+            == 2 * attnscore.KvCache.block_positions_multiple(64, 64))
+    with pytest.raises(ValueError, match="precision is 'int4'; want 'fp32' or 'bf16'"):
+        attnscore.KvCache(2, 64, 2, 16, 16, precision="int4")
+
+
 def test_multihead_and_bilinear_modules_from_torch(engine, rng):
     torch = pytest.importorskip("torch")
     sys.path.insert(0, str(ROOT / "tools"))

@@ -228,14 +228,14 @@ Status CheckInfoWithoutJson(const Args& args) {
 // bench multihead: Engine::MultiHeadAttention on token-major Q (B, N, H, D)
 // and K, V (B, M, Hkv, D); --decode attends over a KvCache of M keys per
 // sequence instead (with --pool, one whose sequences share a pool of just
-// enough blocks); --module times d2l's MultiHeadAttention module with
+// enough blocks; --kv-precision, the cache's); --module times d2l's MultiHeadAttention module with
 // random weights (num_hiddens H·D, biases with --bias) instead of the op.
 int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry) {
   Status s =
-      CheckFlags(args,
-                 {"--batch", "--queries", "--keys", "--query-dim", "--heads", "--kv-heads",
-                  "--causal", "--decode", "--pool", "--module", "--bias", "--valid-lens",
-                  "--weights", "--repeat", "--json", "--threads", "--isa", "--precision", "--info"},
+      CheckFlags(args, {"--batch",    "--queries", "--keys",       "--query-dim", "--heads",
+                        "--kv-heads", "--causal",  "--decode",     "--pool",      "--kv-precision",
+                        "--module",   "--bias",    "--valid-lens", "--weights",   "--repeat",
+                        "--json",     "--threads", "--isa",        "--precision", "--info"},
                  {"--batch", "--queries", "--keys"}, "bench " + word);
   if (s.ok()) s = CheckInfoWithoutJson(args);
   BenchShape shape{};
@@ -272,6 +272,15 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   }
   const bool pool = args.has("--pool");
   if (pool && !decode) return Fail(Status::InvalidArgument("--pool is for --decode"));
+  if (args.has("--kv-precision") && !decode) {
+    return Fail(Status::InvalidArgument("--kv-precision is for --decode"));
+  }
+  const std::string kv_precision_name = args.get("--kv-precision", "fp32");
+  Precision kv_precision = Precision::kFp32;
+  if (!ParsePrecision(kv_precision_name, &kv_precision)) {
+    return Fail(Status::InvalidArgument("--kv-precision wants fp32 or bf16, got '" +
+                                        kv_precision_name + "'"));
+  }
   const int64_t B = shape.batch, N = shape.queries, M = shape.keys, D = shape.depth;
   const int64_t hidden = heads * D;
   if (decode && N > M) {
@@ -288,7 +297,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   if (module) buffers.push_back({"parameters", {4, hidden, hidden}});
   // --pool: blocks of the fewest positions that are whole pages, just
   // enough of them; each sequence's positions rounded up to whole blocks.
-  const int64_t block_positions = pool ? KvCache::BlockPositionsMultiple(D, D) : 0;
+  const int64_t block_positions = pool ? KvCache::BlockPositionsMultiple(D, D, kv_precision) : 0;
   const int64_t blocks_per_sequence = pool ? (M + block_positions - 1) / block_positions : 0;
   if (decode) {
     buffers.push_back(
@@ -369,6 +378,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
     cache_shape.batch = B, cache_shape.capacity = M, cache_shape.kv_heads = kv_heads;
     cache_shape.key_dim = D, cache_shape.value_dim = D;
     cache_shape.block_positions = block_positions, cache_shape.blocks = B * blocks_per_sequence;
+    cache_shape.precision = kv_precision;
     if (!(s = KvCache::Create(cache_shape, &cache)).ok() ||
         !(s = cache->Append(ConstTensor(k.data(), {B, M, kv_heads, D}),
                             ConstTensor(v.data(), {B, M, kv_heads, D})))
@@ -404,8 +414,10 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   }
   double flops = 2.0 * static_cast<double>(heads * 2 * D) * visible;
   if (module) flops += 2.0 * static_cast<double>(hidden * hidden) * static_cast<double>(B * (2 * N + 2 * M));
-  // Bytes: Q, K, V read and out written once.
-  const double bytes = 4.0 * static_cast<double>(B * (2 * N * heads + 2 * M * kv_heads) * D);
+  // Bytes: Q, K, V read and out written once (K and V as the cache holds them).
+  const double kv_bytes = decode && kv_precision == Precision::kBf16 ? 2.0 : 4.0;
+  const double bytes = 4.0 * static_cast<double>(B * 2 * N * heads * D) +
+                       kv_bytes * static_cast<double>(B * 2 * M * kv_heads * D);
 
   std::vector<double> times_us;
   if (!(s = TimeCalls(call, repeat, &times_us)).ok()) return Fail(s);
@@ -413,10 +425,8 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   const double min = *std::min_element(times_us.begin(), times_us.end());
   const std::string isa = IsaName(engine->options().isa);
   const char* precision = PrecisionName(engine->options().precision);
-  const std::string what = module   ? "module"
-                           : pool   ? "decode from a pool"
-                           : decode ? "decode"
-                                    : "op";
+  std::string what = module ? "module" : pool ? "decode from a pool" : decode ? "decode" : "op";
+  if (decode && kv_precision != Precision::kFp32) what += " of " + kv_precision_name;
   if (args.has("--json")) {
     const RuntimeInfo info = engine->Info();
     const Json json = {{"op", "multihead"},
@@ -424,6 +434,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
                        {"pool", pool},
                        {"block_positions", block_positions},
                        {"blocks", B * blocks_per_sequence},
+                       {"kv_precision", decode ? kv_precision_name : "none"},
                        {"batch", B},
                        {"queries", N},
                        {"keys", M},

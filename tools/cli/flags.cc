@@ -110,9 +110,16 @@ std::string RunSynopsis(const OpSpec& spec) {
   const std::string head = "  attnscore run " + EntryWord(spec);
   std::vector<std::string> words;
   if (spec.is_model()) words.push_back("--model M.safetensors");
+  // A parameter's value in the synopsis: N, X, or its choices.
+  const auto value_of = [](const ParamSpec& p, const std::string& otherwise) {
+    if (p.type != ParamSpec::Type::kChoice) return otherwise;
+    std::string value;
+    for (const std::string& c : p.choices) value += (value.empty() ? "" : "|") + c;
+    return value;
+  };
   for (const ParamSpec& p : spec.params) {
     if (p.kind != ParamSpec::Kind::kModel) continue;
-    const std::string word = ParamFlag(p.name) + " N";
+    const std::string word = ParamFlag(p.name) + " " + value_of(p, "N");
     const bool optional = !p.default_value.empty() || DerivedParam(spec, p.name) != nullptr;
     words.push_back(optional ? "[" + word + "]" : word);
   }
@@ -124,12 +131,7 @@ std::string RunSynopsis(const OpSpec& spec) {
   }
   for (const ParamSpec& p : spec.params) {
     if (p.kind != ParamSpec::Kind::kCall) continue;
-    std::string value = "X";
-    if (p.type == ParamSpec::Type::kChoice) {
-      value.clear();
-      for (const std::string& c : p.choices) value += (value.empty() ? "" : "|") + c;
-    }
-    words.push_back("[" + ParamFlag(p.name) + " " + value + "]");
+    words.push_back("[" + ParamFlag(p.name) + " " + value_of(p, "X") + "]");
   }
   words.push_back("--out O.npy");
   words.push_back("[--weights-out W.npy]");

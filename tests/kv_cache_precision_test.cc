@@ -1,0 +1,351 @@
+// A KvCache that holds bf16 (KvCacheShape::precision): its error against
+// float64 attention over the caller's fp32 keys and values, set beside the
+// error exact math makes on the same keys and values rounded to bf16, on
+// the data the docs name (normal, an outlier channel, positions scaled by
+// e^±4, sharp queries); its bits for any thread count; its pool; its checks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "api/kv_cache_bytes.h"
+#include "attnscore/attnscore.h"
+#include "test_util.h"
+
+namespace attnscore::test {
+namespace {
+
+// x rounded to the nearest bfloat16, ties to even, written from the format's
+// definition (the engine's own rounding is not used): finite inputs only.
+float RoundedToBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const uint32_t low = bits & 0xFFFFu, kept = bits >> 16;
+  uint32_t word = kept;
+  if (low > 0x8000u || (low == 0x8000u && (kept & 1u) != 0)) ++word;
+  bits = word << 16;
+  float y;
+  std::memcpy(&y, &bits, sizeof y);
+  return y;
+}
+
+// One test's cache contents and queries: B sequences of `lengths[b]`
+// positions, keys (L, Hkv, D) and values (L, Hkv, Dv) each, as appended.
+struct Case {
+  int64_t batch = 2, kv_heads = 2, heads = 8, depth = 64, value_dim = 64;
+  std::vector<std::vector<float>> k, v;  // per sequence
+};
+
+// Float64 attention of the last `queries` positions of each sequence,
+// causal bottom-right, scale 1/sqrt(D): out (B, N, Hq, Dv), keys and values
+// taken as given or rounded to bf16 first.
+std::vector<double> Reference(const Case& c, const std::vector<float>& q, int64_t queries,
+                              bool rounded) {
+  const int64_t group = c.heads / c.kv_heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.depth));
+  std::vector<double> out(static_cast<size_t>(c.batch * queries * c.heads * c.value_dim));
+  const auto value = [&](float x) { return static_cast<double>(rounded ? RoundedToBf16(x) : x); };
+  for (int64_t b = 0; b < c.batch; ++b) {
+    const int64_t held = static_cast<int64_t>(c.k[b].size()) / (c.kv_heads * c.depth);
+    for (int64_t i = 0; i < queries; ++i) {
+      const int64_t seen = held - queries + i + 1;
+      for (int64_t h = 0; h < c.heads; ++h) {
+        const int64_t g = h / group;
+        const float* qrow = q.data() + ((b * queries + i) * c.heads + h) * c.depth;
+        std::vector<double> s(static_cast<size_t>(seen));
+        double top = -1e300;
+        for (int64_t j = 0; j < seen; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < c.depth; ++d) {
+            dot += static_cast<double>(qrow[d]) *
+                   value(c.k[b][static_cast<size_t>((j * c.kv_heads + g) * c.depth + d)]);
+          }
+          s[static_cast<size_t>(j)] = dot * scale;
+          top = std::max(top, dot * scale);
+        }
+        double sum = 0;
+        for (double& x : s) sum += (x = std::exp(x - top));
+        double* o = out.data() + ((b * queries + i) * c.heads + h) * c.value_dim;
+        for (int64_t j = 0; j < seen; ++j) {
+          for (int64_t e = 0; e < c.value_dim; ++e) {
+            o[e] += s[static_cast<size_t>(j)] / sum *
+                    value(c.v[b][static_cast<size_t>((j * c.kv_heads + g) * c.value_dim + e)]);
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+enum class Data { kNormal, kOutlierChannel, kScaledPositions, kSharpQueries };
+
+std::string Name(Data data) {
+  switch (data) {
+    case Data::kNormal:
+      return "normal";
+    case Data::kOutlierChannel:
+      return "a key channel 30x the others";
+    case Data::kScaledPositions:
+      return "positions scaled by e^U(-4, 4)";
+    case Data::kSharpQueries:
+      return "sharp queries";
+  }
+  return "?";
+}
+
+// Normal keys and values, shaped as `data` says, for positions
+// [first, first + count) of every sequence.
+void Grow(Case* c, Data data, int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> exponent(-4.0f, 4.0f);
+  c->k.resize(static_cast<size_t>(c->batch));
+  c->v.resize(static_cast<size_t>(c->batch));
+  for (int64_t b = 0; b < c->batch; ++b) {
+    for (int64_t t = 0; t < count; ++t) {
+      for (int64_t g = 0; g < c->kv_heads; ++g) {
+        const float position_scale =
+            data == Data::kScaledPositions ? std::exp(exponent(rng)) : 1.0f;
+        for (int64_t d = 0; d < c->depth; ++d) {
+          float x = normal(rng) * position_scale;
+          if (data == Data::kOutlierChannel && d == 5) x *= 30.0f;
+          c->k[b].push_back(x);
+        }
+        for (int64_t d = 0; d < c->value_dim; ++d) c->v[b].push_back(normal(rng) * position_scale);
+      }
+    }
+  }
+}
+
+std::vector<float> Queries(const Case& c, Data data, int64_t queries, uint32_t seed) {
+  return RandomFloats(static_cast<size_t>(c.batch * queries * c.heads * c.depth), seed,
+                      data == Data::kSharpQueries ? 8.0f : 1.0f);
+}
+
+// Appends positions [from, to) of every sequence.
+Status AppendRange(KvCache* cache, const Case& c, int64_t from, int64_t to) {
+  const int64_t kr = c.kv_heads * c.depth, vr = c.kv_heads * c.value_dim;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    const Status s = cache->AppendTo(
+        b, ConstTensor(c.k[b].data() + from * kr, {to - from, c.kv_heads, c.depth}),
+        ConstTensor(c.v[b].data() + from * vr, {to - from, c.kv_heads, c.value_dim}));
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+std::unique_ptr<KvCache> MakeCache(const Case& c, int64_t capacity, Precision precision) {
+  KvCacheShape shape{c.batch, capacity, c.kv_heads, c.depth, c.value_dim};
+  shape.precision = precision;
+  std::unique_ptr<KvCache> cache;
+  const Status s = KvCache::Create(shape, &cache);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return cache;
+}
+
+double MaxError(const std::vector<float>& actual, const std::vector<double>& expected) {
+  double worst = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(actual[i]) - expected[i]));
+  }
+  return worst;
+}
+
+// The acceptance of docs/semantics.md section 5.3: after a 2,000-position
+// append and then one position at a time, each decoding step's error
+// against float64 math on the fp32 keys and values is at most 1.5x the error
+// of float64 math on the same keys and values rounded to bf16.
+TEST(KvCachePrecision, Bf16DecodeErrsAtMostOneAndAHalfTimesExactMathOnRoundedValues) {
+  for (Data data :
+       {Data::kNormal, Data::kOutlierChannel, Data::kScaledPositions, Data::kSharpQueries}) {
+    Case c;
+    Grow(&c, data, 2004, 11);
+    std::unique_ptr<KvCache> cache = MakeCache(c, 2004, Precision::kBf16);
+    ASSERT_TRUE(AppendRange(cache.get(), c, 0, 2000).ok());
+    for (int64_t step = 0; step < 4; ++step) {
+      ASSERT_TRUE(AppendRange(cache.get(), c, 2000 + step, 2001 + step).ok());
+      Case seen = c;
+      for (int64_t b = 0; b < c.batch; ++b) {
+        seen.k[b].resize(static_cast<size_t>((2001 + step) * c.kv_heads * c.depth));
+        seen.v[b].resize(static_cast<size_t>((2001 + step) * c.kv_heads * c.value_dim));
+      }
+      const std::vector<float> q = Queries(c, data, 1, 100 + static_cast<uint32_t>(step));
+      std::vector<float> out(static_cast<size_t>(c.batch * c.heads * c.value_dim));
+      const Status s =
+          cache->Attend(DefaultEngine(), ConstTensor(q.data(), {c.batch, 1, c.heads, c.depth}),
+                        Tensor(out.data(), {c.batch, 1, c.heads, c.value_dim}));
+      ASSERT_TRUE(s.ok()) << s.message();
+      const std::vector<double> exact = Reference(seen, q, 1, /*rounded=*/false);
+      const std::vector<double> on_rounded = Reference(seen, q, 1, /*rounded=*/true);
+      double rounding = 0;  // exact math's own error on the rounded keys and values
+      for (size_t i = 0; i < exact.size(); ++i) {
+        rounding = std::max(rounding, std::abs(on_rounded[i] - exact[i]));
+      }
+      const double error = MaxError(out, exact);
+      EXPECT_GT(rounding, 0.0) << Name(data);
+      EXPECT_LE(error, 1.5 * rounding) << Name(data) << ", step " << step << ": error " << error
+                                       << " against exact math on rounded K, V " << rounding;
+    }
+  }
+}
+
+// Prefill through the cache (N queries at once, causal) and the weights
+// output: float64 math on the rounded keys and values, within float32's
+// accumulation error; the weights of each row sum to 1 over what it sees.
+TEST(KvCachePrecision, Bf16PrefillAndWeightsFollowTheRoundedValues) {
+  Case c;
+  c.batch = 2, c.kv_heads = 2, c.heads = 4, c.depth = 40, c.value_dim = 24;  // tails on every ISA
+  Grow(&c, Data::kNormal, 70, 5);
+  std::unique_ptr<KvCache> cache = MakeCache(c, 80, Precision::kBf16);
+  ASSERT_TRUE(AppendRange(cache.get(), c, 0, 70).ok());
+  const int64_t n = 6;
+  const std::vector<float> q = Queries(c, Data::kNormal, n, 7);
+  std::vector<float> out(static_cast<size_t>(c.batch * n * c.heads * c.value_dim));
+  std::vector<float> weights(static_cast<size_t>(c.batch * c.heads * n * 70), -1.0f);
+  const Status s =
+      cache->Attend(DefaultEngine(), ConstTensor(q.data(), {c.batch, n, c.heads, c.depth}),
+                    Tensor(out.data(), {c.batch, n, c.heads, c.value_dim}),
+                    Tensor(weights.data(), {c.batch, c.heads, n, 70}));
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_LE(MaxError(out, Reference(c, q, n, /*rounded=*/true)), 2e-5);
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t h = 0; h < c.heads; ++h) {
+      for (int64_t i = 0; i < n; ++i) {
+        const float* w = weights.data() + ((b * c.heads + h) * n + i) * 70;
+        double sum = 0;
+        for (int64_t j = 0; j < 70; ++j) {
+          if (j > 70 - n + i) {
+            EXPECT_EQ(w[j], 0.0f) << "past its causal bound";
+          }
+          sum += w[j];
+        }
+        EXPECT_NEAR(sum, 1.0, 1e-5);
+      }
+    }
+  }
+}
+
+// One long sequence on 1, 2 and 3 threads: its keys are cut into blocks of
+// a size that does not depend on the threads, so every count gives the bits
+// of one thread, outputs and weights.
+TEST(KvCachePrecision, Bf16BitsAreTheSameForAnyThreadCount) {
+  Case c;
+  c.batch = 1, c.kv_heads = 2, c.heads = 8, c.depth = 64, c.value_dim = 64;
+  Grow(&c, Data::kNormal, 3000, 9);
+  std::unique_ptr<KvCache> cache = MakeCache(c, 3000, Precision::kBf16);
+  ASSERT_TRUE(AppendRange(cache.get(), c, 0, 3000).ok());
+  const std::vector<float> q = Queries(c, Data::kNormal, 1, 3);
+  std::vector<std::vector<float>> outs, weights;
+  for (int threads : {1, 2, 3}) {
+    std::unique_ptr<Engine> engine = EngineWithThreads(threads);
+    std::vector<float> out(static_cast<size_t>(c.heads * c.value_dim));
+    std::vector<float> w(static_cast<size_t>(c.heads * 3000));
+    ASSERT_TRUE(cache
+                    ->Attend(*engine, ConstTensor(q.data(), {1, 1, c.heads, c.depth}),
+                             Tensor(out.data(), {1, 1, c.heads, c.value_dim}),
+                             Tensor(w.data(), {1, c.heads, 1, 3000}))
+                    .ok());
+    outs.push_back(out);
+    weights.push_back(w);
+  }
+  for (size_t t = 1; t < outs.size(); ++t) {
+    EXPECT_EQ(std::memcmp(outs[t].data(), outs[0].data(), outs[0].size() * sizeof(float)), 0)
+        << t + 1 << " threads";
+    EXPECT_EQ(std::memcmp(weights[t].data(), weights[0].data(), weights[0].size() * sizeof(float)),
+              0)
+        << t + 1 << " threads";
+  }
+}
+
+// A bf16 pool: blocks of whole pages of words (twice fp32's positions), the
+// bytes held half of fp32's, and the bits of the same cache without a pool.
+TEST(KvCachePrecision, Bf16PoolHoldsHalfTheBytesAndGivesTheSameBits) {
+  EXPECT_EQ(KvCache::BlockPositionsMultiple(64, 64, Precision::kBf16),
+            2 * KvCache::BlockPositionsMultiple(64, 64, Precision::kFp32));
+  Case c;
+  c.batch = 2, c.kv_heads = 2, c.heads = 4, c.depth = 64, c.value_dim = 64;
+  Grow(&c, Data::kNormal, 300, 13);
+  const int64_t multiple = KvCache::BlockPositionsMultiple(64, 64, Precision::kBf16);
+  KvCacheShape shape{c.batch, 300, c.kv_heads, c.depth, c.value_dim};
+  shape.precision = Precision::kBf16;
+  shape.block_positions = multiple;
+  shape.blocks = 2 * ((300 + multiple - 1) / multiple);
+  std::unique_ptr<KvCache> pooled;
+  ASSERT_TRUE(KvCache::Create(shape, &pooled).ok());
+  std::unique_ptr<KvCache> own = MakeCache(c, 300, Precision::kBf16);
+  std::unique_ptr<KvCache> fp32 = MakeCache(c, 300, Precision::kFp32);
+  for (KvCache* cache : {pooled.get(), own.get(), fp32.get()}) {
+    ASSERT_TRUE(AppendRange(cache, c, 0, 300).ok());
+  }
+  size_t bytes_bf16 = 0, bytes_fp32 = 0;
+  for (const auto& [first, bytes] : internal::KvCacheBytes::Held(*pooled)) bytes_bf16 += bytes;
+  for (const auto& [first, bytes] : internal::KvCacheBytes::Held(*fp32)) bytes_fp32 += bytes;
+  EXPECT_EQ(bytes_bf16 * 2, bytes_fp32);
+  EXPECT_EQ(bytes_bf16, static_cast<size_t>(2 * 300 * 2 * (64 + 64) * 2));
+  const std::vector<float> q = Queries(c, Data::kNormal, 1, 17);
+  std::vector<float> a(static_cast<size_t>(c.batch * c.heads * 64)), b(a.size());
+  const ConstTensor queries(q.data(), {c.batch, 1, c.heads, 64});
+  ASSERT_TRUE(
+      pooled->Attend(DefaultEngine(), queries, Tensor(a.data(), {c.batch, 1, c.heads, 64})).ok());
+  ASSERT_TRUE(
+      own->Attend(DefaultEngine(), queries, Tensor(b.data(), {c.batch, 1, c.heads, 64})).ok());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  // Cleared and refilled, the pool serves again.
+  ASSERT_TRUE(pooled->Clear(0).ok());
+  EXPECT_EQ(pooled->length(0), 0);
+  ASSERT_TRUE(pooled
+                  ->AppendTo(0, ConstTensor(c.k[0].data(), {300, 2, 64}),
+                             ConstTensor(c.v[0].data(), {300, 2, 64}))
+                  .ok());
+  ASSERT_TRUE(
+      pooled->Attend(DefaultEngine(), queries, Tensor(a.data(), {c.batch, 1, c.heads, 64})).ok());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
+// A precision that is none, queries whose heads the cache's do not divide,
+// and a bf16 block size that is fp32's but not whole pages of words: each
+// refused with the argument named, nothing written.
+TEST(KvCachePrecision, RefusesBadPrecisionsHeadsAndBlocks) {
+  KvCacheShape shape{1, 8, 2, 64, 64};
+  shape.precision = static_cast<Precision>(7);
+  std::unique_ptr<KvCache> cache;
+  Status s = KvCache::Create(shape, &cache);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("precision is 7"), std::string::npos) << s.message();
+  EXPECT_EQ(cache, nullptr);
+
+  shape.precision = Precision::kBf16;
+  const int64_t fp32_multiple = KvCache::BlockPositionsMultiple(64, 64, Precision::kFp32);
+  shape.block_positions = fp32_multiple;
+  shape.blocks = 4;
+  s = KvCache::Create(shape, &cache);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("bf16"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("multiple of " + std::to_string(2 * fp32_multiple)), std::string::npos)
+      << s.message();
+
+  shape.block_positions = shape.blocks = 0;
+  ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
+  const std::vector<float> k = RandomFloats(2 * 64, 1);
+  ASSERT_TRUE(
+      cache->Append(ConstTensor(k.data(), {1, 1, 2, 64}), ConstTensor(k.data(), {1, 1, 2, 64}))
+          .ok());
+  const std::vector<float> q = RandomFloats(3 * 64, 2);
+  std::vector<float> out(3 * 64, 5.0f);
+  s = cache->Attend(DefaultEngine(), ConstTensor(q.data(), {1, 1, 3, 64}),
+                    Tensor(out.data(), {1, 1, 3, 64}));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("KvCache: queries (1, 1, 3, 64) have 3 heads"), std::string::npos)
+      << s.message();
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == 5.0f; }));
+}
+
+}  // namespace
+}  // namespace attnscore::test
