@@ -347,5 +347,28 @@ TEST(KvCachePrecision, RefusesBadPrecisionsHeadsAndBlocks) {
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == 5.0f; }));
 }
 
+// What Attend refuses is named as the call the caller made, KvCache, in
+// either precision (the fp32 cache runs the multi-head op underneath).
+TEST(KvCachePrecision, AttendNamesTheCacheInItsMessages) {
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    KvCacheShape shape{1, 8, 1, 16, 16};
+    shape.precision = precision;
+    std::unique_ptr<KvCache> cache;
+    ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
+    const std::vector<float> k = RandomFloats(2 * 16, 1);
+    ASSERT_TRUE(
+        cache->Append(ConstTensor(k.data(), {1, 2, 1, 16}), ConstTensor(k.data(), {1, 2, 1, 16}))
+            .ok());
+    const std::vector<float> q = RandomFloats(2 * 16, 2);
+    std::vector<float> out(2 * 16, 5.0f);
+    const Status s = cache->Attend(DefaultEngine(), ConstTensor(q.data(), {1, 1, 2, 16}),
+                                   Tensor(out.data(), {1, 1, 2, 8}, {32, 16, 8, 1}));
+    EXPECT_EQ(s.message(),
+              "KvCache: out has shape (1, 1, 2, 8) but must be (B, N, Hq, Dv) = (1, 1, 2, 16)")
+        << PrecisionName(precision);
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == 5.0f; }));
+  }
+}
+
 }  // namespace
 }  // namespace attnscore::test

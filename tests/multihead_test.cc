@@ -794,9 +794,16 @@ TEST(MultiHeadKvCache, RefusesABadPool) {
   // 2^30 sequences of 1 position are 2^38 floats, but of a block each more than 2^40.
   KvCacheShape huge = good;
   huge.batch = int64_t{1} << 30, huge.capacity = 1;
-  const std::string too_many =
-      "KvCache::Create: B · capacity rounded up to whole blocks · Hkv · (D + Dv) is ";
-  EXPECT_EQ(KvCache::Create(huge, &cache).message().substr(0, too_many.size()), too_many);
+  // The count as an integer: 2^30 · P · 2 · 128.
+  EXPECT_EQ(KvCache::Create(huge, &cache).message(),
+            "KvCache::Create: B · capacity rounded up to whole blocks · Hkv · (D + Dv) is " +
+                std::to_string((int64_t{1} << 30) * block * 2 * 128) + " floats, more than 2^40");
+  // A count past 2^53 in three digits and an exponent, not 58 digits and decimals.
+  KvCacheShape huger = good;
+  huger.batch = huger.capacity = huger.kv_heads = int64_t{1} << 30;
+  huger.block_positions = huger.blocks = 0;
+  EXPECT_EQ(KvCache::Create(huger, &cache).message(),
+            "KvCache::Create: B · capacity · Hkv · (D + Dv) is 1.58e+29 floats, more than 2^40");
   ASSERT_TRUE(KvCache::Create(good, &cache).ok());
   EXPECT_EQ(cache->blocks_in_use(), 0);
 }

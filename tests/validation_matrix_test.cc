@@ -72,6 +72,7 @@ std::string ReasonFor(const std::string& name) {
       {"share_memory", "make elements share memory"},
       {"lens_inside", "overlaps valid_lens"},
       {"overlaps", "overlaps"},
+      {"strides_too_large", "that reach past what can be addressed"},
       {"too_large", "too large to address"},
       {"lens_negative", "lengths must be >= 0"},
       {"lens_int32_min", "is -2147483648; lengths must be >= 0"},

@@ -111,11 +111,11 @@ Status Engine::DotProductAttention(ConstTensor queries, ConstTensor keys, ConstT
 Status Engine::MultiHeadAttention(ConstTensor queries, ConstTensor keys, ConstTensor values,
                                   const ValidLens& valid_lens, const MultiHeadOptions& options,
                                   Tensor out, Tensor attention_weights) const {
-  return internal::RunCall(impl_->context, "MultiHeadAttention",
-                           [&](const internal::CallContext& call) {
-                             return ops::MultiHeadAttention(call, queries, keys, values, valid_lens,
-                                                            options, out, attention_weights);
-                           });
+  return internal::RunCall(
+      impl_->context, "MultiHeadAttention", [&](const internal::CallContext& call) {
+        return ops::MultiHeadAttention(call, "MultiHeadAttention", queries, keys, values,
+                                       valid_lens, options, out, attention_weights);
+      });
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <new>
 #include <numeric>
 #include <string>
@@ -29,6 +30,15 @@ namespace {
 constexpr const char* kOp = "KvCache";
 using internal::CheckTensor;
 using internal::kAnyDim;
+
+// A count the checks work out in double, as a reader wants it: an integer,
+// or past 2^53 (where a double stops counting one by one) three digits and
+// an exponent.
+std::string CountText(double count) {
+  char text[32];
+  std::snprintf(text, sizeof text, count < 9007199254740992.0 ? "%.0f" : "%.3g", count);
+  return text;
+}
 
 // The pool's two numbers, once Create has found every dim at least 1 and
 // B · capacity · Hkv · (D + Dv) at most 2^40: both 0 (no pool), or at
@@ -63,7 +73,7 @@ Status CheckPoolShape(const KvCacheShape& shape) {
   if (floats > 1099511627776.0) {
     return Status::InvalidArgument(call +
                                    "B · capacity rounded up to whole blocks · Hkv · (D + Dv) is " +
-                                   std::to_string(floats) + " floats, more than 2^40");
+                                   CountText(floats) + " floats, more than 2^40");
   }
   return Status::Ok();
 }
@@ -226,7 +236,7 @@ Status KvCache::Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cach
   }
   if (floats > 1099511627776.0) {
     return Status::InvalidArgument("KvCache::Create: B · capacity · Hkv · (D + Dv) is " +
-                                   std::to_string(floats) + " floats, more than 2^40");
+                                   CountText(floats) + " floats, more than 2^40");
   }
   ATTNSCORE_RETURN_IF_ERROR(CheckPoolShape(shape));
   return internal::Guarded("KvCache::Create", [&] {
@@ -362,7 +372,7 @@ Status KvCache::Attend(const Engine& engine, ConstTensor queries, Tensor out,
               attention_weights);
         }
         return ops::MultiHeadAttention(
-            call, queries, storage_->View<float>(storage_->keys, longest, s.key_dim),
+            call, kOp, queries, storage_->View<float>(storage_->keys, longest, s.key_dim),
             storage_->View<float>(storage_->values, longest, s.value_dim), lens, MultiHeadOptions(),
             out, attention_weights);
       });

@@ -55,8 +55,9 @@ Status CheckTensor(const char* op, const char* name, const ConstTensor& view,
   if (view.data == nullptr) {
     return Status::InvalidArgument(Prefix(op, name) + " is null");
   }
+  // Too many elements is the shape's fault; an addressable shape whose
+  // last element lies past what can be addressed is its strides'.
   int64_t elements = 1;
-  int64_t last_offset = 0;
   for (int d = 0; d < rank; ++d) {
     if (view.dims[d] < 1) {
       return Status::InvalidArgument(Prefix(op, name) + " has shape " + ShapeString(view) +
@@ -65,13 +66,25 @@ Status CheckTensor(const char* op, const char* name, const ConstTensor& view,
     if (view.strides[d] < 0) {
       return Status::InvalidArgument(Prefix(op, name) + " has a negative stride");
     }
-    int64_t span = 0;
     if (__builtin_mul_overflow(elements, view.dims[d], &elements) ||
-        __builtin_mul_overflow(view.dims[d] - 1, view.strides[d], &span) ||
-        __builtin_add_overflow(last_offset, span, &last_offset) ||
-        last_offset > INT64_MAX / static_cast<int64_t>(sizeof(float))) {
+        elements > INT64_MAX / static_cast<int64_t>(sizeof(float))) {
       return Status::InvalidArgument(Prefix(op, name) + " has shape " + ShapeString(view) +
                                      ", too large to address");
+    }
+  }
+  int64_t last_offset = 0;
+  for (int d = 0; d < rank; ++d) {
+    int64_t span = 0;
+    if (__builtin_mul_overflow(view.dims[d] - 1, view.strides[d], &span) ||
+        __builtin_add_overflow(last_offset, span, &last_offset) ||
+        last_offset > INT64_MAX / static_cast<int64_t>(sizeof(float))) {
+      std::string strides;
+      for (int e = 0; e < rank; ++e) {
+        strides += (e == 0 ? "(" : ", ") + std::to_string(view.strides[e]);
+      }
+      return Status::InvalidArgument(Prefix(op, name) + " has strides " + strides +
+                                     ") that reach past what can be addressed (shape " +
+                                     ShapeString(view) + ")");
     }
   }
   int d = 0;

@@ -24,42 +24,43 @@ constexpr const char* kOp = "MultiHeadAttention";
 using internal::CheckTensor;
 using internal::kAnyDim;
 
-Status CheckInputs(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
+Status CheckInputs(const char* op, const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
                    const MultiHeadOptions& multihead) {
   ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, kAnyDim, kAnyDim}, "(B, N, Hq, D)"));
+      CheckTensor(op, "queries", q, {kAnyDim, kAnyDim, kAnyDim, kAnyDim}, "(B, N, Hq, D)"));
   const int64_t batch = q.dims[0], heads = q.dims[2], depth = q.dims[3];
   ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(kOp, "keys", k, {batch, kAnyDim, kAnyDim, depth}, "(B, M, Hkv, D)"));
+      CheckTensor(op, "keys", k, {batch, kAnyDim, kAnyDim, depth}, "(B, M, Hkv, D)"));
   const int64_t keys = k.dims[1], kv_heads = k.dims[2];
   ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(kOp, "values", v, {batch, keys, kv_heads, kAnyDim}, "(B, M, Hkv, Dv)"));
+      CheckTensor(op, "values", v, {batch, keys, kv_heads, kAnyDim}, "(B, M, Hkv, Dv)"));
   if (heads % kv_heads != 0) {
     return Status::InvalidArgument(
-        std::string(kOp) + ": queries " + ShapeString(q) + " have " + std::to_string(heads) +
+        std::string(op) + ": queries " + ShapeString(q) + " have " + std::to_string(heads) +
         " heads and keys " + ShapeString(k) + " have " + std::to_string(kv_heads) +
         "; the query heads Hq must be a multiple of the key-value heads Hkv");
   }
   if (!std::isfinite(multihead.scale)) {
-    return Status::InvalidArgument(std::string(kOp) + ": scale is " +
+    return Status::InvalidArgument(std::string(op) + ": scale is " +
                                    std::to_string(multihead.scale) + "; it must be finite");
   }
-  return CheckCausal(kOp, multihead.causal, q, k);
+  return CheckCausal(op, multihead.causal, q, k);
 }
 
-Status CheckArguments(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
-                      const ValidLens& lens, const MultiHeadOptions& multihead,
-                      const ConstTensor& out, const ConstTensor& attention) {
-  ATTNSCORE_RETURN_IF_ERROR(CheckInputs(q, k, v, multihead));
+Status CheckArguments(const char* op, const ConstTensor& q, const ConstTensor& k,
+                      const ConstTensor& v, const ValidLens& lens,
+                      const MultiHeadOptions& multihead, const ConstTensor& out,
+                      const ConstTensor& attention) {
+  ATTNSCORE_RETURN_IF_ERROR(CheckInputs(op, q, k, v, multihead));
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t value_dim = v.dims[3];
   ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(kOp, "out", out, {batch, queries, heads, value_dim}, "(B, N, Hq, Dv)"));
+      CheckTensor(op, "out", out, {batch, queries, heads, value_dim}, "(B, N, Hq, Dv)"));
   if (!attention.empty()) {
-    ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "attention_weights", attention,
+    ATTNSCORE_RETURN_IF_ERROR(CheckTensor(op, "attention_weights", attention,
                                           {batch, heads, queries, keys}, "(B, Hq, N, M)"));
   }
-  return internal::CheckOutputsApart(kOp, {{"queries", q}, {"keys", k}, {"values", v}}, out,
+  return internal::CheckOutputsApart(op, {{"queries", q}, {"keys", k}, {"values", v}}, out,
                                      attention, lens, batch, queries);
 }
 
@@ -165,7 +166,7 @@ bool Dense(const ConstTensor& t) {
 Status CheckMultiHeadAttentionInputs(const ConstTensor& q, const ConstTensor& k,
                                      const ConstTensor& v, const ValidLens& valid_lens,
                                      const MultiHeadOptions& multihead, MultiHeadShapes* shapes) {
-  ATTNSCORE_RETURN_IF_ERROR(CheckInputs(q, k, v, multihead));
+  ATTNSCORE_RETURN_IF_ERROR(CheckInputs(kOp, q, k, v, multihead));
   ATTNSCORE_RETURN_IF_ERROR(internal::CheckValidLens(valid_lens, q.dims[0], q.dims[1], kOp, {}));
   shapes->out = {q.dims[0], q.dims[1], q.dims[2], v.dims[3]};
   shapes->attention_weights = {q.dims[0], q.dims[2], q.dims[1], k.dims[1]};
@@ -232,10 +233,10 @@ Status CachedAttentionBf16(const internal::CallContext& call, const char* op, Co
   return Status::Ok();
 }
 
-Status MultiHeadAttention(const internal::CallContext& call, ConstTensor q, ConstTensor k,
-                          ConstTensor v, const ValidLens& valid_lens,
+Status MultiHeadAttention(const internal::CallContext& call, const char* op, ConstTensor q,
+                          ConstTensor k, ConstTensor v, const ValidLens& valid_lens,
                           const MultiHeadOptions& multihead, Tensor out, Tensor attention) {
-  ATTNSCORE_RETURN_IF_ERROR(CheckArguments(q, k, v, valid_lens, multihead, out, attention));
+  ATTNSCORE_RETURN_IF_ERROR(CheckArguments(op, q, k, v, valid_lens, multihead, out, attention));
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t kv_heads = k.dims[2], group = heads / kv_heads;  // query heads per K/V head
   std::vector<int64_t> lengths;
@@ -274,7 +275,7 @@ Status MultiHeadAttention(const internal::CallContext& call, ConstTensor q, Cons
           call.workspace.Floats(internal::ScratchSlot::kHeadCopies,
                                 static_cast<size_t>(q_floats + k_floats + v_floats + out_floats));
     } catch (const std::bad_alloc&) {
-      return Status::Internal(std::string(kOp) + ": out of memory for dense copies of a head");
+      return Status::Internal(std::string(op) + ": out of memory for dense copies of a head");
     }
   }
   // The copies' views, used only where `copy`: otherwise there is no

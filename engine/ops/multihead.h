@@ -23,9 +23,10 @@ Status CheckMultiHeadAttentionInputs(const ConstTensor& queries, const ConstTens
 
 // Engine::MultiHeadAttention without the call scope (threads, denormals).
 // Q (B, N, Hq, D), K (B, M, Hkv, D), V (B, M, Hkv, Dv), out (B, N, Hq, Dv),
-// attention_weights (B, Hq, N, M) or empty; Hq a multiple of Hkv.
-Status MultiHeadAttention(const internal::CallContext& call, ConstTensor queries, ConstTensor keys,
-                          ConstTensor values, const ValidLens& valid_lens,
+// attention_weights (B, Hq, N, M) or empty; Hq a multiple of Hkv. Messages
+// name `op`, the call the caller made ("MultiHeadAttention", "KvCache").
+Status MultiHeadAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
+                          ConstTensor keys, ConstTensor values, const ValidLens& valid_lens,
                           const MultiHeadOptions& multihead, Tensor out, Tensor attention_weights);
 
 // MultiHeadAttention over keys and values held as bfloat16 words (a bf16

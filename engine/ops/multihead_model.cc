@@ -172,7 +172,7 @@ Status MultiHeadForward(const internal::CallContext& call, const MultiHeadParams
   multihead.causal = causal;
   multihead.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   ATTNSCORE_RETURN_IF_ERROR(MultiHeadAttention(
-      call, ConstTensor(q_proj, {batch, queries, heads, d}),
+      call, kOp, ConstTensor(q_proj, {batch, queries, heads, d}),
       ConstTensor(k_proj, {batch, keys, heads, d}), ConstTensor(v_proj, {batch, keys, heads, d}),
       valid_lens, multihead, Tensor(heads_out, {batch, queries, heads, d}), attention));
   return project_out->Run(call.workspace, heads_out, m.w_o.data(), out.data, bias(m.b_o));

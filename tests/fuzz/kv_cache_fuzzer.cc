@@ -2,7 +2,10 @@
 // without a pool of blocks, through a run of appends to every sequence or to
 // one, clears and attends that the input chooses, on 1 or 2 threads.
 //
-// A shadow of each sequence's positions says what must happen. An append
+// The cache holds fp32 or bf16 (KvCacheShape::precision); the shadow holds
+// what it must: the values given, or each rounded to the nearest bf16 (ties
+// to even, written here from the format's definition). A shadow of each
+// sequence's positions says what must happen. An append
 // past a sequence's capacity or the pool's free blocks, to a sequence out of
 // range, or a clear of one, must fail with kInvalidArgument and change
 // nothing: lengths, blocks in use and what later attends give. A valid one
@@ -26,6 +29,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +44,7 @@ using attnscore::Engine;
 using attnscore::EngineOptions;
 using attnscore::KvCache;
 using attnscore::KvCacheShape;
+using attnscore::Precision;
 using attnscore::Status;
 using attnscore::StatusCode;
 using attnscore::Tensor;
@@ -160,8 +165,9 @@ class Fuzz {
     s.key_dim = in_.ConsumeBool() ? 16 : 64;
     s.value_dim = in_.ConsumeBool() ? 16 : 64;
     threads_ = in_.ConsumeBool() ? 2 : 1;
-    // The fewest positions whose rows of D and of Dv floats are whole pages.
-    const int64_t whole = KvCache::BlockPositionsMultiple(s.key_dim, s.value_dim);
+    s.precision = in_.ConsumeBool() ? Precision::kBf16 : Precision::kFp32;
+    // The fewest positions whose rows of D and of Dv elements are whole pages.
+    const int64_t whole = KvCache::BlockPositionsMultiple(s.key_dim, s.value_dim, s.precision);
     if (in_.ConsumeBool()) {
       s.block_positions = whole * in_.ConsumeIntegralInRange<int64_t>(1, 2);
       s.blocks = in_.ConsumeIntegralInRange<int64_t>(1, 3 * s.batch);
@@ -198,11 +204,26 @@ class Fuzz {
               std::to_string(s.kv_heads * group_) + " D " + std::to_string(s.key_dim) + " Dv " +
               std::to_string(s.value_dim) + " capacity " + std::to_string(s.capacity) +
               " block_positions " + std::to_string(s.block_positions) + " blocks " +
-              std::to_string(s.blocks) + " threads " + std::to_string(threads_) + "; ";
+              std::to_string(s.blocks) + " threads " + std::to_string(threads_) +
+              (s.precision == Precision::kBf16 ? " bf16" : "") + "; ";
     ExpectOk(KvCache::Create(s, &cache_), "Create");
     shadow_.keys.assign(static_cast<size_t>(s.batch), {});
     shadow_.values.assign(static_cast<size_t>(s.batch), {});
     return true;
+  }
+
+  // What the cache holds for `given`: the values, or each rounded to bf16.
+  std::vector<float> Held(std::vector<float> given) const {
+    if (shadow_.shape.precision != Precision::kBf16) return given;
+    for (float& x : given) {
+      uint32_t bits;
+      std::memcpy(&bits, &x, sizeof bits);
+      const uint32_t low = bits & 0xFFFFu, kept = bits >> 16;
+      const uint32_t word = kept + (low > 0x8000u || (low == 0x8000u && (kept & 1u) != 0));
+      bits = word << 16;
+      std::memcpy(&x, &bits, sizeof x);
+    }
+    return given;
   }
 
   // Positions to append: a third past a block, at most.
@@ -217,6 +238,7 @@ class Fuzz {
     g_case += "append " + std::to_string(rows) + "; ";
     const std::vector<float> k = Values(s.batch * rows * s.kv_heads * s.key_dim);
     const std::vector<float> v = Values(s.batch * rows * s.kv_heads * s.value_dim);
+    const std::vector<float> k_held = Held(k), v_held = Held(v);
     const Status status =
         cache_->Append(ConstTensor(k.data(), {s.batch, rows, s.kv_heads, s.key_dim}),
                        ConstTensor(v.data(), {s.batch, rows, s.kv_heads, s.value_dim}));
@@ -225,10 +247,10 @@ class Fuzz {
     const size_t k_rows = static_cast<size_t>(rows * s.kv_heads * s.key_dim);
     const size_t v_rows = static_cast<size_t>(rows * s.kv_heads * s.value_dim);
     for (size_t b = 0; b < static_cast<size_t>(s.batch); ++b) {
-      shadow_.keys[b].insert(shadow_.keys[b].end(), k.begin() + b * k_rows,
-                             k.begin() + (b + 1) * k_rows);
-      shadow_.values[b].insert(shadow_.values[b].end(), v.begin() + b * v_rows,
-                               v.begin() + (b + 1) * v_rows);
+      shadow_.keys[b].insert(shadow_.keys[b].end(), k_held.begin() + b * k_rows,
+                             k_held.begin() + (b + 1) * k_rows);
+      shadow_.values[b].insert(shadow_.values[b].end(), v_held.begin() + b * v_rows,
+                               v_held.begin() + (b + 1) * v_rows);
     }
   }
 
@@ -245,10 +267,11 @@ class Fuzz {
       return ExpectRefused(status, "AppendTo");
     }
     ExpectOk(status, "AppendTo");
+    const std::vector<float> k_held = Held(k), v_held = Held(v);
     shadow_.keys[static_cast<size_t>(b)].insert(shadow_.keys[static_cast<size_t>(b)].end(),
-                                                k.begin(), k.end());
+                                                k_held.begin(), k_held.end());
     shadow_.values[static_cast<size_t>(b)].insert(shadow_.values[static_cast<size_t>(b)].end(),
-                                                  v.begin(), v.end());
+                                                  v_held.begin(), v_held.end());
   }
 
   void Clear() {
