@@ -2,13 +2,16 @@
 // endpoints (docs/serving.md). Uses the library only through its public API.
 #include <httplib.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -21,6 +24,41 @@
 
 namespace attnscore::server {
 namespace {
+
+// The CPUs this process may run on: its affinity mask's (taskset), no more
+// than its cgroup's CPU quota rounded up (cgroup v2's cpu.max, "QUOTA
+// PERIOD" or "max PERIOD"; v1's cpu.cfs_quota_us over cpu.cfs_period_us,
+// -1 for none; each of the cgroup /proc/self/cgroup names); at least 1. A
+// container given 2 CPUs on a 64-core host counts 2.
+int64_t UsableCpus() {
+  int64_t cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = std::max(1, CPU_COUNT(&set));
+  const auto cap = [&cpus](long long quota, long long period) {
+    if (quota > 0 && period > 0) cpus = std::min<int64_t>(cpus, (quota + period - 1) / period);
+  };
+  std::ifstream groups("/proc/self/cgroup");
+  for (std::string line; std::getline(groups, line);) {
+    // "ID:CONTROLLERS:PATH"; v2's line is "0::PATH".
+    const size_t first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    std::string path = line.substr(second + 1);
+    if (path == "/") path.clear();
+    if (line.rfind("0::", 0) == 0) {
+      std::ifstream max("/sys/fs/cgroup" + path + "/cpu.max");
+      std::string quota;
+      long long period = 0;
+      if (max >> quota >> period && quota != "max") cap(std::atoll(quota.c_str()), period);
+    } else if ((',' + controllers + ',').find(",cpu,") != std::string::npos) {
+      long long quota = 0, period = 0;
+      std::ifstream("/sys/fs/cgroup/cpu" + path + "/cpu.cfs_quota_us") >> quota;
+      std::ifstream("/sys/fs/cgroup/cpu" + path + "/cpu.cfs_period_us") >> period;
+      cap(quota, period);
+    }
+  }
+  return cpus;
+}
 
 constexpr const char* kUsage = R"(usage: attnscore-server [flags]
 
@@ -41,7 +79,9 @@ SIGTERM or SIGINT stops accepting, finishes the requests in flight and exits 0.
   --threads N               engine threads per request (default 1); one
                             request at a time has them, others meanwhile run
                             on their worker's thread alone
-  --workers N               requests computed at once (default: cores / threads)
+  --workers N               requests computed at once (default: the CPUs this
+                            process may use, by its affinity and cgroup quota,
+                            / threads)
   --max-queue N             requests waiting for a worker; more get 503 with
                             Retry-After (default 64)
   --max-request-bytes N     larger bodies get 413 (default 16777216); outputs
@@ -74,7 +114,7 @@ int Serve(const std::vector<std::string>& argv) {
   }
   if (!args.words.empty()) return Fail("unexpected argument '" + args.words[0] + "' (see --help)");
 
-  const int64_t cores = std::max<int64_t>(1, sysconf(_SC_NPROCESSORS_ONLN));
+  const int64_t cores = UsableCpus();
   int64_t port, threads, workers, max_queue, max_bytes, connections;
   if (!(s = cli::ParseInt(args, "--port", 8000, 0, 65535, &port)).ok() ||
       !(s = cli::ParseInt(args, "--threads", 1, 1, kMaxThreads, &threads)).ok() ||

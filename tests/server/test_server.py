@@ -371,6 +371,19 @@ def test_full_queue_is_503_with_retry_after():
         assert busy.stop() == 0
 
 
+def test_default_workers_count_the_cpus_the_process_may_use():
+    """taskset to one CPU: one worker by default, whatever the machine has."""
+    process = subprocess.Popen(["taskset", "-c", "0", SERVER, "--port", "0"],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert "engine 1 thread(s), 1 worker(s)" in line, line
+    finally:
+        process.terminate()
+        process.wait(30)
+        process.stdout.close()
+
+
 def test_sigterm_finishes_the_request_in_flight_and_exits_0(tmp_path):
     log = open(tmp_path / "log", "w")
     busy = Server(SERVER, "--workers", "1", log=log)
