@@ -51,9 +51,8 @@ std::atomic<uint64_t> next_primitive_id{1};
 
 // While alive, this thread's OpenMP regions get one thread: a primitive made
 // or run under it never splits its work. Debian's oneDNN threads with
-// OpenMP, whose thread count is a per-thread setting of the process's
-// OpenMP runtime; the engine's own threads (base/thread_team.h) are not
-// OpenMP's, so every entry into oneDNN sets it here.
+// OpenMP, whose thread count is per thread; the engine's own threads
+// (base/thread_team.h) are not OpenMP's, so every entry into oneDNN sets it.
 class OneOmpThread {
  public:
   OneOmpThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
@@ -388,6 +387,8 @@ std::string ProblemName(const Problem& p) {
   return name;
 }
 
+// Shared by every engine: a plan is immutable, compiled for oneDNN's
+// process-wide ISA, and gives the same bits whichever engine made it.
 Cache& PlanCache() {
   static Cache* cache = new Cache;
   return *cache;
