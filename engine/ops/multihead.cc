@@ -47,19 +47,24 @@ Status CheckInputs(const char* op, const ConstTensor& q, const ConstTensor& k, c
   return CheckCausal(op, multihead.causal, q, k);
 }
 
+// out (B, N, Hq, Dv) and, when not empty, attention_weights (B, Hq, N, M).
+Status CheckOutputShapes(const char* op, const ConstTensor& q, int64_t keys, int64_t value_dim,
+                         const ConstTensor& out, const ConstTensor& attention) {
+  const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2];
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(op, "out", out, {batch, queries, heads, value_dim}, "(B, N, Hq, Dv)"));
+  if (attention.empty()) return Status::Ok();
+  return CheckTensor(op, "attention_weights", attention, {batch, heads, queries, keys},
+                     "(B, Hq, N, M)");
+}
+
 Status CheckArguments(const char* op, const ConstTensor& q, const ConstTensor& k,
                       const ConstTensor& v, const ValidLens& lens,
                       const MultiHeadOptions& multihead, const ConstTensor& out,
                       const ConstTensor& attention) {
   ATTNSCORE_RETURN_IF_ERROR(CheckInputs(op, q, k, v, multihead));
-  const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
-  const int64_t value_dim = v.dims[3];
-  ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(op, "out", out, {batch, queries, heads, value_dim}, "(B, N, Hq, Dv)"));
-  if (!attention.empty()) {
-    ATTNSCORE_RETURN_IF_ERROR(CheckTensor(op, "attention_weights", attention,
-                                          {batch, heads, queries, keys}, "(B, Hq, N, M)"));
-  }
+  const int64_t batch = q.dims[0], queries = q.dims[1];
+  ATTNSCORE_RETURN_IF_ERROR(CheckOutputShapes(op, q, k.dims[1], v.dims[3], out, attention));
   return internal::CheckOutputsApart(op, {{"queries", q}, {"keys", k}, {"values", v}}, out,
                                      attention, lens, batch, queries);
 }
@@ -198,12 +203,7 @@ Status CachedAttentionBf16(const internal::CallContext& call, const char* op, Co
                            const ValidLens& valid_lens, Tensor out, Tensor attention) {
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t value_dim = v.dims[3];
-  ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(op, "out", out, {batch, queries, heads, value_dim}, "(B, N, Hq, Dv)"));
-  if (!attention.empty()) {
-    ATTNSCORE_RETURN_IF_ERROR(CheckTensor(op, "attention_weights", attention,
-                                          {batch, heads, queries, keys}, "(B, Hq, N, M)"));
-  }
+  ATTNSCORE_RETURN_IF_ERROR(CheckOutputShapes(op, q, keys, value_dim, out, attention));
   ATTNSCORE_RETURN_IF_ERROR(internal::CheckOutputsApart(op, {{"queries", q}}, out, attention,
                                                         valid_lens, batch, queries));
   std::vector<int64_t> lengths;
