@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -181,10 +183,17 @@ int Serve(const std::vector<std::string>& argv) {
   }
   if (listener >= 0) listen(listener, SOMAXCONN);
 
+  // http.stop() does nothing until the accept loop runs, so a signal that
+  // comes between the line below and the loop's start waits for the loop
+  // (or for listen_after_bind to have failed by itself).
+  std::atomic<bool> listen_ended{false};
   std::thread stopper([&] {
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);
     service.Stop();
+    while (!http.is_running() && !listen_ended) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     http.stop();  // ends listen_after_bind once the requests in flight are answered
   });
   std::printf(
@@ -193,6 +202,7 @@ int Serve(const std::vector<std::string>& argv) {
       host.c_str(), bound, models.size(), engine_options.threads, options.workers);
   std::fflush(stdout);
   const bool served = http.listen_after_bind();
+  listen_ended = true;
   if (!served) {
     // listen failed by itself: wake the stopper so it can be joined.
     pthread_kill(stopper.native_handle(), SIGTERM);

@@ -176,6 +176,8 @@ class ShortRun(unittest.TestCase):
         rows = short_run_rows("Against", "## Against their limits, alternated")
         self.assertEqual(sorted((r[0], r[2]) for r in rows), [
             ("KvCache decode, B 4, Hq 16, Hkv 4, D 64, 2048 keys", "read of the K and V it holds"),
+            ("KvCache decode, B 4, Hq 16, Hkv 4, D 64, 2048 keys, bf16 cache",
+             "read of the K and V it holds"),
             ("dot product decode (8, 1, 1024), D 64", "read of its K and V rows"),
             ("dot product decode, one sequence (1, 1, 4096), D 64", "read of its K and V rows"),
             ("dot product encoder (4, 128, 128), D 64, per-query lengths",
