@@ -189,16 +189,21 @@ class HostileCli(unittest.TestCase):
         # cannot be replaced; the run must fail before or undo any change.
         if os.geteuid() != 0 or shutil.which("setpriv") is None:
             self.skipTest("needs root and setpriv to run the CLI as nobody")
-        # The CLI and its library copied where nobody can read them.
+        # The checkout may sit in a folder nobody cannot enter (a 0700
+        # home, a `mktemp -d`): the CLI and its library are copied, in the
+        # build's layout (bin/attnscore, libattnscore.so.* one folder up),
+        # to a folder nobody can read. The CLI finds the library by its
+        # $ORIGIN-relative run path, as a relocated build or install does.
         tools = tempfile.mkdtemp(prefix="attnscore_cli_")
         os.chmod(tools, 0o755)
         try:
-            cli = os.path.join(tools, "attnscore")
+            os.mkdir(os.path.join(tools, "bin"), 0o755)
+            cli = os.path.join(tools, "bin", "attnscore")
             shutil.copy(CLI, cli)
-            lib_dir = os.path.join(os.path.dirname(os.path.dirname(CLI)), "lib")
-            for name in os.listdir(lib_dir) if os.path.isdir(lib_dir) else []:
+            lib_dir = os.path.dirname(os.path.dirname(os.path.abspath(CLI)))
+            for name in os.listdir(lib_dir):
                 if name.startswith("libattnscore.so"):
-                    shutil.copy(os.path.join(lib_dir, name), tools)
+                    shutil.copy(os.path.join(lib_dir, name), tools)  # symlinks followed
             sticky = self.path("sticky")
             os.mkdir(sticky)
             os.chmod(sticky, 0o1777)
@@ -206,7 +211,7 @@ class HostileCli(unittest.TestCase):
                 os.chmod(self.path(name + ".npy"), 0o644)
             np.save(os.path.join(sticky, "w.npy"), np.full(3, 9, np.float32))  # root's
             old_w = slurp(os.path.join(sticky, "w.npy"))
-            env = dict(os.environ, LD_LIBRARY_PATH=tools)
+            env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
             as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", cli]
             for first_exists in (False, True):
                 o = os.path.join(sticky, "o.npy")

@@ -1,9 +1,9 @@
-"""Drop-in replacements for the PyTorch attention modules of d2l.ai's chapter
-"Attention Scoring Functions" and of the seq2seq tutorial, served by the
-attnscore engine where no gradient is needed.
+"""Drop-in replacements for the PyTorch attention modules of d2l.ai's chapters
+"Attention Scoring Functions" and "Multi-Head Attention" and of the seq2seq
+tutorial, served by the attnscore engine, with d2l's gradients.
 
     from attnscore.torch import (masked_softmax, DotProductAttention,
-                                 AdditiveAttention, Attn)
+                                 AdditiveAttention, Attn, MultiHeadAttention)
 
 Each class has the constructor, parameters, state_dict keys and
 `attention_weights` attribute of the module it replaces
@@ -12,28 +12,32 @@ into the other.
 
 Which code runs (docs/python.md has the whole story):
 
-- The engine, when no gradient is needed (torch.is_grad_enabled() is false,
-  or neither an input nor a parameter requires grad), dropout is inactive
-  (eval mode, or p = 0), every tensor is a 3-D, non-empty float32 CPU tensor,
-  the parameters are finite float32 CPU tensors, and valid_lens is None or a
-  CPU int32/int64 tensor of one or two dims. The engine reads the tensors'
-  own memory through NumPy views, strided ones (a transposed K) included;
-  the output and the attention weights it allocates are returned as torch
-  tensors over the same memory (torch.from_numpy): nothing is copied but
-  valid_lens when it is not contiguous.
-- d2l's PyTorch math otherwise, so training, autograd, other dtypes and other
-  devices work as before.
+- The engine's forward, whenever dropout is inactive (eval mode, or p = 0),
+  every tensor is a 3-D, non-empty float32 CPU tensor, the parameters are
+  finite float32 CPU tensors, and valid_lens is None or a CPU int32/int64
+  tensor of one or two dims. The engine reads the tensors' own memory
+  through NumPy views, strided ones (a transposed K) included; the output
+  and the attention weights it allocates are returned as torch tensors over
+  the same memory (torch.from_numpy): nothing is copied but valid_lens when
+  it is not contiguous.
+- When autograd records the call (grad mode on and an input or a parameter
+  requires grad), the engine's forward runs inside a torch.autograd.Function
+  (_EngineForward) whose backward recomputes d2l's PyTorch math from the
+  saved inputs and differentiates it: the gradients are d2l's.
+- d2l's PyTorch math otherwise (dropout active in training, other dtypes and
+  devices), so training draws d2l's random numbers.
 
 Threads: each call uses the shared engine for torch.get_num_threads(), one
 engine per thread count, created on first use (engine()). Results do not
 depend on the thread count (docs/semantics.md section 7.2).
 
-Parameters: AdditiveAttention and Attn build an engine model from their
-parameters on first use and keep a copy of the parameters it was built
-from. Every engine call compares the parameters with that copy, bit for bit,
-and rebuilds on any difference: load_state_dict, an optimizer step, a write
-through `.data` or a NumPy view (which autograd's version counter does not
-see), a replaced Parameter or a dtype change are all picked up.
+Parameters: AdditiveAttention, Attn and MultiHeadAttention build an engine
+model from their parameters on first use and keep a copy of the parameters
+it was built from. Every engine call compares the parameters with that copy,
+bit for bit, and rebuilds on any difference: load_state_dict, an optimizer
+step, a write through `.data` or a NumPy view (which autograd's version
+counter does not see), a replaced Parameter or a dtype change are all
+picked up.
 
 Differences from d2l on the engine path: a negative valid length is a
 ValueError (docs/semantics.md section 1.2; d2l gives uniform weights), and a
@@ -48,13 +52,16 @@ import threading
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
+from torch.nn import functional as F
 
 from . import AdditiveAttention as _AdditiveModel
 from . import ConcatAttention as _ConcatModel
 from . import Engine as _Engine
+from . import MultiHeadAttention as _MultiHeadModel
 
 __all__ = ["masked_softmax", "DotProductAttention", "AdditiveAttention",
-           "Attn", "engine"]
+           "Attn", "MultiHeadAttention", "engine"]
 
 _engines = {}
 _engines_lock = threading.Lock()
@@ -112,9 +119,11 @@ def _needs_grad(tensors):
 
 
 # ---------------------------------------------------------------------------
-# d2l's PyTorch math: the path for gradients, active dropout, other dtypes and
-# devices. Same operations in the same order as d2l, so dropout draws the same
-# random numbers and autograd gives the same gradients.
+# d2l's PyTorch math: the path for active dropout, other dtypes and devices,
+# and what the engine path's backward differentiates. Same operations in the
+# same order as d2l, so dropout draws the same random numbers and autograd
+# gives the same gradients. Each op's math takes its layers as callables (the
+# module's own, or F.linear over saved parameters) and its dropout.
 
 def _sequence_mask(X, valid_len, value):
     """X (rows, M) with entries at column >= valid_len[row] set to `value`,
@@ -135,6 +144,58 @@ def _torch_masked_softmax(X, valid_lens):
     return nn.functional.softmax(X.reshape(shape), dim=-1)
 
 
+def _no_dropout(x):
+    return x
+
+
+def _dot_product_math(queries, keys, values, valid_lens, dropout=_no_dropout):
+    """(output, attention weights) of d2l's DotProductAttention."""
+    d = queries.shape[-1]
+    scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
+    weights = _torch_masked_softmax(scores, valid_lens)
+    return torch.bmm(dropout(weights), values), weights
+
+
+# ---------------------------------------------------------------------------
+# The engine's forward under autograd.
+
+class _EngineForward(torch.autograd.Function):
+    """apply(run, math, *tensors): the forward is run(), the engine's outputs
+    (a tuple of tensors); the backward recomputes math(*tensors), d2l's
+    PyTorch math on the saved inputs and parameters, and differentiates it,
+    so the gradients are d2l's. The recompute costs one more d2l forward in
+    the backward (docs/python.md measures it); saving what d2l's autograd
+    saves instead would cost every forward its memory. Only first
+    derivatives: a backward of the backward raises."""
+
+    @staticmethod
+    def forward(ctx, run, math_fn, *tensors):
+        ctx.math = math_fn
+        ctx.save_for_backward(*tensors)
+        return run()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grad_outputs):
+        needed = ctx.needs_input_grad[2:]
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_(need)
+                      for t, need in zip(ctx.saved_tensors, needed)]
+            outputs = ctx.math(*leaves)
+        wanted = [leaf for leaf, need in zip(leaves, needed) if need]
+        grads = iter(torch.autograd.grad(outputs, wanted, grad_outputs,
+                                         allow_unused=True))
+        return (None, None, *(next(grads) if need else None for need in needed))
+
+
+def _forward(run, math_fn, tensors):
+    """run()'s outputs; through _EngineForward when autograd records the
+    call, so that its backward gives math_fn's gradients."""
+    if _needs_grad(tensors):
+        return _EngineForward.apply(run, math_fn, *tensors)
+    return run()
+
+
 # ---------------------------------------------------------------------------
 # The drop-ins.
 
@@ -142,11 +203,12 @@ def masked_softmax(X, valid_lens):
     """d2l's masked_softmax: softmax over the last axis of X (B, N, M), each
     row over its first L entries (valid_lens None, (B,) or (B, N)); the rest
     get weight 0."""
-    if not _needs_grad((X,)):
-        x, lens = _view(X), _lens(valid_lens)
-        if x is not None and lens is not _UNSERVED:
-            return torch.from_numpy(_run(engine().masked_softmax, x, lens))
-    return _torch_masked_softmax(X, valid_lens)
+    x, lens = _view(X), _lens(valid_lens)
+    if x is None or lens is _UNSERVED:
+        return _torch_masked_softmax(X, valid_lens)
+    out, = _forward(lambda: (torch.from_numpy(_run(engine().masked_softmax, x, lens)),),
+                    lambda X: (_torch_masked_softmax(X, valid_lens),), (X,))
+    return out
 
 
 def _dropout_off(module):
@@ -162,19 +224,23 @@ class DotProductAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, queries, keys, values, valid_lens=None):
-        if _dropout_off(self) and not _needs_grad((queries, keys, values)):
+        if _dropout_off(self):
             q, k, v = _view(queries), _view(keys), _view(values)
             lens = _lens(valid_lens)
             if (q is not None and k is not None and v is not None
                     and lens is not _UNSERVED):
-                out, weights = _run(engine().dot_product_attention, q, k, v,
-                                    lens, return_weights=True)
-                self.attention_weights = torch.from_numpy(weights)
-                return torch.from_numpy(out)
-        d = queries.shape[-1]
-        scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
-        self.attention_weights = _torch_masked_softmax(scores, valid_lens)
-        return torch.bmm(self.dropout(self.attention_weights), values)
+                def run():
+                    out, weights = _run(engine().dot_product_attention, q, k, v,
+                                        lens, return_weights=True)
+                    return torch.from_numpy(out), torch.from_numpy(weights)
+
+                out, self.attention_weights = _forward(
+                    run, lambda Q, K, V: _dot_product_math(Q, K, V, valid_lens),
+                    (queries, keys, values))
+                return out
+        out, self.attention_weights = _dot_product_math(
+            queries, keys, values, valid_lens, self.dropout)
+        return out
 
 
 def _libc_memcmp():
@@ -219,30 +285,47 @@ class _EngineModel:
         return True
 
 
-class _ServedByModel(nn.Module):
-    """What AdditiveAttention and Attn share: the engine model, kept with the
-    parameters it was built from, and the engine path of forward."""
+def _linear(weight, bias=None):
+    return lambda x: F.linear(x, weight, bias)
 
-    # (layer, parameter) pairs in the order the engine model takes them; the
-    # state_dict key of each is "layer.parameter".
-    _ENGINE_PARAMS = ()
+
+class _ServedByModel(nn.Module):
+    """What AdditiveAttention, Attn and MultiHeadAttention share: the engine
+    model, kept with the parameters it was built from, and the engine path
+    of forward. Each subclass gives d2l's math as _math(queries, keys,
+    values, valid_lens, layers, dropout) -> (output, attention weights),
+    `layers` mapping each layer's name to a callable."""
+
     _engine_model_cache = None
+
+    def _engine_param_names(self):
+        """(layer, parameter) pairs in the order the engine model takes them;
+        the state_dict key of each is "layer.parameter"."""
+        raise NotImplementedError
 
     def _build_engine_model(self, state_dict):
         raise NotImplementedError
 
-    def _engine_params(self):
+    def _math(self, queries, keys, values, valid_lens, layers, dropout):
+        raise NotImplementedError
+
+    @staticmethod
+    def _module_weights(weights):
+        """The engine's attention weights (a NumPy array) in the module's
+        shape."""
+        return weights
+
+    def _engine_params(self, names):
         """The parameters the engine model is built from, or None when a
         layer or parameter has been swapped for something else."""
         modules = self._modules  # plain dict lookups: nn.Module.__getattr__
         try:                     # costs about 1 µs a step
-            params = [modules[layer]._parameters[name]
-                      for layer, name in self._ENGINE_PARAMS]
+            params = [modules[layer]._parameters[name] for layer, name in names]
         except (KeyError, AttributeError):
             return None
         return params if all(isinstance(p, torch.Tensor) for p in params) else None
 
-    def _engine_model(self, params):
+    def _engine_model(self, names, params):
         """The engine model for params, or None if the engine cannot serve
         them (not float32 CPU tensors, or not finite)."""
         cache = self._engine_model_cache
@@ -251,28 +334,37 @@ class _ServedByModel(nn.Module):
                    or p.layout != torch.strided for p in params):
                 return None
             cache = _EngineModel(params, lambda arrays: self._build_engine_model(
-                {f"{layer}.{name}": a for (layer, name), a
-                 in zip(self._ENGINE_PARAMS, arrays)}))
+                {f"{layer}.{name}": a for (layer, name), a in zip(names, arrays)}))
             self._engine_model_cache = cache
         return cache.model
 
     def _serve(self, queries, keys, values, valid_lens):
-        """(out, weights) from the engine, or None when it does not serve
-        this call (the module then runs d2l's math)."""
-        params = self._engine_params()
-        if params is None or _needs_grad((queries, keys, values, *params)):
+        """(out, weights as the engine gives them) from the engine, or None
+        when it does not serve this call (the module then runs d2l's math)."""
+        names = self._engine_param_names()
+        params = self._engine_params(names)
+        if params is None:
             return None
         q, k, v = _view(queries), _view(keys), _view(values)
         lens = _lens(valid_lens)
         if q is None or k is None or v is None or lens is _UNSERVED:
             return None
-        model = self._engine_model(params)
+        model = self._engine_model(names, params)
         if model is None:
             return None
-        out, weights = _run(model, engine(), q, k, v, lens, return_weights=True)
-        weights = torch.from_numpy(weights)
-        self.attention_weights = weights
-        return torch.from_numpy(out), weights
+
+        def run():
+            out, weights = _run(model, engine(), q, k, v, lens, return_weights=True)
+            return torch.from_numpy(out), torch.from_numpy(self._module_weights(weights))
+
+        def math_fn(queries, keys, values, *params):
+            layers = {}
+            for (layer, name), p in zip(names, params):
+                layers.setdefault(layer, {})[name] = p
+            layers = {layer: _linear(**p) for layer, p in layers.items()}
+            return self._math(queries, keys, values, valid_lens, layers, _no_dropout)
+
+        return _forward(run, math_fn, (queries, keys, values, *params))
 
     def refresh_engine_model(self):
         """Drops the engine model; the next engine call rebuilds it. Never
@@ -292,8 +384,6 @@ class AdditiveAttention(_ServedByModel):
     valid_lens. Returns the output; keeps the weights in attention_weights.
     state_dict: W_k.weight (H, Dk), W_q.weight (H, Dq), w_v.weight (1, H)."""
 
-    _ENGINE_PARAMS = (("W_q", "weight"), ("W_k", "weight"), ("w_v", "weight"))
-
     def __init__(self, key_size, query_size, num_hiddens, dropout=0.0,
                  **kwargs):
         super().__init__(**kwargs)
@@ -302,19 +392,25 @@ class AdditiveAttention(_ServedByModel):
         self.w_v = nn.Linear(num_hiddens, 1, bias=False)
         self.dropout = nn.Dropout(dropout)
 
+    def _engine_param_names(self):
+        return (("W_q", "weight"), ("W_k", "weight"), ("w_v", "weight"))
+
     def _build_engine_model(self, state_dict):
         return _AdditiveModel.from_state_dict(state_dict)
 
-    def forward(self, queries, keys, values, valid_lens=None):
-        if _dropout_off(self):
-            served = self._serve(queries, keys, values, valid_lens)
-            if served is not None:
-                return served[0]
-        queries, keys = self.W_q(queries), self.W_k(keys)
+    def _math(self, queries, keys, values, valid_lens, layers, dropout):
+        queries, keys = layers["W_q"](queries), layers["W_k"](keys)
         features = torch.tanh(queries.unsqueeze(2) + keys.unsqueeze(1))
-        scores = self.w_v(features).squeeze(-1)
-        self.attention_weights = _torch_masked_softmax(scores, valid_lens)
-        return torch.bmm(self.dropout(self.attention_weights), values)
+        scores = layers["w_v"](features).squeeze(-1)
+        weights = _torch_masked_softmax(scores, valid_lens)
+        return torch.bmm(dropout(weights), values), weights
+
+    def forward(self, queries, keys, values, valid_lens=None):
+        served = self._serve(queries, keys, values, valid_lens) if _dropout_off(self) else None
+        out, self.attention_weights = served or self._math(
+            queries, keys, values, valid_lens,
+            {"W_q": self.W_q, "W_k": self.W_k, "w_v": self.w_v}, self.dropout)
+        return out
 
 
 class Attn(_ServedByModel):
@@ -330,9 +426,6 @@ class Attn(_ServedByModel):
     state_dict: attn.weight, attn.bias, attn_combine.weight,
     attn_combine.bias."""
 
-    _ENGINE_PARAMS = (("attn", "weight"), ("attn", "bias"),
-                      ("attn_combine", "weight"), ("attn_combine", "bias"))
-
     def __init__(self, query_size, key_size, value_size1, value_size2,
                  output_size):
         super().__init__()
@@ -344,19 +437,100 @@ class Attn(_ServedByModel):
         self.attn = nn.Linear(query_size + key_size, value_size1)
         self.attn_combine = nn.Linear(query_size + value_size2, output_size)
 
+    def _engine_param_names(self):
+        return (("attn", "weight"), ("attn", "bias"),
+                ("attn_combine", "weight"), ("attn_combine", "bias"))
+
     def _build_engine_model(self, state_dict):
         return _ConcatModel.from_state_dict(state_dict, self.query_size)
 
+    def _math(self, Q, K, V, valid_lens, layers, dropout):
+        scores = layers["attn"](torch.cat((Q, K), -1))
+        weights = _torch_masked_softmax(scores, valid_lens)
+        applied = torch.bmm(weights, V)
+        return layers["attn_combine"](torch.cat((Q, applied), -1)), weights
+
     def forward(self, Q, K, V, valid_lens=None):
-        served = self._serve(Q, K, V, valid_lens)
-        if served is not None:
-            return served
-        scores = self.attn(torch.cat((Q, K), -1))
-        self.attention_weights = _torch_masked_softmax(scores, valid_lens)
-        applied = torch.bmm(self.attention_weights, V)
-        return (self.attn_combine(torch.cat((Q, applied), -1)),
-                self.attention_weights)
+        out, self.attention_weights = self._serve(Q, K, V, valid_lens) or self._math(
+            Q, K, V, valid_lens, {"attn": self.attn, "attn_combine": self.attn_combine},
+            _no_dropout)
+        return out, self.attention_weights
 
     def forward_tutorial(self, Q, K, V):
         out, weights = self.forward(Q[:1], K[:1], V)
         return out, weights[0]
+
+
+def _transpose_qkv(X, num_heads):
+    """d2l's transpose_qkv: (B, N, H) -> (B * num_heads, N, H / num_heads)."""
+    X = X.reshape(X.shape[0], X.shape[1], num_heads, -1)
+    X = X.permute(0, 2, 1, 3)
+    return X.reshape(-1, X.shape[2], X.shape[3])
+
+
+def _transpose_output(X, num_heads):
+    """d2l's transpose_output, the inverse of _transpose_qkv."""
+    X = X.reshape(-1, num_heads, X.shape[1], X.shape[2])
+    X = X.permute(0, 2, 1, 3)
+    return X.reshape(X.shape[0], X.shape[1], -1)
+
+
+class MultiHeadAttention(_ServedByModel):
+    """d2l's multi-head attention: W_q, W_k, W_v project the queries, keys
+    and values to num_hiddens features, split into num_heads heads; the
+    scaled dot product runs per head with the valid lengths repeated per
+    head; the heads are concatenated and projected by W_o. attention_weights
+    is d2l's (B * num_heads, N, M), kept by the module's `attention`, a
+    DotProductAttention. state_dict: W_q, W_k, W_v, W_o .weight, and their
+    .bias when bias=True."""
+
+    def __init__(self, key_size, query_size, value_size, num_hiddens, num_heads,
+                 dropout=0.0, bias=False, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.attention = DotProductAttention(dropout)
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=bias)
+        self.W_k = nn.Linear(key_size, num_hiddens, bias=bias)
+        self.W_v = nn.Linear(value_size, num_hiddens, bias=bias)
+        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+
+    @property
+    def attention_weights(self):
+        return self.attention.attention_weights
+
+    def _engine_param_names(self):
+        layers = ("W_q", "W_k", "W_v", "W_o")
+        # The engine takes the four weights, then the four biases if any
+        # layer has one (a layer without one then makes _engine_params None).
+        names = tuple((layer, "weight") for layer in layers)
+        if any(getattr(self._modules.get(layer), "bias", None) is not None
+               for layer in layers):
+            names += tuple((layer, "bias") for layer in layers)
+        return names
+
+    def _build_engine_model(self, state_dict):
+        return _MultiHeadModel.from_state_dict(state_dict, self.num_heads)
+
+    @staticmethod
+    def _module_weights(weights):
+        # (B, num_heads, N, M), C order, as d2l's (B * num_heads, N, M).
+        return weights.reshape(-1, weights.shape[2], weights.shape[3])
+
+    def _math(self, queries, keys, values, valid_lens, layers, dropout):
+        h = self.num_heads
+        queries = _transpose_qkv(layers["W_q"](queries), h)
+        keys = _transpose_qkv(layers["W_k"](keys), h)
+        values = _transpose_qkv(layers["W_v"](values), h)
+        if valid_lens is not None:
+            valid_lens = torch.repeat_interleave(valid_lens, repeats=h, dim=0)
+        output, weights = _dot_product_math(queries, keys, values, valid_lens, dropout)
+        return layers["W_o"](_transpose_output(output, h)), weights
+
+    def forward(self, queries, keys, values, valid_lens=None):
+        served = self._serve(queries, keys, values, valid_lens) \
+            if _dropout_off(self.attention) else None
+        out, self.attention.attention_weights = served or self._math(
+            queries, keys, values, valid_lens,
+            {name: getattr(self, name) for name in ("W_q", "W_k", "W_v", "W_o")},
+            self.attention.dropout)
+        return out
