@@ -160,39 +160,45 @@ def _dot_product_math(queries, keys, values, valid_lens, dropout=_no_dropout):
 # The engine's forward under autograd.
 
 class _EngineForward(torch.autograd.Function):
-    """apply(run, math, *tensors): the forward is run(), the engine's outputs
-    (a tuple of tensors); the backward recomputes math(*tensors), d2l's
-    PyTorch math on the saved inputs and parameters, and differentiates it,
-    so the gradients are d2l's. The recompute costs one more d2l forward in
+    """apply(run, math, valid_lens, *tensors): the forward is run(), the
+    engine's outputs (a tuple of tensors); the backward recomputes
+    math(valid_lens, *tensors), d2l's PyTorch math on the saved inputs,
+    parameters and lengths, and differentiates it, so the gradients are
+    d2l's. The recompute costs one more d2l forward in
     the backward (docs/python.md measures it); saving what d2l's autograd
     saves instead would cost every forward its memory. Only first
     derivatives: a backward of the backward raises."""
 
     @staticmethod
-    def forward(ctx, run, math_fn, *tensors):
+    def forward(ctx, run, math_fn, valid_lens, *tensors):
         ctx.math = math_fn
+        ctx.valid_lens = valid_lens
         ctx.save_for_backward(*tensors)
         return run()
 
     @staticmethod
     @once_differentiable
     def backward(ctx, *grad_outputs):
-        needed = ctx.needs_input_grad[2:]
+        needed = ctx.needs_input_grad[3:]
         with torch.enable_grad():
             leaves = [t.detach().requires_grad_(need)
                       for t, need in zip(ctx.saved_tensors, needed)]
-            outputs = ctx.math(*leaves)
+            outputs = ctx.math(ctx.valid_lens, *leaves)
         wanted = [leaf for leaf, need in zip(leaves, needed) if need]
         grads = iter(torch.autograd.grad(outputs, wanted, grad_outputs,
                                          allow_unused=True))
-        return (None, None, *(next(grads) if need else None for need in needed))
+        return (None, None, None, *(next(grads) if need else None for need in needed))
 
 
-def _forward(run, math_fn, tensors):
+def _forward(run, math_fn, valid_lens, tensors):
     """run()'s outputs; through _EngineForward when autograd records the
-    call, so that its backward gives math_fn's gradients."""
+    call, so that its backward gives math_fn's gradients. The backward gets
+    a copy of valid_lens: a change to the caller's after the forward does
+    not reach it."""
     if _needs_grad(tensors):
-        return _EngineForward.apply(run, math_fn, *tensors)
+        if isinstance(valid_lens, torch.Tensor):
+            valid_lens = valid_lens.clone()
+        return _EngineForward.apply(run, math_fn, valid_lens, *tensors)
     return run()
 
 
@@ -207,7 +213,8 @@ def masked_softmax(X, valid_lens):
     if x is None or lens is _UNSERVED:
         return _torch_masked_softmax(X, valid_lens)
     out, = _forward(lambda: (torch.from_numpy(_run(engine().masked_softmax, x, lens)),),
-                    lambda X: (_torch_masked_softmax(X, valid_lens),), (X,))
+                    lambda valid_lens, X: (_torch_masked_softmax(X, valid_lens),),
+                    valid_lens, (X,))
     return out
 
 
@@ -235,8 +242,8 @@ class DotProductAttention(nn.Module):
                     return torch.from_numpy(out), torch.from_numpy(weights)
 
                 out, self.attention_weights = _forward(
-                    run, lambda Q, K, V: _dot_product_math(Q, K, V, valid_lens),
-                    (queries, keys, values))
+                    run, lambda valid_lens, *qkv: _dot_product_math(*qkv, valid_lens),
+                    valid_lens, (queries, keys, values))
                 return out
         out, self.attention_weights = _dot_product_math(
             queries, keys, values, valid_lens, self.dropout)
@@ -357,14 +364,14 @@ class _ServedByModel(nn.Module):
             out, weights = _run(model, engine(), q, k, v, lens, return_weights=True)
             return torch.from_numpy(out), torch.from_numpy(self._module_weights(weights))
 
-        def math_fn(queries, keys, values, *params):
+        def math_fn(valid_lens, queries, keys, values, *params):
             layers = {}
             for (layer, name), p in zip(names, params):
                 layers.setdefault(layer, {})[name] = p
             layers = {layer: _linear(**p) for layer, p in layers.items()}
             return self._math(queries, keys, values, valid_lens, layers, _no_dropout)
 
-        return _forward(run, math_fn, (queries, keys, values, *params))
+        return _forward(run, math_fn, valid_lens, (queries, keys, values, *params))
 
     def refresh_engine_model(self):
         """Drops the engine model; the next engine call rebuilds it. Never

@@ -244,3 +244,20 @@ def test_multihead_mixed_biases_run_torch(calls):
         got, want = new(*inputs), ref(*inputs)
     assert calls == []
     assert torch.allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_lengths_changed_before_backward_do_not_reach_it(calls):
+    # The backward keeps its own copy of valid_lens, as d2l's autograd keeps
+    # the mask it built from them.
+    ref, new, inputs = make("additive")
+    lens = lens_for("per_query")
+    g = torch.Generator().manual_seed(2)
+    grad_out = torch.randn(B, N, 3, generator=g)
+    want = gradients("additive", ref, inputs, lens, grad_out, torch.zeros(B, N, M))[1]
+    leaves = [t.clone().requires_grad_() for t in inputs]
+    out = new(*leaves, lens)
+    lens.fill_(1)
+    (out * grad_out).sum().backward()
+    for leaf, name in zip(leaves, ("input0", "input1", "input2")):
+        err = float((leaf.grad - want[name]).abs().max())
+        assert err <= 1e-5 * float(want[name].abs().max()), (name, err)
