@@ -9,6 +9,8 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kUnsupported: return "unsupported";
     case StatusCode::kIoError: return "i/o error";
     case StatusCode::kInternal: return "internal error";
+    case StatusCode::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }

@@ -22,9 +22,21 @@ FlushDenormals::FlushDenormals() : saved_(_mm_getcsr()) {
 
 FlushDenormals::~FlushDenormals() { _mm_setcsr(saved_); }
 
-CallScope::CallScope(EngineContext& engine)
-    : engine_(engine), workspace_(engine.workspaces.Take()), call_{engine.options, *workspace_} {}
+namespace {
+thread_local const CancelToken* thread_cancel_token = nullptr;
+}  // namespace
 
-CallScope::~CallScope() { engine_.workspaces.Give(std::move(workspace_)); }
+const CancelToken* ThreadCancelToken() { return thread_cancel_token; }
+void SetThreadCancelToken(const CancelToken* token) { thread_cancel_token = token; }
+
+CallScope::CallScope(EngineContext& engine)
+    : engine_(engine), workspace_(engine.workspaces.Take()), call_{engine.options, *workspace_} {
+  workspace_->set_cancel_token(thread_cancel_token);
+}
+
+CallScope::~CallScope() {
+  workspace_->set_cancel_token(nullptr);
+  engine_.workspaces.Give(std::move(workspace_));
+}
 
 }  // namespace attnscore::internal

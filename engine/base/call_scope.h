@@ -8,6 +8,7 @@
 #include <new>
 #include <string>
 
+#include "attnscore/cancel.h"
 #include "attnscore/options.h"
 #include "attnscore/status.h"
 #include "base/thread_team.h"
@@ -53,10 +54,16 @@ struct CallContext {
   int threads() const { return options.threads; }
 };
 
+// The CancelToken of the calling thread's innermost CancelScope, or null
+// (attnscore/cancel.h): a thread_local, the one other than a team worker's
+// index in engine/.
+const CancelToken* ThreadCancelToken();
+void SetThreadCancelToken(const CancelToken* token);
+
 // One engine call's setup: denormals are flushed and a workspace is taken
-// from the engine's pool; the caller's floating-point mode comes back, and
-// the workspace goes back to the pool (trimmed), when it ends. Calls do not
-// nest.
+// from the engine's pool, checking the thread's cancel token; the caller's
+// floating-point mode comes back, and the workspace goes back to the pool
+// (trimmed), when it ends. Calls do not nest.
 class CallScope {
  public:
   // Throws std::bad_alloc (a new workspace).
@@ -89,12 +96,18 @@ Status Guarded(const char* op, Call call) {
 }
 
 // An engine call: body(call) inside a CallScope of `engine`, guarded.
+// A call stopped by its cancel token (ForEachRowInParallel's "cancelled")
+// says which op it stopped.
 template <class Body>
 Status RunCall(EngineContext& engine, const char* op, Body body) {
-  return Guarded(op, [&] {
+  Status status = Guarded(op, [&] {
     CallScope scope(engine);
     return body(scope.call());
   });
+  if (status.code() == StatusCode::kCancelled) {
+    return Status::Cancelled(std::string(op) + ": cancelled; its outputs are partly written");
+  }
+  return status;
 }
 
 }  // namespace attnscore::internal

@@ -35,7 +35,9 @@ inline int ThreadsFor(int threads, double flops) { return flops < kMinSharedFlop
 // the same engine, or a region inside a region) the caller runs every row
 // itself. No exception may leave a thread: one that cannot allocate its
 // scratch takes no rows and the call reports it (the other rows stay
-// written).
+// written). Each thread checks the call's cancel token before each row;
+// once it is set, no thread starts another row, and the loop returns
+// StatusCode::kCancelled if any row was left.
 enum class Balance { kRuns, kOneAtATime };
 template <class Body, class After>
 Status ForEachRowInParallel(Workspace& workspace, int threads, int64_t rows, ScratchSlot slot,
@@ -52,6 +54,23 @@ Status ForEachRowInParallel(Workspace& workspace, int threads, int64_t rows, Scr
       return false;
     }
   };
+  std::atomic<bool> skipped{false};
+  const CancelToken* const cancel = workspace.cancel_token();
+  const auto run_rows = [&](int64_t first, int64_t last, float* scratch) {
+    for (int64_t r = first; r < last; ++r) {
+      if (cancel != nullptr && cancel->cancelled()) {
+        skipped.store(true, std::memory_order_relaxed);
+        return false;
+      }
+      body(r, scratch);
+    }
+    return true;
+  };
+  const auto result = [&] {
+    if (out_of_memory) return Status::Internal("out of memory for per-thread scratch");
+    if (skipped) return Status::Cancelled("cancelled");
+    return Status::Ok();
+  };
   ThreadTeam* team = workspace.team();
   threads = static_cast<int>(std::min<int64_t>(threads, rows));
   if (threads > 1 && team != nullptr) {
@@ -63,23 +82,19 @@ Status ForEachRowInParallel(Workspace& workspace, int threads, int64_t rows, Scr
       float* scratch;
       if (!scratch_or_null(&scratch)) return;
       for (int64_t first; (first = next.fetch_add(grain, std::memory_order_relaxed)) < rows;) {
-        const int64_t last = std::min(rows, first + grain);
-        for (int64_t r = first; r < last; ++r) body(r, scratch);
+        if (!run_rows(first, std::min(rows, first + grain), scratch)) break;
       }
       after();
     };
-    if (team->TryRun(threads, work)) {
-      return out_of_memory ? Status::Internal("out of memory for per-thread scratch")
-                           : Status::Ok();
-    }
+    if (team->TryRun(threads, work)) return result();
   }
   // Alone: no counter, no other thread.
   FlushDenormals flush;
   float* scratch;
   if (!scratch_or_null(&scratch)) return Status::Internal("out of memory for per-thread scratch");
-  for (int64_t r = 0; r < rows; ++r) body(r, scratch);
+  run_rows(0, rows, scratch);
   after();
-  return Status::Ok();
+  return result();
 }
 
 }  // namespace attnscore::internal

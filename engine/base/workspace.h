@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "attnscore/cancel.h"
 #include "base/aligned_floats.h"
 #include "base/thread_team.h"
 
@@ -63,6 +64,11 @@ class Workspace {
   int threads() const { return threads_; }
   ThreadTeam* team() const { return team_; }
 
+  // The token the call checks between rows (attnscore/cancel.h), or null:
+  // set by the call's CallScope for its length.
+  void set_cancel_token(const CancelToken* token) { cancel_token_ = token; }
+  const CancelToken* cancel_token() const { return cancel_token_; }
+
   // A buffer of at least `count` floats for `slot` and the thread asking:
   // a worker of the team, else the calling thread (thread 0).
   // On a 64-byte cache line; valid until the next Floats for the same slot
@@ -95,6 +101,7 @@ class Workspace {
  private:
   int threads_;
   ThreadTeam* team_;
+  const CancelToken* cancel_token_ = nullptr;
   bool oversized_ = false;  // a buffer grew past kKeptScratchBytes
   size_t ThreadIndex() const;
 

@@ -4,6 +4,7 @@
 
 #include "attnscore/additive.h"
 #include "attnscore/bilinear.h"
+#include "attnscore/cancel.h"
 #include "attnscore/catalogue.h"
 #include "attnscore/concat.h"
 #include "attnscore/engine.h"

@@ -40,7 +40,8 @@ typedef enum attnscore_status_code {
   ATTNSCORE_INVALID_ARGUMENT = 1, /* the caller's input is malformed; nothing was written */
   ATTNSCORE_UNSUPPORTED = 2,      /* valid input the engine or this CPU cannot serve */
   ATTNSCORE_IO_ERROR = 3,         /* a file could not be read */
-  ATTNSCORE_INTERNAL = 4          /* a bug or a failure of a dependency (oneDNN, memory) */
+  ATTNSCORE_INTERNAL = 4,         /* a bug or a failure of a dependency (oneDNN, memory) */
+  ATTNSCORE_CANCELLED = 5         /* stopped by a cancel token (below); outputs partly written */
 } attnscore_status_code;
 
 typedef struct attnscore_status attnscore_status;
@@ -56,6 +57,27 @@ ATTNSCORE_API const char* attnscore_status_code_name(attnscore_status_code code)
 
 /* "MAJOR.MINOR.PATCH" of the library loaded. */
 ATTNSCORE_API const char* attnscore_version(void);
+
+/* ---- Cancelling a call (attnscore/cancel.h) ----
+ * A call made while the calling thread has a token set checks it between
+ * rows of its work; once cancelled (from another thread, or a signal
+ * handler), it stops and returns ATTNSCORE_CANCELLED, its outputs partly
+ * written. KV-cache appends and clears are never cancelled. */
+
+typedef struct attnscore_cancel_token attnscore_cancel_token;
+
+/* NULL when out of memory. */
+ATTNSCORE_API attnscore_cancel_token* attnscore_cancel_token_create(void);
+ATTNSCORE_API void attnscore_cancel_token_destroy(attnscore_cancel_token* token);
+/* From any thread or a signal handler (a lock-free atomic store); NULL is ignored. */
+ATTNSCORE_API void attnscore_cancel_token_cancel(attnscore_cancel_token* token);
+ATTNSCORE_API void attnscore_cancel_token_reset(attnscore_cancel_token* token);
+/* 1 once cancelled (until reset), else 0; 0 for NULL. */
+ATTNSCORE_API int attnscore_cancel_token_cancelled(const attnscore_cancel_token* token);
+/* The calls this thread makes from now on check `token` (NULL: none; it must
+ * outlive its use). Returns the token set before, to restore it. */
+ATTNSCORE_API const attnscore_cancel_token* attnscore_set_thread_cancel_token(
+    const attnscore_cancel_token* token);
 
 /* ---- Tensors and valid lengths ---- */
 

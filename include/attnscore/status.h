@@ -15,6 +15,7 @@ enum class StatusCode {
   kUnsupported,      // valid input the engine or this CPU cannot serve
   kIoError,          // a file could not be read or written
   kInternal,         // a bug or a failure of a dependency (oneDNN, memory)
+  kCancelled,        // stopped by a CancelToken (attnscore/cancel.h); outputs partly written
 };
 
 class [[nodiscard]] Status {
@@ -35,6 +36,9 @@ class [[nodiscard]] Status {
   }
   static Status Internal(std::string message) {
     return Status(StatusCode::kInternal, std::move(message));
+  }
+  static Status Cancelled(std::string message) {
+    return Status(StatusCode::kCancelled, std::move(message));
   }
 
   bool ok() const { return code_ == StatusCode::kOk; }

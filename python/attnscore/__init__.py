@@ -53,6 +53,9 @@ Arrays:
   failure, and writes nothing.
 - The GIL is released while an op runs: an Engine and a model may serve
   many Python threads at once.
+- Ctrl-C stops a call of the main thread within about a row of its work
+  and raises KeyboardInterrupt; out= and weights_out= are then left as they
+  were (while SIGINT's handler is Python's default).
 """
 
 from ._attnscore import (AdditiveAttention, BilinearAttention, ConcatAttention, Engine, KvCache,

@@ -92,6 +92,9 @@ void ThrowIfError(const Status& status) {
     case StatusCode::kInvalidArgument:
     case StatusCode::kUnsupported:
       throw py::value_error(status.message());
+    case StatusCode::kCancelled:  // a CancelToken the caller set (interrupt.h raises for SIGINT)
+      PyErr_SetString(PyExc_KeyboardInterrupt, status.message().c_str());
+      throw py::error_already_set();
     case StatusCode::kIoError:
       PyErr_SetString(PyExc_OSError, status.message().c_str());
       throw py::error_already_set();
@@ -144,6 +147,22 @@ Tensor NewOutput(const std::vector<int64_t>& dims, py::object* array) {
 
 Tensor NewOutput(const std::array<int64_t, 3>& dims, py::object* array) {
   return NewOutput(std::vector<int64_t>(dims.begin(), dims.end()), array);
+}
+
+OutputSlot::OutputSlot(const py::object& given, const std::vector<int64_t>& dims, Tensor* view,
+                       py::object* array, bool keep_original, bool wanted) {
+  if (!wanted) return;
+  if (given.is_none()) {
+    *view = NewOutput(dims, array);
+    return;
+  }
+  if (!keep_original) return;
+  given_ = given;
+  original_ = given.attr("copy")();
+}
+
+void OutputSlot::Restore() {
+  if (original_) given_[py::ellipsis()] = original_;  // NumPy's copy, through its strides
 }
 
 ValidLens LensView(py::handle obj, py::object* keep) {

@@ -3,12 +3,13 @@
 #ifndef ATTNSCORE_PYTHON_ARRAYS_H_
 #define ATTNSCORE_PYTHON_ARRAYS_H_
 
-#include <array>
-#include <cstdint>
-#include <vector>
-
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
 
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
@@ -43,6 +44,34 @@ Tensor OutputView(py::handle obj, const char* name, py::object* keep);
 // A fresh C-order float32 array of `dims` and its view.
 Tensor NewOutput(const std::vector<int64_t>& dims, py::object* array);
 Tensor NewOutput(const std::array<int64_t, 3>& dims, py::object* array);
+
+// One output of a call. Not `wanted` (weights not asked for): nothing.
+// Otherwise, when the caller gave no array (`given` None), a new one of
+// `dims` in *array and *view; a given array (already in *view and *array,
+// from OutputView) is written in place, its checks the engine's. With
+// `keep_original` (a call SIGINT may stop: interrupt.h) a copy of a given
+// array is kept, and Restore() puts it back: a stopped call leaves the
+// caller's array as it was.
+class OutputSlot {
+ public:
+  OutputSlot(const py::object& given, const std::vector<int64_t>& dims, Tensor* view,
+             py::object* array, bool keep_original, bool wanted = true);
+  void Restore();
+
+ private:
+  py::object given_, original_;
+};
+
+// Runs call() (which may throw); if it throws, restores `slots` first.
+template <typename Call>
+auto RestoringOnError(std::initializer_list<OutputSlot*> slots, Call call) {
+  try {
+    return call();
+  } catch (...) {
+    for (OutputSlot* slot : slots) slot->Restore();
+    throw;
+  }
+}
 
 // None, or an int32 / int64 array of shape (B,) or (B, N) (copied to C
 // order when it is not). Another type is a TypeError, another rank a

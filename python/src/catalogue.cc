@@ -11,6 +11,7 @@
 
 #include "arrays.h"
 #include "attnscore/attnscore.h"
+#include "interrupt.h"
 
 namespace attnscore::python {
 namespace {
@@ -183,12 +184,8 @@ void BindCatalogue(py::module_& m) {
             for (size_t i = 0; i < count; ++i) {
               outputs.emplace_back(op.spec().outputs[i].name, NewOutput(shapes[i], &arrays[i]));
             }
-            Status status;
-            {
-              py::gil_scoped_release release;
-              status = op.Run(engine, call.inputs, call.params, outputs);
-            }
-            ThrowIfError(status);
+            ThrowIfError(Interruptible().Run(
+                [&] { return op.Run(engine, call.inputs, call.params, outputs); }));
             if (count == 2) return py::make_tuple(arrays[0], arrays[1]);
             return arrays[0];
           },

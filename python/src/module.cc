@@ -18,6 +18,7 @@
 #include "arrays.h"
 #include "attnscore/attnscore.h"
 #include "catalogue.h"
+#include "interrupt.h"
 
 namespace attnscore::python {
 namespace {
@@ -49,16 +50,14 @@ py::object RunAttention(const py::object& q, const py::object& k, const py::obje
 
   Dims dims;
   ThrowIfError(check(q_view, k_view, v_view, lens, &dims));
-  if (out.is_none()) out_view = NewOutput(dims.out, &out_array);
-  if (want_weights && weights_out.is_none()) {
-    weights_view = NewOutput(dims.weights, &weights_array);
-  }
-  Status status;
-  {
-    py::gil_scoped_release release;
-    status = run(q_view, k_view, v_view, lens, out_view, weights_view);
-  }
-  ThrowIfError(status);
+  Interruptible interruptible;
+  OutputSlot out_slot(out, dims.out, &out_view, &out_array, interruptible.active());
+  OutputSlot weights_slot(want_weights ? weights_out : py::none(), dims.weights, &weights_view,
+                          &weights_array, interruptible.active(), want_weights);
+  RestoringOnError({&out_slot, &weights_slot}, [&] {
+    ThrowIfError(interruptible.Run(
+        [&] { return run(q_view, k_view, v_view, lens, out_view, weights_view); }));
+  });
   if (want_weights) return py::make_tuple(out_array, weights_array);
   return out_array;
 }
@@ -178,6 +177,7 @@ PYBIND11_MODULE(_attnscore, m) {
   using namespace attnscore::python;  // NOLINT(google-build-using-namespace)
   m.doc() = kModuleDoc;
   m.attr("__version__") = Version();
+  InitInterrupts();
   BindCatalogue(m);
 
   py::class_<Engine, std::unique_ptr<Engine>>(m, "Engine", kEngineDoc)
@@ -206,13 +206,13 @@ PYBIND11_MODULE(_attnscore, m) {
             if (!out.is_none()) y_view = OutputView(out, "out", &y_array);
             OutputShapes shapes;
             ThrowIfError(engine.CheckMaskedSoftmax(x_view, lens, &shapes));
-            if (out.is_none()) y_view = NewOutput(shapes.out, &y_array);
-            Status status;
-            {
-              py::gil_scoped_release release;
-              status = engine.MaskedSoftmax(x_view, lens, y_view);
-            }
-            ThrowIfError(status);
+            Interruptible interruptible;
+            OutputSlot y_slot(out, {shapes.out.begin(), shapes.out.end()}, &y_view, &y_array,
+                              interruptible.active());
+            RestoringOnError({&y_slot}, [&] {
+              ThrowIfError(
+                  interruptible.Run([&] { return engine.MaskedSoftmax(x_view, lens, y_view); }));
+            });
             return y_array;
           },
           py::arg("x"), py::arg("valid_lens") = py::none(), py::arg("out") = py::none(),
@@ -609,12 +609,8 @@ PYBIND11_MODULE(_attnscore, m) {
             if (return_weights) {
               weights = NewOutput({qv.dims[0], qv.dims[2], qv.dims[1], longest}, &weights_array);
             }
-            Status status;
-            {
-              py::gil_scoped_release release;
-              status = cache.Attend(engine, qv, out, weights);
-            }
-            ThrowIfError(status);
+            ThrowIfError(
+                Interruptible().Run([&] { return cache.Attend(engine, qv, out, weights); }));
             if (return_weights) return py::make_tuple(out_array, weights_array);
             return out_array;
           },
