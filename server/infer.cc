@@ -39,9 +39,15 @@ InferAnswer Infer(const Model& model, const Engine& engine, std::string_view bod
     if (depth > kMaxDepth) throw TooDeep{};
     return true;
   };
+  // nlohmann's parser takes a NUL byte for the end of its input: what
+  // follows one would go unread.
+  const std::string_view json_text = std::string_view(body).substr(0, json_bytes);
+  if (const size_t nul = json_text.find('\0'); nul != std::string_view::npos) {
+    return fail(400, "malformed JSON: a NUL byte at offset " + std::to_string(nul));
+  }
   json request;
   try {
-    request = json::parse(body.substr(0, json_bytes), limit_depth);
+    request = json::parse(json_text, limit_depth);
   } catch (const json::exception& e) {  // a syntax error, or a number past double's range
     return fail(400, std::string("malformed JSON: ") + e.what());
   } catch (const TooDeep&) {

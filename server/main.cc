@@ -99,6 +99,38 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+// While the server starts, a thread that takes SIGTERM or SIGINT (blocked
+// in every thread, see Serve) and ends the process with 128 + the signal.
+// Started() (or destruction, on a failed start) ends the watch; a signal
+// after that waits for the stopper.
+class StartGuard {
+ public:
+  explicit StartGuard(const sigset_t& signals)
+      : thread_([this, signals] {
+          const timespec tick{0, 20'000'000};
+          while (!started_.load()) {
+            const int number = sigtimedwait(&signals, nullptr, &tick);
+            if (number > 0) {
+              std::fprintf(stderr, "attnscore-server: stopped while starting (%s)\n",
+                           number == SIGTERM ? "SIGTERM" : "SIGINT");
+              std::_Exit(128 + number);
+            }
+          }
+        }) {}
+  ~StartGuard() { Started(); }
+  StartGuard(const StartGuard&) = delete;
+  StartGuard& operator=(const StartGuard&) = delete;
+
+  void Started() {
+    started_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> started_{false};
+  std::thread thread_;
+};
+
 int Serve(const std::vector<std::string>& argv) {
   cli::Args args;
   Status s = cli::ParseArgs(argv, {"--help", "--version"},
@@ -144,6 +176,9 @@ int Serve(const std::vector<std::string>& argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that hangs up is an error on its socket, not our exit
+  // Until the server listens, a stop signal ends the process at once: a
+  // start held up (a slow disk, a file that blocks) can always be stopped.
+  StartGuard start_guard(stop_signals);
 
   std::unique_ptr<Engine> engine;
   if (!(s = Engine::Create(engine_options, &engine)).ok()) return Fail(s.message());
@@ -182,6 +217,7 @@ int Serve(const std::vector<std::string>& argv) {
                 " (address in use, or not this machine's)");
   }
   if (listener >= 0) listen(listener, SOMAXCONN);
+  start_guard.Started();
 
   // http.stop() does nothing until the accept loop runs, so a signal that
   // comes between the line below and the loop's start waits for the loop

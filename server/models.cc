@@ -1,14 +1,15 @@
 #include "models.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 namespace attnscore::server {
 namespace {
@@ -61,14 +62,56 @@ int64_t Elements(const std::vector<int64_t>& dims) {
 // (kept as int64 whatever their datatype) as int64.
 NamedTensor Named(const InputTensor& input) {
   if (input.datatype == "FP32") return NamedTensor(input.name, input.View());
-  return NamedTensor(input.name, input.ints.data(), input.shape);
+  return NamedTensor(input.name, input.IntData(), input.shape);
+}
+
+// A sidecar is a few parameters; a larger file is not one.
+constexpr off_t kMaxSidecarBytes = 1 << 20;
+
+// The text of `path` if it is a regular file (opened with O_NONBLOCK, so a
+// FIFO or a device cannot hold the start up, then checked with fstat);
+// *found false when there is no such file.
+Status ReadSmallFile(const std::string& path, std::string* text, bool* found) {
+  *found = false;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return Status::IoError(path + ": " + std::strerror(errno));
+  }
+  *found = true;
+  struct stat info {};
+  Status status;
+  if (fstat(fd, &info) != 0) {
+    status = Status::IoError(path + ": " + std::strerror(errno));
+  } else if (!S_ISREG(info.st_mode)) {
+    status = Bad(path + ": not a regular file");
+  } else if (info.st_size > kMaxSidecarBytes) {
+    status = Bad(path + ": " + std::to_string(info.st_size) + " bytes; a sidecar has at most " +
+                 std::to_string(kMaxSidecarBytes));
+  } else {
+    text->resize(static_cast<size_t>(info.st_size));
+    size_t got = 0;
+    while (got < text->size()) {
+      const ssize_t n = read(fd, text->data() + got, text->size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        status = Status::IoError(path + ": " + (n < 0 ? std::strerror(errno) : "file shrank"));
+        break;
+      }
+      got += static_cast<size_t>(n);
+    }
+  }
+  close(fd);
+  return status;
 }
 
 // NAME.json beside NAME.safetensors, as model parameters; none when absent.
 Status Sidecar(const std::string& path, Params* params) {
-  std::ifstream file(path);
-  if (!file) return Status::Ok();
-  const json sidecar = json::parse(file, nullptr, /*allow_exceptions=*/false);
+  std::string text;
+  bool found = false;
+  ATTNSCORE_RETURN_IF_ERROR(ReadSmallFile(path, &text, &found));
+  if (!found) return Status::Ok();
+  const json sidecar = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!sidecar.is_object()) return Bad(path + ": not a JSON object");
   for (const auto& item : sidecar.items()) {
     const json& value = item.value();

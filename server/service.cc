@@ -59,6 +59,24 @@ std::string InferTarget(std::string_view path) {
   return name.empty() || name.find('/') != std::string_view::npos ? "" : std::string(name);
 }
 
+// Why a request's Content-Length cannot frame its body, or "": more than
+// one (even if equal: a proxy may have read either), or one that is not a
+// decimal number of at most 18 digits (a sign, spaces, hex, an overflow).
+std::string ContentLengthProblem(const httplib::Request& request) {
+  const size_t count = request.get_header_value_count("Content-Length");
+  if (count == 0) return "";
+  if (count > 1) {
+    return "the request has " + std::to_string(count) + " Content-Length headers; it must have one";
+  }
+  const std::string value = request.get_header_value("Content-Length");
+  if (value.empty() || value.size() > 18 ||
+      value.find_first_not_of("0123456789") != std::string::npos) {
+    return "the request's Content-Length is '" + value.substr(0, 40) +
+           "'; it must be a decimal number of bytes";
+  }
+  return "";
+}
+
 // Prometheus label values escape backslash, double quote and newline.
 std::string LabelValue(const std::string& text) {
   std::string out;
@@ -180,11 +198,18 @@ void Service::Install(httplib::Server* http) {
   // Headers and body go out in separate writes: without TCP_NODELAY the body
   // waits for the client's delayed ACK (40 ms on Linux).
   http->set_tcp_nodelay(true);
-  http->set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+  // Runs before httplib reads a body: a request whose length cannot be
+  // trusted is refused before it costs memory or time (RFC 9112 section
+  // 6.3: one Content-Length of digits, or a 400).
+  http->set_pre_routing_handler([](const httplib::Request& request, httplib::Response& response) {
     request_start = Clock::now();
     request_started = true;
     request_accounted = false;  // as Log left it: each request is counted anew
-    return httplib::Server::HandlerResponse::Unhandled;
+    const std::string why = ContentLengthProblem(request);
+    if (why.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    ReplyError(response, 400, why);
+    response.set_header("Connection", "close");  // what follows on the socket cannot be framed
+    return httplib::Server::HandlerResponse::Handled;
   });
   // Responses httplib makes itself (no route, 413, a malformed request line)
   // get the protocol's JSON error body; ours already have one.
@@ -225,7 +250,9 @@ void Service::Install(httplib::Server* http) {
   http->Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& response) {
     Reply(response, stopping_ ? 503 : 200, json{{"ready", !stopping_}});
   });
-  http->Get("/v2", [](const httplib::Request&, httplib::Response& response) {
+  // The server's metadata, at /v2 and at /v2/ (as the protocol's OpenAPI
+  // file writes the path).
+  http->Get("/v2/?", [](const httplib::Request&, httplib::Response& response) {
     Reply(
         response, 200,
         json{
@@ -382,8 +409,11 @@ void Service::Log(const httplib::Request& request, const httplib::Response& resp
                {"method", request.method},
                {"path", request.path},
                {"status", response.status},
+               // The body's length as claimed; 0 where no valid claim was made.
                {"request_bytes",
-                std::strtoull(request.get_header_value("Content-Length").c_str(), nullptr, 10)},
+                ContentLengthProblem(request).empty()
+                    ? std::strtoull(request.get_header_value("Content-Length").c_str(), nullptr, 10)
+                    : 0},
                {"response_bytes", response.body.size()}};
   if (seconds >= 0) line["latency_us"] = static_cast<int64_t>(seconds * 1e6);
   if (!target.empty()) line["model"] = target;

@@ -137,9 +137,12 @@ Status ParseInput(const json& entry, size_t position, std::string_view* binary,
                std::to_string(kMaxRank) + " are taken");
   }
   for (const json& dim : *shape) {
+    // At most 2^62: a dim an int64 holds with room for the products of
+    // the checks that follow.
     if (!dim.is_number_integer() || dim.get<int64_t>() < 0 ||
         (dim.is_number_unsigned() && dim.get<uint64_t>() > (uint64_t{1} << 62))) {
-      return Bad(label + " has shape " + shape->dump() + "; dims must be integers >= 0");
+      return Bad(label + " has shape " + shape->dump() +
+                 "; dims must be integers from 0 to 2^62 (4611686018427387904)");
     }
     tensor->shape.push_back(dim.get<int64_t>());
   }
@@ -192,9 +195,16 @@ Status ParseInput(const json& entry, size_t position, std::string_view* binary,
 
 }  // namespace
 
+// An empty tensor's data: the engine takes a null pointer for a missing
+// tensor, so one with a zero dim points here (nothing is read).
+const float kNoFloats[1] = {0.0f};
+const int64_t kNoInts[1] = {0};
+
+const int64_t* InputTensor::IntData() const { return ints.empty() ? kNoInts : ints.data(); }
+
 ConstTensor InputTensor::View() const {
   ConstTensor view;
-  view.data = floats.data();
+  view.data = floats.empty() ? kNoFloats : floats.data();
   view.rank = static_cast<int>(shape.size());
   int64_t stride = 1;
   for (int d = view.rank - 1; d >= 0; --d) {
@@ -210,9 +220,9 @@ Status InputTensor::Lens(ValidLens* lens) const {
     return Bad("input '" + name + "' has datatype " + datatype + "; want INT32 or INT64");
   }
   if (shape.size() == 1) {
-    *lens = ValidLens::PerBatch(ints.data(), shape[0]);
+    *lens = ValidLens::PerBatch(IntData(), shape[0]);
   } else if (shape.size() == 2) {
-    *lens = ValidLens::PerQuery(ints.data(), shape[0], shape[1]);
+    *lens = ValidLens::PerQuery(IntData(), shape[0], shape[1]);
   } else {
     return Bad("input '" + name + "' has shape " + ShapeText(shape) +
                " but must be [B], one length per batch entry, or [B, N], one per query");

@@ -27,6 +27,8 @@ struct InputTensor {
 
   // A C-order view of `floats` (FP32 only).
   ConstTensor View() const;
+  // ints.data(), never null (the engine takes null for a missing tensor).
+  const int64_t* IntData() const;
   // `ints` as valid lengths: shape [B] per batch entry, [B, N] per query.
   // InvalidArgument naming the input for another datatype or rank.
   Status Lens(ValidLens* lens) const;

@@ -9,7 +9,9 @@ SIGTERM finishing the request in flight.
 import http.client
 import json
 import os
+import re
 import shutil
+import socket
 import signal
 import subprocess
 import sys
@@ -602,3 +604,110 @@ def test_the_built_in_multihead_attention_honours_causal_and_scale(server):
     body["parameters"] = {"casual": "top-left"}
     status, _, answer = server.call("POST", "/v2/models/multihead_attention/infer", body)
     assert status == 400 and "no parameter 'casual'" in answer["error"], answer
+
+
+# ---------------------------------------------------------------------------
+# Hostile requests and starts.
+
+def raw_exchange(server, data, timeout=10):
+    """The first response the server sends for `data` on a new connection:
+    its head and the body its Content-Length frames."""
+    host, port = server.url.split("//")[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(data)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sock.recv(65536)
+            assert chunk, answer
+            answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        while len(body) < length:
+            chunk = sock.recv(65536)
+            assert chunk, answer
+            body += chunk
+        return head + b"\r\n\r\n" + body
+
+
+def status_and_error(answer):
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), json.loads(body).get("error", "")
+
+
+def toy_json():
+    return infer_body(golden(*DOT_TOY), ["output"])
+
+
+@pytest.mark.parametrize("path", ["/v2", "/v2/"])
+def test_server_metadata_at_both_paths(server, path):
+    status, _, answer = server.call("GET", path)
+    assert status == 200 and answer["name"] == "attnscore" and answer["version"], answer
+
+
+def test_json_followed_by_a_nul_byte_is_refused(server):
+    body = json.dumps(toy_json()).encode()
+    status, _, answer = server.call("POST", "/v2/models/dot_product_attention/infer",
+                                    body + b"\0garbage{{{")
+    assert status == 400 and answer["error"] == \
+        "malformed JSON: a NUL byte at offset %d" % len(body), answer
+
+
+@pytest.mark.parametrize("lengths,why", [
+    ([b"-5"], b"Content-Length is '-5'; it must be a decimal number of bytes"),
+    ([b"0x10"], b"Content-Length is '0x10'"),
+    ([b"99999999999999999999"], b"Content-Length is '99999999999999999999'"),
+    ([b"%d", b"5"], b"2 Content-Length headers; it must have one"),
+    ([b"%d", b"%d"], b"2 Content-Length headers; it must have one"),
+])
+def test_a_content_length_that_cannot_frame_the_body_is_a_400(server, lengths, why):
+    # Answered at once, before any body is read: no stall, no 413.
+    body = json.dumps(toy_json()).encode()
+    headers = b"".join(b"Content-Length: " + (n % len(body) if b"%" in n else n) + b"\r\n"
+                       for n in lengths)
+    start = time.monotonic()
+    answer = raw_exchange(server, b"POST /v2/models/dot_product_attention/infer HTTP/1.1\r\n"
+                          b"Host: test\r\n" + headers + b"\r\n" + body)
+    assert time.monotonic() - start < 4  # httplib's stall for a body it waits for is 5 s
+    status, error = status_and_error(answer)
+    assert status == 400 and why.decode() in error, error
+
+
+def test_dims_zero_and_past_2_to_the_62_are_named(server):
+    request = toy_json()
+    request["inputs"][0]["shape"] = [2, 0, 2]
+    request["inputs"][0]["data"] = []
+    status, _, answer = server.call("POST", "/v2/models/dot_product_attention/infer", request)
+    assert status == 400 and "queries has shape (2, 0, 2): every dim must be >= 1" in \
+        answer["error"], answer
+    request = toy_json()
+    request["inputs"][0]["shape"] = [2, 1, 2 ** 62 + 1]
+    status, _, answer = server.call("POST", "/v2/models/dot_product_attention/infer", request)
+    assert status == 400 and "dims must be integers from 0 to 2^62" in answer["error"], answer
+
+
+def test_a_sidecar_that_is_a_fifo_does_not_hold_the_start(tmp_path):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    shutil.copy(os.path.join(GOLDEN, "concat_tutorial", "model.safetensors"),
+                folder / "attn.safetensors")
+    os.mkfifo(folder / "attn.json")  # opened for reading, it would block
+    start = time.monotonic()
+    running, stderr = started_with(tmp_path, folder)
+    with running:
+        assert time.monotonic() - start < 5
+        assert "model 'attn' is not ready" in stderr and "attn.json: not a regular file" in \
+            stderr, stderr
+
+
+def test_sigterm_stops_a_starting_server(tmp_path):
+    # SIGTERM at once, while the server starts (or just after): it exits
+    # promptly either way, 143 if it was still starting.
+    for _ in range(5):
+        process = subprocess.Popen([SERVER, "--port", "0"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        time.sleep(0.01)
+        process.terminate()
+        # -SIGTERM: before main() blocks it, the signal ends the process itself.
+        assert process.wait(timeout=10) in (0, 128 + signal.SIGTERM, -signal.SIGTERM)
+        out, err = process.communicate()
+        assert process.returncode == -signal.SIGTERM or "stopped" in err, err
