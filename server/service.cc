@@ -59,12 +59,19 @@ std::string InferTarget(std::string_view path) {
   return name.empty() || name.find('/') != std::string_view::npos ? "" : std::string(name);
 }
 
-// Why a request's Content-Length cannot frame its body, or "": more than
-// one (even if equal: a proxy may have read either), or one that is not a
-// decimal number of at most 18 digits (a sign, spaces, hex, an overflow).
+// Why a request's Content-Length cannot frame its body, or "": none on a
+// POST that is not chunked, more than one (even if equal: a proxy may have
+// read either), or one that is not a decimal number of at most 18 digits (a
+// sign, spaces, hex, an overflow).
 std::string ContentLengthProblem(const httplib::Request& request) {
   const size_t count = request.get_header_value_count("Content-Length");
-  if (count == 0) return "";
+  if (count == 0) {
+    // httplib would wait out its read timeout for a body with no length.
+    if (request.method == "POST" && !request.has_header("Transfer-Encoding")) {
+      return "the request has no Content-Length; a POST must give its body's length";
+    }
+    return "";
+  }
   if (count > 1) {
     return "the request has " + std::to_string(count) + " Content-Length headers; it must have one";
   }

@@ -658,6 +658,7 @@ def test_json_followed_by_a_nul_byte_is_refused(server):
     ([b"99999999999999999999"], b"Content-Length is '99999999999999999999'"),
     ([b"%d", b"5"], b"2 Content-Length headers; it must have one"),
     ([b"%d", b"%d"], b"2 Content-Length headers; it must have one"),
+    ([], b"no Content-Length; a POST must give its body's length"),
 ])
 def test_a_content_length_that_cannot_frame_the_body_is_a_400(server, lengths, why):
     # Answered at once, before any body is read: no stall, no 413.
