@@ -12,8 +12,6 @@ Run: PYTHONPATH=BUILD/python /usr/bin/python3 -m pytest tests/python
 """
 
 import copy
-import importlib.util
-import os
 import warnings
 
 import pytest
@@ -21,12 +19,8 @@ import torch
 from torch import nn
 
 import attnscore.torch as at
+from d2l_reference import seed
 
-SEED_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                         os.pardir, os.pardir, "tools", "seed_modules.py")
-_spec = importlib.util.spec_from_file_location("seed_modules", SEED_PATH)
-seed = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(seed)
 
 B, N, M = 3, 5, 7
 OPS = ("softmax", "dot", "additive", "concat", "multihead", "multihead_bias")

@@ -12,21 +12,15 @@ Run: PYTHONPATH=BUILD/python /usr/bin/python3 -m pytest tests/python
 """
 
 import copy
-import importlib.util
 import math
-import os
 
 import pytest
 import torch
 from torch import nn
 
 import attnscore.torch as at
+from d2l_reference import seed
 
-SEED_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                         os.pardir, os.pardir, "tools", "seed_modules.py")
-_spec = importlib.util.spec_from_file_location("seed_modules", SEED_PATH)
-seed = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(seed)
 
 OPS = ("dot", "additive", "concat")
 
