@@ -10,14 +10,11 @@
 #include <memory>
 #include <new>
 #include <string>
-#include <type_traits>
 
 #include "api/c_api_internal.h"
-#include "attnscore/cancel.h"
 #include "attnscore/engine.h"
 #include "attnscore/kv_cache.h"
 #include "attnscore/version.h"
-#include "base/call_scope.h"
 
 struct attnscore_kv_cache {
   std::unique_ptr<attnscore::KvCache> cache;
@@ -212,37 +209,6 @@ attnscore_status* attnscore_engine_create(const attnscore_engine_options* option
 }
 
 void attnscore_engine_destroy(attnscore_engine* engine) { delete engine; }
-
-// One member: a pointer to the struct is a pointer to its token and back.
-struct attnscore_cancel_token {
-  attnscore::CancelToken token;
-};
-static_assert(std::is_standard_layout_v<attnscore_cancel_token>);
-
-attnscore_cancel_token* attnscore_cancel_token_create(void) {
-  return new (std::nothrow) attnscore_cancel_token;
-}
-
-void attnscore_cancel_token_destroy(attnscore_cancel_token* token) { delete token; }
-
-void attnscore_cancel_token_cancel(attnscore_cancel_token* token) {
-  if (token != nullptr) token->token.Cancel();
-}
-
-void attnscore_cancel_token_reset(attnscore_cancel_token* token) {
-  if (token != nullptr) token->token.Reset();
-}
-
-int attnscore_cancel_token_cancelled(const attnscore_cancel_token* token) {
-  return token != nullptr && token->token.cancelled() ? 1 : 0;
-}
-
-const attnscore_cancel_token* attnscore_set_thread_cancel_token(
-    const attnscore_cancel_token* token) {
-  const attnscore::CancelToken* previous = attnscore::internal::ThreadCancelToken();
-  attnscore::internal::SetThreadCancelToken(token == nullptr ? nullptr : &token->token);
-  return reinterpret_cast<const attnscore_cancel_token*>(previous);
-}
 
 attnscore_status* attnscore_engine_options_of(const attnscore_engine* engine,
                                               attnscore_engine_options* options) {
