@@ -4,6 +4,7 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -184,7 +185,11 @@ void BindCatalogue(py::module_& m) {
             for (size_t i = 0; i < count; ++i) {
               outputs.emplace_back(op.spec().outputs[i].name, NewOutput(shapes[i], &arrays[i]));
             }
-            ThrowIfError(Interruptible().Run(
+            int64_t elements = 0;
+            for (const std::vector<int64_t>& shape : shapes) {
+              elements = std::max(elements, Elements({&shape}));
+            }
+            ThrowIfError(Interruptible(elements).Run(
                 [&] { return op.Run(engine, call.inputs, call.params, outputs); }));
             if (count == 2) return py::make_tuple(arrays[0], arrays[1]);
             return arrays[0];

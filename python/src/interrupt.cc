@@ -1,5 +1,6 @@
 #include "interrupt.h"
 
+#include <climits>
 #include <optional>
 
 #include "attnscore/cancel.h"
@@ -43,7 +44,22 @@ void InitInterrupts() {
   default_python_handler = new py::object(signal.attr("default_int_handler"));
 }
 
-Interruptible::Interruptible() {
+int64_t Elements(std::initializer_list<const std::vector<int64_t>*> shapes) {
+  int64_t total = 0;
+  for (const std::vector<int64_t>* shape : shapes) {
+    int64_t count = 1;
+    for (int64_t dim : *shape) {
+      if (dim != 0 && count > INT64_MAX / dim) return INT64_MAX;
+      count *= dim;
+    }
+    if (total > INT64_MAX - count) return INT64_MAX;
+    total += count;
+  }
+  return total;
+}
+
+Interruptible::Interruptible(int64_t output_elements) {
+  if (output_elements < kInterruptibleElements) return;
   if (PyThread_get_thread_ident() != main_thread) return;
   // Only Python's default: a handler of the program's own may mean to let
   // the call finish.

@@ -50,7 +50,7 @@ py::object RunAttention(const py::object& q, const py::object& k, const py::obje
 
   Dims dims;
   ThrowIfError(check(q_view, k_view, v_view, lens, &dims));
-  Interruptible interruptible;
+  Interruptible interruptible(Elements({&dims.out, &dims.weights}));
   OutputSlot out_slot(out, dims.out, &out_view, &out_array, interruptible.active());
   OutputSlot weights_slot(want_weights ? weights_out : py::none(), dims.weights, &weights_view,
                           &weights_array, interruptible.active(), want_weights);
@@ -206,9 +206,9 @@ PYBIND11_MODULE(_attnscore, m) {
             if (!out.is_none()) y_view = OutputView(out, "out", &y_array);
             OutputShapes shapes;
             ThrowIfError(engine.CheckMaskedSoftmax(x_view, lens, &shapes));
-            Interruptible interruptible;
-            OutputSlot y_slot(out, {shapes.out.begin(), shapes.out.end()}, &y_view, &y_array,
-                              interruptible.active());
+            const std::vector<int64_t> y_dims(shapes.out.begin(), shapes.out.end());
+            Interruptible interruptible(Elements({&y_dims}));
+            OutputSlot y_slot(out, y_dims, &y_view, &y_array, interruptible.active());
             RestoringOnError({&y_slot}, [&] {
               ThrowIfError(
                   interruptible.Run([&] { return engine.MaskedSoftmax(x_view, lens, y_view); }));
@@ -605,12 +605,12 @@ PYBIND11_MODULE(_attnscore, m) {
             }
             const Tensor out =
                 NewOutput({qv.dims[0], qv.dims[1], qv.dims[2], cache.shape().value_dim}, &out_array);
+            const std::vector<int64_t> scores{qv.dims[0], qv.dims[2], qv.dims[1], longest};
             Tensor weights;
-            if (return_weights) {
-              weights = NewOutput({qv.dims[0], qv.dims[2], qv.dims[1], longest}, &weights_array);
-            }
-            ThrowIfError(
-                Interruptible().Run([&] { return cache.Attend(engine, qv, out, weights); }));
+            if (return_weights) weights = NewOutput(scores, &weights_array);
+            ThrowIfError(Interruptible(Elements({&scores})).Run([&] {
+              return cache.Attend(engine, qv, out, weights);
+            }));
             if (return_weights) return py::make_tuple(out_array, weights_array);
             return out_array;
           },
