@@ -179,15 +179,14 @@ BENCHMARK(BM_KvCacheDecode)
     ->UseRealTime();
 
 // BM_KvCacheDecode's step against a read of the K and V it reads, where the
-// cache holds them (internal::KvCacheBytes: in bf16, its words), from an
-// fp32 cache and from a bf16 one (bf16:1), alternated on 1 thread
-// (AgainstItsRead). A read of the caller's copies instead, 16 MiB beside
-// the cache's 16, found them evicted by the step's rounds: 231-257 µs on a
+// cache holds them (internal::KvCacheBytes: in bf16, its words; in int8, its
+// codes and their scales), from a cache of each precision (precision: 0
+// fp32, 1 bf16, 2 int8), alternated on 1 thread (AgainstItsRead). A read of the caller's copies
+// instead, 16 MiB beside the cache's 16, found them evicted by the step's rounds: 231-257 µs on a
 // Zen 5 with 32 MiB of L3, where the same read alone takes 159-165.
 void BM_KvCacheDecodeAgainstRead(benchmark::State& state) {
   KvCacheDecodeCall call(state.range(0), state.range(1), state.range(2), state.range(3),
-                         state.range(4), /*pooled=*/false,
-                         state.range(5) != 0 ? Precision::kBf16 : Precision::kFp32);
+                         state.range(4), /*pooled=*/false, static_cast<Precision>(state.range(5)));
   if (!call.status.ok()) {
     state.SkipWithError(call.status.message().c_str());
     return;
@@ -204,9 +203,10 @@ void BM_KvCacheDecodeAgainstRead(benchmark::State& state) {
 }
 
 BENCHMARK(BM_KvCacheDecodeAgainstRead)
-    ->ArgNames({"batch", "keys", "heads", "kv_heads", "dim", "bf16"})
+    ->ArgNames({"batch", "keys", "heads", "kv_heads", "dim", "precision"})
     ->Args({4, 2048, 16, 4, 64, 0})
     ->Args({4, 2048, 16, 4, 64, 1})
+    ->Args({4, 2048, 16, 4, 64, 2})
     ->Iterations(15)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

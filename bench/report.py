@@ -686,7 +686,7 @@ def alternated_section(runs, pairs, bf16, skipped_runs):
         else:
             shape = "KvCache decode, B %d, Hq %d, Hkv %d, D %d, %d keys%s" % (
                 a["batch"], a["heads"], a["kv_heads"], a["dim"], a["keys"],
-                ", bf16 cache" if a.get("bf16") else "")
+                {0: "", 1: ", bf16 cache", 2: ", int8 cache"}[a.get("precision", 0)])
             limit = "read of the K and V it holds"
         if name not in runs:
             t.add(shape, "—", limit, "—", "not measured: " + skipped_runs[name])

@@ -464,33 +464,40 @@ TEST_F(CApi, APooledKvCacheSharesItsBlocksAndAttendsAsOneWithout) {
             "attnscore_kv_cache_create: cache is null");
 }
 
-// A bf16 cache through attnscore_kv_cache_create_shaped: the C++ bf16
-// cache's bits, its block multiple twice fp32's, and its checks by name.
-TEST_F(CApi, AShapedBf16KvCacheGivesTheCppBits) {
+// bf16 and int8 caches through attnscore_kv_cache_create_shaped: the C++
+// caches' bits and block multiples (bf16's twice fp32's), and the checks
+// by name.
+TEST_F(CApi, AShapedKvCacheGivesTheCppBitsInEachPrecision) {
   const int64_t b = 2, m = 40, hkv = 2, hq = 4, d = 16;
   const std::vector<float> k = RandomFloats(b * m * hkv * d, 21), v = RandomFloats(k.size(), 22),
                            q = RandomFloats(b * hq * d, 23);
   attnscore_kv_cache_shape shape = {b, 64, hkv, d, d, 0, 0, ATTNSCORE_BF16};
   attnscore_kv_cache* cache = nullptr;
-  ASSERT_EQ(Message(attnscore_kv_cache_create_shaped(&shape, &cache)), "");
-  const attnscore_tensor_view kv = CView4(k, b, m, hkv, d), vv = CView4(v, b, m, hkv, d),
-                              qv = CView4(q, b, 1, hq, d);
-  ASSERT_EQ(Message(attnscore_kv_cache_append(cache, &kv, &vv)), "");
-  std::vector<float> out_c(b * hq * d), out_cpp(out_c.size());
-  const attnscore_tensor ov = COut4(out_c, b, 1, hq, d);
-  ASSERT_EQ(Message(attnscore_kv_cache_attend(cache, engine_, &qv, &ov, nullptr)), "");
-  attnscore_kv_cache_destroy(cache);
-  KvCacheShape cpp{b, 64, hkv, d, d};
-  cpp.precision = Precision::kBf16;
-  std::unique_ptr<KvCache> own;
-  ASSERT_TRUE(KvCache::Create(cpp, &own).ok());
-  ASSERT_TRUE(
-      own->Append(ConstTensor(k.data(), {b, m, hkv, d}), ConstTensor(v.data(), {b, m, hkv, d}))
-          .ok());
-  ASSERT_TRUE(own->Attend(DefaultEngine(), ConstTensor(q.data(), {b, 1, hq, d}),
-                          Tensor(out_cpp.data(), {b, 1, hq, d}))
-                  .ok());
-  EXPECT_EQ(out_c, out_cpp);
+  for (const auto& [c_precision, precision] :
+       {std::pair{ATTNSCORE_BF16, Precision::kBf16}, std::pair{ATTNSCORE_INT8, Precision::kInt8}}) {
+    shape.precision = c_precision;
+    ASSERT_EQ(Message(attnscore_kv_cache_create_shaped(&shape, &cache)), "");
+    const attnscore_tensor_view kv = CView4(k, b, m, hkv, d), vv = CView4(v, b, m, hkv, d),
+                                qv = CView4(q, b, 1, hq, d);
+    ASSERT_EQ(Message(attnscore_kv_cache_append(cache, &kv, &vv)), "");
+    std::vector<float> out_c(b * hq * d), out_cpp(out_c.size());
+    const attnscore_tensor ov = COut4(out_c, b, 1, hq, d);
+    ASSERT_EQ(Message(attnscore_kv_cache_attend(cache, engine_, &qv, &ov, nullptr)), "");
+    attnscore_kv_cache_destroy(cache);
+    KvCacheShape cpp{b, 64, hkv, d, d};
+    cpp.precision = precision;
+    std::unique_ptr<KvCache> own;
+    ASSERT_TRUE(KvCache::Create(cpp, &own).ok());
+    ASSERT_TRUE(
+        own->Append(ConstTensor(k.data(), {b, m, hkv, d}), ConstTensor(v.data(), {b, m, hkv, d}))
+            .ok());
+    ASSERT_TRUE(own->Attend(DefaultEngine(), ConstTensor(q.data(), {b, 1, hq, d}),
+                            Tensor(out_cpp.data(), {b, 1, hq, d}))
+                    .ok());
+    EXPECT_EQ(out_c, out_cpp) << PrecisionName(precision);
+    EXPECT_EQ(attnscore_kv_cache_block_positions_multiple_in(64, 64, c_precision),
+              KvCache::BlockPositionsMultiple(64, 64, precision));
+  }
   EXPECT_EQ(attnscore_kv_cache_block_positions_multiple_in(64, 64, ATTNSCORE_BF16),
             2 * attnscore_kv_cache_block_positions_multiple_in(64, 64, ATTNSCORE_FP32));
   EXPECT_EQ(attnscore_kv_cache_block_positions_multiple_in(64, 64, 9), 0);
@@ -498,7 +505,7 @@ TEST_F(CApi, AShapedBf16KvCacheGivesTheCppBits) {
             "attnscore_kv_cache_create_shaped: shape is null");
   shape.precision = 9;
   EXPECT_EQ(Message(attnscore_kv_cache_create_shaped(&shape, &cache)),
-            "KvCache::Create: precision is 9, not a Precision (fp32 or bf16)");
+            "KvCache::Create: precision is 9, not a Precision (fp32, bf16 or int8)");
 }
 
 // The multi-head *_check twins: the C++ checks' shapes for a good call; for
@@ -588,6 +595,10 @@ TEST_F(CApi, NamesOptionsDescribeAndVersion) {
   attnscore_precision precision;
   ASSERT_EQ(attnscore_parse_precision("bf16", &precision), 1);
   EXPECT_STREQ(attnscore_precision_name(precision), "bf16");
+  ASSERT_EQ(attnscore_parse_precision("int8", &precision), 1);
+  EXPECT_EQ(precision, ATTNSCORE_INT8);
+  EXPECT_STREQ(attnscore_precision_name(precision), "int8");
+  EXPECT_EQ(attnscore_precision_name(3), nullptr);
   attnscore_engine_options options;
   ASSERT_EQ(attnscore_engine_options_of(engine_, &options), nullptr);
   EXPECT_EQ(options.threads, 1);

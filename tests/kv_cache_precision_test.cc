@@ -16,147 +16,11 @@
 
 #include "api/kv_cache_bytes.h"
 #include "attnscore/attnscore.h"
+#include "kv_cache_cases.h"
 #include "test_util.h"
 
 namespace attnscore::test {
 namespace {
-
-// x rounded to the nearest bfloat16, ties to even, written from the format's
-// definition (the engine's own rounding is not used): finite inputs only.
-float RoundedToBf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  const uint32_t low = bits & 0xFFFFu, kept = bits >> 16;
-  uint32_t word = kept;
-  if (low > 0x8000u || (low == 0x8000u && (kept & 1u) != 0)) ++word;
-  bits = word << 16;
-  float y;
-  std::memcpy(&y, &bits, sizeof y);
-  return y;
-}
-
-// One test's cache contents and queries: B sequences of `lengths[b]`
-// positions, keys (L, Hkv, D) and values (L, Hkv, Dv) each, as appended.
-struct Case {
-  int64_t batch = 2, kv_heads = 2, heads = 8, depth = 64, value_dim = 64;
-  std::vector<std::vector<float>> k, v;  // per sequence
-};
-
-// Float64 attention of the last `queries` positions of each sequence,
-// causal bottom-right, scale 1/sqrt(D): out (B, N, Hq, Dv), keys and values
-// taken as given or rounded to bf16 first.
-std::vector<double> Reference(const Case& c, const std::vector<float>& q, int64_t queries,
-                              bool rounded) {
-  const int64_t group = c.heads / c.kv_heads;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(c.depth));
-  std::vector<double> out(static_cast<size_t>(c.batch * queries * c.heads * c.value_dim));
-  const auto value = [&](float x) { return static_cast<double>(rounded ? RoundedToBf16(x) : x); };
-  for (int64_t b = 0; b < c.batch; ++b) {
-    const int64_t held = static_cast<int64_t>(c.k[b].size()) / (c.kv_heads * c.depth);
-    for (int64_t i = 0; i < queries; ++i) {
-      const int64_t seen = held - queries + i + 1;
-      for (int64_t h = 0; h < c.heads; ++h) {
-        const int64_t g = h / group;
-        const float* qrow = q.data() + ((b * queries + i) * c.heads + h) * c.depth;
-        std::vector<double> s(static_cast<size_t>(seen));
-        double top = -1e300;
-        for (int64_t j = 0; j < seen; ++j) {
-          double dot = 0;
-          for (int64_t d = 0; d < c.depth; ++d) {
-            dot += static_cast<double>(qrow[d]) *
-                   value(c.k[b][static_cast<size_t>((j * c.kv_heads + g) * c.depth + d)]);
-          }
-          s[static_cast<size_t>(j)] = dot * scale;
-          top = std::max(top, dot * scale);
-        }
-        double sum = 0;
-        for (double& x : s) sum += (x = std::exp(x - top));
-        double* o = out.data() + ((b * queries + i) * c.heads + h) * c.value_dim;
-        for (int64_t j = 0; j < seen; ++j) {
-          for (int64_t e = 0; e < c.value_dim; ++e) {
-            o[e] += s[static_cast<size_t>(j)] / sum *
-                    value(c.v[b][static_cast<size_t>((j * c.kv_heads + g) * c.value_dim + e)]);
-          }
-        }
-      }
-    }
-  }
-  return out;
-}
-
-enum class Data { kNormal, kOutlierChannel, kScaledPositions, kSharpQueries };
-
-std::string Name(Data data) {
-  switch (data) {
-    case Data::kNormal:
-      return "normal";
-    case Data::kOutlierChannel:
-      return "a key channel 30x the others";
-    case Data::kScaledPositions:
-      return "positions scaled by e^U(-4, 4)";
-    case Data::kSharpQueries:
-      return "sharp queries";
-  }
-  return "?";
-}
-
-// Normal keys and values, shaped as `data` says, for positions
-// [first, first + count) of every sequence.
-void Grow(Case* c, Data data, int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> exponent(-4.0f, 4.0f);
-  c->k.resize(static_cast<size_t>(c->batch));
-  c->v.resize(static_cast<size_t>(c->batch));
-  for (int64_t b = 0; b < c->batch; ++b) {
-    for (int64_t t = 0; t < count; ++t) {
-      for (int64_t g = 0; g < c->kv_heads; ++g) {
-        const float position_scale =
-            data == Data::kScaledPositions ? std::exp(exponent(rng)) : 1.0f;
-        for (int64_t d = 0; d < c->depth; ++d) {
-          float x = normal(rng) * position_scale;
-          if (data == Data::kOutlierChannel && d == 5) x *= 30.0f;
-          c->k[b].push_back(x);
-        }
-        for (int64_t d = 0; d < c->value_dim; ++d) c->v[b].push_back(normal(rng) * position_scale);
-      }
-    }
-  }
-}
-
-std::vector<float> Queries(const Case& c, Data data, int64_t queries, uint32_t seed) {
-  return RandomFloats(static_cast<size_t>(c.batch * queries * c.heads * c.depth), seed,
-                      data == Data::kSharpQueries ? 8.0f : 1.0f);
-}
-
-// Appends positions [from, to) of every sequence.
-Status AppendRange(KvCache* cache, const Case& c, int64_t from, int64_t to) {
-  const int64_t kr = c.kv_heads * c.depth, vr = c.kv_heads * c.value_dim;
-  for (int64_t b = 0; b < c.batch; ++b) {
-    const Status s = cache->AppendTo(
-        b, ConstTensor(c.k[b].data() + from * kr, {to - from, c.kv_heads, c.depth}),
-        ConstTensor(c.v[b].data() + from * vr, {to - from, c.kv_heads, c.value_dim}));
-    if (!s.ok()) return s;
-  }
-  return Status::Ok();
-}
-
-std::unique_ptr<KvCache> MakeCache(const Case& c, int64_t capacity, Precision precision) {
-  KvCacheShape shape{c.batch, capacity, c.kv_heads, c.depth, c.value_dim};
-  shape.precision = precision;
-  std::unique_ptr<KvCache> cache;
-  const Status s = KvCache::Create(shape, &cache);
-  EXPECT_TRUE(s.ok()) << s.message();
-  return cache;
-}
-
-double MaxError(const std::vector<float>& actual, const std::vector<double>& expected) {
-  double worst = 0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(actual[i]) - expected[i]));
-  }
-  return worst;
-}
 
 // The acceptance of docs/semantics.md section 5.3: after a 2,000-position
 // append and then one position at a time, each decoding step's error
@@ -348,9 +212,9 @@ TEST(KvCachePrecision, RefusesBadPrecisionsHeadsAndBlocks) {
 }
 
 // What Attend refuses is named as the call the caller made, KvCache, in
-// either precision (the fp32 cache runs the multi-head op underneath).
+// any precision (the fp32 cache runs the multi-head op underneath).
 TEST(KvCachePrecision, AttendNamesTheCacheInItsMessages) {
-  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+  for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kInt8}) {
     KvCacheShape shape{1, 8, 1, 16, 16};
     shape.precision = precision;
     std::unique_ptr<KvCache> cache;

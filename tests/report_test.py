@@ -33,7 +33,7 @@ ENCODER_LIMIT = "BM_DotProductAgainstLimit/batch:4/queries:128/keys:128/dim:64/p
                 "iterations:15/real_time"
 PREFILL_LIMIT = "BM_MultiHeadAgainstMatmul/batch:1/queries:1024/keys:1024/heads:16/" \
                 "kv_heads:16/dim:64/causal:1/iterations:15/real_time"
-KV_LIMIT = "BM_KvCacheDecodeAgainstRead/batch:4/keys:2048/heads:16/kv_heads:4/dim:64/bf16:0/" \
+KV_LIMIT = "BM_KvCacheDecodeAgainstRead/batch:4/keys:2048/heads:16/kv_heads:4/dim:64/precision:0/" \
            "iterations:15/real_time"
 
 
@@ -177,6 +177,8 @@ class ShortRun(unittest.TestCase):
         self.assertEqual(sorted((r[0], r[2]) for r in rows), [
             ("KvCache decode, B 4, Hq 16, Hkv 4, D 64, 2048 keys", "read of the K and V it holds"),
             ("KvCache decode, B 4, Hq 16, Hkv 4, D 64, 2048 keys, bf16 cache",
+             "read of the K and V it holds"),
+            ("KvCache decode, B 4, Hq 16, Hkv 4, D 64, 2048 keys, int8 cache",
              "read of the K and V it holds"),
             ("dot product decode (8, 1, 1024), D 64", "read of its K and V rows"),
             ("dot product decode, one sequence (1, 1, 4096), D 64", "read of its K and V rows"),

@@ -116,7 +116,7 @@ Status MultiHeadOptionsOf(const char* call, const attnscore_multihead_options* o
 
 bool OptionsOf(const attnscore_engine_options& in, attnscore::EngineOptions* out) {
   if (in.isa < ATTNSCORE_ISA_SCALAR || in.isa > ATTNSCORE_ISA_BEST) return false;
-  if (in.precision != ATTNSCORE_FP32 && in.precision != ATTNSCORE_BF16) return false;
+  if (in.precision < ATTNSCORE_FP32 || in.precision > ATTNSCORE_INT8) return false;
   out->threads = in.threads;
   out->isa = static_cast<attnscore::Isa>(in.isa);
   out->precision = static_cast<attnscore::Precision>(in.precision);
@@ -175,7 +175,7 @@ const char* attnscore_isa_name(int32_t isa) {
 }
 
 const char* attnscore_precision_name(int32_t precision) {
-  if (precision != ATTNSCORE_FP32 && precision != ATTNSCORE_BF16) return nullptr;
+  if (precision < ATTNSCORE_FP32 || precision > ATTNSCORE_INT8) return nullptr;
   return attnscore::PrecisionName(static_cast<attnscore::Precision>(precision));
 }
 
@@ -363,7 +363,7 @@ attnscore_status* attnscore_kv_cache_create_shaped(const attnscore_kv_cache_shap
 
 int64_t attnscore_kv_cache_block_positions_multiple_in(int64_t key_dim, int64_t value_dim,
                                                        int32_t precision) {
-  if (precision != ATTNSCORE_FP32 && precision != ATTNSCORE_BF16) return 0;
+  if (precision < ATTNSCORE_FP32 || precision > ATTNSCORE_INT8) return 0;
   return attnscore::KvCache::BlockPositionsMultiple(key_dim, value_dim,
                                                     static_cast<attnscore::Precision>(precision));
 }

@@ -115,9 +115,10 @@ OpSpec KvCacheSpec() {
                ParamSpec{"kv_precision",
                          Kind::kModel,
                          Type::kChoice,
-                         {"fp32", "bf16"},
+                         {"fp32", "bf16", "int8"},
                          "fp32",
-                         "how keys and values are held (bf16: rounded once, as appended)"}};
+                         "how keys and values are held (bf16: rounded once, as appended; int8: "
+                         "codes with their scales)"}};
   op.stateful = true;
   return op;
 }

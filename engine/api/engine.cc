@@ -43,6 +43,11 @@ Status Engine::Create(const EngineOptions& options, std::unique_ptr<Engine>* eng
     return Status::InvalidArgument("Engine::Create: isa is " +
                                    std::to_string(static_cast<int>(options.isa)) + ", not an Isa");
   }
+  if (options.precision == Precision::kInt8) {
+    return Status::InvalidArgument(
+        "Engine::Create: precision is int8, which only a KvCache holds; an engine runs in fp32 "
+        "or bf16");
+  }
   if (options.precision != Precision::kFp32 && options.precision != Precision::kBf16) {
     return Status::InvalidArgument("Engine::Create: precision is " +
                                    std::to_string(static_cast<int>(options.precision)) +

@@ -1,9 +1,9 @@
 // KvCache: each sequence's keys and values kept heads-first, (Hkv, capacity,
 // D) per sequence, so that a head's cached keys are one contiguous block
 // (read in one stream by decoding), and attention over them by the
-// multi-head op on a strided view of the whole cache: floats, or bfloat16
-// words (rounded once, as they are appended) that the op's decode form
-// reads as they are.
+// multi-head op on a strided view of the whole cache: floats, bfloat16
+// words (rounded once, as they are appended), or int8 codes with their
+// scales, that the op's decode form reads as they are.
 #include "attnscore/kv_cache.h"
 
 #include <algorithm>
@@ -18,18 +18,30 @@
 
 #include "api/engine_access.h"
 #include "api/kv_cache_bytes.h"
+#include "api/kv_cache_storage.h"
 #include "base/aligned_floats.h"
 #include "base/call_scope.h"
 #include "base/checks.h"
-#include "kernels/bf16.h"
 #include "ops/multihead.h"
 
 namespace attnscore {
 namespace {
 
-constexpr const char* kOp = "KvCache";
 using internal::CheckTensor;
 using internal::kAnyDim;
+using kv_cache_storage::kOp;
+
+// Bytes of an element stored in `precision`.
+int64_t ElementBytes(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16:
+      return 2;
+    case Precision::kInt8:
+      return 1;
+    default:
+      return 4;
+  }
+}
 
 // A count the checks work out in double, as a reader wants it: an integer,
 // or past 2^53 (where a double stops counting one by one) three digits and
@@ -80,127 +92,13 @@ Status CheckPoolShape(const KvCacheShape& shape) {
 
 }  // namespace
 
-struct KvCache::Storage {
-  KvCacheShape shape;
-  // Positions kept per head of a sequence: its capacity, rounded up to
-  // whole blocks where there is a pool, so that every block is whole pages.
-  int64_t positions = 0;
-  // Bytes of one stored element: 4 (fp32) or 2 (bf16 words).
-  int64_t element_bytes = 4;
-  // (B, Hkv, positions, D) and (B, Hkv, positions, Dv) elements, on cache
-  // lines and huge pages: with D a multiple of 16, no vector load of a row
-  // splits a line (rows 16 bytes off a line made decoding's kernels a fifth
-  // slower in cache). With a pool, reserved: pages take memory as positions
-  // are written and give it back when their sequence is cleared.
-  internal::AlignedFloats keys, values;
-  std::vector<int64_t> lengths;  // (B)
-  int64_t blocks_in_use = 0;     // Σ_b BlocksFor(lengths[b])
-
-  bool pooled() const { return shape.block_positions > 0; }
-  // The pool's blocks a sequence of `length` positions holds.
-  int64_t BlocksFor(int64_t length) const {
-    return pooled() ? (length + shape.block_positions - 1) / shape.block_positions : 0;
-  }
-
-  // The offset, in elements, of position t of head h of sequence b in an
-  // array of `features` elements a position.
-  int64_t Offset(int64_t b, int64_t h, int64_t t, int64_t features) const {
-    return ((b * shape.kv_heads + h) * positions + t) * features;
-  }
-  // Where that position starts, as elements of type T.
-  template <typename T>
-  T* At(const internal::AlignedFloats& data, int64_t b, int64_t h, int64_t t,
-        int64_t features) const {
-    return reinterpret_cast<T*>(const_cast<float*>(data.data())) + Offset(b, h, t, features);
-  }
-  // The first `keys` positions of every sequence, (B, keys, Hkv, F) by strides.
-  template <typename T>
-  TensorView<const T> View(const internal::AlignedFloats& data, int64_t keys,
-                           int64_t features) const {
-    return TensorView<const T>(
-        At<const T>(data, 0, 0, 0, features), {shape.batch, keys, shape.kv_heads, features},
-        {shape.kv_heads * positions * features, features, positions * features, 1});
-  }
-  // Stores one position's `features` elements, `step` apart in `src`, at dst.
-  void Store(const float* src, int64_t step, int64_t features, void* dst) const {
-    if (element_bytes == 4) {
-      auto* out = static_cast<float*>(dst);
-      for (int64_t d = 0; d < features; ++d) out[d] = src[d * step];
-      return;
-    }
-    // Rounded to bf16 a slice at a time, gathered into a buffer on the stack.
-    auto* out = static_cast<uint16_t*>(dst);
-    constexpr int64_t kSlice = 256;
-    float gathered[kSlice];
-    for (int64_t d0 = 0; d0 < features; d0 += kSlice) {
-      const int64_t n = std::min(kSlice, features - d0);
-      const float* from = src + d0 * step;
-      if (step != 1) {
-        for (int64_t d = 0; d < n; ++d) gathered[d] = from[d * step];
-        from = gathered;
-      }
-      kernels::RoundToBf16(from, static_cast<size_t>(n), out + d0);
-    }
-  }
-  // Copies keys (rows, Hkv, D) and values (rows, Hkv, Dv) of checked views
-  // to sequence b's positions from its length on (rounded to bf16 where
-  // the cache holds bf16).
-  void Copy(int64_t b, const ConstTensor& k, const ConstTensor& v, int64_t k_offset,
-            int64_t v_offset) {
-    const int64_t rows = k.dims[k.rank - 3];
-    const int s = k.rank - 3;  // the views' position dim
-    const int64_t held = lengths[static_cast<size_t>(b)];
-    for (int64_t t = 0; t < rows; ++t) {
-      for (int64_t h = 0; h < shape.kv_heads; ++h) {
-        Store(k.data + k_offset + t * k.strides[s] + h * k.strides[s + 1], k.strides[s + 2],
-              shape.key_dim, At<char>(keys, b, h, held + t, shape.key_dim * element_bytes));
-        Store(v.data + v_offset + t * v.strides[s] + h * v.strides[s + 1], v.strides[s + 2],
-              shape.value_dim, At<char>(values, b, h, held + t, shape.value_dim * element_bytes));
-      }
-    }
-    lengths[static_cast<size_t>(b)] += rows;
-  }
-  Status CheckRoom(int64_t b, int64_t rows) const {
-    const int64_t held = lengths[static_cast<size_t>(b)];
-    if (rows > shape.capacity - held) {
-      return Status::InvalidArgument(std::string(kOp) + ": sequence " + std::to_string(b) +
-                                     " holds " + std::to_string(held) + " of its " +
-                                     std::to_string(shape.capacity) + " positions; " +
-                                     std::to_string(rows) + " more do not fit");
-    }
-    return Status::Ok();
-  }
-  // Takes from the pool the blocks `rows` more positions need, for every
-  // sequence or for `only` (>= 0) alone, once CheckRoom has found they fit
-  // each capacity; or, where too few are free, refuses, taking none.
-  Status TakeBlocks(int64_t rows, int64_t only) {
-    const int64_t first = only < 0 ? 0 : only, last = only < 0 ? shape.batch : only + 1;
-    int64_t needed = 0;
-    for (int64_t b = first; b < last; ++b) {
-      const int64_t held = lengths[static_cast<size_t>(b)];
-      needed += BlocksFor(held + rows) - BlocksFor(held);
-    }
-    if (needed > shape.blocks - blocks_in_use) {
-      return Status::InvalidArgument(
-          std::string(kOp) + ": the pool has " + std::to_string(shape.blocks - blocks_in_use) +
-          " of its " + std::to_string(shape.blocks) + " blocks of " +
-          std::to_string(shape.block_positions) + " positions free; appending " +
-          std::to_string(rows) + " positions to " +
-          (only < 0 ? std::string("every sequence") : "sequence " + std::to_string(only)) +
-          " needs " + std::to_string(needed));
-    }
-    blocks_in_use += needed;
-    return Status::Ok();
-  }
-};
-
 KvCache::KvCache(std::unique_ptr<Storage> storage) : storage_(std::move(storage)) {}
 KvCache::~KvCache() = default;
 
 int64_t KvCache::BlockPositionsMultiple(int64_t key_dim, int64_t value_dim, Precision precision) {
   if (key_dim < 1 || value_dim < 1) return 0;
   const auto page = static_cast<int64_t>(internal::AlignedFloats::PageBytes());
-  const int64_t bytes = precision == Precision::kBf16 ? 2 : 4;
+  const int64_t bytes = ElementBytes(precision);
   // The fewest positions whose rows of `features` elements are whole pages:
   // page / gcd(page, bytes · features). features is taken modulo the page:
   // bytes · (features mod page) ≡ bytes · features (mod page), and the
@@ -208,15 +106,18 @@ int64_t KvCache::BlockPositionsMultiple(int64_t key_dim, int64_t value_dim, Prec
   const auto whole_pages = [page, bytes](int64_t features) {
     return page / std::gcd(page, (features % page) * bytes);
   };
-  return std::lcm(whole_pages(key_dim), whole_pages(value_dim));
+  const int64_t multiple = std::lcm(whole_pages(key_dim), whole_pages(value_dim));
+  // int8 blocks are also whole key groups, whose scales they share.
+  return precision == Precision::kInt8 ? std::lcm(multiple, kKeyGroup) : multiple;
 }
 
 Status KvCache::Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cache) {
   if (cache == nullptr) return Status::InvalidArgument("KvCache::Create: cache is null");
-  if (shape.precision != Precision::kFp32 && shape.precision != Precision::kBf16) {
+  if (shape.precision != Precision::kFp32 && shape.precision != Precision::kBf16 &&
+      shape.precision != Precision::kInt8) {
     return Status::InvalidArgument("KvCache::Create: precision is " +
                                    std::to_string(static_cast<int>(shape.precision)) +
-                                   ", not a Precision (fp32 or bf16)");
+                                   ", not a Precision (fp32, bf16 or int8)");
   }
   const std::pair<const char*, int64_t> dims[] = {{"batch", shape.batch},
                                                   {"capacity", shape.capacity},
@@ -242,20 +143,30 @@ Status KvCache::Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cach
   return internal::Guarded("KvCache::Create", [&] {
     auto storage = std::make_unique<Storage>();
     storage->shape = shape;
-    const int64_t block = shape.block_positions;
-    storage->positions = block > 0 ? (shape.capacity + block - 1) / block * block : shape.capacity;
-    storage->element_bytes = shape.precision == Precision::kBf16 ? 2 : 4;
+    // Whole blocks (int8 blocks are whole key groups), or for int8 whole key groups.
+    const int64_t block = shape.block_positions > 0 ? shape.block_positions
+                          : storage->int8()         ? kKeyGroup
+                                                    : 1;
+    storage->positions = (shape.capacity + block - 1) / block * block;
+    storage->element_bytes = ElementBytes(shape.precision);
     // The floats whose bytes hold the elements.
     const auto floats_of = [&](int64_t features) {
       const int64_t elements = shape.batch * shape.kv_heads * storage->positions * features;
       return static_cast<size_t>((elements * storage->element_bytes + 3) / 4);
     };
-    if (storage->pooled()) {
-      storage->keys = internal::AlignedFloats::Reserved(floats_of(shape.key_dim));
-      storage->values = internal::AlignedFloats::Reserved(floats_of(shape.value_dim));
-    } else {
-      storage->keys = internal::AlignedFloats(floats_of(shape.key_dim));
-      storage->values = internal::AlignedFloats(floats_of(shape.value_dim));
+    const auto make = [&](size_t floats) {
+      return storage->pooled() ? internal::AlignedFloats::Reserved(floats)
+                               : internal::AlignedFloats(floats);
+    };
+    storage->keys = make(floats_of(shape.key_dim));
+    storage->values = make(floats_of(shape.value_dim));
+    if (storage->int8()) {
+      const int64_t heads = shape.batch * shape.kv_heads;
+      storage->key_params =
+          make(static_cast<size_t>(heads * storage->groups() * 2 * shape.key_dim));
+      storage->value_scales = make(static_cast<size_t>(heads * storage->positions));
+      storage->open_keys =
+          internal::AlignedFloats(static_cast<size_t>(heads * kKeyGroup * shape.key_dim));
     }
     storage->lengths.assign(static_cast<size_t>(shape.batch), 0);
     cache->reset(new KvCache(std::move(storage)));
@@ -280,6 +191,7 @@ Status KvCache::Append(ConstTensor keys, ConstTensor values) {
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(
       kOp, "values", values, {s.batch, rows, s.kv_heads, s.value_dim}, "(B, T, Hkv, Dv)"));
   for (int64_t b = 0; b < s.batch; ++b) ATTNSCORE_RETURN_IF_ERROR(storage_->CheckRoom(b, rows));
+  ATTNSCORE_RETURN_IF_ERROR(storage_->CheckCodable(keys, values));
   ATTNSCORE_RETURN_IF_ERROR(storage_->TakeBlocks(rows, /*only=*/-1));
   for (int64_t b = 0; b < s.batch; ++b) {
     storage_->Copy(b, keys, values, b * keys.strides[0], b * values.strides[0]);
@@ -299,6 +211,7 @@ Status KvCache::AppendTo(int64_t sequence, ConstTensor keys, ConstTensor values)
   ATTNSCORE_RETURN_IF_ERROR(
       CheckTensor(kOp, "values", values, {rows, s.kv_heads, s.value_dim}, "(T, Hkv, Dv)"));
   ATTNSCORE_RETURN_IF_ERROR(storage_->CheckRoom(sequence, rows));
+  ATTNSCORE_RETURN_IF_ERROR(storage_->CheckCodable(keys, values));
   ATTNSCORE_RETURN_IF_ERROR(storage_->TakeBlocks(rows, sequence));
   storage_->Copy(sequence, keys, values, 0, 0);
   return Status::Ok();
@@ -322,6 +235,14 @@ Status KvCache::Clear(int64_t sequence) {
       s.values.Discard(
           static_cast<size_t>(s.Offset(sequence, h, 0, s.shape.value_dim) * s.element_bytes / 4),
           static_cast<size_t>(written * s.shape.value_dim * s.element_bytes / 4));
+    }
+    if (s.int8()) {  // the sequence's scales, but for the pages it shares with its neighbours'
+      const int64_t heads = s.shape.kv_heads;
+      const int64_t params = s.groups() * 2 * s.shape.key_dim;
+      s.key_params.Discard(static_cast<size_t>(sequence * heads * params),
+                           static_cast<size_t>(heads * params));
+      s.value_scales.Discard(static_cast<size_t>(sequence * heads * s.positions),
+                             static_cast<size_t>(heads * s.positions));
     }
     s.blocks_in_use -= s.BlocksFor(held);
   }
@@ -365,8 +286,12 @@ Status KvCache::Attend(const Engine& engine, ConstTensor queries, Tensor out,
           }
         }
         const ValidLens lens = ValidLens::PerQuery(lengths, s.batch, queries_per_sequence);
+        if (s.precision == Precision::kInt8) {
+          return ops::CachedAttention(call, kOp, queries, storage_->Int8Keys(longest),
+                                      storage_->Int8Values(longest), lens, out, attention_weights);
+        }
         if (s.precision == Precision::kBf16) {
-          return ops::CachedAttentionBf16(
+          return ops::CachedAttention(
               call, kOp, queries, storage_->View<uint16_t>(storage_->keys, longest, s.key_dim),
               storage_->View<uint16_t>(storage_->values, longest, s.value_dim), lens, out,
               attention_weights);
@@ -390,6 +315,15 @@ std::vector<std::pair<const void*, size_t>> internal::KvCacheBytes::Held(const K
     for (int64_t h = 0; h < s.shape.kv_heads; ++h) {
       spans.emplace_back(s.At<char>(s.values, b, h, 0, s.shape.value_dim * s.element_bytes),
                          held * static_cast<size_t>(s.shape.value_dim));
+    }
+    if (!s.int8()) continue;
+    // Its scales: each key group's lo and step, each value row's scale.
+    const int64_t length = s.lengths[static_cast<size_t>(b)];
+    const auto key_groups = static_cast<size_t>((length + kKeyGroup - 1) / kKeyGroup);
+    for (int64_t h = 0; h < s.shape.kv_heads; ++h) {
+      spans.emplace_back(s.KeyParams(b, h, 0),
+                         key_groups * 2 * static_cast<size_t>(s.shape.key_dim) * sizeof(float));
+      spans.emplace_back(s.ValueScale(b, h, 0), static_cast<size_t>(length) * sizeof(float));
     }
   }
   return spans;

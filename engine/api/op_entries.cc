@@ -263,8 +263,9 @@ Status MakeOpImpl(const OpSpec& spec, const ModelSizes& sizes, const WeightMap& 
     shape.value_dim = SizeOr(sizes, "value_dim", 0);
     shape.block_positions = SizeOr(sizes, "block_positions", 0);
     shape.blocks = SizeOr(sizes, "blocks", 0);
-    // kv_precision's index among its choices: fp32, bf16.
-    shape.precision = SizeOr(sizes, "kv_precision", 0) == 1 ? Precision::kBf16 : Precision::kFp32;
+    // kv_precision's index among its choices: fp32, bf16, int8.
+    constexpr Precision kChoices[] = {Precision::kFp32, Precision::kBf16, Precision::kInt8};
+    shape.precision = kChoices[std::clamp<int64_t>(SizeOr(sizes, "kv_precision", 0), 0, 2)];
     std::unique_ptr<KvCache> cache;
     ATTNSCORE_RETURN_IF_ERROR(KvCache::Create(shape, &cache));
     *impl = std::make_unique<KvCacheEntry>(spec, std::move(cache));

@@ -32,11 +32,18 @@ bool ParseIsa(const std::string& name, Isa* isa) {
 }
 
 const char* PrecisionName(Precision precision) {
-  return precision == Precision::kBf16 ? "bf16" : "fp32";
+  switch (precision) {
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kInt8:
+      return "int8";
+    default:
+      return "fp32";
+  }
 }
 
 bool ParsePrecision(const std::string& name, Precision* precision) {
-  for (Precision candidate : {Precision::kFp32, Precision::kBf16}) {
+  for (Precision candidate : {Precision::kFp32, Precision::kBf16, Precision::kInt8}) {
     if (name == PrecisionName(candidate)) {
       *precision = candidate;
       return true;

@@ -45,7 +45,7 @@ void AddMixes(size_t rows, const float* const* weights, const size_t* keys, cons
               int64_t v_row_stride, size_t value_dim, float* const* out);
 
 // ScoreRows, MixRows, AddMixes and MixRow over K or V rows held as
-// bfloat16 words (a bf16 KvCache's; attention_row_bf16.cc), row strides in
+// bfloat16 words (a bf16 KvCache's; attention_row_cached.cc), row strides in
 // words. Each word widens exactly to the float it stands for as it is read;
 // products and sums are in float. A score depends on its own query and key
 // row alone, and AddMixes continues each column's sum key after key, as
@@ -58,6 +58,39 @@ void AddMixes(size_t rows, const float* const* weights, const size_t* keys, cons
               int64_t v_row_stride, size_t value_dim, float* const* out);
 void MixRow(const float* weights, size_t keys, const uint16_t* v, int64_t v_row_stride,
             size_t value_dim, float* out);
+
+// Positions of an int8 KvCache's keys that share their scales: positions
+// [g · kInt8KeyGroup, (g + 1) · kInt8KeyGroup) of a head make its group g.
+inline constexpr size_t kInt8KeyGroup = 16;
+
+// An int8 KvCache's keys from the first position of a group on: key j's
+// element d stands for lo[d] + step[d] · codes[j · row_stride + d] (a code
+// 0..255), rounded once to float, where lo and step are the `depth` floats
+// at params + (j / kInt8KeyGroup) · 2 · depth and `depth` floats after them.
+struct Int8Keys {
+  const uint8_t* codes;
+  int64_t row_stride;
+  const float* params;
+};
+// An int8 KvCache's values: value j's element c stands for scales[j] ·
+// codes[j · row_stride + c] (a code -127..127).
+struct Int8Values {
+  const int8_t* codes;
+  int64_t row_stride;
+  const float* scales;
+};
+
+// The kernels above over an int8 KvCache's rows (attention_row_cached.cc):
+// a key element is read as the float it stands for; a value row's scale is
+// folded into its weight (w · scale, then times each code). Bits as above:
+// a score its own query and key row's, mixes continued key after key.
+void ScoreRows(size_t rows, const float* const* q, size_t depth, const Int8Keys& k,
+               const size_t* keys, float scale, float* const* scores);
+void MixRows(size_t rows, const float* const* weights, const size_t* keys, const Int8Values& v,
+             size_t value_dim, float* const* out);
+void AddMixes(size_t rows, const float* const* weights, const size_t* keys, const Int8Values& v,
+              size_t value_dim, float* const* out);
+void MixRow(const float* weights, size_t keys, const Int8Values& v, size_t value_dim, float* out);
 
 }  // namespace attnscore::kernels
 

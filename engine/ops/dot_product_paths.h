@@ -94,13 +94,28 @@ Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const C
 // v (B, G, M, Dv), out (B, G, R, Dv), attention_weights (B, G, R, M) or
 // empty; `lens` has (B, R) rows, each group's row i taking row i's length.
 // Rows and K, V rows contiguous. Each row gets the bits RowPath gives it
-// alone; RowPath is the case G = 1. K and V are floats, or bfloat16 words
-// (T = uint16_t: a bf16 KvCache's), read by the row kernels' bf16 forms.
-template <typename T>
-Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q,
-                      const TensorView<const T>& k, const TensorView<const T>& v,
-                      const internal::RowLengths& lens, float scale, int64_t key_block,
-                      const Tensor& out, const Tensor& attention_weights);
+// alone; RowPath is the case G = 1. K and V are floats, bfloat16 words
+// (TensorView<const uint16_t>: a bf16 KvCache's) or int8 codes with their
+// scales (Int8KeyView, Int8ValueView: an int8 KvCache's, key_block then a
+// multiple of kernels::kInt8KeyGroup), read by the row kernels' own forms.
+template <class KeyView, class ValueView>
+Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q, const KeyView& k,
+                      const ValueView& v, const internal::RowLengths& lens, float scale,
+                      int64_t key_block, const Tensor& out, const Tensor& attention_weights);
+// An int8 KvCache's keys (B, G, M, D) as codes by strides, and entry b's
+// group g's params (kernels::Int8Keys, from its position 0 on) at params +
+// b · params_strides[0] + g · params_strides[1].
+struct Int8KeyView : TensorView<const uint8_t> {
+  const float* params = nullptr;
+  int64_t params_strides[2] = {};
+};
+// Its values (B, G, M, Dv) as codes by strides, and entry b's group g's
+// per-position scales (kernels::Int8Values) at scales + b · scales_strides[0]
+// + g · scales_strides[1].
+struct Int8ValueView : TensorView<const int8_t> {
+  const float* scales = nullptr;
+  int64_t scales_strides[2] = {};
+};
 // The gemm path on queries sorted by length within each entry where that
 // saves work: Q gathered, out and the weights scattered back, row by row.
 // It sorts only when the sorted blocks' FLOPs are below kSortWhenBelow of

@@ -50,12 +50,33 @@ T* GroupOf(const TensorView<T>& t, int64_t b, int64_t g) {
   return t.data + b * t.strides[0] + g * t.strides[1];
 }
 
+// Calls read(...) with group g of entry b's rows from row `first` on, as
+// the row kernels take them: a pointer and a row stride, or an int8
+// cache's codes with their scales (`first` then a multiple of
+// kernels::kInt8KeyGroup, as the int8 path's key blocks and ranges are).
+template <typename T, class Read>
+void ReadFrom(const TensorView<const T>& t, int64_t b, int64_t g, int64_t first, Read&& read) {
+  read(GroupOf(t, b, g) + first * t.strides[2], t.strides[2]);
+}
+template <class Read>
+void ReadFrom(const Int8KeyView& k, int64_t b, int64_t g, int64_t first, Read&& read) {
+  const float* params = k.params + b * k.params_strides[0] + g * k.params_strides[1];
+  const auto group = static_cast<int64_t>(kernels::kInt8KeyGroup);
+  read(kernels::Int8Keys{GroupOf(k, b, g) + first * k.strides[2], k.strides[2],
+                         params + first / group * 2 * k.dims[3]});
+}
+template <class Read>
+void ReadFrom(const Int8ValueView& v, int64_t b, int64_t g, int64_t first, Read&& read) {
+  const float* scales = v.scales + b * v.scales_strides[0] + g * v.scales_strides[1];
+  read(kernels::Int8Values{GroupOf(v, b, g) + first * v.strides[2], v.strides[2], scales + first});
+}
+
 // True where the groups' K or V rows interleave (token-major heads: a key's
 // rows of every group side by side) rather than lie apart, each group's
 // rows a block of their own (heads-first, as in a KvCache). It picks how
 // the work is read, never a bit of the result.
-template <typename T>
-bool GroupsInterleave(const TensorView<const T>& k, const TensorView<const T>& v) {
+template <class KeyView, class ValueView>
+bool GroupsInterleave(const KeyView& k, const ValueView& v) {
   const int64_t keys = k.dims[2];
   return k.dims[1] > 1 &&
          (k.strides[1] < keys * k.strides[2] || v.strides[1] < keys * v.strides[2]);
@@ -69,6 +90,8 @@ bool GroupsInterleave(const TensorView<const T>& k, const TensorView<const T>& v
 // prefetches stopping at each range's end; 0.88-1.01x with these (256
 // keys); alternated, on a Zen 3.
 constexpr int64_t kRangeBytes = int64_t{256} << 10;
+// Ranges are whole int8 key groups: a range's first key starts one.
+constexpr auto kRangeMultiple = static_cast<int64_t>(kernels::kInt8KeyGroup);
 
 // The row path with each row whole. A task takes a run of an entry's
 // chunks (group by group) through the keys range by range, every chunk of
@@ -83,11 +106,10 @@ constexpr int64_t kRangeBytes = int64_t{256} << 10;
 // own, its softmax runs over the whole row, and AddMixes continues its sums
 // range by range; runs only share out the work, so the thread count may
 // choose them.
-template <typename T>
+template <class KeyView, class ValueView>
 Status WholeRows(const internal::CallContext& call, int threads, const ConstTensor& q,
-                 const TensorView<const T>& k, const TensorView<const T>& v,
-                 const internal::RowLengths& lens, float scale, const Tensor& out,
-                 const Tensor& attention) {
+                 const KeyView& k, const ValueView& v, const internal::RowLengths& lens,
+                 float scale, const Tensor& out, const Tensor& attention) {
   const int64_t groups = q.dims[1], queries = q.dims[2], depth = q.dims[3], keys = k.dims[2];
   const int64_t value_dim = v.dims[3];
   const int64_t chunks = CeilDiv(queries, kChunkRows);
@@ -100,9 +122,9 @@ Status WholeRows(const internal::CallContext& call, int threads, const ConstTens
           : 1;
   const int64_t runs = CeilDiv(entry_chunks, run);
   const int64_t range =
-      together
-          ? std::max<int64_t>(16, kRangeBytes / (4 * groups * std::max(depth, value_dim)) / 16 * 16)
-          : keys;
+      together ? std::max(kRangeMultiple, kRangeBytes / (4 * groups * std::max(depth, value_dim)) /
+                                              kRangeMultiple * kRangeMultiple)
+               : keys;
   const bool want_attention = !attention.empty();
   // Each task's scratch: a row of scores per row of its run, then its weights.
   return internal::ForEachRowInParallel(
@@ -149,9 +171,10 @@ Status WholeRows(const internal::CallContext& call, int threads, const ConstTens
               q_rows[r] = GroupOf(q, b, g) + (row0_of(c) + r) * q.strides[2];
               rows[r] = row_scratch(c, r) + first;
             }
-            kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
-                               GroupOf(k, b, g) + first * k.strides[2], k.strides[2], n, scale,
-                               rows);
+            ReadFrom(k, b, g, first, [&](auto... keys_from) {
+              kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
+                                 keys_from..., n, scale, rows);
+            });
           }
         }
         for (int64_t c = first_chunk; c < last_chunk; ++c) {
@@ -179,9 +202,10 @@ Status WholeRows(const internal::CallContext& call, int threads, const ConstTens
               weights[r] = row_scratch(c, r) + first;
               rows[r] = GroupOf(out, b, g) + (row0_of(c) + r) * out.strides[2];
             }
-            kernels::AddMixes(static_cast<size_t>(count), weights, n,
-                              GroupOf(v, b, g) + first * v.strides[2], v.strides[2],
-                              static_cast<size_t>(value_dim), rows);
+            ReadFrom(v, b, g, first, [&](auto... values_from) {
+              kernels::AddMixes(static_cast<size_t>(count), weights, n, values_from...,
+                                static_cast<size_t>(value_dim), rows);
+            });
           }
         }
       },
@@ -190,11 +214,11 @@ Status WholeRows(const internal::CallContext& call, int threads, const ConstTens
 
 // The row path with the keys in blocks of `key_block`, a task each for all
 // of a group's rows, then merged row by row.
-template <typename T>
+template <class KeyView, class ValueView>
 Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t key_block,
-                       const ConstTensor& q, const TensorView<const T>& k,
-                       const TensorView<const T>& v, const internal::RowLengths& lens, float scale,
-                       const Tensor& out, const Tensor& attention) {
+                       const ConstTensor& q, const KeyView& k, const ValueView& v,
+                       const internal::RowLengths& lens, float scale, const Tensor& out,
+                       const Tensor& attention) {
   const int64_t groups = q.dims[1], queries = q.dims[2], depth = q.dims[3], keys = k.dims[2];
   const int64_t value_dim = v.dims[3], rows = q.dims[0] * groups * queries;
   const bool want_attention = !attention.empty();
@@ -224,7 +248,6 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
       [&](int64_t task, float* scratch) {
         const int64_t b = task / groups / blocks, block = task / groups % blocks;
         const int64_t g = task % groups;
-        const T* v_group = GroupOf(v, b, g);
         const int64_t first = block * key_block;
         for (int64_t i0 = 0; i0 < queries; i0 += kChunkRows) {
           // The chunk's rows with keys in this block: scored together, then
@@ -243,8 +266,10 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
               if (block != 0) continue;
               std::fill(scratch, scratch + keys, 1.0f / static_cast<float>(keys));
               float* out_row = GroupOf(out, b, g) + i * out.strides[2];
-              kernels::MixRow(scratch, static_cast<size_t>(keys), v_group, v.strides[2],
-                              static_cast<size_t>(value_dim), out_row);
+              ReadFrom(v, b, g, 0, [&](auto... values) {
+                kernels::MixRow(scratch, static_cast<size_t>(keys), values...,
+                                static_cast<size_t>(value_dim), out_row);
+              });
               if (want_attention) {
                 float* w = attention_row(b, g, i);
                 for (int64_t j = 0; j < keys; ++j) w[j * attention.strides[3]] = scratch[j];
@@ -259,9 +284,10 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
             ++count;
           }
           if (count == 0) continue;
-          kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
-                             GroupOf(k, b, g) + first * k.strides[2], k.strides[2], n, scale,
-                             scores);
+          ReadFrom(k, b, g, first, [&](auto... keys_from) {
+            kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
+                               keys_from..., n, scale, scores);
+          });
           int64_t mixing = 0;
           for (int64_t c = 0; c < count; ++c) {
             const int64_t i = row_of[c];
@@ -282,9 +308,10 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
               }
             }
           }
-          kernels::MixRows(static_cast<size_t>(mixing), weights, mix_n,
-                           v_group + first * v.strides[2], v.strides[2],
-                           static_cast<size_t>(value_dim), outs);
+          ReadFrom(v, b, g, first, [&](auto... values_from) {
+            kernels::MixRows(static_cast<size_t>(mixing), weights, mix_n, values_from...,
+                             static_cast<size_t>(value_dim), outs);
+          });
         }
       },
       [] {}, internal::Balance::kOneAtATime);  // rows' lengths differ, and so do their blocks
@@ -347,11 +374,10 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
 
 }  // namespace
 
-template <typename T>
-Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q,
-                      const TensorView<const T>& k, const TensorView<const T>& v,
-                      const internal::RowLengths& lens, float scale, int64_t key_block,
-                      const Tensor& out, const Tensor& attention) {
+template <class KeyView, class ValueView>
+Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q, const KeyView& k,
+                      const ValueView& v, const internal::RowLengths& lens, float scale,
+                      int64_t key_block, const Tensor& out, const Tensor& attention) {
   const int64_t keys = k.dims[2], rows = q.dims[0] * q.dims[1] * q.dims[2];
   const int threads = internal::ThreadsFor(
       call.threads(), 2.0 * static_cast<double>(rows * keys * (q.dims[3] + v.dims[3])));
@@ -366,6 +392,9 @@ template Status GroupedRowPath(const internal::CallContext&, const ConstTensor&,
                                const TensorView<const uint16_t>&, const TensorView<const uint16_t>&,
                                const internal::RowLengths&, float, int64_t, const Tensor&,
                                const Tensor&);
+template Status GroupedRowPath(const internal::CallContext&, const ConstTensor&, const Int8KeyView&,
+                               const Int8ValueView&, const internal::RowLengths&, float, int64_t,
+                               const Tensor&, const Tensor&);
 
 Status RowPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                const ConstTensor& v, const internal::RowLengths& lens, float scale,

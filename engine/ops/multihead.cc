@@ -9,11 +9,14 @@
 #include <cstdint>
 #include <new>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "base/checks.h"
 #include "base/valid_lens.h"
 #include "base/workspace.h"
+#include "kernels/attention_row.h"
 #include "ops/dot_product.h"
 #include "ops/dot_product_paths.h"
 
@@ -105,11 +108,14 @@ TensorView<T> GroupsAtQuery(const TensorView<T>& t, int64_t n, int64_t group) {
                        {t.strides[0], group * t.strides[2], t.strides[2], t.strides[3]});
 }
 
-// A (B, M, H, F) view as (B, H, M, F): no copy, strides swapped.
-template <typename T>
-TensorView<T> HeadsOuter(const TensorView<T>& t) {
-  return TensorView<T>(t.data, {t.dims[0], t.dims[2], t.dims[1], t.dims[3]},
-                       {t.strides[0], t.strides[2], t.strides[1], t.strides[3]});
+// A (B, M, H, F) view as (B, H, M, F): no copy, strides swapped (an int8
+// view's scales are found by entry and head either way).
+template <class View>
+View HeadsOuter(const View& t) {
+  View outer = t;
+  std::swap(outer.dims[1], outer.dims[2]);
+  std::swap(outer.strides[1], outer.strides[2]);
+  return outer;
 }
 
 // For each query position, one row-path call whose groups are the K/V
@@ -118,15 +124,19 @@ TensorView<T> HeadsOuter(const TensorView<T>& t) {
 // by side, so their K and V rows are read whole). The key block depends on
 // the shape and not on the grouping or the layout, so a grouped call gives
 // the bits of the same call with K and V repeated per head. `lengths`:
-// (B, N), each query's. K and V floats, or bf16 words (a KvCache's).
-template <typename T>
-Status GroupedDecode(const internal::CallContext& call, const ConstTensor& q,
-                     const TensorView<const T>& k, const TensorView<const T>& v,
-                     const std::vector<int64_t>& lengths, float scale, const Tensor& out,
-                     const Tensor& attention) {
+// (B, N), each query's. K and V floats, bf16 words or int8 codes (a
+// KvCache's), whose key blocks are then whole int8 key groups.
+template <class KeyView, class ValueView>
+Status GroupedDecode(const internal::CallContext& call, const ConstTensor& q, const KeyView& k,
+                     const ValueView& v, const std::vector<int64_t>& lengths, float scale,
+                     const Tensor& out, const Tensor& attention) {
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t kv_heads = k.dims[2], group = heads / kv_heads;  // query heads per K/V head
-  const int64_t key_block = dot_product::RowKeyBlock(batch, heads, keys, q.dims[3] + v.dims[3]);
+  int64_t key_block = dot_product::RowKeyBlock(batch, heads, keys, q.dims[3] + v.dims[3]);
+  if constexpr (std::is_same_v<KeyView, dot_product::Int8KeyView>) {
+    const auto whole = static_cast<int64_t>(kernels::kInt8KeyGroup);
+    key_block = dot_product::CeilDiv(key_block, whole) * whole;
+  }
   std::vector<int64_t> query_lengths(static_cast<size_t>(batch));
   for (int64_t n = 0; n < queries; ++n) {
     for (int64_t b = 0; b < batch; ++b) {
@@ -198,9 +208,11 @@ Status CheckCausal(const char* op, Causal causal, const ConstTensor& q, const Co
                                  std::to_string(static_cast<int>(causal)) + ", not a Causal");
 }
 
-Status CachedAttentionBf16(const internal::CallContext& call, const char* op, ConstTensor q,
-                           TensorView<const uint16_t> k, TensorView<const uint16_t> v,
-                           const ValidLens& valid_lens, Tensor out, Tensor attention) {
+// CachedAttention over either kind of stored rows.
+template <class KeyView, class ValueView>
+Status CachedRowsAttention(const internal::CallContext& call, const char* op, ConstTensor q,
+                           const KeyView& k, const ValueView& v, const ValidLens& valid_lens,
+                           Tensor out, Tensor attention) {
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t value_dim = v.dims[3];
   ATTNSCORE_RETURN_IF_ERROR(CheckOutputShapes(op, q, keys, value_dim, out, attention));
@@ -231,6 +243,19 @@ Status CachedAttentionBf16(const internal::CallContext& call, const char* op, Co
       GroupedDecode(call, ConstTensor(q_copy), k, v, lengths, scale, out_copy, attention));
   for (int64_t h = 0; h < heads; ++h) CopyRows(OneHead(ConstTensor(out_copy), h), OneHead(out, h));
   return Status::Ok();
+}
+
+Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
+                       TensorView<const uint16_t> keys, TensorView<const uint16_t> values,
+                       const ValidLens& valid_lens, Tensor out, Tensor attention_weights) {
+  return CachedRowsAttention(call, op, queries, keys, values, valid_lens, out, attention_weights);
+}
+
+Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
+                       const dot_product::Int8KeyView& keys,
+                       const dot_product::Int8ValueView& values, const ValidLens& valid_lens,
+                       Tensor out, Tensor attention_weights) {
+  return CachedRowsAttention(call, op, queries, keys, values, valid_lens, out, attention_weights);
 }
 
 Status MultiHeadAttention(const internal::CallContext& call, const char* op, ConstTensor q,

@@ -13,6 +13,7 @@
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
 #include "base/call_scope.h"
+#include "ops/dot_product_paths.h"
 
 namespace attnscore::ops {
 
@@ -29,15 +30,20 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
                           ConstTensor keys, ConstTensor values, const ValidLens& valid_lens,
                           const MultiHeadOptions& multihead, Tensor out, Tensor attention_weights);
 
-// MultiHeadAttention over keys and values held as bfloat16 words (a bf16
-// KvCache's, whose checks the caller has made): Q (B, N, Hq, D) any
-// strides, K (B, M, Hkv, D) and V (B, M, Hkv, Dv) by strides with each
-// row's elements contiguous, per-query `valid_lens` (they carry the cache's
-// causal bound), scale 1/sqrt(D). Runs the decode form of the op (the
-// grouped row path), a query position at a time. Messages name `op`.
-Status CachedAttentionBf16(const internal::CallContext& call, const char* op, ConstTensor queries,
-                           TensorView<const uint16_t> keys, TensorView<const uint16_t> values,
-                           const ValidLens& valid_lens, Tensor out, Tensor attention_weights);
+// MultiHeadAttention over keys and values held in fewer bits (a KvCache's,
+// whose checks the caller has made): bfloat16 words, or int8 codes with
+// their scales (dot_product_paths.h). Q (B, N, Hq, D) any strides, K (B, M,
+// Hkv, D) and V (B, M, Hkv, Dv) by strides with each row's elements
+// contiguous, per-query `valid_lens` (they carry the cache's causal bound),
+// scale 1/sqrt(D). Runs the decode form of the op (the grouped row path), a
+// query position at a time. Messages name `op`.
+Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
+                       TensorView<const uint16_t> keys, TensorView<const uint16_t> values,
+                       const ValidLens& valid_lens, Tensor out, Tensor attention_weights);
+Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
+                       const dot_product::Int8KeyView& keys,
+                       const dot_product::Int8ValueView& values, const ValidLens& valid_lens,
+                       Tensor out, Tensor attention_weights);
 
 // The checks a causal mask adds: a known Causal, and M >= N for bottom-right.
 Status CheckCausal(const char* op, Causal causal, const ConstTensor& queries,

@@ -126,7 +126,12 @@ typedef enum attnscore_isa {
   ATTNSCORE_ISA_BEST = 4
 } attnscore_isa;
 
-typedef enum attnscore_precision { ATTNSCORE_FP32 = 0, ATTNSCORE_BF16 = 1 } attnscore_precision;
+/* ATTNSCORE_INT8 is a KV cache's precision only; an engine refuses it. */
+typedef enum attnscore_precision {
+  ATTNSCORE_FP32 = 0,
+  ATTNSCORE_BF16 = 1,
+  ATTNSCORE_INT8 = 2
+} attnscore_precision;
 
 typedef struct attnscore_engine_options {
   int32_t threads;   /* per call, 1 to 1024 (attnscore::kMaxThreads) */
@@ -247,7 +252,9 @@ ATTNSCORE_API int64_t attnscore_kv_cache_block_positions_multiple(int64_t key_di
                                                                   int64_t value_dim);
 /* Any cache (attnscore::KvCacheShape): the calls above in one, and the
  * precision the cache holds keys and values in (attnscore_precision:
- * ATTNSCORE_BF16 rounds each element to bf16 once, as it is appended). */
+ * ATTNSCORE_BF16 rounds each element to bf16 once, as it is appended;
+ * ATTNSCORE_INT8 holds 8-bit codes and their scales, docs/semantics.md
+ * section 5.3). */
 typedef struct attnscore_kv_cache_shape {
   int64_t batch, capacity, kv_heads, key_dim, value_dim;
   int64_t block_positions, blocks; /* a pool, or 0, 0 for none */

@@ -48,23 +48,27 @@ struct KvCacheShape {
   int64_t value_dim = 0;  // Dv
   // A pool of blocks shared by the sequences (0, 0: none). A block's keys
   // and values of one head are whole pages: block_positions · D · E and
-  // block_positions · Dv · E bytes (E = 4, or 2 in bf16) are multiples of
-  // the page size, so block_positions is a multiple of
+  // block_positions · Dv · E bytes (E = 4, 2 in bf16, 1 in int8) are
+  // multiples of the page size, so block_positions is a multiple of
   // KvCache::BlockPositionsMultiple(D, Dv, precision) (16 with 4 KiB pages,
-  // D = Dv = 64 and fp32; 32 in bf16).
+  // D = Dv = 64 and fp32; 32 in bf16; 64 in int8, whose blocks are also
+  // whole groups of 16 key positions).
   int64_t block_positions = 0;
   int64_t blocks = 0;
-  // How keys and values are held: kFp32 as given, or kBf16, each element
-  // rounded to the nearest bfloat16 (ties to even) once, as it is appended,
-  // and read as such by Attend: half the memory, and half the bytes a
-  // decoding step reads (docs/semantics.md section 5.3).
+  // How keys and values are held (docs/semantics.md section 5.3): kFp32 as
+  // given; kBf16, each element rounded to the nearest bfloat16 (ties to
+  // even) once, as it is appended, and read as such by Attend: half the
+  // memory, and half the bytes a decoding step reads; or kInt8, 8-bit codes
+  // with a scale per key channel per 16 positions and per value row: about
+  // a third of fp32's bytes (164 for a position of D = Dv = 64, against
+  // 512), finite keys and values only.
   Precision precision = Precision::kFp32;
 };
 
 class ATTNSCORE_API KvCache {
  public:
-  // Allocates B · capacity · Hkv · (D + Dv) elements (floats, or bf16
-  // words), every sequence empty; with a pool, reserves address space for
+  // Allocates B · capacity · Hkv · (D + Dv) elements (floats, bf16 words,
+  // or int8 codes and their scales), every sequence empty; with a pool, reserves address space for
   // them (capacity rounded up to whole blocks) and takes memory only as
   // positions arrive.
   static Status Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cache);
@@ -86,7 +90,8 @@ class ATTNSCORE_API KvCache {
 
   // Appends T positions to every sequence: keys (B, T, Hkv, D), values
   // (B, T, Hkv, Dv), any strides, copied. Fails, changing nothing, when a
-  // sequence would pass its capacity or the pool has too few free blocks.
+  // sequence would pass its capacity or the pool has too few free blocks,
+  // or when an int8 cache is given a key or value that is not finite.
   Status Append(ConstTensor keys, ConstTensor values);
   // Appends T positions to sequence b alone: keys (T, Hkv, D), values (T, Hkv, Dv).
   Status AppendTo(int64_t sequence, ConstTensor keys, ConstTensor values);

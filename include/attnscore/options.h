@@ -29,9 +29,10 @@ ATTNSCORE_API bool ParseIsa(const std::string& name, Isa* isa);
 // them), the products run as fp32 matmuls on the rounded values: the same
 // results up to the order of the sums, at about fp32's speed, where oneDNN's
 // own bf16 emulation is several times slower. Engine::Info says which.
-enum class Precision { kFp32, kBf16 };
+// kInt8 is a KvCache's precision only (kv_cache.h); an Engine refuses it.
+enum class Precision { kFp32, kBf16, kInt8 };
 
-// "fp32", "bf16".
+// "fp32", "bf16", "int8".
 ATTNSCORE_API const char* PrecisionName(Precision precision);
 // Parses one of the names above; false if `name` is neither.
 ATTNSCORE_API bool ParsePrecision(const std::string& name, Precision* precision);

@@ -109,7 +109,7 @@ std::unique_ptr<Engine> MakeEngine(int threads, const std::string& isa,
   if (!ParseIsa(isa, &options.isa)) {
     throw py::value_error("Engine: isa is '" + isa + "'; want scalar, sse4, avx2, avx512 or best");
   }
-  if (!ParsePrecision(precision, &options.precision)) {
+  if (!ParsePrecision(precision, &options.precision) || options.precision == Precision::kInt8) {
     throw py::value_error("Engine: precision is '" + precision + "'; want fp32 or bf16");
   }
   std::unique_ptr<Engine> engine;
@@ -525,7 +525,8 @@ PYBIND11_MODULE(_attnscore, m) {
       m, "KvCache",
       "KvCache(batch, capacity, kv_heads, key_dim, value_dim, precision='fp32', "
       "block_positions=0, blocks=0): keys and values of B sequences for decoding "
-      "(docs/semantics.md section 5.3), held as fp32 or rounded once to bf16; with "
+      "(docs/semantics.md section 5.3), held as fp32, rounded once to bf16, or as int8 "
+      "codes with their scales; with "
       "block_positions and blocks, the sequences share a pool of that many blocks.")
       .def(py::init([](int64_t batch, int64_t capacity, int64_t kv_heads, int64_t key_dim,
                        int64_t value_dim, const std::string& precision, int64_t block_positions,
@@ -536,7 +537,7 @@ PYBIND11_MODULE(_attnscore, m) {
              shape.block_positions = block_positions, shape.blocks = blocks;
              if (!ParsePrecision(precision, &shape.precision)) {
                throw py::value_error("KvCache: precision is '" + precision +
-                                     "'; want 'fp32' or 'bf16'");
+                                     "'; want 'fp32', 'bf16' or 'int8'");
              }
              std::unique_ptr<KvCache> cache;
              ThrowIfError(KvCache::Create(shape, &cache));
@@ -548,7 +549,7 @@ PYBIND11_MODULE(_attnscore, m) {
       .def_property_readonly(
           "precision",
           [](const KvCache& cache) { return std::string(PrecisionName(cache.shape().precision)); },
-          "How keys and values are held: 'fp32' or 'bf16'.")
+          "How keys and values are held: 'fp32', 'bf16' or 'int8'.")
       .def("length", &KvCache::length, py::arg("sequence"),
            "Positions the sequence holds (0 for one out of range).")
       .def("blocks_in_use", &KvCache::blocks_in_use,
@@ -559,7 +560,7 @@ PYBIND11_MODULE(_attnscore, m) {
             Precision p = Precision::kFp32;
             if (!ParsePrecision(precision, &p)) {
               throw py::value_error("KvCache.block_positions_multiple: precision is '" + precision +
-                                    "'; want 'fp32' or 'bf16'");
+                                    "'; want 'fp32', 'bf16' or 'int8'");
             }
             return KvCache::BlockPositionsMultiple(key_dim, value_dim, p);
           },

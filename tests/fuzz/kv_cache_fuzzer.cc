@@ -2,9 +2,12 @@
 // without a pool of blocks, through a run of appends to every sequence or to
 // one, clears and attends that the input chooses, on 1 or 2 threads.
 //
-// The cache holds fp32 or bf16 (KvCacheShape::precision); the shadow holds
-// what it must: the values given, or each rounded to the nearest bf16 (ties
-// to even, written here from the format's definition). A shadow of each
+// The cache holds fp32, bf16 or int8 (KvCacheShape::precision); the shadow
+// holds what it must: the values given, or each rounded to the nearest bf16
+// (ties to even, written here from the format's definition); for int8 the
+// values given, coded at each attend by the engine's own coder
+// (kernels/int8.h, which tests/kv_cache_int8_test.cc checks against the
+// docs' definition) in groups of positions as they stand. A shadow of each
 // sequence's positions says what must happen. An append
 // past a sequence's capacity or the pool's free blocks, to a sequence out of
 // range, or a clear of one, must fail with kInvalidArgument and change
@@ -36,6 +39,8 @@
 
 #include "attnscore/engine.h"
 #include "attnscore/kv_cache.h"
+#include "kernels/attention_row.h"
+#include "kernels/int8.h"
 
 namespace {
 
@@ -165,7 +170,8 @@ class Fuzz {
     s.key_dim = in_.ConsumeBool() ? 16 : 64;
     s.value_dim = in_.ConsumeBool() ? 16 : 64;
     threads_ = in_.ConsumeBool() ? 2 : 1;
-    s.precision = in_.ConsumeBool() ? Precision::kBf16 : Precision::kFp32;
+    const Precision precisions[] = {Precision::kFp32, Precision::kBf16, Precision::kInt8};
+    s.precision = precisions[in_.ConsumeIntegralInRange<int>(0, 2)];
     // The fewest positions whose rows of D and of Dv elements are whole pages.
     const int64_t whole = KvCache::BlockPositionsMultiple(s.key_dim, s.value_dim, s.precision);
     if (in_.ConsumeBool()) {
@@ -204,8 +210,8 @@ class Fuzz {
               std::to_string(s.kv_heads * group_) + " D " + std::to_string(s.key_dim) + " Dv " +
               std::to_string(s.value_dim) + " capacity " + std::to_string(s.capacity) +
               " block_positions " + std::to_string(s.block_positions) + " blocks " +
-              std::to_string(s.blocks) + " threads " + std::to_string(threads_) +
-              (s.precision == Precision::kBf16 ? " bf16" : "") + "; ";
+              std::to_string(s.blocks) + " threads " + std::to_string(threads_) + " " +
+              PrecisionName(s.precision) + "; ";
     ExpectOk(KvCache::Create(s, &cache_), "Create");
     shadow_.keys.assign(static_cast<size_t>(s.batch), {});
     shadow_.values.assign(static_cast<size_t>(s.batch), {});
@@ -224,6 +230,48 @@ class Fuzz {
       std::memcpy(&x, &bits, sizeof x);
     }
     return given;
+  }
+
+  // What an int8 cache's codes for sequence b's keys and values stand for
+  // (the values held as given otherwise): keys per head in groups of
+  // kInt8KeyGroup positions, values per position and head.
+  std::vector<float> StoredKeys(int64_t b) const {
+    std::vector<float> k = shadow_.keys[static_cast<size_t>(b)];
+    const KvCacheShape& s = shadow_.shape;
+    if (s.precision != Precision::kInt8) return k;
+    const auto group = static_cast<int64_t>(kernels::kInt8KeyGroup);
+    const int64_t held = shadow_.length(b), row = s.kv_heads * s.key_dim;
+    std::vector<uint8_t> codes(static_cast<size_t>(group * s.key_dim));
+    std::vector<float> params(static_cast<size_t>(2 * s.key_dim));
+    for (int64_t h = 0; h < s.kv_heads; ++h) {
+      for (int64_t first = 0; first < held; first += group) {
+        const int64_t rows = std::min(group, held - first);
+        float* keys = k.data() + first * row + h * s.key_dim;
+        kernels::CodeKeyGroup(keys, row, static_cast<size_t>(rows), static_cast<size_t>(s.key_dim),
+                              codes.data(), s.key_dim, params.data());
+        for (int64_t t = 0; t < rows; ++t) {
+          for (int64_t d = 0; d < s.key_dim; ++d) {
+            keys[t * row + d] =
+                std::fma(params[static_cast<size_t>(s.key_dim + d)],
+                         static_cast<float>(codes[static_cast<size_t>(t * s.key_dim + d)]),
+                         params[static_cast<size_t>(d)]);
+          }
+        }
+      }
+    }
+    return k;
+  }
+  std::vector<float> StoredValues(int64_t b) const {
+    std::vector<float> v = shadow_.values[static_cast<size_t>(b)];
+    const KvCacheShape& s = shadow_.shape;
+    if (s.precision != Precision::kInt8) return v;
+    std::vector<int8_t> codes(static_cast<size_t>(s.value_dim));
+    for (size_t first = 0; first < v.size(); first += static_cast<size_t>(s.value_dim)) {
+      float scale = 0;
+      kernels::CodeValueRow(v.data() + first, 1, codes.size(), codes.data(), &scale);
+      for (size_t c = 0; c < codes.size(); ++c) v[first + c] = scale * codes[c];
+    }
+    return v;
   }
 
   // Positions to append: a third past a block, at most.
@@ -337,8 +385,7 @@ class Fuzz {
       for (float x : v) max_abs_v = std::max(max_abs_v, std::fabs(static_cast<double>(x)));
     }
     for (int64_t b = 0; b < s.batch; ++b) {
-      const std::vector<float>& k = shadow_.keys[static_cast<size_t>(b)];
-      const std::vector<float>& v = shadow_.values[static_cast<size_t>(b)];
+      const std::vector<float> k = StoredKeys(b), v = StoredValues(b);
       const int64_t held = shadow_.length(b);
       for (int64_t i = 0; i < queries; ++i) {
         const int64_t seen = held - queries + i + 1;  // keys 0 .. seen - 1

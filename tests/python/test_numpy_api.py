@@ -832,8 +832,50 @@ def test_kv_cache_in_bf16_attends_over_the_rounded_keys_and_values(engine, rng):
     assert_output(out[:, 0], want[:, 49], v)
     assert (attnscore.KvCache.block_positions_multiple(64, 64, "bf16")
             == 2 * attnscore.KvCache.block_positions_multiple(64, 64))
-    with pytest.raises(ValueError, match="precision is 'int4'; want 'fp32' or 'bf16'"):
+    with pytest.raises(ValueError, match="precision is 'int4'; want 'fp32', 'bf16' or 'int8'"):
         attnscore.KvCache(2, 64, 2, 16, 16, precision="int4")
+
+
+def int8_coded(k, v, group=16):
+    """What an int8 cache's codes stand for (docs/semantics.md section 5.3):
+    keys (B, L, H, D) per head in groups of `group` positions with a lo and a
+    step per channel, values per position and head with one scale."""
+    k, v = k.astype(np.float64), v.astype(np.float64)
+    coded_k = np.empty_like(k)
+    for first in range(0, k.shape[1], group):
+        part = k[:, first:first + group]
+        lo = part.min(axis=1, keepdims=True).astype(np.float32).astype(np.float64)
+        step = ((part.max(axis=1, keepdims=True) - lo) / 255).astype(np.float32).astype(np.float64)
+        code = np.clip(np.rint((part - lo) / np.where(step > 0, step, 1)), 0, 255)
+        coded_k[:, first:first + group] = lo + step * np.where(step > 0, code, 0)
+    scale = (np.abs(v).max(axis=-1, keepdims=True) / 127).astype(np.float32).astype(np.float64)
+    code = np.clip(np.rint(v / np.where(scale > 0, scale, 1)), -127, 127)
+    return coded_k.astype(np.float32), (scale * code).astype(np.float32)
+
+
+def test_kv_cache_in_int8_attends_over_what_its_codes_stand_for(engine, rng):
+    k = rng.standard_normal((2, 50, 2, 16), dtype=np.float32)
+    k[..., 3] *= 30  # a channel 30x the others
+    v = rng.standard_normal((2, 50, 2, 16), dtype=np.float32)
+    q = rng.standard_normal((2, 50, 4, 16), dtype=np.float32)
+    cache = attnscore.KvCache(2, 64, 2, 16, 16, precision="int8")
+    assert cache.precision == "int8"
+    assert "precision='int8'" in repr(cache)
+    cache.append(k[:, :20], v[:, :20])
+    cache.append(k[:, 20:], v[:, 20:])  # a group filled across two appends
+    coded_k, coded_v = int8_coded(k, v)
+    want, _ = ref_multihead(q, coded_k, coded_v, None, "top-left", 1 / np.sqrt(16))
+    out = cache.attend(engine, q[:, 47:])
+    assert_output(out, want[:, 47:], v)
+    assert attnscore.KvCache.block_positions_multiple(64, 64, "int8") % 16 == 0
+    bad = k[:, :2].copy()
+    bad[1, 1, 0, 5] = np.inf
+    with pytest.raises(ValueError, match=r"int8 cache holds finite keys and values; "
+                                         r"keys\[1, 1, 0, 5\] is inf"):
+        cache.append(bad, v[:, :2])
+    assert cache.length(1) == 50
+    with pytest.raises(ValueError, match="precision is 'int8'; want fp32 or bf16"):
+        attnscore.Engine(precision="int8")
 
 
 def test_multihead_and_bilinear_modules_from_torch(engine, rng):

@@ -278,7 +278,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   const std::string kv_precision_name = args.get("--kv-precision", "fp32");
   Precision kv_precision = Precision::kFp32;
   if (!ParsePrecision(kv_precision_name, &kv_precision)) {
-    return Fail(Status::InvalidArgument("--kv-precision wants fp32 or bf16, got '" +
+    return Fail(Status::InvalidArgument("--kv-precision wants fp32, bf16 or int8, got '" +
                                         kv_precision_name + "'"));
   }
   const int64_t B = shape.batch, N = shape.queries, M = shape.keys, D = shape.depth;
@@ -414,10 +414,15 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   }
   double flops = 2.0 * static_cast<double>(heads * 2 * D) * visible;
   if (module) flops += 2.0 * static_cast<double>(hidden * hidden) * static_cast<double>(B * (2 * N + 2 * M));
-  // Bytes: Q, K, V read and out written once (K and V as the cache holds them).
-  const double kv_bytes = decode && kv_precision == Precision::kBf16 ? 2.0 : 4.0;
-  const double bytes = 4.0 * static_cast<double>(B * 2 * N * heads * D) +
-                       kv_bytes * static_cast<double>(B * 2 * M * kv_heads * D);
+  // Bytes: Q, K, V read and out written once (K and V as the cache holds
+  // them: int8 codes with a lo and a step per channel per 16 keys, and a
+  // scale per value row).
+  double kv_bytes = 4.0 * static_cast<double>(B * 2 * M * kv_heads * D);
+  if (decode && kv_precision == Precision::kBf16) kv_bytes /= 2.0;
+  if (decode && kv_precision == Precision::kInt8) {
+    kv_bytes = static_cast<double>(B * M * kv_heads) * (2.0 * D + 8.0 * D / 16.0 + 4.0);
+  }
+  const double bytes = 4.0 * static_cast<double>(B * 2 * N * heads * D) + kv_bytes;
 
   std::vector<double> times_us;
   if (!(s = TimeCalls(call, repeat, &times_us)).ok()) return Fail(s);

@@ -33,7 +33,8 @@ const CommandHelp kCommands[] = {
      "  attnscore bench multihead|multihead_attention|kv_cache_attend --batch B --queries N\n"
      "                        --keys M [--query-dim D] [--heads H] [--kv-heads G]\n"
      "                        [--causal none|top-left|bottom-right]\n"
-     "                        [--decode [--pool] [--kv-precision fp32|bf16] | --module [--bias]]\n"
+     "                        [--decode [--pool] [--kv-precision fp32|bf16|int8] | --module "
+     "[--bias]]\n"
      "                        [--valid-lens ...]\n"
      "                        [--weights] [--repeat R] [--json]\n"},
 };

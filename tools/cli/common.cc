@@ -34,7 +34,7 @@ Status MakeEngine(const Args& args, const std::string& op, std::unique_ptr<Engin
                                    "'; want scalar, sse4, avx2, avx512 or best");
   }
   const std::string precision = args.get("--precision", "fp32");
-  if (!ParsePrecision(precision, &options.precision)) {
+  if (!ParsePrecision(precision, &options.precision) || options.precision == Precision::kInt8) {
     return Status::InvalidArgument("--precision is '" + precision + "'; want fp32 or bf16");
   }
   if (options.precision == Precision::kBf16 && !op.empty() && op != "dot") {

@@ -1,0 +1,110 @@
+#!/usr/bin/python3
+"""How an int8 KvCache should choose its scales: the error of candidate
+codings of K and V against float64 attention over the fp32 keys and values,
+on the data tests/kv_cache_precision_test.cc uses, as a multiple of the
+bound docs/semantics.md section 5.3 sets for int8 (3x the error of bf16
+storage, or 3e-3 * std(V), whichever is larger). Below 1 holds the bound.
+
+  /usr/bin/python3 bench/int8_scales.py [--seeds N]
+"""
+import argparse
+
+import numpy as np
+
+B, HKV, H, D, L = 2, 2, 8, 64, 2001
+GROUP = 16  # the key positions that share their scales (kernels::kInt8KeyGroup)
+
+
+def bf16(x):
+    """x rounded to the nearest bfloat16, ties to even."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    low, kept = bits & 0xFFFF, bits >> 16
+    up = (low > 0x8000) | ((low == 0x8000) & (kept & 1 == 1))
+    return ((kept + up) << 16).astype(np.uint32).view(np.float32)
+
+
+def data(kind, rng):
+    k = rng.standard_normal((B, HKV, L, D))
+    v = rng.standard_normal((B, HKV, L, D))
+    if kind == "positions scaled by e^U(-4, 4)":
+        scale = np.exp(rng.uniform(-4, 4, (B, HKV, L, 1)))
+        k, v = k * scale, v * scale
+    if kind == "a key channel 30x the others":
+        k[..., 5] *= 30
+    q = rng.standard_normal((B, H, D)) * (8 if kind == "sharp queries" else 1)
+    return k.astype(np.float32), v.astype(np.float32), q
+
+
+def attend(k, v, q):
+    """The newest query of each sequence against all its keys, in float64."""
+    out = np.zeros((B, H, D))
+    for b in range(B):
+        for h in range(H):
+            g = h // (H // HKV)
+            s = k[b, g].astype(np.float64) @ q[b, h] / np.sqrt(D)
+            p = np.exp(s - s.max())
+            out[b, h] = (p / p.sum()) @ v[b, g]
+    return out
+
+
+def per_position(x):
+    """One symmetric scale per position: max |x| / 127."""
+    scale = np.abs(x).max(-1, keepdims=True) / 127
+    scale[scale == 0] = 1
+    return np.round(x / scale).clip(-127, 127) * scale
+
+
+def per_channel_groups(x, symmetric, group=GROUP):
+    """Scales per channel over groups of `group` positions."""
+    y = np.empty_like(x)
+    for t in range(0, x.shape[-2], group):
+        g = x[..., t:t + group, :]
+        if symmetric:
+            step = np.abs(g).max(-2, keepdims=True) / 127
+            step[step == 0] = 1
+            y[..., t:t + group, :] = np.round(g / step) * step
+        else:
+            lo, hi = g.min(-2, keepdims=True), g.max(-2, keepdims=True)
+            step = (hi - lo) / 255
+            step[step == 0] = 1
+            y[..., t:t + group, :] = lo + np.round((g - lo) / step) * step
+    return y
+
+
+CODINGS = {
+    "K, V per position": (per_position, per_position),
+    f"K per channel over {GROUP} positions, symmetric; V per position": (
+        lambda k: per_channel_groups(k, True), per_position),
+    f"K per channel over {2 * GROUP} positions, lo and step; V per position": (
+        lambda k: per_channel_groups(k, False, 2 * GROUP), per_position),
+    f"K per channel over {GROUP} positions, lo and step; V per position (kInt8)": (
+        lambda k: per_channel_groups(k, False), per_position),
+}
+KINDS = ["normal", "a key channel 30x the others", "positions scaled by e^U(-4, 4)",
+         "sharp queries"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    args = parser.parse_args()
+    worst = {name: {kind: 0.0 for kind in KINDS} for name in CODINGS}
+    for seed in range(args.seeds):
+        rng = np.random.default_rng(seed)
+        for kind in KINDS:
+            k, v, q = data(kind, rng)
+            exact = attend(k, v, q)
+            bound = max(3 * np.abs(attend(bf16(k), bf16(v), q) - exact).max(), 3e-3 * v.std())
+            for name, (code_k, code_v) in CODINGS.items():
+                error = np.abs(attend(code_k(k), code_v(v), q) - exact).max()
+                worst[name][kind] = max(worst[name][kind], error / bound)
+    print(f"Largest error / bound over {args.seeds} seeds (B {B}, Hq {H}, Hkv {HKV}, D {D}, "
+          f"{L} keys):\n")
+    print("| coding | " + " | ".join(KINDS) + " |")
+    print("|---|" + "---:|" * len(KINDS))
+    for name in CODINGS:
+        print(f"| {name} | " + " | ".join(f"{worst[name][kind]:.2f}" for kind in KINDS) + " |")
+
+
+if __name__ == "__main__":
+    main()
