@@ -136,25 +136,24 @@ TEST_P(AttentionRowBf16Test, MatchesDoubleSumsAndGivesEachRowItsOwnBits) {
   }
 }
 
-// An int8 cache's rows: random codes, each key group's lo and step per
-// channel, each value row's scale.
+// An int8 cache's rows: random codes (keys channel-major per group, as
+// kernels::Int8Keys lays them), each key group's lo and step per channel,
+// each value row's scale.
 struct Int8Rows {
   std::vector<uint8_t> key_codes;
   std::vector<int8_t> value_codes;
   std::vector<float> params, scales;
-  int64_t k_stride, v_stride;
+  int64_t v_stride;
   size_t depth;
   Int8Rows(size_t keys, size_t depth_, size_t value_dim, uint32_t seed)
-      : k_stride(static_cast<int64_t>(depth_) + 5),
-        v_stride(static_cast<int64_t>(value_dim) + 2),
-        depth(depth_) {
+      : v_stride(static_cast<int64_t>(value_dim) + 2), depth(depth_) {
     std::mt19937 rng(seed);
     std::uniform_int_distribution<int> code(0, 255);
-    key_codes.resize(keys * static_cast<size_t>(k_stride) + 1);
+    const size_t groups = keys / kernels::kInt8KeyGroup + 1;
+    key_codes.resize(groups * kernels::kInt8KeyGroup * depth);
     value_codes.resize(keys * static_cast<size_t>(v_stride) + 1);
     for (uint8_t& c : key_codes) c = static_cast<uint8_t>(code(rng));
     for (int8_t& c : value_codes) c = static_cast<int8_t>(code(rng) - 128);
-    const size_t groups = keys / kernels::kInt8KeyGroup + 1;
     params = RandomFloats(groups * 2 * depth, seed + 1);
     for (size_t g = 0; g < groups; ++g) {  // steps positive and small beside lo
       for (size_t d = 0; d < depth; ++d) {
@@ -167,7 +166,7 @@ struct Int8Rows {
   }
   // The row kernels' views from key `first` on (a group's first key for K).
   kernels::Int8Keys Keys(size_t first) const {
-    return {key_codes.data() + static_cast<int64_t>(first) * k_stride, k_stride,
+    return {key_codes.data() + first / kernels::kInt8KeyGroup * kernels::kInt8KeyGroup * depth,
             params.data() + first / kernels::kInt8KeyGroup * 2 * depth};
   }
   kernels::Int8Values Values(size_t first) const {
@@ -176,9 +175,11 @@ struct Int8Rows {
   }
   // What key j's element d and value j's element c stand for, in double.
   double Key(size_t j, size_t d) const {
-    const float* lo = params.data() + j / kernels::kInt8KeyGroup * 2 * depth;
-    return lo[d] +
-           static_cast<double>(lo[depth + d]) * key_codes[j * static_cast<size_t>(k_stride) + d];
+    const size_t group = j / kernels::kInt8KeyGroup;
+    const float* lo = params.data() + group * 2 * depth;
+    const uint8_t code =
+        key_codes[(group * depth + d) * kernels::kInt8KeyGroup + j % kernels::kInt8KeyGroup];
+    return lo[d] + static_cast<double>(lo[depth + d]) * code;
   }
   double Value(size_t j, size_t c) const {
     return static_cast<double>(scales[j]) * value_codes[j * static_cast<size_t>(v_stride) + c];

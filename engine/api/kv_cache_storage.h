@@ -31,6 +31,27 @@ inline int64_t ElementOffset(const ConstTensor& t, const int64_t* at) {
   return offset;
 }
 
+// True where some element of a view of rank 3 or 4 is not finite: x · 0 is
+// 0 for a finite x and NaN for ±Inf or NaN, so a row's products summed are
+// 0 or NaN (a loop the compiler vectorises, where the search below is not).
+inline bool HasNonFinite(const ConstTensor& t) {
+  const int rows_rank = t.rank - 1;
+  const int64_t outer = rows_rank == 3 ? t.dims[0] : 1;
+  for (int64_t o = 0; o < outer; ++o) {
+    const float* block = t.data + (rows_rank == 3 ? o * t.strides[0] : 0);
+    for (int64_t i = 0; i < t.dims[t.rank - 3]; ++i) {
+      for (int64_t j = 0; j < t.dims[t.rank - 2]; ++j) {
+        const float* row = block + i * t.strides[t.rank - 3] + j * t.strides[t.rank - 2];
+        const int64_t step = t.strides[t.rank - 1];
+        float zero = 0.0f;
+        for (int64_t e = 0; e < t.dims[t.rank - 1]; ++e) zero += row[e * step] * 0.0f;
+        if (zero != 0.0f) return true;
+      }
+    }
+  }
+  return false;
+}
+
 // True, with `at` its index, where the view's elements from dim `dim` on
 // (the index before it in `at`, its offset `offset`) hold one that is not
 // finite.
@@ -62,6 +83,8 @@ struct KvCache::Storage {
   // slower in cache). With a pool, reserved: pages take memory as positions
   // are written and give it back when their sequence is cleared.
   internal::AlignedFloats keys, values;
+  // int8 keys lie a group of kKeyGroup positions at a time, each group
+  // channel-major (kernels::Int8Keys): its positions' bytes, whole.
   // int8 only: each head's key groups' lo and step per channel, (B, Hkv,
   // positions / kKeyGroup, 2, D); each value row's scale, (B, Hkv,
   // positions); and each head's open group's keys as given, (B, Hkv,
@@ -160,7 +183,7 @@ struct KvCache::Storage {
     const int64_t first = t / kKeyGroup * kKeyGroup;
     kernels::CodeKeyGroup(OpenKey(b, h, first), shape.key_dim, static_cast<size_t>(t - first + 1),
                           static_cast<size_t>(shape.key_dim),
-                          At<uint8_t>(keys, b, h, first, shape.key_dim), shape.key_dim,
+                          At<uint8_t>(keys, b, h, first, shape.key_dim),
                           KeyParams(b, h, t / kKeyGroup));
   }
   // Copies keys (rows, Hkv, D) and values (rows, Hkv, Dv) of checked views
@@ -195,7 +218,7 @@ struct KvCache::Storage {
     if (!int8()) return Status::Ok();
     for (const auto& [name, t] : {std::pair{"keys", &k}, std::pair{"values", &v}}) {
       int64_t at[kMaxRank] = {};
-      if (kv_cache_storage::FindNonFinite(*t, 0, 0, at)) {
+      if (kv_cache_storage::HasNonFinite(*t) && kv_cache_storage::FindNonFinite(*t, 0, 0, at)) {
         std::string where;
         for (int d = 0; d < t->rank; ++d) where += (d > 0 ? ", " : "") + std::to_string(at[d]);
         return Status::InvalidArgument(

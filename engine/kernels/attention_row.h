@@ -63,13 +63,15 @@ void MixRow(const float* weights, size_t keys, const uint16_t* v, int64_t v_row_
 // [g · kInt8KeyGroup, (g + 1) · kInt8KeyGroup) of a head make its group g.
 inline constexpr size_t kInt8KeyGroup = 16;
 
-// An int8 KvCache's keys from the first position of a group on: key j's
-// element d stands for lo[d] + step[d] · codes[j · row_stride + d] (a code
-// 0..255), rounded once to float, where lo and step are the `depth` floats
-// at params + (j / kInt8KeyGroup) · 2 · depth and `depth` floats after them.
+// An int8 KvCache's keys from the first position of a group on, each group
+// channel-major: key j's element d is the code at codes[(j / kInt8KeyGroup)
+// · kInt8KeyGroup · depth + d · kInt8KeyGroup + j % kInt8KeyGroup] (0..255)
+// and stands for lo[d] + step[d] · code, rounded once to float, where lo
+// and step are the `depth` floats at params + (j / kInt8KeyGroup) · 2 ·
+// depth and the `depth` floats after them. A group's keys of one channel
+// lie side by side, so the kernel scores a vector of keys at once.
 struct Int8Keys {
   const uint8_t* codes;
-  int64_t row_stride;
   const float* params;
 };
 // An int8 KvCache's values: value j's element c stands for scales[j] ·
@@ -81,9 +83,11 @@ struct Int8Values {
 };
 
 // The kernels above over an int8 KvCache's rows (attention_row_cached.cc):
-// a key element is read as the float it stands for; a value row's scale is
-// folded into its weight (w · scale, then times each code). Bits as above:
-// a score its own query and key row's, mixes continued key after key.
+// a key element is read as the float it stands for, and a score is its
+// products summed in channel order, one fused multiply-add after another
+// (the same bits on every target); a value row's scale is folded into its
+// weight (w · scale, then times each code). A score is its own query and
+// key's; mixes continue key after key, as above.
 void ScoreRows(size_t rows, const float* const* q, size_t depth, const Int8Keys& k,
                const size_t* keys, float scale, float* const* scores);
 void MixRows(size_t rows, const float* const* weights, const size_t* keys, const Int8Values& v,

@@ -4,15 +4,17 @@
 //
 // Each stored element becomes, as it is read, the float it stands for: a
 // bf16 word exactly (the word in the upper half, zeros below); an int8
-// key code as lo + step · code, rounded once (a fused multiply-add); an int8
-// value code exactly, its row's scale folded into the row's weight. Products
-// and sums are in float. Scores: per key, one vector accumulator per row
-// over the depth's full vectors (fused multiply-adds in order), summed
+// key code as lo + step · code (a multiply-add); an int8 value code
+// exactly, its row's scale folded into the row's weight. Products and sums
+// are in float. Scores over bf16 keys: per key, one vector accumulator per
+// row over the depth's full vectors (fused multiply-adds in order), summed
 // across lanes in a fixed tree (and, where D is not whole vectors, the
-// depth's last columns added one by one), then scaled: a score depends on
-// its own query and key row alone. Mixes: each output column continues its
-// sum key after key with fused multiply-adds, so a row's keys cut into
-// consecutive ranges give the bits of one pass.
+// depth's last columns added one by one), then scaled. Over int8 keys,
+// whose groups are channel-major, a vector of keys at a time: each lane
+// one key's products summed channel after channel, with no lane sums.
+// Either way a score depends on its own query and key alone. Mixes: each
+// output column continues its sum key after key with multiply-adds, so a
+// row's keys cut into consecutive ranges give the bits of one pass.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -51,7 +53,8 @@ using kernels::kCachedTileRows;
 
 // How a kernel reads stored rows: Load(d, j, c), the floats that row j's
 // elements c, c + 1, ... stand for; At(j, c), one of them; Weight(w, j), the
-// weight row j's elements are mixed with, given its attention weight w.
+// weight row j's elements are mixed with, given its attention weight w
+// (values only).
 
 // bf16 words, keys or values.
 struct Bf16Rows {
@@ -66,28 +69,6 @@ struct Bf16Rows {
   }
   float At(size_t j, size_t c) const { return Bf16Float(Row(j)[c]); }
   float Weight(float w, size_t) const { return w; }
-};
-
-// int8 keys: codes 0..255, lo + step · code per channel, (lo, step) the
-// row's group's (kernels::Int8Keys).
-struct Int8KeyRows {
-  const uint8_t* HWY_RESTRICT codes;
-  int64_t stride;
-  const float* HWY_RESTRICT params;
-  size_t depth;
-  const uint8_t* Row(size_t j) const { return codes + static_cast<int64_t>(j) * stride; }
-  const float* Lows(size_t j) const { return params + j / kernels::kInt8KeyGroup * 2 * depth; }
-  template <class D>
-  HWY_INLINE hn::Vec<D> Load(D d, size_t j, size_t c) const {
-    const hn::RebindToSigned<D> di;
-    const hn::Rebind<uint8_t, D> d8;
-    const float* lo = Lows(j) + c;
-    const auto code = hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, Row(j) + c)));
-    return hn::MulAdd(hn::LoadU(d, lo + depth), code, hn::LoadU(d, lo));
-  }
-  float At(size_t j, size_t c) const {
-    return std::fma(Lows(j)[depth + c], static_cast<float>(Row(j)[c]), Lows(j)[c]);
-  }
 };
 
 // int8 values: codes -127..127, scale · code, the scale the row's own
@@ -270,11 +251,84 @@ void AddMixesBf16(size_t rows, const float* const* HWY_RESTRICT weights,
   AddCachedMixes(rows, weights, keys, Bf16Rows{v, v_row_stride}, value_dim, out);
 }
 
+// scale · the scores of one int8 key group's keys [j0, j0 + lanes) for
+// kRows rows, the codes of channel 0 from codes on: channel by channel, the
+// keys' codes as floats, what they stand for (lo + step · code), then each
+// row's multiply-add. Row r keeps its first count[r] scores.
+template <size_t kRows, class D>
+HWY_INLINE void ScoreInt8Lanes(D d, const float* const* HWY_RESTRICT q, size_t depth,
+                               const uint8_t* HWY_RESTRICT codes, const float* HWY_RESTRICT lo,
+                               float scale, const size_t* HWY_RESTRICT count,
+                               float* const* HWY_RESTRICT scores) {
+  using V = hn::Vec<D>;
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint8_t, D> d8;
+  const float* HWY_RESTRICT step = lo + depth;
+  // Even and odd channels in two sums per row, added at the end: twice the
+  // independent chains of multiply-adds, which their latency needs.
+  V acc[2][kRows];
+  for (size_t r = 0; r < kRows; ++r) acc[0][r] = acc[1][r] = hn::Zero(d);
+  const auto add_channel = [&](size_t c, V* sums) HWY_ATTR {
+    const V code =
+        hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, codes + c * kernels::kInt8KeyGroup)));
+    const V key = hn::MulAdd(hn::Set(d, step[c]), code, hn::Set(d, lo[c]));
+    for (size_t r = 0; r < kRows; ++r) sums[r] = hn::MulAdd(hn::Set(d, q[r][c]), key, sums[r]);
+  };
+  size_t c = 0;
+  for (; c + 2 <= depth; c += 2) {
+    add_channel(c, acc[0]);
+    add_channel(c + 1, acc[1]);
+  }
+  if (c < depth) add_channel(c, acc[0]);
+  V* sum = acc[0];
+  for (size_t r = 0; r < kRows; ++r) sum[r] = hn::Add(acc[0][r], acc[1][r]);
+  alignas(64) float lanes[kernels::kInt8KeyGroup];
+  for (size_t r = 0; r < kRows; ++r) {
+    if (count[r] == hn::Lanes(d)) {
+      hn::StoreU(hn::Mul(sum[r], hn::Set(d, scale)), d, scores[r]);
+    } else if (count[r] > 0) {
+      hn::Store(hn::Mul(sum[r], hn::Set(d, scale)), d, lanes);
+      std::copy(lanes, lanes + count[r], scores[r]);
+    }
+  }
+}
+
+// A tile of rows goes through the keys a vector of them at a time (a group
+// of kInt8KeyGroup keys is whole vectors), each row keeping its own keys'.
 void ScoreRowsInt8(size_t rows, const float* const* HWY_RESTRICT q, size_t depth,
                    const kernels::Int8Keys& k, const size_t* HWY_RESTRICT keys, float scale,
                    float* const* HWY_RESTRICT scores) {
-  ScoreCachedRows(rows, q, depth, Int8KeyRows{k.codes, k.row_stride, k.params, depth}, keys, scale,
-                  scores);
+  const hn::CappedTag<float, kernels::kInt8KeyGroup> d;
+  const size_t lanes = hn::Lanes(d);
+  constexpr size_t kGroup = kernels::kInt8KeyGroup;
+  for (size_t r0 = 0; r0 < rows; r0 += kCachedTileRows) {
+    const size_t n = std::min(kCachedTileRows, rows - r0);
+    size_t longest = 0;
+    for (size_t r = r0; r < r0 + n; ++r) longest = std::max(longest, keys[r]);
+    size_t count[kCachedTileRows] = {};
+    float* out[kCachedTileRows] = {};
+    for (size_t j0 = 0; j0 < longest; j0 += lanes) {
+      for (size_t r = 0; r < n; ++r) {
+        count[r] = keys[r0 + r] > j0 ? std::min(lanes, keys[r0 + r] - j0) : 0;
+        out[r] = scores[r0 + r] + j0;
+      }
+      const uint8_t* codes = k.codes + j0 / kGroup * kGroup * depth + j0 % kGroup;
+      const float* lo = k.params + j0 / kGroup * 2 * depth;
+      switch (n) {
+        case 1:
+          ScoreInt8Lanes<1>(d, q + r0, depth, codes, lo, scale, count, out);
+          break;
+        case 2:
+          ScoreInt8Lanes<2>(d, q + r0, depth, codes, lo, scale, count, out);
+          break;
+        case 3:
+          ScoreInt8Lanes<3>(d, q + r0, depth, codes, lo, scale, count, out);
+          break;
+        default:
+          ScoreInt8Lanes<4>(d, q + r0, depth, codes, lo, scale, count, out);
+      }
+    }
+  }
 }
 
 void AddMixesInt8(size_t rows, const float* const* HWY_RESTRICT weights,

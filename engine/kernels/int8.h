@@ -13,12 +13,13 @@ namespace attnscore::kernels {
 // A group of `rows` <= kInt8KeyGroup key positions of one head, `depth`
 // finite floats each, `row_stride` apart in `keys`: per channel d, lo[d] =
 // the group's least element and step[d] = (greatest − lo[d]) / 255, written
-// to params as lo, then step (2 · depth floats); and codes[t · code_stride
-// + d] = the code 0..255 nearest to (keys[t][d] − lo[d]) / step[d] (0 where
+// to params as lo, then step (2 · depth floats); and, channel-major as the
+// kernels read them (attention_row.h: Int8Keys), codes[d · kInt8KeyGroup +
+// t] = the code 0..255 nearest to (keys[t][d] − lo[d]) / step[d] (0 where
 // step[d] is 0). Each element is then within step[d] / 2 of what it stands
 // for, lo[d] + step[d] · code, up to float rounding.
 void CodeKeyGroup(const float* keys, int64_t row_stride, size_t rows, size_t depth, uint8_t* codes,
-                  int64_t code_stride, float* params);
+                  float* params);
 
 // One value row of `n` finite floats, `step` apart in `values`: *scale =
 // max |x| / 127 and codes[c] = the code -127..127 nearest to x[c] / *scale

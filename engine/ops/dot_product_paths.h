@@ -102,9 +102,10 @@ template <class KeyView, class ValueView>
 Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q, const KeyView& k,
                       const ValueView& v, const internal::RowLengths& lens, float scale,
                       int64_t key_block, const Tensor& out, const Tensor& attention_weights);
-// An int8 KvCache's keys (B, G, M, D) as codes by strides, and entry b's
-// group g's params (kernels::Int8Keys, from its position 0 on) at params +
-// b · params_strides[0] + g · params_strides[1].
+// An int8 KvCache's keys (B, G, M, D) as codes by strides (strides[2] = D:
+// a group of kernels::kInt8KeyGroup positions takes their bytes, laid out
+// as kernels::Int8Keys says), and entry b's group g's params (from its
+// position 0 on) at params + b · params_strides[0] + g · params_strides[1].
 struct Int8KeyView : TensorView<const uint8_t> {
   const float* params = nullptr;
   int64_t params_strides[2] = {};

@@ -62,7 +62,7 @@ template <class Read>
 void ReadFrom(const Int8KeyView& k, int64_t b, int64_t g, int64_t first, Read&& read) {
   const float* params = k.params + b * k.params_strides[0] + g * k.params_strides[1];
   const auto group = static_cast<int64_t>(kernels::kInt8KeyGroup);
-  read(kernels::Int8Keys{GroupOf(k, b, g) + first * k.strides[2], k.strides[2],
+  read(kernels::Int8Keys{GroupOf(k, b, g) + first * k.strides[2],
                          params + first / group * 2 * k.dims[3]});
 }
 template <class Read>

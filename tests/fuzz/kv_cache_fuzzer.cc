@@ -248,12 +248,12 @@ class Fuzz {
         const int64_t rows = std::min(group, held - first);
         float* keys = k.data() + first * row + h * s.key_dim;
         kernels::CodeKeyGroup(keys, row, static_cast<size_t>(rows), static_cast<size_t>(s.key_dim),
-                              codes.data(), s.key_dim, params.data());
+                              codes.data(), params.data());
         for (int64_t t = 0; t < rows; ++t) {
-          for (int64_t d = 0; d < s.key_dim; ++d) {
+          for (int64_t d = 0; d < s.key_dim; ++d) {  // codes channel-major
             keys[t * row + d] =
                 std::fma(params[static_cast<size_t>(s.key_dim + d)],
-                         static_cast<float>(codes[static_cast<size_t>(t * s.key_dim + d)]),
+                         static_cast<float>(codes[static_cast<size_t>(d * group + t)]),
                          params[static_cast<size_t>(d)]);
           }
         }
