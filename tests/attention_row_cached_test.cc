@@ -63,9 +63,13 @@ TEST_P(AttentionRowBf16Test, MatchesDoubleSumsAndGivesEachRowItsOwnBits) {
     const size_t rows = c.keys.size();
     size_t longest = 0;
     for (size_t n : c.keys) longest = std::max(longest, n);
-    const int64_t k_stride = static_cast<int64_t>(c.depth) + 3;
+    // Keys in channel-major groups (kernels::Bf16Keys), one group spare.
+    constexpr size_t kGroup = kernels::kCachedKeyGroup;
+    const auto key_word = [&](size_t j, size_t d) {
+      return ((j / kGroup) * c.depth + d) * kGroup + j % kGroup;
+    };
     const int64_t v_stride = static_cast<int64_t>(c.value_dim) + 1;
-    const std::vector<uint16_t> k = Words(longest * static_cast<size_t>(k_stride) + 1, 1);
+    const std::vector<uint16_t> k = Words((longest / kGroup + 1) * kGroup * c.depth, 1);
     const std::vector<uint16_t> v = Words(longest * static_cast<size_t>(v_stride) + 1, 2);
     const std::vector<float> q = RandomFloats(rows * c.depth, 3);
     const std::vector<float> w = RandomFloats(rows * longest + 1, 4);
@@ -79,16 +83,15 @@ TEST_P(AttentionRowBf16Test, MatchesDoubleSumsAndGivesEachRowItsOwnBits) {
       out_rows[r] = out.data() + r * c.value_dim;
     }
     const float scale = 0.3f;
-    kernels::ScoreRows(rows, q_rows.data(), c.depth, k.data(), k_stride, c.keys.data(), scale,
-                       score_rows.data());
+    kernels::ScoreRows(rows, q_rows.data(), c.depth, kernels::Bf16Keys{k.data()}, c.keys.data(),
+                       scale, score_rows.data());
     kernels::MixRows(rows, w_rows.data(), c.keys.data(), v.data(), v_stride, c.value_dim,
                      out_rows.data());
     for (size_t r = 0; r < rows; ++r) {
       for (size_t j = 0; j < c.keys[r]; ++j) {
         double dot = 0, size = 0;
         for (size_t d = 0; d < c.depth; ++d) {
-          const double term = static_cast<double>(q_rows[r][d]) *
-                              WordValue(k[j * static_cast<size_t>(k_stride) + d]);
+          const double term = static_cast<double>(q_rows[r][d]) * WordValue(k[key_word(j, d)]);
           dot += term;
           size += std::abs(term);
         }
@@ -109,7 +112,7 @@ TEST_P(AttentionRowBf16Test, MatchesDoubleSumsAndGivesEachRowItsOwnBits) {
       // Alone, the row's own bits.
       std::vector<float> alone_scores(longest + 1), alone_out(c.value_dim);
       float* alone_score_row = alone_scores.data();
-      kernels::ScoreRows(1, &q_rows[r], c.depth, k.data(), k_stride, &c.keys[r], scale,
+      kernels::ScoreRows(1, &q_rows[r], c.depth, kernels::Bf16Keys{k.data()}, &c.keys[r], scale,
                          &alone_score_row);
       kernels::MixRow(w_rows[r], c.keys[r], v.data(), v_stride, c.value_dim, alone_out.data());
       EXPECT_TRUE(SameBits(alone_scores.data(), score_rows[r], c.keys[r])) << "row " << r;
@@ -149,8 +152,8 @@ struct Int8Rows {
       : v_stride(static_cast<int64_t>(value_dim) + 2), depth(depth_) {
     std::mt19937 rng(seed);
     std::uniform_int_distribution<int> code(0, 255);
-    const size_t groups = keys / kernels::kInt8KeyGroup + 1;
-    key_codes.resize(groups * kernels::kInt8KeyGroup * depth);
+    const size_t groups = keys / kernels::kCachedKeyGroup + 1;
+    key_codes.resize(groups * kernels::kCachedKeyGroup * depth);
     value_codes.resize(keys * static_cast<size_t>(v_stride) + 1);
     for (uint8_t& c : key_codes) c = static_cast<uint8_t>(code(rng));
     for (int8_t& c : value_codes) c = static_cast<int8_t>(code(rng) - 128);
@@ -166,8 +169,8 @@ struct Int8Rows {
   }
   // The row kernels' views from key `first` on (a group's first key for K).
   kernels::Int8Keys Keys(size_t first) const {
-    return {key_codes.data() + first / kernels::kInt8KeyGroup * kernels::kInt8KeyGroup * depth,
-            params.data() + first / kernels::kInt8KeyGroup * 2 * depth};
+    return {key_codes.data() + first / kernels::kCachedKeyGroup * kernels::kCachedKeyGroup * depth,
+            params.data() + first / kernels::kCachedKeyGroup * 2 * depth};
   }
   kernels::Int8Values Values(size_t first) const {
     return {value_codes.data() + static_cast<int64_t>(first) * v_stride, v_stride,
@@ -175,10 +178,10 @@ struct Int8Rows {
   }
   // What key j's element d and value j's element c stand for, in double.
   double Key(size_t j, size_t d) const {
-    const size_t group = j / kernels::kInt8KeyGroup;
+    const size_t group = j / kernels::kCachedKeyGroup;
     const float* lo = params.data() + group * 2 * depth;
     const uint8_t code =
-        key_codes[(group * depth + d) * kernels::kInt8KeyGroup + j % kernels::kInt8KeyGroup];
+        key_codes[(group * depth + d) * kernels::kCachedKeyGroup + j % kernels::kCachedKeyGroup];
     return lo[d] + static_cast<double>(lo[depth + d]) * code;
   }
   double Value(size_t j, size_t c) const {
@@ -237,7 +240,7 @@ TEST_P(AttentionRowInt8Test, MatchesDoubleSumsAndGivesEachRowItsOwnBits) {
       EXPECT_TRUE(SameBits(alone_scores.data(), score_rows[r], c.keys[r])) << "row " << r;
       EXPECT_TRUE(SameBits(alone_out.data(), out_rows[r], c.value_dim)) << "row " << r;
       // Scored from a later group's first key on: the same scores there.
-      const size_t first = std::min(c.keys[r], 2 * kernels::kInt8KeyGroup);
+      const size_t first = std::min(c.keys[r], 2 * kernels::kCachedKeyGroup);
       const size_t rest = c.keys[r] - first;
       kernels::ScoreRows(1, &q_rows[r], c.depth, stored.Keys(first), &rest, scale,
                          &alone_score_row);

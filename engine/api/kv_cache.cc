@@ -107,8 +107,8 @@ int64_t KvCache::BlockPositionsMultiple(int64_t key_dim, int64_t value_dim, Prec
     return page / std::gcd(page, (features % page) * bytes);
   };
   const int64_t multiple = std::lcm(whole_pages(key_dim), whole_pages(value_dim));
-  // int8 blocks are also whole key groups, whose scales they share.
-  return precision == Precision::kInt8 ? std::lcm(multiple, kKeyGroup) : multiple;
+  // bf16 and int8 blocks are also whole key groups (int8's share scales).
+  return precision == Precision::kFp32 ? multiple : std::lcm(multiple, kKeyGroup);
 }
 
 Status KvCache::Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cache) {
@@ -143,9 +143,9 @@ Status KvCache::Create(const KvCacheShape& shape, std::unique_ptr<KvCache>* cach
   return internal::Guarded("KvCache::Create", [&] {
     auto storage = std::make_unique<Storage>();
     storage->shape = shape;
-    // Whole blocks (int8 blocks are whole key groups), or for int8 whole key groups.
+    // Whole blocks (bf16 and int8 blocks are whole key groups), or whole key groups.
     const int64_t block = shape.block_positions > 0 ? shape.block_positions
-                          : storage->int8()         ? kKeyGroup
+                          : storage->grouped()      ? kKeyGroup
                                                     : 1;
     storage->positions = (shape.capacity + block - 1) / block * block;
     storage->element_bytes = ElementBytes(shape.precision);
@@ -292,7 +292,7 @@ Status KvCache::Attend(const Engine& engine, ConstTensor queries, Tensor out,
         }
         if (s.precision == Precision::kBf16) {
           return ops::CachedAttention(
-              call, kOp, queries, storage_->View<uint16_t>(storage_->keys, longest, s.key_dim),
+              call, kOp, queries, storage_->Bf16Keys(longest),
               storage_->View<uint16_t>(storage_->values, longest, s.value_dim), lens, out,
               attention_weights);
         }

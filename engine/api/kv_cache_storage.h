@@ -22,7 +22,7 @@ namespace attnscore {
 namespace kv_cache_storage {
 
 inline constexpr const char* kOp = "KvCache";
-inline constexpr auto kKeyGroup = static_cast<int64_t>(kernels::kInt8KeyGroup);
+inline constexpr auto kKeyGroup = static_cast<int64_t>(kernels::kCachedKeyGroup);
 
 // The offset of element `at` of a view.
 inline int64_t ElementOffset(const ConstTensor& t, const int64_t* at) {
@@ -83,8 +83,9 @@ struct KvCache::Storage {
   // slower in cache). With a pool, reserved: pages take memory as positions
   // are written and give it back when their sequence is cleared.
   internal::AlignedFloats keys, values;
-  // int8 keys lie a group of kKeyGroup positions at a time, each group
-  // channel-major (kernels::Int8Keys): its positions' bytes, whole.
+  // bf16 and int8 keys lie a group of kKeyGroup positions at a time, each
+  // group channel-major (kernels::Bf16Keys, Int8Keys): its positions'
+  // bytes, whole.
   // int8 only: each head's key groups' lo and step per channel, (B, Hkv,
   // positions / kKeyGroup, 2, D); each value row's scale, (B, Hkv,
   // positions); and each head's open group's keys as given, (B, Hkv,
@@ -96,6 +97,8 @@ struct KvCache::Storage {
 
   bool pooled() const { return shape.block_positions > 0; }
   bool int8() const { return shape.precision == Precision::kInt8; }
+  // Keys in groups of kKeyGroup positions, each channel-major (bf16, int8).
+  bool grouped() const { return shape.precision != Precision::kFp32; }
   int64_t groups() const { return positions / kKeyGroup; }  // an int8 head's key groups
   float* KeyParams(int64_t b, int64_t h, int64_t group) const {
     return const_cast<float*>(key_params.data()) +
@@ -132,6 +135,12 @@ struct KvCache::Storage {
         At<const T>(data, 0, 0, 0, features), {shape.batch, keys, shape.kv_heads, features},
         {shape.kv_heads * positions * features, features, positions * features, 1});
   }
+  // A bf16 cache's first `keys` positions of keys, as the op reads them.
+  ops::dot_product::Bf16KeyView Bf16Keys(int64_t keys_held) const {
+    ops::dot_product::Bf16KeyView view;
+    static_cast<TensorView<const uint16_t>&>(view) = View<uint16_t>(keys, keys_held, shape.key_dim);
+    return view;
+  }
   // An int8 cache's first `keys` positions, as the op reads them.
   ops::dot_product::Int8KeyView Int8Keys(int64_t keys_held) const {
     ops::dot_product::Int8KeyView view;
@@ -149,8 +158,11 @@ struct KvCache::Storage {
     view.scales_strides[0] = shape.kv_heads * positions;
     return view;
   }
-  // Stores one position's `features` elements, `step` apart in `src`, at dst.
-  void Store(const float* src, int64_t step, int64_t features, void* dst) const {
+  // Stores one position's `features` elements, `step` apart in `src`, at
+  // dst, each element `spread` elements after the last (1 for a row; a
+  // group's width for a key in a channel-major group).
+  void Store(const float* src, int64_t step, int64_t features, void* dst,
+             int64_t spread = 1) const {
     if (element_bytes == 4) {
       auto* out = static_cast<float*>(dst);
       for (int64_t d = 0; d < features; ++d) out[d] = src[d * step];
@@ -160,6 +172,7 @@ struct KvCache::Storage {
     auto* out = static_cast<uint16_t*>(dst);
     constexpr int64_t kSlice = 256;
     float gathered[kSlice];
+    uint16_t words[kSlice];
     for (int64_t d0 = 0; d0 < features; d0 += kSlice) {
       const int64_t n = std::min(kSlice, features - d0);
       const float* from = src + d0 * step;
@@ -167,7 +180,8 @@ struct KvCache::Storage {
         for (int64_t d = 0; d < n; ++d) gathered[d] = from[d * step];
         from = gathered;
       }
-      kernels::RoundToBf16(from, static_cast<size_t>(n), out + d0);
+      kernels::RoundToBf16(from, static_cast<size_t>(n), words);
+      for (int64_t d = 0; d < n; ++d) out[(d0 + d) * spread] = words[d];
     }
   }
   // Position t of head h of sequence b, as int8 codes: its key joins its
@@ -205,8 +219,16 @@ struct KvCache::Storage {
                     b, h, position, position % kKeyGroup == kKeyGroup - 1 || t == rows - 1);
           continue;
         }
-        Store(k.data + k_offset + t * k.strides[s] + h * k.strides[s + 1], k.strides[s + 2],
-              shape.key_dim, At<char>(keys, b, h, held + t, shape.key_dim * element_bytes));
+        const int64_t position = held + t;
+        if (grouped()) {  // bf16: the key's words a group's width apart
+          const int64_t first = position / kKeyGroup * kKeyGroup;
+          Store(k.data + k_offset + t * k.strides[s] + h * k.strides[s + 1], k.strides[s + 2],
+                shape.key_dim, At<uint16_t>(keys, b, h, first, shape.key_dim) + position - first,
+                kKeyGroup);
+        } else {
+          Store(k.data + k_offset + t * k.strides[s] + h * k.strides[s + 1], k.strides[s + 2],
+                shape.key_dim, At<char>(keys, b, h, position, shape.key_dim * element_bytes));
+        }
         Store(v.data + v_offset + t * v.strides[s] + h * v.strides[s + 1], v.strides[s + 2],
               shape.value_dim, At<char>(values, b, h, held + t, shape.value_dim * element_bytes));
       }

@@ -44,14 +44,29 @@ void MixRows(size_t rows, const float* const* weights, const size_t* keys, const
 void AddMixes(size_t rows, const float* const* weights, const size_t* keys, const float* v,
               int64_t v_row_stride, size_t value_dim, float* const* out);
 
-// ScoreRows, MixRows, AddMixes and MixRow over K or V rows held as
-// bfloat16 words (a bf16 KvCache's; attention_row_cached.cc), row strides in
-// words. Each word widens exactly to the float it stands for as it is read;
-// products and sums are in float. A score depends on its own query and key
-// row alone, and AddMixes continues each column's sum key after key, as
-// above.
-void ScoreRows(size_t rows, const float* const* q, size_t depth, const uint16_t* k,
-               int64_t k_row_stride, const size_t* keys, float scale, float* const* scores);
+// Positions of a bf16 or int8 KvCache's keys that lie together: positions
+// [g · kCachedKeyGroup, (g + 1) · kCachedKeyGroup) of a head make its group
+// g, held channel-major (a group's keys of one channel side by side), so
+// the kernels score a vector of keys at once; an int8 group's keys share
+// their scales.
+inline constexpr size_t kCachedKeyGroup = 16;
+
+// A bf16 KvCache's keys from the first position of a group on: key j's
+// element d is the word at words[(j / kCachedKeyGroup) · kCachedKeyGroup ·
+// depth + d · kCachedKeyGroup + j % kCachedKeyGroup].
+struct Bf16Keys {
+  const uint16_t* words;
+};
+
+// ScoreRows over a bf16 KvCache's keys, and MixRows, AddMixes and MixRow
+// over V rows held as bfloat16 words (row strides in words), in
+// attention_row_cached.cc. Each word widens exactly to the float it stands
+// for as it is read; products and sums are in float. A score is its
+// products summed channel after channel (even and odd channels in two
+// sums, added), and depends on its own query and key alone; AddMixes
+// continues each column's sum key after key, as above.
+void ScoreRows(size_t rows, const float* const* q, size_t depth, const Bf16Keys& k,
+               const size_t* keys, float scale, float* const* scores);
 void MixRows(size_t rows, const float* const* weights, const size_t* keys, const uint16_t* v,
              int64_t v_row_stride, size_t value_dim, float* const* out);
 void AddMixes(size_t rows, const float* const* weights, const size_t* keys, const uint16_t* v,
@@ -59,17 +74,12 @@ void AddMixes(size_t rows, const float* const* weights, const size_t* keys, cons
 void MixRow(const float* weights, size_t keys, const uint16_t* v, int64_t v_row_stride,
             size_t value_dim, float* out);
 
-// Positions of an int8 KvCache's keys that share their scales: positions
-// [g · kInt8KeyGroup, (g + 1) · kInt8KeyGroup) of a head make its group g.
-inline constexpr size_t kInt8KeyGroup = 16;
-
-// An int8 KvCache's keys from the first position of a group on, each group
-// channel-major: key j's element d is the code at codes[(j / kInt8KeyGroup)
-// · kInt8KeyGroup · depth + d · kInt8KeyGroup + j % kInt8KeyGroup] (0..255)
-// and stands for lo[d] + step[d] · code, rounded once to float, where lo
-// and step are the `depth` floats at params + (j / kInt8KeyGroup) · 2 ·
-// depth and the `depth` floats after them. A group's keys of one channel
-// lie side by side, so the kernel scores a vector of keys at once.
+// An int8 KvCache's keys from the first position of a group on: key j's
+// element d is the code at codes[(j / kCachedKeyGroup) · kCachedKeyGroup ·
+// depth + d · kCachedKeyGroup + j % kCachedKeyGroup] (0..255) and stands
+// for lo[d] + step[d] · code, rounded once to float, where lo and step are
+// the `depth` floats at params + (j / kCachedKeyGroup) · 2 · depth and the
+// `depth` floats after them.
 struct Int8Keys {
   const uint8_t* codes;
   const float* params;
@@ -83,11 +93,9 @@ struct Int8Values {
 };
 
 // The kernels above over an int8 KvCache's rows (attention_row_cached.cc):
-// a key element is read as the float it stands for, and a score is its
-// products summed in channel order, one fused multiply-add after another
-// (the same bits on every target); a value row's scale is folded into its
-// weight (w · scale, then times each code). A score is its own query and
-// key's; mixes continue key after key, as above.
+// a key element is read as the float it stands for, a score summed as over
+// bf16 keys; a value row's scale is folded into its weight (w · scale, then
+// times each code). Mixes continue key after key, as above.
 void ScoreRows(size_t rows, const float* const* q, size_t depth, const Int8Keys& k,
                const size_t* keys, float scale, float* const* scores);
 void MixRows(size_t rows, const float* const* weights, const size_t* keys, const Int8Values& v,

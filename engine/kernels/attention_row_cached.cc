@@ -6,15 +6,13 @@
 // bf16 word exactly (the word in the upper half, zeros below); an int8
 // key code as lo + step · code (a multiply-add); an int8 value code
 // exactly, its row's scale folded into the row's weight. Products and sums
-// are in float. Scores over bf16 keys: per key, one vector accumulator per
-// row over the depth's full vectors (fused multiply-adds in order), summed
-// across lanes in a fixed tree (and, where D is not whole vectors, the
-// depth's last columns added one by one), then scaled. Over int8 keys,
-// whose groups are channel-major, a vector of keys at a time: each lane
-// one key's products summed channel after channel, with no lane sums.
-// Either way a score depends on its own query and key alone. Mixes: each
-// output column continues its sum key after key with multiply-adds, so a
-// row's keys cut into consecutive ranges give the bits of one pass.
+// are in float. Keys lie in channel-major groups, so scores come a vector
+// of keys at a time: each lane one key's products summed channel after
+// channel, even and odd channels in two chains added at the end, with no
+// sums across lanes; a score depends on its own query and key alone.
+// Mixes: each output column continues its sum key after key with
+// multiply-adds, so a row's keys cut into consecutive ranges give the bits
+// of one pass.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -26,7 +24,6 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/dispatch.h"
-#include "kernels/lane_sums-inl.h"
 
 #ifndef ATTNSCORE_KERNELS_ATTENTION_ROW_CACHED_ONCE_
 #define ATTNSCORE_KERNELS_ATTENTION_ROW_CACHED_ONCE_
@@ -56,7 +53,7 @@ using kernels::kCachedTileRows;
 // weight row j's elements are mixed with, given its attention weight w
 // (values only).
 
-// bf16 words, keys or values.
+// bf16 value words.
 struct Bf16Rows {
   const uint16_t* HWY_RESTRICT words;
   int64_t stride;
@@ -87,82 +84,6 @@ struct Int8ValueRows {
   float At(size_t j, size_t c) const { return static_cast<float>(Row(j)[c]); }
   float Weight(float w, size_t j) const { return w * scales[j]; }
 };
-
-// scores[r][j] for kRows rows and keys [j, j + kKeys).
-template <size_t kRows, size_t kKeys, class D, class Keys>
-HWY_INLINE void ScoreKeys(D d, const float* const* HWY_RESTRICT q, size_t depth, const Keys& k,
-                          size_t j, float scale, float* const* HWY_RESTRICT scores) {
-  using V = hn::Vec<D>;
-  const size_t lanes = hn::Lanes(d);
-  V acc[kRows][kKeys];
-  for (size_t r = 0; r < kRows; ++r) {
-    for (size_t i = 0; i < kKeys; ++i) acc[r][i] = hn::Zero(d);
-  }
-  size_t c = 0;
-  for (; c + lanes <= depth; c += lanes) {
-    V key[kKeys];
-    for (size_t i = 0; i < kKeys; ++i) key[i] = k.Load(d, j + i, c);
-    for (size_t r = 0; r < kRows; ++r) {
-      const V query = hn::LoadU(d, q[r] + c);
-      for (size_t i = 0; i < kKeys; ++i) acc[r][i] = hn::MulAdd(query, key[i], acc[r][i]);
-    }
-  }
-  if (c == depth) {
-    // Whole vectors: each key's lanes summed in StoreSums4's fixed tree,
-    // four keys at once (a key alone beside zeros gets the same bits).
-    for (size_t r = 0; r < kRows; ++r) {
-      V sums[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
-      for (size_t i = 0; i < kKeys; ++i) sums[i] = acc[r][i];
-      StoreSums4(d, sums, scale, kKeys, scores[r] + j);
-    }
-    return;
-  }
-  for (size_t r = 0; r < kRows; ++r) {
-    for (size_t i = 0; i < kKeys; ++i) {
-      float sum = hn::GetLane(hn::SumOfLanes(d, acc[r][i]));
-      for (size_t t = c; t < depth; ++t) sum = std::fma(q[r][t], k.At(j + i, t), sum);
-      scores[r][j + i] = scale * sum;
-    }
-  }
-}
-
-// Keys [from, to) for kRows rows.
-template <size_t kRows, class D, class Keys>
-HWY_INLINE void ScoreRange(D d, const float* const* HWY_RESTRICT q, size_t depth, const Keys& k,
-                           size_t from, size_t to, float scale, float* const* HWY_RESTRICT scores) {
-  size_t j = from;
-  for (; j + 4 <= to; j += 4) ScoreKeys<kRows, 4>(d, q, depth, k, j, scale, scores);
-  for (; j < to; ++j) ScoreKeys<kRows, 1>(d, q, depth, k, j, scale, scores);
-}
-
-template <class Keys>
-HWY_INLINE void ScoreCachedRows(size_t rows, const float* const* HWY_RESTRICT q, size_t depth,
-                                const Keys& k, const size_t* HWY_RESTRICT keys, float scale,
-                                float* const* HWY_RESTRICT scores) {
-  const hn::ScalableTag<float> d;
-  for (size_t r0 = 0; r0 < rows; r0 += kCachedTileRows) {
-    const size_t n = std::min(kCachedTileRows, rows - r0);
-    size_t shared = keys[r0];
-    for (size_t r = r0; r < r0 + n; ++r) shared = std::min(shared, keys[r]);
-    // Keys every row of the tile has, together; then each row's own rest.
-    switch (n) {
-      case 1:
-        ScoreRange<1>(d, q + r0, depth, k, 0, shared, scale, scores + r0);
-        break;
-      case 2:
-        ScoreRange<2>(d, q + r0, depth, k, 0, shared, scale, scores + r0);
-        break;
-      case 3:
-        ScoreRange<3>(d, q + r0, depth, k, 0, shared, scale, scores + r0);
-        break;
-      default:
-        ScoreRange<4>(d, q + r0, depth, k, 0, shared, scale, scores + r0);
-    }
-    for (size_t r = r0; r < r0 + n; ++r) {
-      ScoreRange<1>(d, q + r, depth, k, shared, keys[r], scale, scores + r);
-    }
-  }
-}
 
 // out[r][c0 ..) += Σ_{j in [from, to)} w[r][j] · V[j][c0 ..) for kRows rows
 // and kVectors vectors of columns.
@@ -238,40 +159,68 @@ HWY_INLINE void AddCachedMixes(size_t rows, const float* const* HWY_RESTRICT wei
   }
 }
 
-void ScoreRowsBf16(size_t rows, const float* const* HWY_RESTRICT q, size_t depth,
-                   const uint16_t* HWY_RESTRICT k, int64_t k_row_stride,
-                   const size_t* HWY_RESTRICT keys, float scale,
-                   float* const* HWY_RESTRICT scores) {
-  ScoreCachedRows(rows, q, depth, Bf16Rows{k, k_row_stride}, keys, scale, scores);
-}
-
 void AddMixesBf16(size_t rows, const float* const* HWY_RESTRICT weights,
                   const size_t* HWY_RESTRICT keys, const uint16_t* HWY_RESTRICT v,
                   int64_t v_row_stride, size_t value_dim, float* const* HWY_RESTRICT out) {
   AddCachedMixes(rows, weights, keys, Bf16Rows{v, v_row_stride}, value_dim, out);
 }
 
-// scale · the scores of one int8 key group's keys [j0, j0 + lanes) for
-// kRows rows, the codes of channel 0 from codes on: channel by channel, the
-// keys' codes as floats, what they stand for (lo + step · code), then each
-// row's multiply-add. Row r keeps its first count[r] scores.
-template <size_t kRows, class D>
-HWY_INLINE void ScoreInt8Lanes(D d, const float* const* HWY_RESTRICT q, size_t depth,
-                               const uint8_t* HWY_RESTRICT codes, const float* HWY_RESTRICT lo,
-                               float scale, const size_t* HWY_RESTRICT count,
-                               float* const* HWY_RESTRICT scores) {
+// A key group's keys [j0, j0 + Lanes(d)) of one channel after another, as
+// the floats they stand for: Channel(d, c). Made by the keys' At(j0).
+struct Bf16Chunk {
+  const uint16_t* HWY_RESTRICT words;  // channel 0's, from key j0 on
+  template <class D>
+  HWY_INLINE hn::Vec<D> Channel(D d, size_t c) const {
+    const hn::RebindToUnsigned<D> du;
+    const hn::Rebind<uint16_t, D> d16;
+    const uint16_t* p = words + c * kernels::kCachedKeyGroup;
+    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+  }
+};
+struct Int8Chunk {
+  const uint8_t* HWY_RESTRICT codes;  // channel 0's, from key j0 on
+  const float* HWY_RESTRICT lo;       // the group's lo, then its step
+  size_t depth;
+  template <class D>
+  HWY_INLINE hn::Vec<D> Channel(D d, size_t c) const {
+    const hn::RebindToSigned<D> di;
+    const hn::Rebind<uint8_t, D> d8;
+    const auto code =
+        hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, codes + c * kernels::kCachedKeyGroup)));
+    return hn::MulAdd(hn::Set(d, lo[depth + c]), code, hn::Set(d, lo[c]));
+  }
+};
+
+// Where key j0's group and lanes lie (kernels::Bf16Keys, Int8Keys).
+constexpr size_t kGroup = kernels::kCachedKeyGroup;
+struct Bf16GroupKeys {
+  kernels::Bf16Keys k;
+  size_t depth;
+  Bf16Chunk At(size_t j0) const { return {k.words + j0 / kGroup * kGroup * depth + j0 % kGroup}; }
+};
+struct Int8GroupKeys {
+  kernels::Int8Keys k;
+  size_t depth;
+  Int8Chunk At(size_t j0) const {
+    return {k.codes + j0 / kGroup * kGroup * depth + j0 % kGroup,
+            k.params + j0 / kGroup * 2 * depth, depth};
+  }
+};
+
+// scale · the scores of a chunk of keys (a vector of them, within one
+// group) for kRows rows: channel by channel, the keys' floats, then each
+// row's multiply-add, even and odd channels in two chains (twice the
+// independent chains, which the multiply-adds' latency needs). Row r keeps
+// its first count[r] scores.
+template <size_t kRows, class D, class Chunk>
+HWY_INLINE void ScoreChunk(D d, const float* const* HWY_RESTRICT q, size_t depth,
+                           const Chunk& chunk, float scale, const size_t* HWY_RESTRICT count,
+                           float* const* HWY_RESTRICT scores) {
   using V = hn::Vec<D>;
-  const hn::RebindToSigned<D> di;
-  const hn::Rebind<uint8_t, D> d8;
-  const float* HWY_RESTRICT step = lo + depth;
-  // Even and odd channels in two sums per row, added at the end: twice the
-  // independent chains of multiply-adds, which their latency needs.
   V acc[2][kRows];
   for (size_t r = 0; r < kRows; ++r) acc[0][r] = acc[1][r] = hn::Zero(d);
   const auto add_channel = [&](size_t c, V* sums) HWY_ATTR {
-    const V code =
-        hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, codes + c * kernels::kInt8KeyGroup)));
-    const V key = hn::MulAdd(hn::Set(d, step[c]), code, hn::Set(d, lo[c]));
+    const V key = chunk.Channel(d, c);
     for (size_t r = 0; r < kRows; ++r) sums[r] = hn::MulAdd(hn::Set(d, q[r][c]), key, sums[r]);
   };
   size_t c = 0;
@@ -280,27 +229,26 @@ HWY_INLINE void ScoreInt8Lanes(D d, const float* const* HWY_RESTRICT q, size_t d
     add_channel(c + 1, acc[1]);
   }
   if (c < depth) add_channel(c, acc[0]);
-  V* sum = acc[0];
-  for (size_t r = 0; r < kRows; ++r) sum[r] = hn::Add(acc[0][r], acc[1][r]);
-  alignas(64) float lanes[kernels::kInt8KeyGroup];
+  alignas(64) float lanes[kGroup];
   for (size_t r = 0; r < kRows; ++r) {
+    const V sum = hn::Mul(hn::Add(acc[0][r], acc[1][r]), hn::Set(d, scale));
     if (count[r] == hn::Lanes(d)) {
-      hn::StoreU(hn::Mul(sum[r], hn::Set(d, scale)), d, scores[r]);
+      hn::StoreU(sum, d, scores[r]);
     } else if (count[r] > 0) {
-      hn::Store(hn::Mul(sum[r], hn::Set(d, scale)), d, lanes);
+      hn::Store(sum, d, lanes);
       std::copy(lanes, lanes + count[r], scores[r]);
     }
   }
 }
 
 // A tile of rows goes through the keys a vector of them at a time (a group
-// of kInt8KeyGroup keys is whole vectors), each row keeping its own keys'.
-void ScoreRowsInt8(size_t rows, const float* const* HWY_RESTRICT q, size_t depth,
-                   const kernels::Int8Keys& k, const size_t* HWY_RESTRICT keys, float scale,
-                   float* const* HWY_RESTRICT scores) {
-  const hn::CappedTag<float, kernels::kInt8KeyGroup> d;
+// of kCachedKeyGroup keys is whole vectors), each row keeping its own keys'.
+template <class Keys>
+HWY_INLINE void ScoreGroupedRows(size_t rows, const float* const* HWY_RESTRICT q, size_t depth,
+                                 const Keys& k, const size_t* HWY_RESTRICT keys, float scale,
+                                 float* const* HWY_RESTRICT scores) {
+  const hn::CappedTag<float, kGroup> d;
   const size_t lanes = hn::Lanes(d);
-  constexpr size_t kGroup = kernels::kInt8KeyGroup;
   for (size_t r0 = 0; r0 < rows; r0 += kCachedTileRows) {
     const size_t n = std::min(kCachedTileRows, rows - r0);
     size_t longest = 0;
@@ -312,23 +260,34 @@ void ScoreRowsInt8(size_t rows, const float* const* HWY_RESTRICT q, size_t depth
         count[r] = keys[r0 + r] > j0 ? std::min(lanes, keys[r0 + r] - j0) : 0;
         out[r] = scores[r0 + r] + j0;
       }
-      const uint8_t* codes = k.codes + j0 / kGroup * kGroup * depth + j0 % kGroup;
-      const float* lo = k.params + j0 / kGroup * 2 * depth;
+      const auto chunk = k.At(j0);
       switch (n) {
         case 1:
-          ScoreInt8Lanes<1>(d, q + r0, depth, codes, lo, scale, count, out);
+          ScoreChunk<1>(d, q + r0, depth, chunk, scale, count, out);
           break;
         case 2:
-          ScoreInt8Lanes<2>(d, q + r0, depth, codes, lo, scale, count, out);
+          ScoreChunk<2>(d, q + r0, depth, chunk, scale, count, out);
           break;
         case 3:
-          ScoreInt8Lanes<3>(d, q + r0, depth, codes, lo, scale, count, out);
+          ScoreChunk<3>(d, q + r0, depth, chunk, scale, count, out);
           break;
         default:
-          ScoreInt8Lanes<4>(d, q + r0, depth, codes, lo, scale, count, out);
+          ScoreChunk<4>(d, q + r0, depth, chunk, scale, count, out);
       }
     }
   }
+}
+
+void ScoreRowsBf16(size_t rows, const float* const* HWY_RESTRICT q, size_t depth,
+                   const kernels::Bf16Keys& k, const size_t* HWY_RESTRICT keys, float scale,
+                   float* const* HWY_RESTRICT scores) {
+  ScoreGroupedRows(rows, q, depth, Bf16GroupKeys{k, depth}, keys, scale, scores);
+}
+
+void ScoreRowsInt8(size_t rows, const float* const* HWY_RESTRICT q, size_t depth,
+                   const kernels::Int8Keys& k, const size_t* HWY_RESTRICT keys, float scale,
+                   float* const* HWY_RESTRICT scores) {
+  ScoreGroupedRows(rows, q, depth, Int8GroupKeys{k, depth}, keys, scale, scores);
 }
 
 void AddMixesInt8(size_t rows, const float* const* HWY_RESTRICT weights,
@@ -350,9 +309,9 @@ HWY_EXPORT(AddMixesBf16);
 HWY_EXPORT(ScoreRowsInt8);
 HWY_EXPORT(AddMixesInt8);
 
-void ScoreRows(size_t rows, const float* const* q, size_t depth, const uint16_t* k,
-               int64_t k_row_stride, const size_t* keys, float scale, float* const* scores) {
-  ATTNSCORE_DISPATCH(ScoreRowsBf16)(rows, q, depth, k, k_row_stride, keys, scale, scores);
+void ScoreRows(size_t rows, const float* const* q, size_t depth, const Bf16Keys& k,
+               const size_t* keys, float scale, float* const* scores) {
+  ATTNSCORE_DISPATCH(ScoreRowsBf16)(rows, q, depth, k, keys, scale, scores);
 }
 
 void AddMixes(size_t rows, const float* const* weights, const size_t* keys, const uint16_t* v,

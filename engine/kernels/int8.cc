@@ -45,7 +45,7 @@ void CodeKeyGroup(const float* keys, int64_t row_stride, size_t rows, size_t dep
     const float* row = keys + static_cast<int64_t>(t) * row_stride;
     for (size_t d = 0; d < depth; ++d) {
       const double y = step[d] > 0.0f ? (static_cast<double>(row[d]) - lo[d]) / step[d] : 0.0;
-      codes[d * kInt8KeyGroup + t] = static_cast<uint8_t>(std::min(Nearest(y), 255.0));
+      codes[d * kCachedKeyGroup + t] = static_cast<uint8_t>(std::min(Nearest(y), 255.0));
     }
   }
 }

@@ -10,11 +10,11 @@
 
 namespace attnscore::kernels {
 
-// A group of `rows` <= kInt8KeyGroup key positions of one head, `depth`
+// A group of `rows` <= kCachedKeyGroup key positions of one head, `depth`
 // finite floats each, `row_stride` apart in `keys`: per channel d, lo[d] =
 // the group's least element and step[d] = (greatest − lo[d]) / 255, written
 // to params as lo, then step (2 · depth floats); and, channel-major as the
-// kernels read them (attention_row.h: Int8Keys), codes[d · kInt8KeyGroup +
+// kernels read them (attention_row.h: Int8Keys), codes[d · kCachedKeyGroup +
 // t] = the code 0..255 nearest to (keys[t][d] − lo[d]) / step[d] (0 where
 // step[d] is 0). Each element is then within step[d] / 2 of what it stands
 // for, lo[d] + step[d] · code, up to float rounding.

@@ -95,15 +95,20 @@ Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const C
 // empty; `lens` has (B, R) rows, each group's row i taking row i's length.
 // Rows and K, V rows contiguous. Each row gets the bits RowPath gives it
 // alone; RowPath is the case G = 1. K and V are floats, bfloat16 words
-// (TensorView<const uint16_t>: a bf16 KvCache's) or int8 codes with their
-// scales (Int8KeyView, Int8ValueView: an int8 KvCache's, key_block then a
-// multiple of kernels::kInt8KeyGroup), read by the row kernels' own forms.
+// (Bf16KeyView and TensorView<const uint16_t>: a bf16 KvCache's) or int8
+// codes with their scales (Int8KeyView, Int8ValueView: an int8 KvCache's),
+// read by the row kernels' own forms; for a cache's keys, key_block is a
+// multiple of kernels::kCachedKeyGroup.
 template <class KeyView, class ValueView>
 Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q, const KeyView& k,
                       const ValueView& v, const internal::RowLengths& lens, float scale,
                       int64_t key_block, const Tensor& out, const Tensor& attention_weights);
+// A bf16 KvCache's keys (B, G, M, D) as words by strides (strides[2] = D:
+// a group of kernels::kCachedKeyGroup positions takes their words, laid out
+// as kernels::Bf16Keys says).
+struct Bf16KeyView : TensorView<const uint16_t> {};
 // An int8 KvCache's keys (B, G, M, D) as codes by strides (strides[2] = D:
-// a group of kernels::kInt8KeyGroup positions takes their bytes, laid out
+// a group of kernels::kCachedKeyGroup positions takes their bytes, laid out
 // as kernels::Int8Keys says), and entry b's group g's params (from its
 // position 0 on) at params + b · params_strides[0] + g · params_strides[1].
 struct Int8KeyView : TensorView<const uint8_t> {

@@ -51,17 +51,21 @@ T* GroupOf(const TensorView<T>& t, int64_t b, int64_t g) {
 }
 
 // Calls read(...) with group g of entry b's rows from row `first` on, as
-// the row kernels take them: a pointer and a row stride, or an int8
-// cache's codes with their scales (`first` then a multiple of
-// kernels::kInt8KeyGroup, as the int8 path's key blocks and ranges are).
+// the row kernels take them: a pointer and a row stride, or a cache's keys
+// (`first` then a multiple of kernels::kCachedKeyGroup, as the cached
+// paths' key blocks and ranges are), or int8 values with their scales.
 template <typename T, class Read>
 void ReadFrom(const TensorView<const T>& t, int64_t b, int64_t g, int64_t first, Read&& read) {
   read(GroupOf(t, b, g) + first * t.strides[2], t.strides[2]);
 }
 template <class Read>
+void ReadFrom(const Bf16KeyView& k, int64_t b, int64_t g, int64_t first, Read&& read) {
+  read(kernels::Bf16Keys{GroupOf(k, b, g) + first * k.strides[2]});
+}
+template <class Read>
 void ReadFrom(const Int8KeyView& k, int64_t b, int64_t g, int64_t first, Read&& read) {
   const float* params = k.params + b * k.params_strides[0] + g * k.params_strides[1];
-  const auto group = static_cast<int64_t>(kernels::kInt8KeyGroup);
+  const auto group = static_cast<int64_t>(kernels::kCachedKeyGroup);
   read(kernels::Int8Keys{GroupOf(k, b, g) + first * k.strides[2],
                          params + first / group * 2 * k.dims[3]});
 }
@@ -91,7 +95,7 @@ bool GroupsInterleave(const KeyView& k, const ValueView& v) {
 // keys); alternated, on a Zen 3.
 constexpr int64_t kRangeBytes = int64_t{256} << 10;
 // Ranges are whole int8 key groups: a range's first key starts one.
-constexpr auto kRangeMultiple = static_cast<int64_t>(kernels::kInt8KeyGroup);
+constexpr auto kRangeMultiple = static_cast<int64_t>(kernels::kCachedKeyGroup);
 
 // The row path with each row whole. A task takes a run of an entry's
 // chunks (group by group) through the keys range by range, every chunk of
@@ -388,10 +392,9 @@ Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q, c
 template Status GroupedRowPath(const internal::CallContext&, const ConstTensor&, const ConstTensor&,
                                const ConstTensor&, const internal::RowLengths&, float, int64_t,
                                const Tensor&, const Tensor&);
-template Status GroupedRowPath(const internal::CallContext&, const ConstTensor&,
-                               const TensorView<const uint16_t>&, const TensorView<const uint16_t>&,
-                               const internal::RowLengths&, float, int64_t, const Tensor&,
-                               const Tensor&);
+template Status GroupedRowPath(const internal::CallContext&, const ConstTensor&, const Bf16KeyView&,
+                               const TensorView<const uint16_t>&, const internal::RowLengths&,
+                               float, int64_t, const Tensor&, const Tensor&);
 template Status GroupedRowPath(const internal::CallContext&, const ConstTensor&, const Int8KeyView&,
                                const Int8ValueView&, const internal::RowLengths&, float, int64_t,
                                const Tensor&, const Tensor&);

@@ -133,8 +133,8 @@ Status GroupedDecode(const internal::CallContext& call, const ConstTensor& q, co
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t kv_heads = k.dims[2], group = heads / kv_heads;  // query heads per K/V head
   int64_t key_block = dot_product::RowKeyBlock(batch, heads, keys, q.dims[3] + v.dims[3]);
-  if constexpr (std::is_same_v<KeyView, dot_product::Int8KeyView>) {
-    const auto whole = static_cast<int64_t>(kernels::kInt8KeyGroup);
+  if constexpr (!std::is_same_v<KeyView, ConstTensor>) {  // a cache's keys
+    const auto whole = static_cast<int64_t>(kernels::kCachedKeyGroup);
     key_block = dot_product::CeilDiv(key_block, whole) * whole;
   }
   std::vector<int64_t> query_lengths(static_cast<size_t>(batch));
@@ -246,7 +246,7 @@ Status CachedRowsAttention(const internal::CallContext& call, const char* op, Co
 }
 
 Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
-                       TensorView<const uint16_t> keys, TensorView<const uint16_t> values,
+                       const dot_product::Bf16KeyView& keys, TensorView<const uint16_t> values,
                        const ValidLens& valid_lens, Tensor out, Tensor attention_weights) {
   return CachedRowsAttention(call, op, queries, keys, values, valid_lens, out, attention_weights);
 }

@@ -38,7 +38,7 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
 // scale 1/sqrt(D). Runs the decode form of the op (the grouped row path), a
 // query position at a time. Messages name `op`.
 Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
-                       TensorView<const uint16_t> keys, TensorView<const uint16_t> values,
+                       const dot_product::Bf16KeyView& keys, TensorView<const uint16_t> values,
                        const ValidLens& valid_lens, Tensor out, Tensor attention_weights);
 Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
                        const dot_product::Int8KeyView& keys,

@@ -51,8 +51,8 @@ struct KvCacheShape {
   // block_positions · Dv · E bytes (E = 4, 2 in bf16, 1 in int8) are
   // multiples of the page size, so block_positions is a multiple of
   // KvCache::BlockPositionsMultiple(D, Dv, precision) (16 with 4 KiB pages,
-  // D = Dv = 64 and fp32; 32 in bf16; 64 in int8, whose blocks are also
-  // whole groups of 16 key positions).
+  // D = Dv = 64 and fp32; 32 in bf16; 64 in int8; bf16 and int8 blocks are
+  // also whole groups of 16 key positions).
   int64_t block_positions = 0;
   int64_t blocks = 0;
   // How keys and values are held (docs/semantics.md section 5.3): kFp32 as

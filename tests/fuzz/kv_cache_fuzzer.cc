@@ -234,12 +234,12 @@ class Fuzz {
 
   // What an int8 cache's codes for sequence b's keys and values stand for
   // (the values held as given otherwise): keys per head in groups of
-  // kInt8KeyGroup positions, values per position and head.
+  // kCachedKeyGroup positions, values per position and head.
   std::vector<float> StoredKeys(int64_t b) const {
     std::vector<float> k = shadow_.keys[static_cast<size_t>(b)];
     const KvCacheShape& s = shadow_.shape;
     if (s.precision != Precision::kInt8) return k;
-    const auto group = static_cast<int64_t>(kernels::kInt8KeyGroup);
+    const auto group = static_cast<int64_t>(kernels::kCachedKeyGroup);
     const int64_t held = shadow_.length(b), row = s.kv_heads * s.key_dim;
     std::vector<uint8_t> codes(static_cast<size_t>(group * s.key_dim));
     std::vector<float> params(static_cast<size_t>(2 * s.key_dim));
