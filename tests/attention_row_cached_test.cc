@@ -58,86 +58,38 @@ bool SameBits(const float* a, const float* b, size_t n) {
   return std::memcmp(a, b, n * sizeof(float)) == 0;
 }
 
-TEST_P(AttentionRowBf16Test, MatchesDoubleSumsAndGivesEachRowItsOwnBits) {
-  for (const Case& c : kCases) {
-    const size_t rows = c.keys.size();
-    size_t longest = 0;
-    for (size_t n : c.keys) longest = std::max(longest, n);
-    // Keys in channel-major groups (kernels::Bf16Keys), one group spare.
-    constexpr size_t kGroup = kernels::kCachedKeyGroup;
-    const auto key_word = [&](size_t j, size_t d) {
-      return ((j / kGroup) * c.depth + d) * kGroup + j % kGroup;
-    };
-    const int64_t v_stride = static_cast<int64_t>(c.value_dim) + 1;
-    const std::vector<uint16_t> k = Words((longest / kGroup + 1) * kGroup * c.depth, 1);
-    const std::vector<uint16_t> v = Words(longest * static_cast<size_t>(v_stride) + 1, 2);
-    const std::vector<float> q = RandomFloats(rows * c.depth, 3);
-    const std::vector<float> w = RandomFloats(rows * longest + 1, 4);
-    std::vector<float> scores(rows * longest + 1, 0.0f), out(rows * c.value_dim, -1.0f);
-    std::vector<const float*> q_rows(rows), w_rows(rows);
-    std::vector<float*> score_rows(rows), out_rows(rows);
-    for (size_t r = 0; r < rows; ++r) {
-      q_rows[r] = q.data() + r * c.depth;
-      w_rows[r] = w.data() + r * longest;
-      score_rows[r] = scores.data() + r * longest;
-      out_rows[r] = out.data() + r * c.value_dim;
-    }
-    const float scale = 0.3f;
-    kernels::ScoreRows(rows, q_rows.data(), c.depth, kernels::Bf16Keys{k.data()}, c.keys.data(),
-                       scale, score_rows.data());
-    kernels::MixRows(rows, w_rows.data(), c.keys.data(), v.data(), v_stride, c.value_dim,
-                     out_rows.data());
-    for (size_t r = 0; r < rows; ++r) {
-      for (size_t j = 0; j < c.keys[r]; ++j) {
-        double dot = 0, size = 0;
-        for (size_t d = 0; d < c.depth; ++d) {
-          const double term = static_cast<double>(q_rows[r][d]) * WordValue(k[key_word(j, d)]);
-          dot += term;
-          size += std::abs(term);
-        }
-        ASSERT_NEAR(score_rows[r][j], scale * dot, 1e-6 * scale * size + 1e-30)
-            << "row " << r << " key " << j << " of depth " << c.depth;
-      }
-      for (size_t col = 0; col < c.value_dim; ++col) {
-        double sum = 0, size = 0;
-        for (size_t j = 0; j < c.keys[r]; ++j) {
-          const double term = static_cast<double>(w_rows[r][j]) *
-                              WordValue(v[j * static_cast<size_t>(v_stride) + col]);
-          sum += term;
-          size += std::abs(term);
-        }
-        ASSERT_NEAR(out_rows[r][col], sum, 1e-6 * size + 1e-30)
-            << "row " << r << " column " << col << " of " << c.value_dim;
-      }
-      // Alone, the row's own bits.
-      std::vector<float> alone_scores(longest + 1), alone_out(c.value_dim);
-      float* alone_score_row = alone_scores.data();
-      kernels::ScoreRows(1, &q_rows[r], c.depth, kernels::Bf16Keys{k.data()}, &c.keys[r], scale,
-                         &alone_score_row);
-      kernels::MixRow(w_rows[r], c.keys[r], v.data(), v_stride, c.value_dim, alone_out.data());
-      EXPECT_TRUE(SameBits(alone_scores.data(), score_rows[r], c.keys[r])) << "row " << r;
-      EXPECT_TRUE(SameBits(alone_out.data(), out_rows[r], c.value_dim)) << "row " << r;
-    }
-    // AddMixes over ranges of keys continues each sum: MixRows' bits.
-    std::vector<float> ranged(rows * c.value_dim, 0.0f);
-    std::vector<float*> ranged_rows(rows);
-    std::vector<const float*> w_range(rows);
-    std::vector<size_t> in_range(rows);
-    for (size_t r = 0; r < rows; ++r) ranged_rows[r] = ranged.data() + r * c.value_dim;
-    for (size_t first = 0; first < longest; first += 37) {
-      for (size_t r = 0; r < rows; ++r) {
-        in_range[r] = c.keys[r] > first ? std::min<size_t>(37, c.keys[r] - first) : 0;
-        w_range[r] = w_rows[r] + first;
-      }
-      kernels::AddMixes(rows, w_range.data(), in_range.data(),
-                        v.data() + static_cast<int64_t>(first) * v_stride, v_stride, c.value_dim,
-                        ranged_rows.data());
-    }
-    for (size_t r = 0; r < rows; ++r) {
-      EXPECT_TRUE(SameBits(ranged_rows[r], out_rows[r], c.value_dim)) << "row " << r;
-    }
+constexpr size_t kGroup = kernels::kCachedKeyGroup;
+
+// A bf16 cache's rows: random words, keys in channel-major groups
+// (kernels::Bf16Keys), values in rows.
+struct Bf16Rows {
+  std::vector<uint16_t> k, v;
+  int64_t v_stride;
+  size_t depth;
+  Bf16Rows(size_t keys, size_t depth_, size_t value_dim)
+      : k(Words((keys / kGroup + 1) * kGroup * depth_, 1)),
+        v(Words(keys * (value_dim + 1) + 1, 2)),
+        v_stride(static_cast<int64_t>(value_dim) + 1),
+        depth(depth_) {}
+  // The kernels from key `first` on (for K, a group's first key).
+  void Score(size_t rows, const float* const* q, size_t first, const size_t* keys, float scale,
+             float* const* scores) const {
+    kernels::ScoreRows(rows, q, depth,
+                       kernels::Bf16Keys{k.data() + first / kGroup * kGroup * depth}, keys, scale,
+                       scores);
   }
-}
+  template <class Mix, class... Rest>
+  void MixWith(Mix mix, size_t first, Rest... rest) const {
+    mix(v.data() + static_cast<int64_t>(first) * v_stride, v_stride, rest...);
+  }
+  // What key j's element d and value j's element c stand for.
+  double Key(size_t j, size_t d) const {
+    return WordValue(k[((j / kGroup) * depth + d) * kGroup + j % kGroup]);
+  }
+  double Value(size_t j, size_t c) const {
+    return WordValue(v[j * static_cast<size_t>(v_stride) + c]);
+  }
+};
 
 // An int8 cache's rows: random codes (keys channel-major per group, as
 // kernels::Int8Keys lays them), each key group's lo and step per channel,
@@ -148,40 +100,41 @@ struct Int8Rows {
   std::vector<float> params, scales;
   int64_t v_stride;
   size_t depth;
-  Int8Rows(size_t keys, size_t depth_, size_t value_dim, uint32_t seed)
+  Int8Rows(size_t keys, size_t depth_, size_t value_dim)
       : v_stride(static_cast<int64_t>(value_dim) + 2), depth(depth_) {
-    std::mt19937 rng(seed);
+    std::mt19937 rng(7);
     std::uniform_int_distribution<int> code(0, 255);
-    const size_t groups = keys / kernels::kCachedKeyGroup + 1;
-    key_codes.resize(groups * kernels::kCachedKeyGroup * depth);
+    const size_t groups = keys / kGroup + 1;
+    key_codes.resize(groups * kGroup * depth);
     value_codes.resize(keys * static_cast<size_t>(v_stride) + 1);
     for (uint8_t& c : key_codes) c = static_cast<uint8_t>(code(rng));
     for (int8_t& c : value_codes) c = static_cast<int8_t>(code(rng) - 128);
-    params = RandomFloats(groups * 2 * depth, seed + 1);
+    params = RandomFloats(groups * 2 * depth, 8);
     for (size_t g = 0; g < groups; ++g) {  // steps positive and small beside lo
       for (size_t d = 0; d < depth; ++d) {
         float& step = params[(2 * g + 1) * depth + d];
         step = std::abs(step) / 100.0f;
       }
     }
-    scales = RandomFloats(keys + 1, seed + 2);
+    scales = RandomFloats(keys + 1, 9);
     for (float& x : scales) x = std::abs(x) / 100.0f;
   }
-  // The row kernels' views from key `first` on (a group's first key for K).
-  kernels::Int8Keys Keys(size_t first) const {
-    return {key_codes.data() + first / kernels::kCachedKeyGroup * kernels::kCachedKeyGroup * depth,
-            params.data() + first / kernels::kCachedKeyGroup * 2 * depth};
+  void Score(size_t rows, const float* const* q, size_t first, const size_t* keys, float scale,
+             float* const* scores) const {
+    kernels::ScoreRows(rows, q, depth,
+                       kernels::Int8Keys{key_codes.data() + first / kGroup * kGroup * depth,
+                                         params.data() + first / kGroup * 2 * depth},
+                       keys, scale, scores);
   }
-  kernels::Int8Values Values(size_t first) const {
-    return {value_codes.data() + static_cast<int64_t>(first) * v_stride, v_stride,
-            scales.data() + first};
+  template <class Mix, class... Rest>
+  void MixWith(Mix mix, size_t first, Rest... rest) const {
+    mix(kernels::Int8Values{value_codes.data() + static_cast<int64_t>(first) * v_stride, v_stride,
+                            scales.data() + first},
+        rest...);
   }
-  // What key j's element d and value j's element c stand for, in double.
   double Key(size_t j, size_t d) const {
-    const size_t group = j / kernels::kCachedKeyGroup;
-    const float* lo = params.data() + group * 2 * depth;
-    const uint8_t code =
-        key_codes[(group * depth + d) * kernels::kCachedKeyGroup + j % kernels::kCachedKeyGroup];
+    const float* lo = params.data() + j / kGroup * 2 * depth;
+    const uint8_t code = key_codes[((j / kGroup) * depth + d) * kGroup + j % kGroup];
     return lo[d] + static_cast<double>(lo[depth + d]) * code;
   }
   double Value(size_t j, size_t c) const {
@@ -189,12 +142,16 @@ struct Int8Rows {
   }
 };
 
-TEST_P(AttentionRowInt8Test, MatchesDoubleSumsAndGivesEachRowItsOwnBits) {
+// Scores and mixes of every case against sums in double over what the
+// stored elements stand for; each row's bits alone; scores from a later
+// group on; AddMixes over ranges of keys giving MixRows' bits.
+template <class Stored>
+void CheckCachedRows() {
   for (const Case& c : kCases) {
     const size_t rows = c.keys.size();
     size_t longest = 0;
     for (size_t n : c.keys) longest = std::max(longest, n);
-    const Int8Rows stored(longest, c.depth, c.value_dim, 7);
+    const Stored stored(longest, c.depth, c.value_dim);
     const std::vector<float> q = RandomFloats(rows * c.depth, 3);
     const std::vector<float> w = RandomFloats(rows * longest + 1, 4);
     std::vector<float> scores(rows * longest + 1, 0.0f), out(rows * c.value_dim, -1.0f);
@@ -207,10 +164,11 @@ TEST_P(AttentionRowInt8Test, MatchesDoubleSumsAndGivesEachRowItsOwnBits) {
       out_rows[r] = out.data() + r * c.value_dim;
     }
     const float scale = 0.3f;
-    kernels::ScoreRows(rows, q_rows.data(), c.depth, stored.Keys(0), c.keys.data(), scale,
-                       score_rows.data());
-    kernels::MixRows(rows, w_rows.data(), c.keys.data(), stored.Values(0), c.value_dim,
-                     out_rows.data());
+    const auto mix_rows = [&](auto... values) {
+      kernels::MixRows(rows, w_rows.data(), c.keys.data(), values..., c.value_dim, out_rows.data());
+    };
+    stored.Score(rows, q_rows.data(), 0, c.keys.data(), scale, score_rows.data());
+    stored.MixWith(mix_rows, 0);
     for (size_t r = 0; r < rows; ++r) {
       for (size_t j = 0; j < c.keys[r]; ++j) {
         double dot = 0, size = 0;
@@ -232,21 +190,22 @@ TEST_P(AttentionRowInt8Test, MatchesDoubleSumsAndGivesEachRowItsOwnBits) {
         ASSERT_NEAR(out_rows[r][col], sum, 1e-6 * size + 1e-30)
             << "row " << r << " column " << col << " of " << c.value_dim;
       }
+      // Alone, the row's own bits; from a later group on, the same scores there.
       std::vector<float> alone_scores(longest + 1), alone_out(c.value_dim);
       float* alone_score_row = alone_scores.data();
-      kernels::ScoreRows(1, &q_rows[r], c.depth, stored.Keys(0), &c.keys[r], scale,
-                         &alone_score_row);
-      kernels::MixRow(w_rows[r], c.keys[r], stored.Values(0), c.value_dim, alone_out.data());
+      stored.Score(1, &q_rows[r], 0, &c.keys[r], scale, &alone_score_row);
+      stored.MixWith(
+          [&](auto... values) {
+            kernels::MixRow(w_rows[r], c.keys[r], values..., c.value_dim, alone_out.data());
+          },
+          0);
       EXPECT_TRUE(SameBits(alone_scores.data(), score_rows[r], c.keys[r])) << "row " << r;
       EXPECT_TRUE(SameBits(alone_out.data(), out_rows[r], c.value_dim)) << "row " << r;
-      // Scored from a later group's first key on: the same scores there.
-      const size_t first = std::min(c.keys[r], 2 * kernels::kCachedKeyGroup);
+      const size_t first = std::min(c.keys[r], 2 * kGroup);
       const size_t rest = c.keys[r] - first;
-      kernels::ScoreRows(1, &q_rows[r], c.depth, stored.Keys(first), &rest, scale,
-                         &alone_score_row);
+      stored.Score(1, &q_rows[r], first, &rest, scale, &alone_score_row);
       EXPECT_TRUE(SameBits(alone_scores.data(), score_rows[r] + first, rest)) << "row " << r;
     }
-    // AddMixes over ranges of keys continues each sum: MixRows' bits.
     std::vector<float> ranged(rows * c.value_dim, 0.0f);
     std::vector<float*> ranged_rows(rows);
     std::vector<const float*> w_range(rows);
@@ -257,13 +216,25 @@ TEST_P(AttentionRowInt8Test, MatchesDoubleSumsAndGivesEachRowItsOwnBits) {
         in_range[r] = c.keys[r] > first ? std::min<size_t>(37, c.keys[r] - first) : 0;
         w_range[r] = w_rows[r] + first;
       }
-      kernels::AddMixes(rows, w_range.data(), in_range.data(), stored.Values(first), c.value_dim,
-                        ranged_rows.data());
+      stored.MixWith(
+          [&](auto... values) {
+            kernels::AddMixes(rows, w_range.data(), in_range.data(), values..., c.value_dim,
+                              ranged_rows.data());
+          },
+          first);
     }
     for (size_t r = 0; r < rows; ++r) {
       EXPECT_TRUE(SameBits(ranged_rows[r], out_rows[r], c.value_dim)) << "row " << r;
     }
   }
+}
+
+TEST_P(AttentionRowBf16Test, MatchesDoubleSumsAndGivesEachRowItsOwnBits) {
+  CheckCachedRows<Bf16Rows>();
+}
+
+TEST_P(AttentionRowInt8Test, MatchesDoubleSumsAndGivesEachRowItsOwnBits) {
+  CheckCachedRows<Int8Rows>();
 }
 
 }  // namespace

@@ -96,35 +96,37 @@ TEST(KvCachePrecision, Bf16PrefillAndWeightsFollowTheRoundedValues) {
   }
 }
 
-// One long sequence on 1, 2 and 3 threads: its keys are cut into blocks of
-// a size that does not depend on the threads, so every count gives the bits
-// of one thread, outputs and weights.
-TEST(KvCachePrecision, Bf16BitsAreTheSameForAnyThreadCount) {
-  Case c;
-  c.batch = 1, c.kv_heads = 2, c.heads = 8, c.depth = 64, c.value_dim = 64;
-  Grow(&c, Data::kNormal, 3000, 9);
-  std::unique_ptr<KvCache> cache = MakeCache(c, 3000, Precision::kBf16);
-  ASSERT_TRUE(AppendRange(cache.get(), c, 0, 3000).ok());
-  const std::vector<float> q = Queries(c, Data::kNormal, 1, 3);
-  std::vector<std::vector<float>> outs, weights;
-  for (int threads : {1, 2, 3}) {
-    std::unique_ptr<Engine> engine = EngineWithThreads(threads);
-    std::vector<float> out(static_cast<size_t>(c.heads * c.value_dim));
-    std::vector<float> w(static_cast<size_t>(c.heads * 3000));
-    ASSERT_TRUE(cache
-                    ->Attend(*engine, ConstTensor(q.data(), {1, 1, c.heads, c.depth}),
-                             Tensor(out.data(), {1, 1, c.heads, c.value_dim}),
-                             Tensor(w.data(), {1, c.heads, 1, 3000}))
-                    .ok());
-    outs.push_back(out);
-    weights.push_back(w);
-  }
-  for (size_t t = 1; t < outs.size(); ++t) {
-    EXPECT_EQ(std::memcmp(outs[t].data(), outs[0].data(), outs[0].size() * sizeof(float)), 0)
-        << t + 1 << " threads";
-    EXPECT_EQ(std::memcmp(weights[t].data(), weights[0].data(), weights[0].size() * sizeof(float)),
-              0)
-        << t + 1 << " threads";
+// One long sequence on 1, 2 and 3 threads, in bf16 and in int8: its keys
+// are cut into blocks of a size that does not depend on the threads, so
+// every count gives the bits of one thread, outputs and weights.
+TEST(KvCachePrecision, BitsAreTheSameForAnyThreadCountInEachPrecision) {
+  for (Precision precision : {Precision::kBf16, Precision::kInt8}) {
+    Case c;
+    c.batch = 1, c.kv_heads = 2, c.heads = 8, c.depth = 64, c.value_dim = 64;
+    Grow(&c, Data::kNormal, 3000, 9);
+    std::unique_ptr<KvCache> cache = MakeCache(c, 3000, precision);
+    ASSERT_TRUE(AppendRange(cache.get(), c, 0, 3000).ok());
+    const std::vector<float> q = Queries(c, Data::kNormal, 1, 3);
+    std::vector<std::vector<float>> outs, weights;
+    for (int threads : {1, 2, 3}) {
+      std::unique_ptr<Engine> engine = EngineWithThreads(threads);
+      std::vector<float> out(static_cast<size_t>(c.heads * c.value_dim));
+      std::vector<float> w(static_cast<size_t>(c.heads * 3000));
+      ASSERT_TRUE(cache
+                      ->Attend(*engine, ConstTensor(q.data(), {1, 1, c.heads, c.depth}),
+                               Tensor(out.data(), {1, 1, c.heads, c.value_dim}),
+                               Tensor(w.data(), {1, c.heads, 1, 3000}))
+                      .ok());
+      outs.push_back(out);
+      weights.push_back(w);
+    }
+    for (size_t t = 1; t < outs.size(); ++t) {
+      EXPECT_EQ(std::memcmp(outs[t].data(), outs[0].data(), outs[0].size() * sizeof(float)), 0)
+          << t + 1 << " threads, " << PrecisionName(precision);
+      EXPECT_EQ(
+          std::memcmp(weights[t].data(), weights[0].data(), weights[0].size() * sizeof(float)), 0)
+          << t + 1 << " threads, " << PrecisionName(precision);
+    }
   }
 }
 

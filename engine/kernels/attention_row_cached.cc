@@ -69,7 +69,8 @@ struct Bf16Rows {
 };
 
 // int8 values: codes -127..127, scale · code, the scale the row's own
-// (kernels::Int8Values), folded into its weight.
+// (kernels::Int8Values), folded into its weight: weights given as they are
+// and the scales here, or (scales null) weights already times their scales.
 struct Int8ValueRows {
   const int8_t* HWY_RESTRICT codes;
   int64_t stride;
@@ -82,7 +83,7 @@ struct Int8ValueRows {
     return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, Row(j) + c)));
   }
   float At(size_t j, size_t c) const { return static_cast<float>(Row(j)[c]); }
-  float Weight(float w, size_t j) const { return w * scales[j]; }
+  float Weight(float w, size_t j) const { return scales == nullptr ? w : w * scales[j]; }
 };
 
 // out[r][c0 ..) += Σ_{j in [from, to)} w[r][j] · V[j][c0 ..) for kRows rows
@@ -293,8 +294,26 @@ void ScoreRowsInt8(size_t rows, const float* const* HWY_RESTRICT q, size_t depth
 void AddMixesInt8(size_t rows, const float* const* HWY_RESTRICT weights,
                   const size_t* HWY_RESTRICT keys, const kernels::Int8Values& v, size_t value_dim,
                   float* const* HWY_RESTRICT out) {
-  AddCachedMixes(rows, weights, keys, Int8ValueRows{v.codes, v.row_stride, v.scales}, value_dim,
-                 out);
+  // The weights times their rows' scales a chunk of keys at a time, each
+  // product the one Weight would make, so the mixes' bits are the same: the
+  // loop over the keys then does no scalar multiply per key and row.
+  constexpr size_t kChunk = 64;
+  alignas(64) float scaled[kernels::kMaxSharedRows][kChunk];
+  const float* chunk_weights[kernels::kMaxSharedRows] = {};
+  size_t chunk_keys[kernels::kMaxSharedRows] = {};
+  size_t longest = 0;
+  for (size_t r = 0; r < rows; ++r) longest = std::max(longest, keys[r]);
+  for (size_t j0 = 0; j0 < longest; j0 += kChunk) {
+    for (size_t r = 0; r < rows; ++r) {
+      chunk_keys[r] = keys[r] > j0 ? std::min(kChunk, keys[r] - j0) : 0;
+      for (size_t j = 0; j < chunk_keys[r]; ++j)
+        scaled[r][j] = weights[r][j0 + j] * v.scales[j0 + j];
+      chunk_weights[r] = scaled[r];
+    }
+    const int8_t* codes = v.codes + static_cast<int64_t>(j0) * v.row_stride;
+    AddCachedMixes(rows, chunk_weights, chunk_keys, Int8ValueRows{codes, v.row_stride, nullptr},
+                   value_dim, out);
+  }
 }
 
 }  // namespace HWY_NAMESPACE

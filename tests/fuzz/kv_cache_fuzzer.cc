@@ -239,7 +239,7 @@ class Fuzz {
     std::vector<float> k = shadow_.keys[static_cast<size_t>(b)];
     const KvCacheShape& s = shadow_.shape;
     if (s.precision != Precision::kInt8) return k;
-    const auto group = static_cast<int64_t>(kernels::kCachedKeyGroup);
+    const auto group = static_cast<int64_t>(attnscore::kernels::kCachedKeyGroup);
     const int64_t held = shadow_.length(b), row = s.kv_heads * s.key_dim;
     std::vector<uint8_t> codes(static_cast<size_t>(group * s.key_dim));
     std::vector<float> params(static_cast<size_t>(2 * s.key_dim));
@@ -247,8 +247,9 @@ class Fuzz {
       for (int64_t first = 0; first < held; first += group) {
         const int64_t rows = std::min(group, held - first);
         float* keys = k.data() + first * row + h * s.key_dim;
-        kernels::CodeKeyGroup(keys, row, static_cast<size_t>(rows), static_cast<size_t>(s.key_dim),
-                              codes.data(), params.data());
+        attnscore::kernels::CodeKeyGroup(keys, row, static_cast<size_t>(rows),
+                                         static_cast<size_t>(s.key_dim), codes.data(),
+                                         params.data());
         for (int64_t t = 0; t < rows; ++t) {
           for (int64_t d = 0; d < s.key_dim; ++d) {  // codes channel-major
             keys[t * row + d] =
@@ -268,7 +269,7 @@ class Fuzz {
     std::vector<int8_t> codes(static_cast<size_t>(s.value_dim));
     for (size_t first = 0; first < v.size(); first += static_cast<size_t>(s.value_dim)) {
       float scale = 0;
-      kernels::CodeValueRow(v.data() + first, 1, codes.size(), codes.data(), &scale);
+      attnscore::kernels::CodeValueRow(v.data() + first, 1, codes.size(), codes.data(), &scale);
       for (size_t c = 0; c < codes.size(); ++c) v[first + c] = scale * codes[c];
     }
     return v;
