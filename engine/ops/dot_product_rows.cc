@@ -94,7 +94,8 @@ bool GroupsInterleave(const KeyView& k, const ValueView& v) {
 // prefetches stopping at each range's end; 0.88-1.01x with these (256
 // keys); alternated, on a Zen 3.
 constexpr int64_t kRangeBytes = int64_t{256} << 10;
-// Ranges are whole int8 key groups: a range's first key starts one.
+// Ranges are whole key groups of a cache (bf16, int8): a range's first key
+// starts one.
 constexpr auto kRangeMultiple = static_cast<int64_t>(kernels::kCachedKeyGroup);
 
 // The row path with each row whole. A task takes a run of an entry's
