@@ -158,6 +158,29 @@ inline double MaxError(const std::vector<float>& actual, const std::vector<doubl
   return worst;
 }
 
+// A pooled cache and one without a pool, both holding c's 300 positions of
+// D = Dv = 64: the same bits from each, and again after the pool's
+// sequence 0 is cleared and appended anew.
+inline void ExpectPoolGivesOwnBitsThroughAClear(KvCache* pooled, KvCache* own, const Case& c) {
+  const std::vector<float> q = Queries(c, Data::kNormal, 1, 17);
+  std::vector<float> a(static_cast<size_t>(c.batch * c.heads * 64)), b(a.size());
+  const ConstTensor queries(q.data(), {c.batch, 1, c.heads, 64});
+  ASSERT_TRUE(
+      pooled->Attend(DefaultEngine(), queries, Tensor(a.data(), {c.batch, 1, c.heads, 64})).ok());
+  ASSERT_TRUE(
+      own->Attend(DefaultEngine(), queries, Tensor(b.data(), {c.batch, 1, c.heads, 64})).ok());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  ASSERT_TRUE(pooled->Clear(0).ok());
+  EXPECT_EQ(pooled->length(0), 0);
+  ASSERT_TRUE(pooled
+                  ->AppendTo(0, ConstTensor(c.k[0].data(), {300, c.kv_heads, 64}),
+                             ConstTensor(c.v[0].data(), {300, c.kv_heads, 64}))
+                  .ok());
+  ASSERT_TRUE(
+      pooled->Attend(DefaultEngine(), queries, Tensor(a.data(), {c.batch, 1, c.heads, 64})).ok());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
 }  // namespace attnscore::test
 
 #endif  // ATTNSCORE_TESTS_KV_CACHE_CASES_H_

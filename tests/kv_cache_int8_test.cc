@@ -183,23 +183,7 @@ TEST(KvCacheInt8, PoolHoldsCodesAndScalesAndGivesTheSameBits) {
   // Per sequence and head: 300 · (D + Dv) codes, 19 groups' lo and step
   // per channel, 300 value scales.
   EXPECT_EQ(held, static_cast<size_t>(2 * 2 * (300 * 128 + 19 * 2 * 64 * 4 + 300 * 4)));
-  const std::vector<float> q = Queries(c, Data::kNormal, 1, 17);
-  std::vector<float> a(static_cast<size_t>(c.batch * c.heads * 64)), b(a.size());
-  const ConstTensor queries(q.data(), {c.batch, 1, c.heads, 64});
-  ASSERT_TRUE(
-      pooled->Attend(DefaultEngine(), queries, Tensor(a.data(), {c.batch, 1, c.heads, 64})).ok());
-  ASSERT_TRUE(
-      own->Attend(DefaultEngine(), queries, Tensor(b.data(), {c.batch, 1, c.heads, 64})).ok());
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-  ASSERT_TRUE(pooled->Clear(0).ok());
-  EXPECT_EQ(pooled->length(0), 0);
-  ASSERT_TRUE(pooled
-                  ->AppendTo(0, ConstTensor(c.k[0].data(), {300, 2, 64}),
-                             ConstTensor(c.v[0].data(), {300, 2, 64}))
-                  .ok());
-  ASSERT_TRUE(
-      pooled->Attend(DefaultEngine(), queries, Tensor(a.data(), {c.batch, 1, c.heads, 64})).ok());
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  ExpectPoolGivesOwnBitsThroughAClear(pooled.get(), own.get(), c);
 }
 
 // A key or value that is not finite is refused, its index named, and the

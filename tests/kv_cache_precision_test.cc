@@ -155,24 +155,7 @@ TEST(KvCachePrecision, Bf16PoolHoldsHalfTheBytesAndGivesTheSameBits) {
   for (const auto& [first, bytes] : internal::KvCacheBytes::Held(*fp32)) bytes_fp32 += bytes;
   EXPECT_EQ(bytes_bf16 * 2, bytes_fp32);
   EXPECT_EQ(bytes_bf16, static_cast<size_t>(2 * 300 * 2 * (64 + 64) * 2));
-  const std::vector<float> q = Queries(c, Data::kNormal, 1, 17);
-  std::vector<float> a(static_cast<size_t>(c.batch * c.heads * 64)), b(a.size());
-  const ConstTensor queries(q.data(), {c.batch, 1, c.heads, 64});
-  ASSERT_TRUE(
-      pooled->Attend(DefaultEngine(), queries, Tensor(a.data(), {c.batch, 1, c.heads, 64})).ok());
-  ASSERT_TRUE(
-      own->Attend(DefaultEngine(), queries, Tensor(b.data(), {c.batch, 1, c.heads, 64})).ok());
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-  // Cleared and refilled, the pool serves again.
-  ASSERT_TRUE(pooled->Clear(0).ok());
-  EXPECT_EQ(pooled->length(0), 0);
-  ASSERT_TRUE(pooled
-                  ->AppendTo(0, ConstTensor(c.k[0].data(), {300, 2, 64}),
-                             ConstTensor(c.v[0].data(), {300, 2, 64}))
-                  .ok());
-  ASSERT_TRUE(
-      pooled->Attend(DefaultEngine(), queries, Tensor(a.data(), {c.batch, 1, c.heads, 64})).ok());
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  ExpectPoolGivesOwnBitsThroughAClear(pooled.get(), own.get(), c);
 }
 
 // A precision that is none, queries whose heads the cache's do not divide,
