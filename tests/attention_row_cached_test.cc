@@ -60,8 +60,8 @@ bool SameBits(const float* a, const float* b, size_t n) {
 
 constexpr size_t kGroup = kernels::kCachedKeyGroup;
 
-// A bf16 cache's rows: random words, keys in channel-major groups
-// (kernels::Bf16Keys), values in rows.
+// A bf16 cache's rows: random words, keys in groups laid out as
+// kernels::Bf16Keys says, values in rows.
 struct Bf16Rows {
   std::vector<uint16_t> k, v;
   int64_t v_stride;
@@ -83,9 +83,7 @@ struct Bf16Rows {
     mix(v.data() + static_cast<int64_t>(first) * v_stride, v_stride, rest...);
   }
   // What key j's element d and value j's element c stand for.
-  double Key(size_t j, size_t d) const {
-    return WordValue(k[((j / kGroup) * depth + d) * kGroup + j % kGroup]);
-  }
+  double Key(size_t j, size_t d) const { return WordValue(k[kernels::Bf16KeyWord(j, d, depth)]); }
   double Value(size_t j, size_t c) const {
     return WordValue(v[j * static_cast<size_t>(v_stride) + c]);
   }

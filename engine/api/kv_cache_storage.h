@@ -158,18 +158,11 @@ struct KvCache::Storage {
     view.scales_strides[0] = shape.kv_heads * positions;
     return view;
   }
-  // Stores one position's `features` elements, `step` apart in `src`, at
-  // dst, each element `spread` elements after the last (1 for a row; a
-  // group's width for a key in a channel-major group).
-  void Store(const float* src, int64_t step, int64_t features, void* dst,
-             int64_t spread = 1) const {
-    if (element_bytes == 4) {
-      auto* out = static_cast<float*>(dst);
-      for (int64_t d = 0; d < features; ++d) out[d] = src[d * step];
-      return;
-    }
-    // Rounded to bf16 a slice at a time, gathered into a buffer on the stack.
-    auto* out = static_cast<uint16_t*>(dst);
+  // Calls put(d, word) with each of a position's `features` elements,
+  // `step` apart in `src`, rounded to bf16: a slice at a time, gathered
+  // into a buffer on the stack.
+  template <class Put>
+  static void RoundEach(const float* src, int64_t step, int64_t features, Put put) {
     constexpr int64_t kSlice = 256;
     float gathered[kSlice];
     uint16_t words[kSlice];
@@ -181,8 +174,29 @@ struct KvCache::Storage {
         from = gathered;
       }
       kernels::RoundToBf16(from, static_cast<size_t>(n), words);
-      for (int64_t d = 0; d < n; ++d) out[(d0 + d) * spread] = words[d];
+      for (int64_t d = 0; d < n; ++d) put(d0 + d, words[d]);
     }
+  }
+  // Stores one position's `features` elements, `step` apart in `src`, as a
+  // row at dst.
+  void Store(const float* src, int64_t step, int64_t features, void* dst) const {
+    if (element_bytes == 4) {
+      auto* out = static_cast<float*>(dst);
+      for (int64_t d = 0; d < features; ++d) out[d] = src[d * step];
+      return;
+    }
+    auto* out = static_cast<uint16_t*>(dst);
+    RoundEach(src, step, features, [out](int64_t d, uint16_t word) { out[d] = word; });
+  }
+  // Stores position t's key of head h of sequence b in a bf16 cache: each
+  // word where kernels::Bf16KeyWord puts it in the position's group.
+  void StoreBf16Key(const float* src, int64_t step, int64_t b, int64_t h, int64_t t) const {
+    uint16_t* group = At<uint16_t>(keys, b, h, t / kKeyGroup * kKeyGroup, shape.key_dim);
+    const auto lane = static_cast<size_t>(t % kKeyGroup),
+               depth = static_cast<size_t>(shape.key_dim);
+    RoundEach(src, step, shape.key_dim, [&](int64_t d, uint16_t word) {
+      group[kernels::Bf16KeyWord(lane, static_cast<size_t>(d), depth)] = word;
+    });
   }
   // Position t of head h of sequence b, as int8 codes: its key joins its
   // group's open keys, and where `code_group` the group is coded (again)
@@ -220,11 +234,9 @@ struct KvCache::Storage {
           continue;
         }
         const int64_t position = held + t;
-        if (grouped()) {  // bf16: the key's words a group's width apart
-          const int64_t first = position / kKeyGroup * kKeyGroup;
-          Store(k.data + k_offset + t * k.strides[s] + h * k.strides[s + 1], k.strides[s + 2],
-                shape.key_dim, At<uint16_t>(keys, b, h, first, shape.key_dim) + position - first,
-                kKeyGroup);
+        if (grouped()) {  // bf16
+          StoreBf16Key(k.data + k_offset + t * k.strides[s] + h * k.strides[s + 1],
+                       k.strides[s + 2], b, h, position);
         } else {
           Store(k.data + k_offset + t * k.strides[s] + h * k.strides[s + 1], k.strides[s + 2],
                 shape.key_dim, At<char>(keys, b, h, position, shape.key_dim * element_bytes));

@@ -52,11 +52,19 @@ void AddMixes(size_t rows, const float* const* weights, const size_t* keys, cons
 inline constexpr size_t kCachedKeyGroup = 16;
 
 // A bf16 KvCache's keys from the first position of a group on: key j's
-// element d is the word at words[(j / kCachedKeyGroup) · kCachedKeyGroup ·
-// depth + d · kCachedKeyGroup + j % kCachedKeyGroup].
+// element d is the word at words[Bf16KeyWord(j, d, depth)]. Within a group,
+// channels go in pairs, a key's two words side by side (one 32-bit load
+// holds both channels of a key), then, for an odd depth, the last channel
+// alone.
 struct Bf16Keys {
   const uint16_t* words;
 };
+inline size_t Bf16KeyWord(size_t j, size_t d, size_t depth) {
+  const size_t group = j / kCachedKeyGroup * kCachedKeyGroup * depth, lane = j % kCachedKeyGroup;
+  const size_t paired = depth / 2 * 2;  // channels in pairs
+  return group + (d < paired ? d / 2 * 2 * kCachedKeyGroup + 2 * lane + d % 2
+                             : paired * kCachedKeyGroup + lane);
+}
 
 // ScoreRows over a bf16 KvCache's keys, and MixRows, AddMixes and MixRow
 // over V rows held as bfloat16 words (row strides in words), in

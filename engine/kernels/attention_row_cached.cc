@@ -167,14 +167,29 @@ void AddMixesBf16(size_t rows, const float* const* HWY_RESTRICT weights,
 }
 
 // A key group's keys [j0, j0 + Lanes(d)) of one channel after another, as
-// the floats they stand for: Channel(d, c). Made by the keys' At(j0).
+// the floats they stand for: Pair(d, c, &even, &odd), channels c and c + 1
+// (c even), and Channel(d, c). Made by the keys' At(j0).
 struct Bf16Chunk {
-  const uint16_t* HWY_RESTRICT words;  // channel 0's, from key j0 on
+  const uint16_t* HWY_RESTRICT group;  // the group's words
+  size_t lane;                         // key j0's within the group
+  // A pair's words lie a key at a time, two to a 32-bit lane: the low one
+  // shifted up, and the high one with its low half cleared, are exactly
+  // the floats they stand for.
+  template <class D>
+  HWY_INLINE void Pair(D d, size_t c, hn::Vec<D>* even, hn::Vec<D>* odd) const {
+    const hn::RebindToUnsigned<D> du;
+    const auto* p =
+        reinterpret_cast<const uint32_t*>(group + c * kernels::kCachedKeyGroup + 2 * lane);
+    const auto both = hn::LoadU(du, p);
+    *even = hn::BitCast(d, hn::ShiftLeft<16>(both));
+    *odd = hn::BitCast(d, hn::And(both, hn::Set(du, 0xFFFF0000u)));
+  }
+  // The last channel of an odd depth, its words side by side.
   template <class D>
   HWY_INLINE hn::Vec<D> Channel(D d, size_t c) const {
     const hn::RebindToUnsigned<D> du;
     const hn::Rebind<uint16_t, D> d16;
-    const uint16_t* p = words + c * kernels::kCachedKeyGroup;
+    const uint16_t* p = group + c * kernels::kCachedKeyGroup + lane;
     return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
   }
 };
@@ -182,6 +197,11 @@ struct Int8Chunk {
   const uint8_t* HWY_RESTRICT codes;  // channel 0's, from key j0 on
   const float* HWY_RESTRICT lo;       // the group's lo, then its step
   size_t depth;
+  template <class D>
+  HWY_INLINE void Pair(D d, size_t c, hn::Vec<D>* even, hn::Vec<D>* odd) const {
+    *even = Channel(d, c);
+    *odd = Channel(d, c + 1);
+  }
   template <class D>
   HWY_INLINE hn::Vec<D> Channel(D d, size_t c) const {
     const hn::RebindToSigned<D> di;
@@ -197,7 +217,7 @@ constexpr size_t kGroup = kernels::kCachedKeyGroup;
 struct Bf16GroupKeys {
   kernels::Bf16Keys k;
   size_t depth;
-  Bf16Chunk At(size_t j0) const { return {k.words + j0 / kGroup * kGroup * depth + j0 % kGroup}; }
+  Bf16Chunk At(size_t j0) const { return {k.words + j0 / kGroup * kGroup * depth, j0 % kGroup}; }
 };
 struct Int8GroupKeys {
   kernels::Int8Keys k;
@@ -220,16 +240,17 @@ HWY_INLINE void ScoreChunk(D d, const float* const* HWY_RESTRICT q, size_t depth
   using V = hn::Vec<D>;
   V acc[2][kRows];
   for (size_t r = 0; r < kRows; ++r) acc[0][r] = acc[1][r] = hn::Zero(d);
-  const auto add_channel = [&](size_t c, V* sums) HWY_ATTR {
-    const V key = chunk.Channel(d, c);
+  const auto add_channel = [&](size_t c, V key, V* sums) HWY_ATTR {
     for (size_t r = 0; r < kRows; ++r) sums[r] = hn::MulAdd(hn::Set(d, q[r][c]), key, sums[r]);
   };
   size_t c = 0;
   for (; c + 2 <= depth; c += 2) {
-    add_channel(c, acc[0]);
-    add_channel(c + 1, acc[1]);
+    V even = hn::Zero(d), odd = even;
+    chunk.Pair(d, c, &even, &odd);
+    add_channel(c, even, acc[0]);
+    add_channel(c + 1, odd, acc[1]);
   }
-  if (c < depth) add_channel(c, acc[0]);
+  if (c < depth) add_channel(c, chunk.Channel(d, c), acc[0]);
   alignas(64) float lanes[kGroup];
   for (size_t r = 0; r < kRows; ++r) {
     const V sum = hn::Mul(hn::Add(acc[0][r], acc[1][r]), hn::Set(d, scale));
