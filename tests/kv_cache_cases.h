@@ -158,6 +158,49 @@ inline double MaxError(const std::vector<float>& actual, const std::vector<doubl
   return worst;
 }
 
+// One decoding step's errors (docs/semantics.md section 5.3's accuracy
+// test): the cache's output against float64 attention over the fp32 keys
+// and values, bf16 storage's (float64 attention over them rounded to bf16)
+// against the same, and the values' standard deviation.
+struct StepErrors {
+  double error, bf16, value_std;
+};
+
+// A cache in `precision` after a 2,000-position append of `data`, then one
+// position at a time: each of 4 steps' errors, reported to check(step, e).
+template <class Check>
+void ForEachDecodeStep(Precision precision, Data data, Check check) {
+  Case c;
+  Grow(&c, data, 2004, 11);
+  std::unique_ptr<KvCache> cache = MakeCache(c, 2004, precision);
+  ASSERT_TRUE(AppendRange(cache.get(), c, 0, 2000).ok());
+  for (int64_t step = 0; step < 4; ++step) {
+    ASSERT_TRUE(AppendRange(cache.get(), c, 2000 + step, 2001 + step).ok());
+    Case seen = c;
+    for (int64_t b = 0; b < c.batch; ++b) {
+      seen.k[b].resize(static_cast<size_t>((2001 + step) * c.kv_heads * c.depth));
+      seen.v[b].resize(static_cast<size_t>((2001 + step) * c.kv_heads * c.value_dim));
+    }
+    const std::vector<float> q = Queries(c, data, 1, 100 + static_cast<uint32_t>(step));
+    std::vector<float> out(static_cast<size_t>(c.batch * c.heads * c.value_dim));
+    const Status s =
+        cache->Attend(DefaultEngine(), ConstTensor(q.data(), {c.batch, 1, c.heads, c.depth}),
+                      Tensor(out.data(), {c.batch, 1, c.heads, c.value_dim}));
+    ASSERT_TRUE(s.ok()) << s.message();
+    const std::vector<double> exact = Reference(seen, q, 1, /*rounded=*/false);
+    const std::vector<double> on_bf16 = Reference(seen, q, 1, /*rounded=*/true);
+    StepErrors e{MaxError(out, exact), 0.0, 0.0};
+    for (size_t i = 0; i < exact.size(); ++i)
+      e.bf16 = std::max(e.bf16, std::abs(on_bf16[i] - exact[i]));
+    double sum = 0, squares = 0, n = 0;
+    for (const auto& row : seen.v) {
+      for (float x : row) sum += x, squares += double{x} * x, n += 1;
+    }
+    e.value_std = std::sqrt(squares / n - (sum / n) * (sum / n));
+    check(step, e);
+  }
+}
+
 // A pooled cache and one without a pool, both holding c's 300 positions of
 // D = Dv = 64: the same bits from each, and again after the pool's
 // sequence 0 is cleared and appended anew.

@@ -75,14 +75,6 @@ Case Coded(const Case& c) {
   return coded;
 }
 
-double StdDev(const std::vector<std::vector<float>>& rows) {
-  double sum = 0, squares = 0, n = 0;
-  for (const auto& row : rows) {
-    for (float x : row) sum += x, squares += double{x} * x, n += 1;
-  }
-  return std::sqrt(squares / n - (sum / n) * (sum / n));
-}
-
 // The bound of docs/semantics.md section 5.3: after a 2,000-position
 // append and then one position at a time, each decoding step's error
 // against float64 math on the fp32 keys and values is at most 3x the error
@@ -92,34 +84,12 @@ double StdDev(const std::vector<std::vector<float>>& rows) {
 TEST(KvCacheInt8, DecodeErrsWithinItsBoundBesideBf16Storage) {
   for (Data data :
        {Data::kNormal, Data::kOutlierChannel, Data::kScaledPositions, Data::kSharpQueries}) {
-    Case c;
-    Grow(&c, data, 2004, 11);
-    std::unique_ptr<KvCache> cache = MakeCache(c, 2004, Precision::kInt8);
-    ASSERT_TRUE(AppendRange(cache.get(), c, 0, 2000).ok());
-    for (int64_t step = 0; step < 4; ++step) {
-      ASSERT_TRUE(AppendRange(cache.get(), c, 2000 + step, 2001 + step).ok());
-      Case seen = c;
-      for (int64_t b = 0; b < c.batch; ++b) {
-        seen.k[b].resize(static_cast<size_t>((2001 + step) * c.kv_heads * c.depth));
-        seen.v[b].resize(static_cast<size_t>((2001 + step) * c.kv_heads * c.value_dim));
-      }
-      const std::vector<float> q = Queries(c, data, 1, 100 + static_cast<uint32_t>(step));
-      std::vector<float> out(static_cast<size_t>(c.batch * c.heads * c.value_dim));
-      const Status s =
-          cache->Attend(DefaultEngine(), ConstTensor(q.data(), {c.batch, 1, c.heads, c.depth}),
-                        Tensor(out.data(), {c.batch, 1, c.heads, c.value_dim}));
-      ASSERT_TRUE(s.ok()) << s.message();
-      const std::vector<double> exact = Reference(seen, q, 1, /*rounded=*/false);
-      const std::vector<double> on_bf16 = Reference(seen, q, 1, /*rounded=*/true);
-      double bf16 = 0;
-      for (size_t i = 0; i < exact.size(); ++i)
-        bf16 = std::max(bf16, std::abs(on_bf16[i] - exact[i]));
+    ForEachDecodeStep(Precision::kInt8, data, [&](int64_t step, const StepErrors& e) {
       const double times = data == Data::kSharpQueries ? 4 : 3;
-      const double bound = std::max(times * bf16, 3e-3 * StdDev(seen.v));
-      const double error = MaxError(out, exact);
-      EXPECT_LE(error, bound) << Name(data) << ", step " << step << ": error " << error
-                              << " against bf16 storage's " << bf16;
-    }
+      const double bound = std::max(times * e.bf16, 3e-3 * e.value_std);
+      EXPECT_LE(e.error, bound) << Name(data) << ", step " << step << ": error " << e.error
+                                << " against bf16 storage's " << e.bf16;
+    });
   }
 }
 

@@ -29,34 +29,11 @@ namespace {
 TEST(KvCachePrecision, Bf16DecodeErrsAtMostOneAndAHalfTimesExactMathOnRoundedValues) {
   for (Data data :
        {Data::kNormal, Data::kOutlierChannel, Data::kScaledPositions, Data::kSharpQueries}) {
-    Case c;
-    Grow(&c, data, 2004, 11);
-    std::unique_ptr<KvCache> cache = MakeCache(c, 2004, Precision::kBf16);
-    ASSERT_TRUE(AppendRange(cache.get(), c, 0, 2000).ok());
-    for (int64_t step = 0; step < 4; ++step) {
-      ASSERT_TRUE(AppendRange(cache.get(), c, 2000 + step, 2001 + step).ok());
-      Case seen = c;
-      for (int64_t b = 0; b < c.batch; ++b) {
-        seen.k[b].resize(static_cast<size_t>((2001 + step) * c.kv_heads * c.depth));
-        seen.v[b].resize(static_cast<size_t>((2001 + step) * c.kv_heads * c.value_dim));
-      }
-      const std::vector<float> q = Queries(c, data, 1, 100 + static_cast<uint32_t>(step));
-      std::vector<float> out(static_cast<size_t>(c.batch * c.heads * c.value_dim));
-      const Status s =
-          cache->Attend(DefaultEngine(), ConstTensor(q.data(), {c.batch, 1, c.heads, c.depth}),
-                        Tensor(out.data(), {c.batch, 1, c.heads, c.value_dim}));
-      ASSERT_TRUE(s.ok()) << s.message();
-      const std::vector<double> exact = Reference(seen, q, 1, /*rounded=*/false);
-      const std::vector<double> on_rounded = Reference(seen, q, 1, /*rounded=*/true);
-      double rounding = 0;  // exact math's own error on the rounded keys and values
-      for (size_t i = 0; i < exact.size(); ++i) {
-        rounding = std::max(rounding, std::abs(on_rounded[i] - exact[i]));
-      }
-      const double error = MaxError(out, exact);
-      EXPECT_GT(rounding, 0.0) << Name(data);
-      EXPECT_LE(error, 1.5 * rounding) << Name(data) << ", step " << step << ": error " << error
-                                       << " against exact math on rounded K, V " << rounding;
-    }
+    ForEachDecodeStep(Precision::kBf16, data, [&](int64_t step, const StepErrors& e) {
+      EXPECT_GT(e.bf16, 0.0) << Name(data);
+      EXPECT_LE(e.error, 1.5 * e.bf16) << Name(data) << ", step " << step << ": error " << e.error
+                                       << " against exact math on rounded K, V " << e.bf16;
+    });
   }
 }
 
