@@ -38,7 +38,7 @@ std::vector<uint16_t> Words(size_t n, uint32_t seed) {
 }
 
 // Depths and value widths on and off every target's vector width and the
-// mix's strips, key counts off the four-key groups, unequal rows, a row
+// mix's strips, key counts off the 16-key groups, unequal rows, a row
 // with no keys, one to eight rows (tiles of four and fewer).
 struct Case {
   size_t depth, value_dim;

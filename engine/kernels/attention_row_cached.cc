@@ -69,12 +69,10 @@ struct Bf16Rows {
 };
 
 // int8 values: codes -127..127, scale · code, the scale the row's own
-// (kernels::Int8Values), folded into its weight: weights given as they are
-// and the scales here, or (scales null) weights already times their scales.
+// (kernels::Int8Values), folded into the weights before they come here.
 struct Int8ValueRows {
   const int8_t* HWY_RESTRICT codes;
   int64_t stride;
-  const float* HWY_RESTRICT scales;
   const int8_t* Row(size_t j) const { return codes + static_cast<int64_t>(j) * stride; }
   template <class D>
   HWY_INLINE hn::Vec<D> Load(D d, size_t j, size_t c) const {
@@ -83,7 +81,7 @@ struct Int8ValueRows {
     return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, Row(j) + c)));
   }
   float At(size_t j, size_t c) const { return static_cast<float>(Row(j)[c]); }
-  float Weight(float w, size_t j) const { return scales == nullptr ? w : w * scales[j]; }
+  float Weight(float w, size_t) const { return w; }
 };
 
 // out[r][c0 ..) += Σ_{j in [from, to)} w[r][j] · V[j][c0 ..) for kRows rows
@@ -315,9 +313,9 @@ void ScoreRowsInt8(size_t rows, const float* const* HWY_RESTRICT q, size_t depth
 void AddMixesInt8(size_t rows, const float* const* HWY_RESTRICT weights,
                   const size_t* HWY_RESTRICT keys, const kernels::Int8Values& v, size_t value_dim,
                   float* const* HWY_RESTRICT out) {
-  // The weights times their rows' scales a chunk of keys at a time, each
-  // product the one Weight would make, so the mixes' bits are the same: the
-  // loop over the keys then does no scalar multiply per key and row.
+  // The weights times their rows' scales, a chunk of keys at a time, so
+  // the loop over the keys does no scalar multiply per key and row; a
+  // chunk continues each column's sums, as AddMixes does.
   constexpr size_t kChunk = 64;
   alignas(64) float scaled[kernels::kMaxSharedRows][kChunk];
   const float* chunk_weights[kernels::kMaxSharedRows] = {};
@@ -332,8 +330,8 @@ void AddMixesInt8(size_t rows, const float* const* HWY_RESTRICT weights,
       chunk_weights[r] = scaled[r];
     }
     const int8_t* codes = v.codes + static_cast<int64_t>(j0) * v.row_stride;
-    AddCachedMixes(rows, chunk_weights, chunk_keys, Int8ValueRows{codes, v.row_stride, nullptr},
-                   value_dim, out);
+    AddCachedMixes(rows, chunk_weights, chunk_keys, Int8ValueRows{codes, v.row_stride}, value_dim,
+                   out);
   }
 }
 
