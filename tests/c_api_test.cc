@@ -354,7 +354,7 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
                               vv = CView4(v, b, m, hkv, d);
   std::vector<float> out_c(b * n * hq * d), w_c(b * hq * n * m), out_cpp(out_c.size()), w_cpp(w_c.size());
   const attnscore_tensor ov = COut4(out_c, b, n, hq, d), wv = COut4(w_c, b, hq, n, m);
-  const attnscore_multihead_options options = {ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.5f};
+  const attnscore_multihead_options options = {ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.5f, 0.0f};
   ASSERT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &options, &ov, &wv)), "");
   MultiHeadOptions cpp;
   cpp.causal = Causal::kBottomRight;
@@ -366,7 +366,26 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
                   .ok());
   EXPECT_EQ(out_c, out_cpp);
   EXPECT_EQ(w_c, w_cpp);
-  const attnscore_multihead_options bogus = {5, 0.0f};
+  // The soft cap reaches the op: the C++ call's bits with the same cap.
+  const attnscore_multihead_options capped = {ATTNSCORE_CAUSAL_NONE, 2.0f, 0.75f};
+  ASSERT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &capped, &ov, &wv)),
+            "");
+  cpp.causal = Causal::kNone;
+  cpp.scale = 2.0f;
+  cpp.softcap = 0.75f;
+  ASSERT_TRUE(DefaultEngine()
+                  .MultiHeadAttention(
+                      ConstTensor(q.data(), {b, n, hq, d}), ConstTensor(k.data(), {b, m, hkv, d}),
+                      ConstTensor(v.data(), {b, m, hkv, d}), ValidLens::PerBatch(lens, b), cpp,
+                      Tensor(out_cpp.data(), {b, n, hq, d}), Tensor(w_cpp.data(), {b, hq, n, m}))
+                  .ok());
+  EXPECT_EQ(out_c, out_cpp);
+  EXPECT_EQ(w_c, w_cpp);
+  const attnscore_multihead_options negative_cap = {ATTNSCORE_CAUSAL_NONE, 0.0f, -1.0f};
+  EXPECT_EQ(
+      Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &negative_cap, &ov, &wv)),
+      "MultiHeadAttention: softcap is -1.000000; it must be finite and >= 0 (0: no cap)");
+  const attnscore_multihead_options bogus = {5, 0.0f, 0.0f};
   EXPECT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &bogus, &ov, &wv)),
             "attnscore_multihead_attention: options->causal is outside attnscore_causal");
 
@@ -518,7 +537,7 @@ TEST_F(CApi, MultiHeadChecksReportShapesAndRefuseAsTheOps) {
                               short_vv = CView4(v, b, m - 1, hkv, dv);
   const int64_t lens[] = {5, 2};
   const attnscore_valid_lens cl = {ATTNSCORE_LENS_PER_BATCH, ATTNSCORE_LENS_INT64, lens, {b, 0}};
-  const attnscore_multihead_options causal = {ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.0f};
+  const attnscore_multihead_options causal = {ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.0f, 0.0f};
   attnscore_multihead_shapes shapes = {};
   ASSERT_EQ(
       Message(attnscore_check_multihead_attention(engine_, &qv, &kv, &vv, &cl, &causal, &shapes)),
@@ -550,7 +569,7 @@ TEST_F(CApi, MultiHeadChecksReportShapesAndRefuseAsTheOps) {
                                                            nullptr, &ov, nullptr)));
   EXPECT_EQ(untouched.out[0], -1);
   EXPECT_EQ(untouched.attention_weights[3], -1);
-  const attnscore_multihead_options bogus = {5, 0.0f};
+  const attnscore_multihead_options bogus = {5, 0.0f, 0.0f};
   EXPECT_EQ(
       Message(attnscore_check_multihead_attention(engine_, &qv, &kv, &vv, &cl, &bogus, &shapes)),
       "attnscore_check_multihead_attention: options->causal is outside attnscore_causal");

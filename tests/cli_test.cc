@@ -845,6 +845,13 @@ TEST_F(CliTest, BenchMultiHeadTimesEachModeAndRefusesWhatDoesNotApply) {
   ExpectBadInput(Run(shape + "--precision bf16"),
                  "only dot has a bf16 mode; multihead runs in fp32");
   ExpectBadInput(Run(shape + "--hidden 8"), "--hidden");
+  ExpectBadInput(Run(shape + "--softcap -2"), "--softcap is '-2'; want a finite number >= 0");
+  ExpectBadInput(Run(shape + "--softcap nan"), "--softcap is 'nan'; want a finite number >= 0");
+  ExpectBadInput(Run(shape + "--decode --softcap 2"),
+                 "--softcap is for the op, not --module or --decode");
+  r = Run(shape + "--softcap 2.5 --repeat 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"softcap\": 2.5"), std::string::npos) << r.out;
 }
 
 // run --info prints info after the outputs are written; the softmax makes

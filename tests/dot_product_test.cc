@@ -100,8 +100,8 @@ void CheckAgainstReference(const Shape& s, const std::vector<int64_t>& lens, boo
                   .ok());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.depth)));
   using Path = Status (*)(const internal::CallContext&, const ConstTensor&, const ConstTensor&,
-                          const ConstTensor&, const internal::RowLengths&, float, const Tensor&,
-                          const Tensor&);
+                          const ConstTensor&, const internal::RowLengths&, const ops::ScoreForm&,
+                          const Tensor&, const Tensor&);
   const std::pair<const char*, Path> paths[] = {{"gemm", &ops::dot_product::GemmPath},
                                                 {"sorted gemm", &ops::dot_product::SortedGemmPath},
                                                 {"tile", &ops::dot_product::TilePath}};
@@ -111,7 +111,7 @@ void CheckAgainstReference(const Shape& s, const std::vector<int64_t>& lens, boo
       continue;
     }
     std::vector<float> path_out(out.size(), kSentinel), path_weights(weights.size(), kSentinel);
-    st = path(direct.call(), qv, kv, vv, resolved, scale,
+    st = path(direct.call(), qv, kv, vv, resolved, ops::ScoreForm{scale},
               Tensor(path_out.data(), {s.batch, s.queries, s.value_dim}),
               Tensor(path_weights.data(), {s.batch, s.queries, s.keys}));
     ASSERT_TRUE(st.ok()) << name << ": " << st.message();
@@ -273,8 +273,8 @@ TEST_P(DotProductTest, QueriesWithoutASoftmaxComeOutNaNOnEveryPath) {
                                             &resolved)
                   .ok());
   using Path = Status (*)(const internal::CallContext&, const ConstTensor&, const ConstTensor&,
-                          const ConstTensor&, const internal::RowLengths&, float, const Tensor&,
-                          const Tensor&);
+                          const ConstTensor&, const internal::RowLengths&, const ops::ScoreForm&,
+                          const Tensor&, const Tensor&);
   const std::pair<const char*, Path> paths[] = {{"tile", &ops::dot_product::TilePath},
                                                 {"gemm", &ops::dot_product::GemmPath},
                                                 {"sorted gemm", &ops::dot_product::SortedGemmPath}};
@@ -284,7 +284,7 @@ TEST_P(DotProductTest, QueriesWithoutASoftmaxComeOutNaNOnEveryPath) {
       SCOPED_TRACE(std::string(name) + (with_weights ? ", with weights" : ", without weights"));
       std::vector<float> out(want_out.size(), kSentinel), weights(want_weights.size(), kSentinel);
       const Status st =
-          path(direct.call(), qv, kv, vv, resolved, 0.5f,
+          path(direct.call(), qv, kv, vv, resolved, ops::ScoreForm{0.5f},
                Tensor(out.data(), {s.batch, s.queries, s.value_dim}),
                with_weights ? Tensor(weights.data(), {s.batch, s.queries, s.keys}) : Tensor());
       ASSERT_TRUE(st.ok()) << st.message();

@@ -111,6 +111,7 @@ Status MultiHeadOptionsOf(const char* call, const attnscore_multihead_options* o
   *out = attnscore::MultiHeadOptions();
   if (options == nullptr) return Status::Ok();
   out->scale = options->scale;
+  out->softcap = options->softcap;
   return CausalOf(call, "options->causal", options->causal, &out->causal);
 }
 

@@ -89,7 +89,13 @@ OpSpec MultiHeadOpSpec() {
                      Floats("values", {"B", "M", "Hkv", "Dv"}, "the values"), ValidLensSpec()},
                     {"B", "N", "Hq", "Dv"}, {"B", "Hq", "N", "M"});
   op.params = {CausalParam(),
-               {"scale", Kind::kCall, Type::kFloat, {}, "0", "scores' factor; 0 is 1/sqrt(D)"}};
+               {"scale", Kind::kCall, Type::kFloat, {}, "0", "scores' factor; 0 is 1/sqrt(D)"},
+               {"softcap",
+                Kind::kCall,
+                Type::kFloat,
+                {},
+                "0",
+                "soft cap c: each score s becomes c tanh(s / c); 0 is none"}};
   return op;
 }
 

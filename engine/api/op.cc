@@ -214,6 +214,7 @@ Status BindInputs(const OpSpec& op, const std::vector<NamedTensor>& inputs, cons
                                                       : Causal::kNone;
   }
   if (params.count("scale")) ParseFloat(params.at("scale"), &call->options.scale);
+  if (params.count("softcap")) ParseFloat(params.at("softcap"), &call->options.softcap);
   return Status::Ok();
 }
 

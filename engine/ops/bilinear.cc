@@ -70,7 +70,7 @@ Status BilinearForward(const internal::CallContext& call, const BilinearParams& 
       internal::ScratchSlot::kProjections, static_cast<size_t>(q.dims[0] * q.dims[1] * m.key_size));
   ATTNSCORE_RETURN_IF_ERROR(project->Run(call.workspace, q.data, m.w.data(), projected));
   return RunDotProduct(call, ConstTensor(projected, {q.dims[0], q.dims[1], m.key_size}), k, v, lens,
-                       /*scale=*/1.0f, out, attention);
+                       ScoreForm{/*scale=*/1.0f}, out, attention);
 }
 
 }  // namespace attnscore::ops

@@ -46,21 +46,23 @@ Status DotProductAttention(const internal::CallContext& call, ConstTensor q, Con
   ATTNSCORE_RETURN_IF_ERROR(internal::RowLengths::Resolve(valid_lens, q.dims[0], q.dims[1],
                                                           k.dims[1], call.workspace, &lens));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[2])));
-  return RunDotProduct(call, q, k, v, lens, scale, out, attention_weights);
+  return RunDotProduct(call, q, k, v, lens, ScoreForm{scale}, out, attention_weights);
 }
 
 Status RunDotProduct(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-                     const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                     const ConstTensor& v, const internal::RowLengths& lens, const ScoreForm& form,
                      const Tensor& out, const Tensor& attention_weights) {
   if (dot_product::UseRowPath(q, k, v, out)) {
     const int64_t key_block =
         dot_product::RowKeyBlock(q.dims[0], q.dims[1], k.dims[1], q.dims[2] + v.dims[2]);
-    return dot_product::RowPath(call, q, k, v, lens, scale, key_block, out, attention_weights);
+    return dot_product::RowPath(call, q, k, v, lens, form, key_block, out, attention_weights);
   }
-  if (dot_product::UseTilePath(call, q, k, v)) {
-    return dot_product::TilePath(call, q, k, v, lens, scale, out, attention_weights);
+  // The tile kernels keep their scores in registers and cap none: a capped
+  // call takes the gemm path.
+  if (form.softcap == 0.0f && dot_product::UseTilePath(call, q, k, v)) {
+    return dot_product::TilePath(call, q, k, v, lens, form, out, attention_weights);
   }
-  return dot_product::SortedGemmPath(call, q, k, v, lens, scale, out, attention_weights);
+  return dot_product::SortedGemmPath(call, q, k, v, lens, form, out, attention_weights);
 }
 
 }  // namespace attnscore::ops

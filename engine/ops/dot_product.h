@@ -22,12 +22,20 @@ Status DotProductAttention(const internal::CallContext& call, ConstTensor querie
                            ConstTensor values, const ValidLens& valid_lens, Tensor out,
                            Tensor attention_weights);
 
+// What a query's product with a key becomes before the masks and the
+// softmax (docs/semantics.md section 5.1): s = scale · q·k, then, with a
+// soft cap c > 0, c · tanh(s / c) (kernels::SoftCap).
+struct ScoreForm {
+  float scale;
+  float softcap = 0.0f;  // 0: none
+};
+
 // The checked op's computation, for the ops built on it (multi-head runs one
 // per head): views checked as the op checks them, lengths resolved, scores
-// multiplied by `scale`.
+// made as `form` says.
 Status RunDotProduct(const internal::CallContext& call, const ConstTensor& queries,
                      const ConstTensor& keys, const ConstTensor& values,
-                     const internal::RowLengths& lens, float scale, const Tensor& out,
+                     const internal::RowLengths& lens, const ScoreForm& form, const Tensor& out,
                      const Tensor& attention_weights);
 
 }  // namespace attnscore::ops

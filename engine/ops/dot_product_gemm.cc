@@ -96,14 +96,14 @@ Status RoundToBf16(internal::Workspace& workspace, int threads, const ConstTenso
 class GemmRun {
  public:
   GemmRun(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-          const ConstTensor& v, const internal::RowLengths& lens, float scale, const Tensor& out,
-          const Tensor& attention)
+          const ConstTensor& v, const internal::RowLengths& lens, const ScoreForm& form,
+          const Tensor& out, const Tensor& attention)
       : call_(call),
         q_(q),
         k_(k),
         v_(v),
         lens_(lens),
-        scale_(scale),
+        form_(form),
         out_(out),
         attention_(attention),
         depth_(q.dims[2]),
@@ -178,7 +178,7 @@ class GemmRun {
                        : matmul::Layout{depth_, g.score_width, k_.strides[0], k_.strides[2],
                                         k_.strides[1]};
       scores.c = {c.rows, g.score_width, c.rows * g.row, g.row, 1};
-      scores.scale = scale_;
+      scores.scale = form_.scale;
       scores.bf16 = bf16_words_;
       ATTNSCORE_RETURN_IF_ERROR(matmul::GetPlan(scores, &plans.scores));
     }
@@ -262,11 +262,11 @@ class GemmRun {
     if (bf16_words_ && !want_attention_) {
       return SoftmaxRowsAndBf16(call_.workspace, scores, probabilities,
                                 static_cast<uint16_t*>(state.rounded.p), lens_, c.first_batch,
-                                c.first_query, threads);
+                                c.first_query, threads, form_.softcap);
     }
     ATTNSCORE_RETURN_IF_ERROR(SoftmaxRows(call_.workspace, scores, probabilities, lens_,
                                           c.first_batch, c.first_query, threads,
-                                          /*stream=*/false));
+                                          /*stream=*/false, form_.softcap));
     if (!bf16_) return Status::Ok();
     ConstTensor mixed = probabilities;
     mixed.dims[2] = g.mix_width;
@@ -347,7 +347,7 @@ class GemmRun {
   const internal::CallContext& call_;
   const ConstTensor &q_, &k_, &v_;
   const internal::RowLengths& lens_;
-  const float scale_;
+  const ScoreForm form_;
   const Tensor &out_, &attention_;
   const int64_t depth_, keys_, value_dim_;
   const bool want_attention_, bf16_;
@@ -360,9 +360,9 @@ class GemmRun {
 }  // namespace
 
 Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-                const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                const ConstTensor& v, const internal::RowLengths& lens, const ScoreForm& form,
                 const Tensor& out, const Tensor& attention) {
-  GemmRun run(call, q, k, v, lens, scale, out, attention);
+  GemmRun run(call, q, k, v, lens, form, out, attention);
   ATTNSCORE_RETURN_IF_ERROR(run.MakePlans());
   return run.Run();
 }

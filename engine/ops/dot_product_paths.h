@@ -34,6 +34,7 @@
 #include "attnscore/tensor.h"
 #include "base/call_scope.h"
 #include "base/valid_lens.h"
+#include "ops/dot_product.h"
 
 namespace attnscore::ops::dot_product {
 
@@ -80,14 +81,14 @@ constexpr int64_t kSharedKeyBlockBytes = int64_t{128} << 10;
 // heads gives the same bits; a block of `keys` or more means each row whole.
 int64_t RowKeyBlock(int64_t entries, int64_t entry_rows, int64_t keys, int64_t features);
 
-// The paths take checked arguments, the call's resolved lengths and the factor
-// the scores are multiplied by (1/sqrt(D) for the op); an empty
-// `attention_weights` is not written.
+// The paths take checked arguments, the call's resolved lengths and the form
+// of its scores (ScoreForm: the factor, 1/sqrt(D) for the op, and the soft
+// cap); an empty `attention_weights` is not written.
 Status RowPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-               const ConstTensor& v, const internal::RowLengths& lens, float scale,
+               const ConstTensor& v, const internal::RowLengths& lens, const ScoreForm& form,
                int64_t key_block, const Tensor& out, const Tensor& attention_weights);
 Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-                const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                const ConstTensor& v, const internal::RowLengths& lens, const ScoreForm& form,
                 const Tensor& out, const Tensor& attention_weights);
 // The row path over G groups of rows per entry, each group with K and V of
 // its own (a K/V head and its query heads): q (B, G, R, D), k (B, G, M, D),
@@ -101,7 +102,7 @@ Status GemmPath(const internal::CallContext& call, const ConstTensor& q, const C
 // multiple of kernels::kCachedKeyGroup.
 template <class KeyView, class ValueView>
 Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q, const KeyView& k,
-                      const ValueView& v, const internal::RowLengths& lens, float scale,
+                      const ValueView& v, const internal::RowLengths& lens, const ScoreForm& form,
                       int64_t key_block, const Tensor& out, const Tensor& attention_weights);
 // A bf16 KvCache's keys (B, G, M, D) as words by strides (strides[2] = D:
 // a group of kernels::kCachedKeyGroup positions takes their words, laid out
@@ -131,7 +132,7 @@ struct Int8ValueView : TensorView<const int8_t> {
 // lengths, 0.88 of the FLOPs, took 1.04x the time; (1, 1024, 4096), 0.6x.
 constexpr double kSortWhenBelow = 0.8;
 Status SortedGemmPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-                      const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                      const ConstTensor& v, const internal::RowLengths& lens, const ScoreForm& form,
                       const Tensor& out, const Tensor& attention_weights);
 
 // The tile path (dot_product_tiles.cc): each entry's queries sorted by
@@ -141,11 +142,12 @@ Status SortedGemmPath(const internal::CallContext& call, const ConstTensor& q, c
 // problems pay no set-up, and the work follows the lengths. For fp32 calls
 // whose entries' K (and V, where it is packed) take at most
 // kTilePathMaxPackedFloats, as do a tile's scores: a thread's kept scratch.
+// Its scores stay in registers, uncapped: form.softcap must be 0.
 constexpr int64_t kTilePathMaxPackedFloats = int64_t{1} << 20;
 bool UseTilePath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                  const ConstTensor& v);
 Status TilePath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-                const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                const ConstTensor& v, const internal::RowLengths& lens, const ScoreForm& form,
                 const Tensor& out, const Tensor& attention_weights);
 
 // order[r] = the query of entry b that goes r-th, shortest first, ties in

@@ -9,6 +9,7 @@
 #include "base/workspace.h"
 #include "kernels/attention_row.h"
 #include "kernels/masked_softmax.h"
+#include "kernels/soft_cap.h"
 #include "ops/dot_product_paths.h"
 
 namespace attnscore::ops::dot_product {
@@ -42,6 +43,12 @@ struct BlockPartial {
 // An entry's rows go through the row kernels in chunks of this many, the
 // rows of a chunk sharing each K and V row read.
 constexpr int64_t kChunkRows = static_cast<int64_t>(kernels::kMaxSharedRows);
+
+// Each of `count` rows' first n[r] scores capped, where the form caps.
+void CapScores(const ScoreForm& form, size_t count, const size_t* n, float* const* rows) {
+  if (form.softcap == 0.0f) return;
+  for (size_t r = 0; r < count; ++r) kernels::SoftCap(rows[r], n[r], form.softcap);
+}
 
 // Group g of entry b of a (B, G, R, F) view: its row 0; rows are
 // strides[2] apart, their elements strides[3].
@@ -114,7 +121,7 @@ constexpr auto kRangeMultiple = static_cast<int64_t>(kernels::kCachedKeyGroup);
 template <class KeyView, class ValueView>
 Status WholeRows(const internal::CallContext& call, int threads, const ConstTensor& q,
                  const KeyView& k, const ValueView& v, const internal::RowLengths& lens,
-                 float scale, const Tensor& out, const Tensor& attention) {
+                 const ScoreForm& form, const Tensor& out, const Tensor& attention) {
   const int64_t groups = q.dims[1], queries = q.dims[2], depth = q.dims[3], keys = k.dims[2];
   const int64_t value_dim = v.dims[3];
   const int64_t chunks = CeilDiv(queries, kChunkRows);
@@ -178,8 +185,9 @@ Status WholeRows(const internal::CallContext& call, int threads, const ConstTens
             }
             ReadFrom(k, b, g, first, [&](auto... keys_from) {
               kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
-                                 keys_from..., n, scale, rows);
+                                 keys_from..., n, form.scale, rows);
             });
+            CapScores(form, static_cast<size_t>(count), n, rows);
           }
         }
         for (int64_t c = first_chunk; c < last_chunk; ++c) {
@@ -222,7 +230,7 @@ Status WholeRows(const internal::CallContext& call, int threads, const ConstTens
 template <class KeyView, class ValueView>
 Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t key_block,
                        const ConstTensor& q, const KeyView& k, const ValueView& v,
-                       const internal::RowLengths& lens, float scale, const Tensor& out,
+                       const internal::RowLengths& lens, const ScoreForm& form, const Tensor& out,
                        const Tensor& attention) {
   const int64_t groups = q.dims[1], queries = q.dims[2], depth = q.dims[3], keys = k.dims[2];
   const int64_t value_dim = v.dims[3], rows = q.dims[0] * groups * queries;
@@ -291,8 +299,9 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
           if (count == 0) continue;
           ReadFrom(k, b, g, first, [&](auto... keys_from) {
             kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
-                               keys_from..., n, scale, scores);
+                               keys_from..., n, form.scale, scores);
           });
+          CapScores(form, static_cast<size_t>(count), n, scores);
           int64_t mixing = 0;
           for (int64_t c = 0; c < count; ++c) {
             const int64_t i = row_of[c];
@@ -381,34 +390,34 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
 
 template <class KeyView, class ValueView>
 Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q, const KeyView& k,
-                      const ValueView& v, const internal::RowLengths& lens, float scale,
+                      const ValueView& v, const internal::RowLengths& lens, const ScoreForm& form,
                       int64_t key_block, const Tensor& out, const Tensor& attention) {
   const int64_t keys = k.dims[2], rows = q.dims[0] * q.dims[1] * q.dims[2];
   const int threads = internal::ThreadsFor(
       call.threads(), 2.0 * static_cast<double>(rows * keys * (q.dims[3] + v.dims[3])));
-  if (key_block >= keys) return WholeRows(call, threads, q, k, v, lens, scale, out, attention);
-  return RowsInKeyBlocks(call, threads, key_block, q, k, v, lens, scale, out, attention);
+  if (key_block >= keys) return WholeRows(call, threads, q, k, v, lens, form, out, attention);
+  return RowsInKeyBlocks(call, threads, key_block, q, k, v, lens, form, out, attention);
 }
 
 template Status GroupedRowPath(const internal::CallContext&, const ConstTensor&, const ConstTensor&,
-                               const ConstTensor&, const internal::RowLengths&, float, int64_t,
-                               const Tensor&, const Tensor&);
+                               const ConstTensor&, const internal::RowLengths&, const ScoreForm&,
+                               int64_t, const Tensor&, const Tensor&);
 template Status GroupedRowPath(const internal::CallContext&, const ConstTensor&, const Bf16KeyView&,
                                const TensorView<const uint16_t>&, const internal::RowLengths&,
-                               float, int64_t, const Tensor&, const Tensor&);
+                               const ScoreForm&, int64_t, const Tensor&, const Tensor&);
 template Status GroupedRowPath(const internal::CallContext&, const ConstTensor&, const Int8KeyView&,
-                               const Int8ValueView&, const internal::RowLengths&, float, int64_t,
-                               const Tensor&, const Tensor&);
+                               const Int8ValueView&, const internal::RowLengths&, const ScoreForm&,
+                               int64_t, const Tensor&, const Tensor&);
 
 Status RowPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-               const ConstTensor& v, const internal::RowLengths& lens, float scale,
+               const ConstTensor& v, const internal::RowLengths& lens, const ScoreForm& form,
                int64_t key_block, const Tensor& out, const Tensor& attention) {
   // Each entry one group: (B, 1, R, F) views, the group stride never used.
   const auto grouped = [](const auto& t) {
     return std::decay_t<decltype(t)>(t.data, {t.dims[0], 1, t.dims[1], t.dims[2]},
                                      {t.strides[0], 0, t.strides[1], t.strides[2]});
   };
-  return GroupedRowPath(call, grouped(q), grouped(k), grouped(v), lens, scale, key_block,
+  return GroupedRowPath(call, grouped(q), grouped(k), grouped(v), lens, form, key_block,
                         grouped(out), attention.empty() ? Tensor() : grouped(attention));
 }
 

@@ -68,7 +68,7 @@ void OrderByLength(const internal::RowLengths& lens, int64_t b, int64_t* order) 
 }
 
 Status SortedGemmPath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-                      const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                      const ConstTensor& v, const internal::RowLengths& lens, const ScoreForm& form,
                       const Tensor& out, const Tensor& attention_weights) {
   const int64_t batch = q.dims[0], queries = q.dims[1], depth = q.dims[2], value_dim = v.dims[2],
                 keys = k.dims[1];
@@ -78,7 +78,7 @@ Status SortedGemmPath(const internal::CallContext& call, const ConstTensor& q, c
   bool rising = true;
   for (int64_t b = 0; b < batch && rising; ++b) rising = LengthsRise(lens, b);
   if (rising || keys >= (int64_t{1} << 31) || queries >= (int64_t{1} << 32)) {
-    return GemmPath(call, q, k, v, lens, scale, out, attention_weights);
+    return GemmPath(call, q, k, v, lens, form, out, attention_weights);
   }
   // order[b * queries + r]: the query of entry b that goes r-th, shortest
   // first (ties in the caller's order); sorted_rows: its length.
@@ -97,7 +97,7 @@ Status SortedGemmPath(const internal::CallContext& call, const ConstTensor& q, c
   const internal::RowLengths sorted = lens.WithRows(sorted_rows);
   if (GemmFlops(sorted, batch, depth, value_dim) >
       kSortWhenBelow * GemmFlops(lens, batch, depth, value_dim)) {
-    return GemmPath(call, q, k, v, lens, scale, out, attention_weights);
+    return GemmPath(call, q, k, v, lens, form, out, attention_weights);
   }
 
   // Dense sorted copies: Q (B, N, D), then out (B, N, Dv) and the weights
@@ -124,7 +124,7 @@ Status SortedGemmPath(const internal::CallContext& call, const ConstTensor& q, c
     }
   }
   ATTNSCORE_RETURN_IF_ERROR(
-      GemmPath(call, sorted_q, k, v, sorted, scale, sorted_out, sorted_weights));
+      GemmPath(call, sorted_q, k, v, sorted, form, sorted_out, sorted_weights));
   // Only now, with every row computed, are the caller's outputs written.
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t r = 0; r < queries; ++r) {

@@ -440,9 +440,9 @@ class TileRun {
 }  // namespace
 
 Status TilePath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-                const ConstTensor& v, const internal::RowLengths& lens, float scale,
+                const ConstTensor& v, const internal::RowLengths& lens, const ScoreForm& form,
                 const Tensor& out, const Tensor& attention_weights) {
-  TileRun run(call, q, k, v, lens, scale, out, attention_weights);
+  TileRun run(call, q, k, v, lens, form.scale, out, attention_weights);
   ATTNSCORE_RETURN_IF_ERROR(run.Prepare());
   return run.Run();
 }

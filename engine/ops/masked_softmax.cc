@@ -8,6 +8,7 @@
 #include "base/workspace.h"
 #include "kernels/bf16.h"
 #include "kernels/masked_softmax.h"
+#include "kernels/soft_cap.h"
 
 namespace attnscore::ops {
 namespace {
@@ -31,13 +32,13 @@ kernels::StreamedRow RowOf(const ConstTensor& x, const Tensor& y, const internal
       y.data + b * y.strides[0] + i * y.strides[1]};
 }
 
-// The rows of SoftmaxRows, not streamed, one by one: then(r, y_row) after
-// each, with y_row the row's floats in L1, unit strides (y's own row, or
-// the row buffer a strided y goes through).
+// The rows of SoftmaxRows, not streamed, one by one (capped first where
+// softcap > 0): then(r, y_row) after each, with y_row the row's floats in
+// L1, unit strides (y's own row, or the row buffer a strided y goes through).
 template <class Then>
 Status ForEachSoftmaxRow(internal::Workspace& workspace, ConstTensor x, Tensor y,
                          const internal::RowLengths& lens, int64_t first_batch, int64_t first_query,
-                         int threads, Then then) {
+                         int threads, float softcap, Then then) {
   const int64_t queries = y.dims[1], width = y.dims[2];
   const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
   return internal::ForEachRowInParallel(
@@ -48,10 +49,17 @@ Status ForEachSoftmaxRow(internal::Workspace& workspace, ConstTensor x, Tensor y
             RowOf(x, y, lens, first_batch, first_query, r / queries, r % queries);
         const auto columns = static_cast<size_t>(width);
         if (unit_columns) {
-          kernels::MaskedSoftmaxRow(at.x, at.valid, columns, at.y);
+          const float* scores = at.x;
+          if (softcap > 0.0f) {
+            std::copy(at.x, at.x + at.valid, at.y);
+            kernels::SoftCap(at.y, at.valid, softcap);
+            scores = at.y;
+          }
+          kernels::MaskedSoftmaxRow(scores, at.valid, columns, at.y);
           return then(r, at.y);
         }
         for (size_t j = 0; j < at.valid; ++j) row_buffer[j] = at.x[j * x.strides[2]];
+        if (softcap > 0.0f) kernels::SoftCap(row_buffer, at.valid, softcap);
         kernels::MaskedSoftmaxRow(row_buffer, at.valid, columns, row_buffer);
         for (size_t j = 0; j < columns; ++j) at.y[j * y.strides[2]] = row_buffer[j];
         then(r, row_buffer);
@@ -69,11 +77,11 @@ int SoftmaxThreads(int threads, const Tensor& y) {
 
 Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y,
                    const internal::RowLengths& lens, int64_t first_batch, int64_t first_query,
-                   int threads, bool stream) {
+                   int threads, bool stream, float softcap) {
   const int64_t queries = y.dims[1], width = y.dims[2];
   const int64_t rows = y.dims[0] * queries;
   threads = SoftmaxThreads(threads, y);
-  if (stream && x.strides[2] == 1 && y.strides[2] == 1) {
+  if (stream && softcap == 0.0f && x.strides[2] == 1 && y.strides[2] == 1) {
     // Chunks split rows only, so their size never changes a result.
     const int64_t chunk_rows =
         std::clamp<int64_t>((rows + threads - 1) / threads, 1, kStreamChunkRows);
@@ -99,16 +107,16 @@ Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y,
         },
         [] { kernels::FlushStreams(); });  // before other threads read y
   }
-  return ForEachSoftmaxRow(workspace, x, y, lens, first_batch, first_query, threads,
+  return ForEachSoftmaxRow(workspace, x, y, lens, first_batch, first_query, threads, softcap,
                            [](int64_t, const float*) {});
 }
 
 Status SoftmaxRowsAndBf16(internal::Workspace& workspace, ConstTensor x, Tensor y, uint16_t* words,
                           const internal::RowLengths& lens, int64_t first_batch,
-                          int64_t first_query, int threads) {
+                          int64_t first_query, int threads, float softcap) {
   const auto width = static_cast<size_t>(y.dims[2]);
   return ForEachSoftmaxRow(workspace, x, y, lens, first_batch, first_query,
-                           SoftmaxThreads(threads, y), [&](int64_t r, const float* row) {
+                           SoftmaxThreads(threads, y), softcap, [&](int64_t r, const float* row) {
                              kernels::RoundNormalsToBf16(row, width,
                                                          words + static_cast<size_t>(r) * width);
                            });

@@ -25,11 +25,13 @@ Status MaskedSoftmax(const internal::CallContext& call, ConstTensor x, const Val
 // (first_batch + b, first_query + i) of `lens` (lengths past W count as W). Reads only x[b, i, 0:L]
 // (streaming also prefetches whole rows: a hint, whose data is never used).
 // `stream` writes y with non-temporal stores (for outputs nobody reads soon;
-// needs unit column strides). Fails only if a thread's row buffer cannot be
-// allocated, and then may have written part of y.
+// needs unit column strides). With `softcap` c > 0, each row's scores are
+// first capped, c · tanh(x / c) (kernels::SoftCap), in y, or its row buffer
+// (x is not written; such rows are not streamed). Fails only if a thread's
+// row buffer cannot be allocated, and then may have written part of y.
 Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y,
                    const internal::RowLengths& lens, int64_t first_batch, int64_t first_query,
-                   int threads, bool stream);
+                   int threads, bool stream, float softcap = 0.0f);
 
 // SoftmaxRows without streaming, and each row of y also rounded to bf16
 // words into `words`, dense rows of y's width W, as soon as it is made: the
@@ -40,7 +42,7 @@ Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y,
 // separate RoundToBf16 pass over the chunk's weights.
 Status SoftmaxRowsAndBf16(internal::Workspace& workspace, ConstTensor x, Tensor y, uint16_t* words,
                           const internal::RowLengths& lens, int64_t first_batch,
-                          int64_t first_query, int threads);
+                          int64_t first_query, int threads, float softcap = 0.0f);
 
 }  // namespace attnscore::ops
 

@@ -47,6 +47,11 @@ Status CheckInputs(const char* op, const ConstTensor& q, const ConstTensor& k, c
     return Status::InvalidArgument(std::string(op) + ": scale is " +
                                    std::to_string(multihead.scale) + "; it must be finite");
   }
+  if (!(multihead.softcap >= 0.0f) || !std::isfinite(multihead.softcap)) {
+    return Status::InvalidArgument(std::string(op) + ": softcap is " +
+                                   std::to_string(multihead.softcap) +
+                                   "; it must be finite and >= 0 (0: no cap)");
+  }
   return CheckCausal(op, multihead.causal, q, k);
 }
 
@@ -128,7 +133,7 @@ View HeadsOuter(const View& t) {
 // KvCache's), whose key blocks are then whole int8 key groups.
 template <class KeyView, class ValueView>
 Status GroupedDecode(const internal::CallContext& call, const ConstTensor& q, const KeyView& k,
-                     const ValueView& v, const std::vector<int64_t>& lengths, float scale,
+                     const ValueView& v, const std::vector<int64_t>& lengths, const ScoreForm& form,
                      const Tensor& out, const Tensor& attention) {
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t kv_heads = k.dims[2], group = heads / kv_heads;  // query heads per K/V head
@@ -154,7 +159,7 @@ Status GroupedDecode(const internal::CallContext& call, const ConstTensor& q, co
                   attention.strides[3]});
     }
     ATTNSCORE_RETURN_IF_ERROR(dot_product::GroupedRowPath(
-        call, GroupsAtQuery(q, n, group), HeadsOuter(k), HeadsOuter(v), lens, scale, key_block,
+        call, GroupsAtQuery(q, n, group), HeadsOuter(k), HeadsOuter(v), lens, form, key_block,
         GroupsAtQuery(out, n, group), groups_attention));
   }
   return Status::Ok();
@@ -223,7 +228,7 @@ Status CachedRowsAttention(const internal::CallContext& call, const char* op, Co
       EffectiveLengths(call.workspace, valid_lens, Causal::kNone, batch, queries, keys, &lengths));
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3])));
   if (q.strides[3] == 1 && out.strides[3] == 1) {
-    return GroupedDecode(call, q, k, v, lengths, scale, out, attention);
+    return GroupedDecode(call, q, k, v, lengths, ScoreForm{scale}, out, attention);
   }
   // Rows the kernels cannot read in place go through dense copies.
   const int64_t depth = q.dims[3];
@@ -239,8 +244,8 @@ Status CachedRowsAttention(const internal::CallContext& call, const char* op, Co
   const Tensor q_copy(copies, {batch, queries, heads, depth});
   const Tensor out_copy(copies + q_floats, {batch, queries, heads, value_dim});
   for (int64_t h = 0; h < heads; ++h) CopyRows(OneHead(q, h), OneHead(q_copy, h));
-  ATTNSCORE_RETURN_IF_ERROR(
-      GroupedDecode(call, ConstTensor(q_copy), k, v, lengths, scale, out_copy, attention));
+  ATTNSCORE_RETURN_IF_ERROR(GroupedDecode(call, ConstTensor(q_copy), k, v, lengths,
+                                          ScoreForm{scale}, out_copy, attention));
   for (int64_t h = 0; h < heads; ++h) CopyRows(OneHead(ConstTensor(out_copy), h), OneHead(out, h));
   return Status::Ok();
 }
@@ -267,14 +272,15 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
   std::vector<int64_t> lengths;
   ATTNSCORE_RETURN_IF_ERROR(EffectiveLengths(call.workspace, valid_lens, multihead.causal, batch,
                                              queries, keys, &lengths));
-  const float scale = multihead.scale != 0.0f
-                          ? multihead.scale
-                          : static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3])));
+  const ScoreForm form{multihead.scale != 0.0f
+                           ? multihead.scale
+                           : static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3]))),
+                       multihead.softcap};
 
   // Decoding (a few queries): the grouped row path (GroupedDecode).
   if (queries <= dot_product::kRowPathMaxQueries && q.strides[3] == 1 && k.strides[3] == 1 &&
       v.strides[3] == 1 && out.strides[3] == 1) {
-    return GroupedDecode(call, q, k, v, lengths, scale, out, attention);
+    return GroupedDecode(call, q, k, v, lengths, form, out, attention);
   }
   // Otherwise one dot-product call per query head. Every head has the same
   // shapes and lengths, so the first head makes every plan the others use:
@@ -318,7 +324,7 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
     }
     if (!copy) {
       ATTNSCORE_RETURN_IF_ERROR(RunDotProduct(call, OneHead(q, h), OneHead(k, h / group),
-                                              OneHead(v, h / group), lens, scale, OneHead(out, h),
+                                              OneHead(v, h / group), lens, form, OneHead(out, h),
                                               head_attention));
       continue;
     }
@@ -328,7 +334,7 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
       CopyRows(OneHead(v, h / group), v_copy);
     }
     ATTNSCORE_RETURN_IF_ERROR(
-        RunDotProduct(call, q_copy, k_copy, v_copy, lens, scale, out_copy, head_attention));
+        RunDotProduct(call, q_copy, k_copy, v_copy, lens, form, out_copy, head_attention));
     CopyRows(ConstTensor(out_copy), OneHead(out, h));
   }
   return Status::Ok();

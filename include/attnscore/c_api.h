@@ -205,6 +205,7 @@ typedef enum attnscore_causal {
 typedef struct attnscore_multihead_options {
   int32_t causal; /* attnscore_causal */
   float scale;    /* 0: 1/sqrt(D) */
+  float softcap;  /* 0: none; c > 0: each score s becomes c tanh(s / c) */
 } attnscore_multihead_options;
 
 /* Engine::MultiHeadAttention: Q (B, N, Hq, D), K (B, M, Hkv, D),

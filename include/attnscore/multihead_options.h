@@ -20,6 +20,10 @@ struct MultiHeadOptions {
   Causal causal = Causal::kNone;
   // What the scores Q Kᵀ are multiplied by; 0 means 1/sqrt(D). Finite.
   float scale = 0.0f;
+  // Logit soft-capping (Gemma 2's): with softcap c > 0, each scaled score s
+  // becomes c · tanh(s / c), within (−c, c), before the masks and the
+  // softmax. 0 means none. Finite and >= 0.
+  float softcap = 0.0f;
 };
 
 // The shapes of a multi-head call's outputs, as the Check methods report them.

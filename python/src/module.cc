@@ -155,14 +155,17 @@ softmax(q kᵀ / √D, masked) v, with q (B, N, D), k (B, M, D), v (B, M, Dv).
 Returns out (B, N, Dv), or (out, weights) with weights (B, N, M) when
 return_weights is true or weights_out is given.)";
 
-constexpr const char* kMultiHeadDoc = R"(multihead_attention(q, k, v, valid_lens=None, causal="none", scale=0.0, return_weights=False, out=None, weights_out=None)
+constexpr const char* kMultiHeadDoc =
+    R"(multihead_attention(q, k, v, valid_lens=None, causal="none", scale=0.0, softcap=0.0, return_weights=False, out=None, weights_out=None)
 
 Multi-head attention (docs/semantics.md section 5): q (B, N, Hq, D),
 k (B, M, Hkv, D), v (B, M, Hkv, Dv) with Hq a multiple of Hkv (grouped-query
 and multi-query K/V); heads-first arrays pass as transposed views
 (x.transpose(0, 2, 1, 3)). causal: "none", "top-left" (query i sees keys
-0..i) or "bottom-right" (keys 0..M - N + i). scale 0 means 1/√D. Returns
-out (B, N, Hq, Dv), or (out, weights) with weights (B, Hq, N, M).)";
+0..i) or "bottom-right" (keys 0..M - N + i). scale 0 means 1/√D. softcap
+c > 0 makes each scaled score s c·tanh(s / c) before the masks and the
+softmax (0: none). Returns out (B, N, Hq, Dv), or (out, weights) with
+weights (B, Hq, N, M).)";
 
 constexpr const char* kCallDoc = R"(__call__(engine, q, k, v, valid_lens=None, return_weights=False, out=None, weights_out=None)
 
@@ -184,8 +187,7 @@ PYBIND11_MODULE(_attnscore, m) {
       .def(py::init(&MakeEngine), py::arg("threads") = 1, py::arg("isa") = "best",
            py::arg("precision") = "fp32")
       .def_property_readonly(
-          "threads", [](const Engine& e) { return e.options().threads; },
-          "Threads per call.")
+          "threads", [](const Engine& e) { return e.options().threads; }, "Threads per call.")
       .def_property_readonly(
           "isa", [](const Engine& e) { return std::string(IsaName(e.options().isa)); },
           "The ISA cap in force (after $ATTNSCORE_ISA).")
@@ -243,11 +245,12 @@ PYBIND11_MODULE(_attnscore, m) {
       .def(
           "multihead_attention",
           [](const Engine& engine, const py::object& q, const py::object& k, const py::object& v,
-             const py::object& valid_lens, const std::string& causal, float scale,
+             const py::object& valid_lens, const std::string& causal, float scale, float softcap,
              bool return_weights, const py::object& out, const py::object& weights_out) {
             MultiHeadOptions options;
             options.causal = CausalArgument(causal);
             options.scale = scale;
+            options.softcap = softcap;
             return RunAttention(
                 q, k, v, valid_lens, return_weights, out, weights_out,
                 [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
@@ -266,8 +269,9 @@ PYBIND11_MODULE(_attnscore, m) {
                 });
           },
           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("valid_lens") = py::none(),
-          py::arg("causal") = "none", py::arg("scale") = 0.0f, py::arg("return_weights") = false,
-          py::arg("out") = py::none(), py::arg("weights_out") = py::none(), kMultiHeadDoc)
+          py::arg("causal") = "none", py::arg("scale") = 0.0f, py::arg("softcap") = 0.0f,
+          py::arg("return_weights") = false, py::arg("out") = py::none(),
+          py::arg("weights_out") = py::none(), kMultiHeadDoc)
       .def("__repr__", [](const Engine& e) {
         return "attnscore.Engine(threads=" + std::to_string(e.options().threads) + ", isa='" +
                IsaName(e.options().isa) + "', precision='" +

@@ -718,9 +718,10 @@ def test_installed_package_imports_from_its_prefix(tmp_path):
 
 # ---------------------------------------------------- multi-head, cache, bilinear
 
-def ref_multihead(q, k, v, lens, causal, scale):
+def ref_multihead(q, k, v, lens, causal, scale, softcap=0.0):
     """docs/semantics.md section 5.1 in float64: head h reads K/V head
-    h // (Hq // Hkv); positions past a query's (causally cut) length get -1e6."""
+    h // (Hq // Hkv); each score s capped to softcap * tanh(s / softcap) for
+    softcap > 0; positions past a query's (causally cut) length get -1e6."""
     b, n, hq, d = q.shape
     m, hkv = k.shape[1], k.shape[2]
     group = hq // hkv
@@ -735,6 +736,8 @@ def ref_multihead(q, k, v, lens, causal, scale):
                 length = min(length, m - n + i + 1)
             for h in range(hq):
                 s = scale * (k[e, :, h // group].astype(np.float64) @ q[e, i, h].astype(np.float64))
+                if softcap > 0:
+                    s = softcap * np.tanh(s / softcap)
                 s[np.arange(m) >= length] = -1e6
                 p = np.exp(s - s.max())
                 p /= p.sum()
@@ -762,6 +765,22 @@ def test_multihead_attention_grouped_heads(engine, rng, causal):
         engine.multihead_attention(q, k, v, causal="diagonal")
     with pytest.raises(ValueError, match="query heads Hq must be a multiple"):
         engine.multihead_attention(q[:, :, :5], k, v)
+
+
+@pytest.mark.parametrize("n", [2, 9])  # the row path, the matmul path
+def test_multihead_attention_soft_cap(engine, rng, n):
+    q = rng.standard_normal((2, n, 4, 16), dtype=np.float32)
+    k = rng.standard_normal((2, 11, 2, 16), dtype=np.float32)
+    v = rng.standard_normal((2, 11, 2, 8), dtype=np.float32)
+    out, w = engine.multihead_attention(q, k, v, causal="bottom-right", scale=0.5, softcap=1.5,
+                                        return_weights=True)
+    want_out, want_w = ref_multihead(q, k, v, None, "bottom-right", 0.5, softcap=1.5)
+    assert_weights(w, want_w)
+    assert_output(out, want_out, v)
+    uncapped, _ = ref_multihead(q, k, v, None, "bottom-right", 0.5)
+    assert np.abs(uncapped - want_out).max() > 0.01  # the cap matters here
+    with pytest.raises(ValueError, match="softcap is -1.000000; it must be finite and >= 0"):
+        engine.multihead_attention(q, k, v, softcap=-1.0)
 
 
 def test_kv_cache_decode_steps(engine, rng):

@@ -558,7 +558,7 @@ def test_every_kind_of_model_file_serves_the_seed_modules_numbers(tmp_path):
                                                              [-1, -1, 4]]
 
 
-def attention_float64(q, k, v, causal, scale):
+def attention_float64(q, k, v, causal, scale, softcap=0.0):
     """Multi-head attention as docs/semantics.md defines it, in float64."""
     B, N, Hq, D = q.shape
     M, Hkv = k.shape[1], k.shape[2]
@@ -568,6 +568,8 @@ def attention_float64(q, k, v, causal, scale):
         for h in range(Hq):
             g = h // (Hq // Hkv)
             s = scale * q[b, :, h].astype(np.float64) @ k[b, :, g].astype(np.float64).T
+            if softcap > 0:
+                s = softcap * np.tanh(s / softcap)
             for i in range(N):
                 last = {"none": M - 1, "top-left": i, "bottom-right": M - N + i}[causal]
                 s[i, last + 1:] = -np.inf
@@ -578,19 +580,23 @@ def attention_float64(q, k, v, causal, scale):
     return out, weights
 
 
-def test_the_built_in_multihead_attention_honours_causal_and_scale(server):
+def test_the_built_in_multihead_attention_honours_causal_scale_and_softcap(server):
     rng = np.random.default_rng(5)
     q = rng.standard_normal((2, 3, 4, 8)).astype(np.float32)
     k = rng.standard_normal((2, 5, 2, 8)).astype(np.float32)
     v = rng.standard_normal((2, 5, 2, 3)).astype(np.float32)
     answers = {}
-    for causal, scale in (("none", 0.0), ("top-left", 0.0), ("bottom-right", 0.25)):
+    for causal, scale, softcap in (("none", 0.0, 0.0), ("top-left", 0.0, 0.0),
+                                   ("bottom-right", 0.25, 0.0), ("capped", 2.0, 1.5)):
         body = infer_body({"queries": q, "keys": k, "values": v},
                           ["output", "attention_weights"])
-        body["parameters"] = {"causal": causal, "scale": scale}
+        mask = "none" if causal == "capped" else causal
+        body["parameters"] = {"causal": mask, "scale": scale}
+        if softcap:
+            body["parameters"]["softcap"] = softcap
         status, _, answer = server.call("POST", "/v2/models/multihead_attention/infer", body)
         assert status == 200, answer
-        want_out, want_weights = attention_float64(q, k, v, causal, scale or 8 ** -0.5)
+        want_out, want_weights = attention_float64(q, k, v, mask, scale or 8 ** -0.5, softcap)
         out = output_array(answer, "output")
         assert out.shape == (2, 3, 4, 3)
         assert np.abs(out - want_out).max() <= 1e-5 * (1 + np.abs(want_out).max()), causal
@@ -598,6 +604,10 @@ def test_the_built_in_multihead_attention_honours_causal_and_scale(server):
         answers[causal] = out
     assert not np.array_equal(answers["none"], answers["top-left"])
     body = infer_body({"queries": q, "keys": k, "values": v})
+    body["parameters"] = {"softcap": -1}
+    status, _, answer = server.call("POST", "/v2/models/multihead_attention/infer", body)
+    assert status == 400 and "softcap is -1.000000; it must be finite and >= 0" in answer["error"], \
+        answer
     body["parameters"] = {"causal": "diagonal"}
     status, _, answer = server.call("POST", "/v2/models/multihead_attention/infer", body)
     assert status == 400 and "causal is 'diagonal'" in answer["error"], answer

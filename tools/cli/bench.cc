@@ -229,14 +229,15 @@ Status CheckInfoWithoutJson(const Args& args) {
 // and K, V (B, M, Hkv, D); --decode attends over a KvCache of M keys per
 // sequence instead (with --pool, one whose sequences share a pool of just
 // enough blocks; --kv-precision, the cache's); --module times d2l's MultiHeadAttention module with
-// random weights (num_hiddens H·D, biases with --bias) instead of the op.
+// random weights (num_hiddens H·D, biases with --bias) instead of the op. --softcap C caps the
+// op's scores (MultiHeadOptions::softcap).
 int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry) {
-  Status s =
-      CheckFlags(args, {"--batch",    "--queries", "--keys",       "--query-dim", "--heads",
-                        "--kv-heads", "--causal",  "--decode",     "--pool",      "--kv-precision",
-                        "--module",   "--bias",    "--valid-lens", "--weights",   "--repeat",
-                        "--json",     "--threads", "--isa",        "--precision", "--info"},
-                 {"--batch", "--queries", "--keys"}, "bench " + word);
+  Status s = CheckFlags(
+      args, {"--batch",      "--queries", "--keys",   "--query-dim",    "--heads",   "--kv-heads",
+             "--causal",     "--decode",  "--pool",   "--kv-precision", "--module",  "--bias",
+             "--valid-lens", "--weights", "--repeat", "--json",         "--threads", "--isa",
+             "--precision",  "--info",    "--softcap"},
+      {"--batch", "--queries", "--keys"}, "bench " + word);
   if (s.ok()) s = CheckInfoWithoutJson(args);
   BenchShape shape{};
   int64_t heads = 0, kv_heads = 0, repeat = 0;
@@ -269,6 +270,21 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   }
   if (args.has("--bias") && !module) {
     return Fail(Status::InvalidArgument("--bias is for --module"));
+  }
+  float softcap = 0.0f;
+  if (args.has("--softcap")) {
+    if (module || decode) {
+      return Fail(Status::InvalidArgument("--softcap is for the op, not --module or --decode"));
+    }
+    const std::string text = args.get("--softcap");
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !std::isfinite(value) || value < 0 ||
+        value > std::numeric_limits<float>::max()) {
+      return Fail(Status::InvalidArgument("--softcap is '" + text +
+                                          "'; want a finite number >= 0 (0: no cap)"));
+    }
+    softcap = static_cast<float>(value);
   }
   const bool pool = args.has("--pool");
   if (pool && !decode) return Fail(Status::InvalidArgument("--pool is for --decode"));
@@ -346,6 +362,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   } else {
     MultiHeadOptions options;
     options.causal = decode ? Causal::kBottomRight : causal;
+    options.softcap = softcap;
     s = engine->CheckMultiHeadAttention(
         ConstTensor(&stand_in, {B, N, heads, D}), ConstTensor(&stand_in, {B, M, kv_heads, D}),
         ConstTensor(&stand_in, {B, M, kv_heads, D}), lens, options, &checked);
@@ -392,6 +409,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   } else {
     MultiHeadOptions options;
     options.causal = causal;
+    options.softcap = softcap;
     call = [&, options] {
       return engine->MultiHeadAttention(
           ConstTensor(q.data(), {B, N, heads, D}), ConstTensor(k.data(), {B, M, kv_heads, D}),
@@ -447,6 +465,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
                        {"heads", heads},
                        {"kv_heads", kv_heads},
                        {"causal", causal_name},
+                       {"softcap", softcap},
                        {"valid_lens", mode},
                        {"threads", engine->options().threads},
                        {"isa", isa},

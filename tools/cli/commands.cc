@@ -32,7 +32,7 @@ const CommandHelp kCommands[] = {
      "                        [--weights] [--repeat R] [--json]\n"
      "  attnscore bench multihead|multihead_attention|kv_cache_attend --batch B --queries N\n"
      "                        --keys M [--query-dim D] [--heads H] [--kv-heads G]\n"
-     "                        [--causal none|top-left|bottom-right]\n"
+     "                        [--causal none|top-left|bottom-right] [--softcap C]\n"
      "                        [--decode [--pool] [--kv-precision fp32|bf16|int8] | --module "
      "[--bias]]\n"
      "                        [--valid-lens ...]\n"
@@ -76,7 +76,8 @@ keys 0..M - N + i (new queries at the end of a cache; needs M >= N).
 A bilinear model holds float32 W.weight (Dq, Dk): scores Q W Kᵀ, unscaled,
 for queries and keys of different sizes; Q (B, N, Dq), K (B, M, Dk).
 multihead_attention takes Q (B, N, Hq, D), K (B, M, Hkv, D), V (B, M, Hkv,
-Dv), --causal and --scale; its weights are (B, Hq, N, M). kv_cache_attend
+Dv), --causal, --scale and --softcap (c > 0: each score s becomes
+c tanh(s / c)); its weights are (B, Hq, N, M). kv_cache_attend
 appends K (B, T, Hkv, D) and V to a fresh cache of their sizes, then Q
 (B, N, Hq, D), N <= T, the newest positions, attend to it.
 
@@ -101,7 +102,8 @@ entry and 2 L (Dk + Dv) per query. The JSON also names the Highway target
 in use and oneDNN's implementations.
 multihead (and multihead_attention) times Engine::MultiHeadAttention on Q (B, N, H, D) and K, V
 (B, M, G, D) (--heads H, default 8; --kv-heads G, default H; --query-dim D
-per head), with --causal; --decode (and kv_cache_attend) instead attends with N new queries over
+per head), with --causal and --softcap (c > 0: each score s becomes c tanh(s / c)); --decode
+(and kv_cache_attend) instead attends with N new queries over
 a KvCache holding M keys per sequence (--pool: its sequences share a pool
 of just enough blocks, each the fewest positions that are whole pages);
 --module times d2l's MultiHeadAttention (num_hiddens H·D, random weights,

@@ -1,0 +1,361 @@
+// The options of Engine::MultiHeadAttention past the mask and the scale
+// (docs/semantics.md section 5.1): logit soft-capping on every path the op
+// takes (the grouped row path over whole rows and over key blocks, the gemm
+// path a capped call takes where the tile path would run, bf16 mode,
+// heads-first views), against float64 math written from the definition,
+// outputs and weights; the cap's refusals; the same bits for any thread
+// count. Then the kernel itself (kernels::SoftCap) against std::tanh.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/bf16.h"
+#include "kernels/soft_cap.h"
+#include "test_util.h"
+
+namespace attnscore::test {
+namespace {
+
+class MultiHeadOptionsTest : public PerTarget {};
+ATTNSCORE_INSTANTIATE_PER_TARGET(MultiHeadOptionsTest);
+class SoftCapKernelTest : public PerTarget {};
+ATTNSCORE_INSTANTIATE_PER_TARGET(SoftCapKernelTest);
+
+struct Shape {
+  int64_t batch, queries, keys, heads, kv_heads, depth, value_dim;
+  size_t q() const { return static_cast<size_t>(batch * queries * heads * depth); }
+  size_t k() const { return static_cast<size_t>(batch * keys * kv_heads * depth); }
+  size_t v() const { return static_cast<size_t>(batch * keys * kv_heads * value_dim); }
+  size_t out() const { return static_cast<size_t>(batch * queries * heads * value_dim); }
+  size_t weights() const { return static_cast<size_t>(batch * heads * queries * keys); }
+  std::string Name() const {
+    return "B=" + std::to_string(batch) + " N=" + std::to_string(queries) +
+           " M=" + std::to_string(keys) + " Hq=" + std::to_string(heads) +
+           " Hkv=" + std::to_string(kv_heads) + " D=" + std::to_string(depth) +
+           " Dv=" + std::to_string(value_dim);
+  }
+};
+
+// Dense token-major Q (B, N, Hq, D), K (B, M, Hkv, D), V (B, M, Hkv, Dv).
+struct Inputs {
+  std::vector<float> q, k, v;
+  Inputs(const Shape& s, uint32_t seed)
+      : q(RandomFloats(s.q(), seed)),
+        k(RandomFloats(s.k(), seed + 1)),
+        v(RandomFloats(s.v(), seed + 2, 3.0f)) {}
+};
+
+// The options the reference knows.
+struct Form {
+  Causal causal = Causal::kNone;
+  double scale = 0;  // 0: 1/sqrt(D)
+  double softcap = 0;
+};
+
+// The definition, literally, in double: for head h and its key-value head
+// h / (Hq / Hkv), s = scale · q·k, then c · tanh(s / c) for a cap c > 0;
+// positions j >= L (the query's length cut by the causal bound) set to
+// -1e6; a softmax over all M, then W V. Returns out (B, N, Hq, Dv) and sets
+// *weights (B, Hq, N, M).
+std::vector<double> Reference(const Shape& s, const Inputs& in, const std::vector<int64_t>& lens,
+                              bool per_query, const Form& form, std::vector<double>* weights) {
+  std::vector<double> out(s.out());
+  weights->assign(s.weights(), 0.0);
+  const int64_t group = s.heads / s.kv_heads;
+  const double scale = form.scale != 0 ? form.scale : 1.0 / std::sqrt(double(s.depth));
+  std::vector<double> row(static_cast<size_t>(s.keys));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < s.heads; ++h) {
+      const int64_t g = h / group;
+      for (int64_t i = 0; i < s.queries; ++i) {
+        int64_t valid =
+            lens.empty() ? s.keys : lens[static_cast<size_t>(per_query ? b * s.queries + i : b)];
+        if (form.causal == Causal::kTopLeft) valid = std::min(valid, i + 1);
+        if (form.causal == Causal::kBottomRight)
+          valid = std::min(valid, s.keys - s.queries + i + 1);
+        double top = -1e300;
+        for (int64_t j = 0; j < s.keys; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < s.depth; ++d) {
+            dot +=
+                static_cast<double>(
+                    in.q[static_cast<size_t>(((b * s.queries + i) * s.heads + h) * s.depth + d)]) *
+                in.k[static_cast<size_t>(((b * s.keys + j) * s.kv_heads + g) * s.depth + d)];
+          }
+          double score = dot * scale;
+          if (form.softcap > 0) score = form.softcap * std::tanh(score / form.softcap);
+          row[static_cast<size_t>(j)] = j < valid ? score : -1e6;
+          top = std::max(top, row[static_cast<size_t>(j)]);
+        }
+        double sum = 0;
+        for (double& x : row) sum += (x = std::exp(x - top));
+        double* w = weights->data() + ((b * s.heads + h) * s.queries + i) * s.keys;
+        for (int64_t j = 0; j < s.keys; ++j) w[j] = row[static_cast<size_t>(j)] / sum;
+        for (int64_t c = 0; c < s.value_dim; ++c) {
+          double acc = 0;
+          for (int64_t j = 0; j < s.keys; ++j) {
+            acc += w[j] *
+                   in.v[static_cast<size_t>(((b * s.keys + j) * s.kv_heads + g) * s.value_dim + c)];
+          }
+          out[static_cast<size_t>(((b * s.queries + i) * s.heads + h) * s.value_dim + c)] = acc;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+MultiHeadOptions OptionsOf(const Form& form) {
+  MultiHeadOptions options;
+  options.causal = form.causal;
+  options.scale = static_cast<float>(form.scale);
+  options.softcap = static_cast<float>(form.softcap);
+  return options;
+}
+
+struct Result {
+  std::vector<float> out, weights;
+};
+
+Result RunOp(const Engine& engine, const Shape& s, const Inputs& in, const ValidLens& lens,
+             const Form& form, bool want_weights = true) {
+  Result r{std::vector<float>(s.out(), kSentinel), std::vector<float>(s.weights(), kSentinel)};
+  const Status status = engine.MultiHeadAttention(
+      ConstTensor(in.q.data(), {s.batch, s.queries, s.heads, s.depth}),
+      ConstTensor(in.k.data(), {s.batch, s.keys, s.kv_heads, s.depth}),
+      ConstTensor(in.v.data(), {s.batch, s.keys, s.kv_heads, s.value_dim}), lens, OptionsOf(form),
+      Tensor(r.out.data(), {s.batch, s.queries, s.heads, s.value_dim}),
+      want_weights ? Tensor(r.weights.data(), {s.batch, s.heads, s.queries, s.keys}) : Tensor());
+  EXPECT_TRUE(status.ok()) << status.message();
+  return r;
+}
+
+const char* CausalName(Causal c) {
+  return c == Causal::kNone ? "none" : c == Causal::kTopLeft ? "top-left" : "bottom-right";
+}
+
+// Scores about ±3 (scale 1.5 on D 16 of U(-1, 1)) against a cap of 1: the
+// cap moves every weight, so a path that skipped it would be far off.
+constexpr double kScale = 1.5, kCap = 1.0;
+
+TEST_P(MultiHeadOptionsTest, SoftCapMatchesTheReferenceOnEveryPathLengthKindAndMask) {
+  // N = 2 and 3: the grouped row path (the third with keys cut into
+  // blocks); N = 9 and 70: the gemm path (the tile path's shapes, which
+  // take the gemm path when capped; 70 causal cuts entries into blocks).
+  const Shape shapes[] = {{2, 2, 11, 4, 4, 16, 5},
+                          {2, 3, 40, 8, 2, 16, 16},
+                          {1, 2, 3000, 2, 1, 16, 8},
+                          {2, 9, 13, 4, 2, 16, 8},
+                          {1, 70, 70, 2, 1, 16, 4}};
+  uint32_t seed = 300;
+  for (const Shape& s : shapes) {
+    const Inputs in(s, seed);
+    for (int kind = 0; kind < 3; ++kind) {
+      const bool per_query = kind == 2;
+      const std::vector<int64_t> lens =
+          kind == 0 ? std::vector<int64_t>()
+                    : TestLengths(s.batch, s.queries, s.keys, per_query, seed);
+      for (Causal causal : {Causal::kNone, Causal::kTopLeft, Causal::kBottomRight}) {
+        SCOPED_TRACE(s.Name() + " lens kind " + std::to_string(kind) + " causal " +
+                     CausalName(causal));
+        const Form form{causal, kScale, kCap};
+        const Result r =
+            RunOp(DefaultEngine(), s, in, LensOf(lens, per_query, s.batch, s.queries), form);
+        std::vector<double> weights;
+        const std::vector<double> out = Reference(s, in, lens, per_query, form, &weights);
+        EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
+        EXPECT_LE(MaxAbsDiff(r.out.data(), out), OutTolerance(in.v));
+        // Without the weights output (the gemm path's probabilities then
+        // live in its scratch, capped there).
+        const Result alone =
+            RunOp(DefaultEngine(), s, in, LensOf(lens, per_query, s.batch, s.queries), form, false);
+        EXPECT_LE(MaxAbsDiff(alone.out.data(), out), OutTolerance(in.v));
+      }
+    }
+    seed += 10;
+  }
+}
+
+// A cap far above every score leaves the scores as they are, up to the
+// cap's rounding (tanh(x) = x for tiny x); the cap of 0 is no cap.
+TEST_P(MultiHeadOptionsTest, ACapAboveEveryScoreChangesNothingAndZeroIsNone) {
+  const Shape s{2, 5, 30, 4, 2, 16, 8};
+  const Inputs in(s, 41);
+  std::vector<double> weights;
+  const std::vector<double> out =
+      Reference(s, in, {}, false, Form{Causal::kNone, kScale, 0}, &weights);
+  for (double cap : {0.0, 1e6}) {
+    SCOPED_TRACE("cap " + std::to_string(cap));
+    const Result r =
+        RunOp(DefaultEngine(), s, in, ValidLens::None(), Form{Causal::kNone, kScale, cap});
+    EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
+    EXPECT_LE(MaxAbsDiff(r.out.data(), out), OutTolerance(in.v));
+  }
+}
+
+// Heads-first memory viewed as (B, N, H, D) by strides: dense copies of each
+// head (the gemm path) or rows read in place (the row path), both capped.
+TEST_P(MultiHeadOptionsTest, SoftCapOverHeadsFirstViewsGivesTheTokenMajorBits) {
+  for (const Shape& s : {Shape{2, 2, 20, 4, 2, 16, 8}, Shape{2, 9, 20, 4, 2, 16, 8}}) {
+    SCOPED_TRACE(s.Name());
+    const Inputs in(s, 51);
+    const Form form{Causal::kBottomRight, kScale, kCap};
+    const Result token_major = RunOp(DefaultEngine(), s, in, ValidLens::None(), form);
+    // The same values laid out (B, H, N, F).
+    const auto heads_first = [](const std::vector<float>& x, int64_t b_count, int64_t n_count,
+                                int64_t h_count, int64_t f_count) {
+      std::vector<float> y(x.size());
+      for (int64_t b = 0; b < b_count; ++b)
+        for (int64_t n = 0; n < n_count; ++n)
+          for (int64_t h = 0; h < h_count; ++h)
+            for (int64_t f = 0; f < f_count; ++f)
+              y[static_cast<size_t>(((b * h_count + h) * n_count + n) * f_count + f)] =
+                  x[static_cast<size_t>(((b * n_count + n) * h_count + h) * f_count + f)];
+      return y;
+    };
+    const std::vector<float> q = heads_first(in.q, s.batch, s.queries, s.heads, s.depth);
+    const std::vector<float> k = heads_first(in.k, s.batch, s.keys, s.kv_heads, s.depth);
+    const std::vector<float> v = heads_first(in.v, s.batch, s.keys, s.kv_heads, s.value_dim);
+    const auto view = [](const std::vector<float>& x, int64_t b, int64_t n, int64_t h, int64_t f) {
+      return ConstTensor(x.data(), {b, n, h, f}, {h * n * f, f, n * f, 1});
+    };
+    std::vector<float> out(s.out(), kSentinel);
+    ASSERT_TRUE(
+        DefaultEngine()
+            .MultiHeadAttention(view(q, s.batch, s.queries, s.heads, s.depth),
+                                view(k, s.batch, s.keys, s.kv_heads, s.depth),
+                                view(v, s.batch, s.keys, s.kv_heads, s.value_dim),
+                                ValidLens::None(), OptionsOf(form),
+                                Tensor(out.data(), {s.batch, s.queries, s.heads, s.value_dim}))
+            .ok());
+    EXPECT_EQ(out, token_major.out);
+  }
+}
+
+// bf16 mode rounds Q, K, V and the weights for its matmuls, and caps the
+// fp32 scores: against float64 math on the rounded Q, K and V, within the
+// weights' rounding (each within 2^-9 of itself, relative, so the output
+// within 2^-9 · max |V|).
+TEST(MultiHeadOptionsBf16, SoftCapInBf16ModeMatchesTheReferenceOnRoundedInputs) {
+  EngineOptions options;
+  options.precision = Precision::kBf16;
+  std::unique_ptr<Engine> engine;
+  ASSERT_TRUE(Engine::Create(options, &engine).ok());
+  const Shape s{2, 40, 50, 4, 2, 16, 8};
+  Inputs in(s, 61);
+  for (std::vector<float>* x : {&in.q, &in.k, &in.v}) {
+    std::vector<uint16_t> words(x->size());
+    kernels::RoundToBf16(x->data(), x->size(), words.data());
+    for (size_t i = 0; i < x->size(); ++i) {
+      const uint32_t bits = uint32_t{words[i]} << 16;
+      std::memcpy(&(*x)[i], &bits, sizeof bits);
+    }
+  }
+  const Form form{Causal::kTopLeft, kScale, kCap};
+  std::vector<double> weights;
+  const std::vector<double> out = Reference(s, in, {}, false, form, &weights);
+  for (bool want_weights : {true, false}) {
+    SCOPED_TRACE(want_weights ? "with weights" : "without weights");
+    const Result r = RunOp(*engine, s, in, ValidLens::None(), form, want_weights);
+    if (want_weights) {
+      EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
+    }
+    EXPECT_LE(MaxAbsDiff(r.out.data(), out), std::pow(2.0, -9) * (OutTolerance(in.v) / 1e-5));
+  }
+}
+
+TEST(MultiHeadOptionsThreads, SoftCapGivesTheSameBitsForAnyThreadCount) {
+  const std::unique_ptr<Engine> two = EngineWithThreads(2);
+  for (const Shape& s : {Shape{1, 1, 3000, 8, 2, 64, 64}, Shape{4, 1, 300, 8, 4, 64, 64},
+                         Shape{2, 64, 300, 4, 4, 32, 32}}) {
+    SCOPED_TRACE(s.Name());
+    const Inputs in(s, 71);
+    const std::vector<int64_t> lens = TestLengths(s.batch, s.queries, s.keys, true, 13);
+    const ValidLens valid = LensOf(lens, true, s.batch, s.queries);
+    const Form form{Causal::kBottomRight, kScale, kCap};
+    const Result one = RunOp(DefaultEngine(), s, in, valid, form);
+    const Result both = RunOp(*two, s, in, valid, form);
+    EXPECT_EQ(one.out, both.out);
+    EXPECT_EQ(one.weights, both.weights);
+  }
+}
+
+// A cap that is negative, NaN or infinite is refused by name, and nothing
+// is written.
+TEST(MultiHeadOptionsErrors, RefusesABadSoftCapNamingItAndWritesNothing) {
+  const Shape s{2, 3, 5, 4, 2, 8, 6};
+  const Inputs in(s, 3);
+  for (float cap :
+       {-1.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> out(s.out(), kSentinel), weights(s.weights(), kSentinel);
+    MultiHeadOptions options;
+    options.softcap = cap;
+    const Status status = DefaultEngine().MultiHeadAttention(
+        ConstTensor(in.q.data(), {s.batch, s.queries, s.heads, s.depth}),
+        ConstTensor(in.k.data(), {s.batch, s.keys, s.kv_heads, s.depth}),
+        ConstTensor(in.v.data(), {s.batch, s.keys, s.kv_heads, s.value_dim}), ValidLens::None(),
+        options, Tensor(out.data(), {s.batch, s.queries, s.heads, s.value_dim}),
+        Tensor(weights.data(), {s.batch, s.heads, s.queries, s.keys}));
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(status.message(), "MultiHeadAttention: softcap is " + std::to_string(cap) +
+                                    "; it must be finite and >= 0 (0: no cap)");
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == kSentinel; }));
+    EXPECT_TRUE(
+        std::all_of(weights.begin(), weights.end(), [](float x) { return x == kSentinel; }));
+    MultiHeadShapes shapes;
+    EXPECT_EQ(DefaultEngine()
+                  .CheckMultiHeadAttention(
+                      ConstTensor(in.q.data(), {s.batch, s.queries, s.heads, s.depth}),
+                      ConstTensor(in.k.data(), {s.batch, s.keys, s.kv_heads, s.depth}),
+                      ConstTensor(in.v.data(), {s.batch, s.keys, s.kv_heads, s.value_dim}),
+                      ValidLens::None(), options, &shapes)
+                  .code(),
+              StatusCode::kInvalidArgument);
+  }
+}
+
+// The kernel on each target: c · tanh(x / c) within a few float ulps of
+// c times the double tanh of the float quotient (6 ulps), across magnitudes from
+// subnormal to the largest float, at every offset of a vector; ±Inf gives
+// ±c and NaN stays NaN.
+TEST_P(SoftCapKernelTest, CapsEachScoreAsTanhDoes) {
+  std::vector<float> x;
+  for (float magnitude : {1e-40f, 1e-20f, 1e-3f, 0.1f, 0.5f, 0.9f, 1.0f, 1.7f, 3.0f, 8.0f, 20.0f,
+                          90.0f, 1e10f, std::numeric_limits<float>::max()}) {
+    x.push_back(magnitude);
+    x.push_back(-magnitude);
+  }
+  const std::vector<float> random = RandomFloats(37, 5, 6.0f);
+  x.insert(x.end(), random.begin(), random.end());
+  x.push_back(0.0f);
+  x.push_back(std::numeric_limits<float>::infinity());
+  x.push_back(-std::numeric_limits<float>::infinity());
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  for (float cap : {0.5f, 1.0f, 30.0f}) {
+    for (size_t offset : {size_t{0}, size_t{1}, size_t{5}}) {
+      std::vector<float> y(x.begin() + static_cast<int64_t>(offset), x.end());
+      kernels::SoftCap(y.data(), y.size(), cap);
+      for (size_t j = 0; j < y.size(); ++j) {
+        const float in = x[j + offset];
+        SCOPED_TRACE("x " + std::to_string(in) + " cap " + std::to_string(cap));
+        if (std::isnan(in)) {
+          EXPECT_TRUE(std::isnan(y[j]));
+          continue;
+        }
+        const double expected = cap * std::tanh(static_cast<double>(in / cap));
+        // Highway's tanh errs up to 4 ulps; the quotient and the product
+        // round once each.
+        const double ulps = 6 * std::numeric_limits<float>::epsilon() * std::abs(expected);
+        EXPECT_NEAR(y[j], expected, ulps + 1e-44);
+        EXPECT_LE(std::abs(y[j]), cap);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnscore::test
