@@ -381,6 +381,30 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
                   .ok());
   EXPECT_EQ(out_c, out_cpp);
   EXPECT_EQ(w_c, w_cpp);
+  // A cache holding these keys and values attends with the same scale and
+  // cap: the bits of the op with the cache's mask (bottom-right), no lengths.
+  {
+    attnscore_kv_cache* capped_cache = nullptr;
+    ASSERT_EQ(Message(attnscore_kv_cache_create(b, m, hkv, d, d, &capped_cache)), "");
+    ASSERT_EQ(Message(attnscore_kv_cache_append(capped_cache, &kv, &vv)), "");
+    const attnscore_multihead_options bottom_right = {ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 2.0f, 0.75f};
+    ASSERT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, nullptr, &bottom_right,
+                                                    &ov, &wv)),
+              "");
+    std::vector<float> cached(out_c.size()), cached_w(w_c.size());
+    const attnscore_tensor co = COut4(cached, b, n, hq, d), cw = COut4(cached_w, b, hq, n, m);
+    const attnscore_kv_cache_attend_options attend = {2.0f, 0.75f};
+    ASSERT_EQ(Message(attnscore_kv_cache_attend_with_options(capped_cache, engine_, &qv, &attend,
+                                                             &co, &cw)),
+              "");
+    EXPECT_EQ(cached, out_c);
+    EXPECT_EQ(cached_w, w_c);
+    const attnscore_kv_cache_attend_options bad = {0.0f, -1.0f};
+    EXPECT_EQ(
+        Message(attnscore_kv_cache_attend_with_options(capped_cache, engine_, &qv, &bad, &co, &cw)),
+        "KvCache: softcap is -1.000000; it must be finite and >= 0 (0: no cap)");
+    attnscore_kv_cache_destroy(capped_cache);
+  }
   const attnscore_multihead_options negative_cap = {ATTNSCORE_CAUSAL_NONE, 0.0f, -1.0f};
   EXPECT_EQ(
       Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &negative_cap, &ov, &wv)),

@@ -847,8 +847,10 @@ TEST_F(CliTest, BenchMultiHeadTimesEachModeAndRefusesWhatDoesNotApply) {
   ExpectBadInput(Run(shape + "--hidden 8"), "--hidden");
   ExpectBadInput(Run(shape + "--softcap -2"), "--softcap is '-2'; want a finite number >= 0");
   ExpectBadInput(Run(shape + "--softcap nan"), "--softcap is 'nan'; want a finite number >= 0");
-  ExpectBadInput(Run(shape + "--decode --softcap 2"),
-                 "--softcap is for the op, not --module or --decode");
+  ExpectBadInput(Run(shape + "--module --softcap 2"), "--softcap is for the op and --decode");
+  r = Run("bench multihead --batch 2 --queries 1 --keys 40 --decode --softcap 3 --repeat 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"softcap\": 3"), std::string::npos) << r.out;
   r = Run(shape + "--softcap 2.5 --repeat 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("\"softcap\": 2.5"), std::string::npos) << r.out;

@@ -4,12 +4,14 @@
 // path a capped call takes where the tile path would run, bf16 mode,
 // heads-first views), against float64 math written from the definition,
 // outputs and weights; the cap's refusals; the same bits for any thread
-// count. Then the kernel itself (kernels::SoftCap) against std::tanh.
+// count; KvCache::Attend's cap in each precision. Then the kernel itself
+// (kernels::SoftCap) against std::tanh.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -316,6 +318,89 @@ TEST(MultiHeadOptionsErrors, RefusesABadSoftCapNamingItAndWritesNothing) {
                   .code(),
               StatusCode::kInvalidArgument);
   }
+}
+
+// KvCache::Attend with a scale and a cap: in fp32, the op's bits on the same
+// keys (bottom-right, the same options); in bf16, float64 math on the
+// rounded keys and values; in int8, within its coding's error of float64
+// math on the keys as given, where the uncapped scores would be far off.
+TEST(MultiHeadOptionsKvCache, AttendCapsItsScoresInEveryPrecision) {
+  const Shape s{2, 3, 40, 4, 2, 16, 16};
+  const Inputs in(s, 91);
+  const Form form{Causal::kBottomRight, kScale, kCap};
+  KvCacheAttendOptions options;
+  options.scale = static_cast<float>(kScale);
+  options.softcap = static_cast<float>(kCap);
+  // float64 math on K and V as the precision holds them (int8: as given).
+  const auto reference = [&](const Inputs& held, const Form& f, std::vector<double>* weights) {
+    return Reference(s, held, {}, false, f, weights);
+  };
+  for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kInt8}) {
+    SCOPED_TRACE(PrecisionName(precision));
+    KvCacheShape shape;
+    shape.batch = s.batch, shape.capacity = s.keys, shape.kv_heads = s.kv_heads;
+    shape.key_dim = s.depth, shape.value_dim = s.value_dim, shape.precision = precision;
+    std::unique_ptr<KvCache> cache;
+    ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
+    ASSERT_TRUE(cache
+                    ->Append(ConstTensor(in.k.data(), {s.batch, s.keys, s.kv_heads, s.depth}),
+                             ConstTensor(in.v.data(), {s.batch, s.keys, s.kv_heads, s.value_dim}))
+                    .ok());
+    Result r{std::vector<float>(s.out(), kSentinel), std::vector<float>(s.weights(), kSentinel)};
+    ASSERT_TRUE(cache
+                    ->Attend(DefaultEngine(),
+                             ConstTensor(in.q.data(), {s.batch, s.queries, s.heads, s.depth}),
+                             options,
+                             Tensor(r.out.data(), {s.batch, s.queries, s.heads, s.value_dim}),
+                             Tensor(r.weights.data(), {s.batch, s.heads, s.queries, s.keys}))
+                    .ok());
+    std::vector<double> weights;
+    if (precision == Precision::kFp32) {
+      const Result op = RunOp(DefaultEngine(), s, in, ValidLens::None(), form);
+      EXPECT_EQ(r.out, op.out);
+      EXPECT_EQ(r.weights, op.weights);
+    } else if (precision == Precision::kBf16) {
+      Inputs rounded = in;
+      for (std::vector<float>* x : {&rounded.k, &rounded.v}) {
+        std::vector<uint16_t> words(x->size());
+        kernels::RoundToBf16(x->data(), x->size(), words.data());
+        for (size_t i = 0; i < x->size(); ++i) {
+          const uint32_t bits = uint32_t{words[i]} << 16;
+          std::memcpy(&(*x)[i], &bits, sizeof bits);
+        }
+      }
+      const std::vector<double> out = reference(rounded, form, &weights);
+      EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
+      EXPECT_LE(MaxAbsDiff(r.out.data(), out), OutTolerance(in.v));
+    } else {
+      const std::vector<double> out = reference(in, form, &weights);
+      std::vector<double> uncapped_weights;
+      const std::vector<double> uncapped =
+          reference(in, Form{Causal::kBottomRight, kScale, 0}, &uncapped_weights);
+      const double error = MaxAbsDiff(r.out.data(), out);
+      EXPECT_LE(error, 0.05);  // V ~ N(0, 9): 8-bit codes err about 1% of it
+      std::vector<float> capped_out(r.out);
+      EXPECT_GT(MaxAbsDiff(capped_out.data(), uncapped), 10 * error);
+    }
+  }
+  // A bad cap is refused by name, nothing written.
+  KvCacheShape shape;
+  shape.batch = s.batch, shape.capacity = s.keys, shape.kv_heads = s.kv_heads;
+  shape.key_dim = s.depth, shape.value_dim = s.value_dim;
+  std::unique_ptr<KvCache> cache;
+  ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
+  ASSERT_TRUE(cache
+                  ->Append(ConstTensor(in.k.data(), {s.batch, s.keys, s.kv_heads, s.depth}),
+                           ConstTensor(in.v.data(), {s.batch, s.keys, s.kv_heads, s.value_dim}))
+                  .ok());
+  options.softcap = -1.0f;
+  std::vector<float> out(s.out(), kSentinel);
+  const Status refused = cache->Attend(
+      DefaultEngine(), ConstTensor(in.q.data(), {s.batch, s.queries, s.heads, s.depth}), options,
+      Tensor(out.data(), {s.batch, s.queries, s.heads, s.value_dim}));
+  EXPECT_EQ(refused.message(),
+            "KvCache: softcap is -1.000000; it must be finite and >= 0 (0: no cap)");
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == kSentinel; }));
 }
 
 // The kernel on each target: c · tanh(x / c) within a few float ulps of

@@ -417,4 +417,21 @@ attnscore_status* attnscore_kv_cache_attend(const attnscore_kv_cache* cache,
   });
 }
 
+attnscore_status* attnscore_kv_cache_attend_with_options(
+    const attnscore_kv_cache* cache, const attnscore_engine* engine,
+    const attnscore_tensor_view* queries, const attnscore_kv_cache_attend_options* options,
+    const attnscore_tensor* out, const attnscore_tensor* attention_weights) {
+  constexpr const char* kCall = "attnscore_kv_cache_attend_with_options";
+  if (cache == nullptr || engine == nullptr)
+    return Invalid(kCall, "cache and engine must not be null");
+  if (queries == nullptr || out == nullptr)
+    return Invalid(kCall, "queries and out must not be null");
+  attnscore::KvCacheAttendOptions cpp;
+  if (options != nullptr) cpp.scale = options->scale, cpp.softcap = options->softcap;
+  return Guarded(kCall, [&] {
+    return cache->cache->Attend(*engine->engine, In(queries), cpp, Out(out),
+                                Out(attention_weights));
+  });
+}
+
 }  // extern "C"

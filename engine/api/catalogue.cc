@@ -65,6 +65,15 @@ ParamSpec CausalParam() {
           "keys a query may see: top-left, query i sees keys 0..i; bottom-right, keys 0..M-N+i"};
 }
 
+ParamSpec ScaleParam() {
+  return {"scale", Kind::kCall, Type::kFloat, {}, "0", "scores' factor; 0 is 1/sqrt(D)"};
+}
+
+ParamSpec SoftCapParam() {
+  return {"softcap", Kind::kCall, Type::kFloat,
+          {},        "0",         "soft cap c: each score s becomes c tanh(s / c); 0 is none"};
+}
+
 OpSpec MaskedSoftmaxSpec() {
   OpSpec op;
   op.name = "masked_softmax";
@@ -88,14 +97,7 @@ OpSpec MultiHeadOpSpec() {
                      Floats("keys", {"B", "M", "Hkv", "D"}, "the keys; Hkv divides Hq"),
                      Floats("values", {"B", "M", "Hkv", "Dv"}, "the values"), ValidLensSpec()},
                     {"B", "N", "Hq", "Dv"}, {"B", "Hq", "N", "M"});
-  op.params = {CausalParam(),
-               {"scale", Kind::kCall, Type::kFloat, {}, "0", "scores' factor; 0 is 1/sqrt(D)"},
-               {"softcap",
-                Kind::kCall,
-                Type::kFloat,
-                {},
-                "0",
-                "soft cap c: each score s becomes c tanh(s / c); 0 is none"}};
+  op.params = {CausalParam(), ScaleParam(), SoftCapParam()};
   return op;
 }
 
@@ -124,7 +126,9 @@ OpSpec KvCacheSpec() {
                          {"fp32", "bf16", "int8"},
                          "fp32",
                          "how keys and values are held (bf16: rounded once, as appended; int8: "
-                         "codes with their scales)"}};
+                         "codes with their scales)"},
+               ScaleParam(),
+               SoftCapParam()};
   op.stateful = true;
   return op;
 }

@@ -252,7 +252,14 @@ Status KvCache::Clear(int64_t sequence) {
 
 Status KvCache::Attend(const Engine& engine, ConstTensor queries, Tensor out,
                        Tensor attention_weights) const {
+  return Attend(engine, queries, KvCacheAttendOptions(), out, attention_weights);
+}
+
+Status KvCache::Attend(const Engine& engine, ConstTensor queries,
+                       const KvCacheAttendOptions& options, Tensor out,
+                       Tensor attention_weights) const {
   const KvCacheShape& s = storage_->shape;
+  ATTNSCORE_RETURN_IF_ERROR(ops::CheckScoreOptions(kOp, options.scale, options.softcap));
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "queries", queries,
                                         {s.batch, kAnyDim, kAnyDim, s.key_dim}, "(B, N, Hq, D)"));
   if (queries.dims[2] % s.kv_heads != 0) {
@@ -286,20 +293,25 @@ Status KvCache::Attend(const Engine& engine, ConstTensor queries, Tensor out,
           }
         }
         const ValidLens lens = ValidLens::PerQuery(lengths, s.batch, queries_per_sequence);
+        const ops::ScoreForm form{options.scale, options.softcap};  // scale 0: 1/sqrt(D)
         if (s.precision == Precision::kInt8) {
           return ops::CachedAttention(call, kOp, queries, storage_->Int8Keys(longest),
-                                      storage_->Int8Values(longest), lens, out, attention_weights);
+                                      storage_->Int8Values(longest), lens, form, out,
+                                      attention_weights);
         }
         if (s.precision == Precision::kBf16) {
           return ops::CachedAttention(
               call, kOp, queries, storage_->Bf16Keys(longest),
-              storage_->View<uint16_t>(storage_->values, longest, s.value_dim), lens, out,
+              storage_->View<uint16_t>(storage_->values, longest, s.value_dim), lens, form, out,
               attention_weights);
         }
+        MultiHeadOptions multihead;
+        multihead.scale = options.scale;
+        multihead.softcap = options.softcap;
         return ops::MultiHeadAttention(
             call, kOp, queries, storage_->View<float>(storage_->keys, longest, s.key_dim),
-            storage_->View<float>(storage_->values, longest, s.value_dim), lens, MultiHeadOptions(),
-            out, attention_weights);
+            storage_->View<float>(storage_->values, longest, s.value_dim), lens, multihead, out,
+            attention_weights);
       });
 }
 

@@ -16,6 +16,7 @@
 #include "attnscore/concat.h"
 #include "attnscore/kv_cache.h"
 #include "attnscore/multihead.h"
+#include "ops/multihead.h"
 
 namespace attnscore {
 namespace internal {
@@ -172,7 +173,10 @@ class KvCacheEntry : public Op::Impl {
     if (call.inputs[1] != nullptr) {
       ATTNSCORE_RETURN_IF_ERROR(cache_->Append(call.Floats(1), call.Floats(2)));
     }
-    return cache_->Attend(engine, call.Floats(0), call.outputs[0], call.outputs[1]);
+    KvCacheAttendOptions options;
+    options.scale = call.options.scale;
+    options.softcap = call.options.softcap;
+    return cache_->Attend(engine, call.Floats(0), options, call.outputs[0], call.outputs[1]);
   }
 
  private:
@@ -181,6 +185,8 @@ class KvCacheEntry : public Op::Impl {
   // every sequence will hold.
   Status CheckStep(const BoundCall& call, Shapes* shapes) const {
     const KvCacheShape& s = cache_->shape();
+    ATTNSCORE_RETURN_IF_ERROR(
+        ops::CheckScoreOptions("KvCache", call.options.scale, call.options.softcap));
     const ConstTensor q = call.Floats(0), k = call.Floats(1);
     if ((call.inputs[1] == nullptr) != (call.inputs[2] == nullptr)) {
       return Status::InvalidArgument("KvCache: keys and values are appended together; got one");

@@ -43,15 +43,7 @@ Status CheckInputs(const char* op, const ConstTensor& q, const ConstTensor& k, c
         " heads and keys " + ShapeString(k) + " have " + std::to_string(kv_heads) +
         "; the query heads Hq must be a multiple of the key-value heads Hkv");
   }
-  if (!std::isfinite(multihead.scale)) {
-    return Status::InvalidArgument(std::string(op) + ": scale is " +
-                                   std::to_string(multihead.scale) + "; it must be finite");
-  }
-  if (!(multihead.softcap >= 0.0f) || !std::isfinite(multihead.softcap)) {
-    return Status::InvalidArgument(std::string(op) + ": softcap is " +
-                                   std::to_string(multihead.softcap) +
-                                   "; it must be finite and >= 0 (0: no cap)");
-  }
+  ATTNSCORE_RETURN_IF_ERROR(CheckScoreOptions(op, multihead.scale, multihead.softcap));
   return CheckCausal(op, multihead.causal, q, k);
 }
 
@@ -193,6 +185,18 @@ Status CheckMultiHeadAttentionInputs(const ConstTensor& q, const ConstTensor& k,
   return Status::Ok();
 }
 
+Status CheckScoreOptions(const char* op, float scale, float softcap) {
+  if (!std::isfinite(scale)) {
+    return Status::InvalidArgument(std::string(op) + ": scale is " + std::to_string(scale) +
+                                   "; it must be finite");
+  }
+  if (!(softcap >= 0.0f) || !std::isfinite(softcap)) {
+    return Status::InvalidArgument(std::string(op) + ": softcap is " + std::to_string(softcap) +
+                                   "; it must be finite and >= 0 (0: no cap)");
+  }
+  return Status::Ok();
+}
+
 Status CheckCausal(const char* op, Causal causal, const ConstTensor& q, const ConstTensor& k) {
   switch (causal) {
     case Causal::kNone:
@@ -217,7 +221,7 @@ Status CheckCausal(const char* op, Causal causal, const ConstTensor& q, const Co
 template <class KeyView, class ValueView>
 Status CachedRowsAttention(const internal::CallContext& call, const char* op, ConstTensor q,
                            const KeyView& k, const ValueView& v, const ValidLens& valid_lens,
-                           Tensor out, Tensor attention) {
+                           ScoreForm form, Tensor out, Tensor attention) {
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t value_dim = v.dims[3];
   ATTNSCORE_RETURN_IF_ERROR(CheckOutputShapes(op, q, keys, value_dim, out, attention));
@@ -226,9 +230,11 @@ Status CachedRowsAttention(const internal::CallContext& call, const char* op, Co
   std::vector<int64_t> lengths;
   ATTNSCORE_RETURN_IF_ERROR(
       EffectiveLengths(call.workspace, valid_lens, Causal::kNone, batch, queries, keys, &lengths));
-  const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3])));
+  if (form.scale == 0.0f) {
+    form.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3])));
+  }
   if (q.strides[3] == 1 && out.strides[3] == 1) {
-    return GroupedDecode(call, q, k, v, lengths, ScoreForm{scale}, out, attention);
+    return GroupedDecode(call, q, k, v, lengths, form, out, attention);
   }
   // Rows the kernels cannot read in place go through dense copies.
   const int64_t depth = q.dims[3];
@@ -244,23 +250,26 @@ Status CachedRowsAttention(const internal::CallContext& call, const char* op, Co
   const Tensor q_copy(copies, {batch, queries, heads, depth});
   const Tensor out_copy(copies + q_floats, {batch, queries, heads, value_dim});
   for (int64_t h = 0; h < heads; ++h) CopyRows(OneHead(q, h), OneHead(q_copy, h));
-  ATTNSCORE_RETURN_IF_ERROR(GroupedDecode(call, ConstTensor(q_copy), k, v, lengths,
-                                          ScoreForm{scale}, out_copy, attention));
+  ATTNSCORE_RETURN_IF_ERROR(
+      GroupedDecode(call, ConstTensor(q_copy), k, v, lengths, form, out_copy, attention));
   for (int64_t h = 0; h < heads; ++h) CopyRows(OneHead(ConstTensor(out_copy), h), OneHead(out, h));
   return Status::Ok();
 }
 
 Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
                        const dot_product::Bf16KeyView& keys, TensorView<const uint16_t> values,
-                       const ValidLens& valid_lens, Tensor out, Tensor attention_weights) {
-  return CachedRowsAttention(call, op, queries, keys, values, valid_lens, out, attention_weights);
+                       const ValidLens& valid_lens, const ScoreForm& form, Tensor out,
+                       Tensor attention_weights) {
+  return CachedRowsAttention(call, op, queries, keys, values, valid_lens, form, out,
+                             attention_weights);
 }
 
 Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
                        const dot_product::Int8KeyView& keys,
                        const dot_product::Int8ValueView& values, const ValidLens& valid_lens,
-                       Tensor out, Tensor attention_weights) {
-  return CachedRowsAttention(call, op, queries, keys, values, valid_lens, out, attention_weights);
+                       const ScoreForm& form, Tensor out, Tensor attention_weights) {
+  return CachedRowsAttention(call, op, queries, keys, values, valid_lens, form, out,
+                             attention_weights);
 }
 
 Status MultiHeadAttention(const internal::CallContext& call, const char* op, ConstTensor q,

@@ -35,15 +35,20 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
 // their scales (dot_product_paths.h). Q (B, N, Hq, D) any strides, K (B, M,
 // Hkv, D) and V (B, M, Hkv, Dv) by strides with each row's elements
 // contiguous, per-query `valid_lens` (they carry the cache's causal bound),
-// scale 1/sqrt(D). Runs the decode form of the op (the grouped row path), a
-// query position at a time. Messages name `op`.
+// scores as `form` says (its scale 0: 1/sqrt(D); checked by
+// CheckScoreOptions). Runs the decode form of the op (the grouped row
+// path), a query position at a time. Messages name `op`.
 Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
                        const dot_product::Bf16KeyView& keys, TensorView<const uint16_t> values,
-                       const ValidLens& valid_lens, Tensor out, Tensor attention_weights);
+                       const ValidLens& valid_lens, const ScoreForm& form, Tensor out,
+                       Tensor attention_weights);
 Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
                        const dot_product::Int8KeyView& keys,
                        const dot_product::Int8ValueView& values, const ValidLens& valid_lens,
-                       Tensor out, Tensor attention_weights);
+                       const ScoreForm& form, Tensor out, Tensor attention_weights);
+
+// The checks of a call's scale (finite) and soft cap (finite and >= 0).
+Status CheckScoreOptions(const char* op, float scale, float softcap);
 
 // The checks a causal mask adds: a known Causal, and M >= N for bottom-right.
 Status CheckCausal(const char* op, Causal causal, const ConstTensor& queries,

@@ -292,6 +292,18 @@ ATTNSCORE_API attnscore_status* attnscore_kv_cache_attend(const attnscore_kv_cac
                                                           const attnscore_tensor* out,
                                                           const attnscore_tensor* attention_weights);
 
+/* KvCache::Attend's options (attnscore::KvCacheAttendOptions). */
+typedef struct attnscore_kv_cache_attend_options {
+  float scale;   /* 0: 1/sqrt(D) */
+  float softcap; /* 0: none; c > 0: each score s becomes c tanh(s / c) */
+} attnscore_kv_cache_attend_options;
+
+/* attnscore_kv_cache_attend with options; NULL options are the defaults. */
+ATTNSCORE_API attnscore_status* attnscore_kv_cache_attend_with_options(
+    const attnscore_kv_cache* cache, const attnscore_engine* engine,
+    const attnscore_tensor_view* queries, const attnscore_kv_cache_attend_options* options,
+    const attnscore_tensor* out, const attnscore_tensor* attention_weights);
+
 /* ---- The catalogue: every op and model by name (attnscore/catalogue.h) ---- */
 
 typedef enum attnscore_dtype {

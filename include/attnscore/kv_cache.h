@@ -40,6 +40,13 @@ namespace internal {
 struct KvCacheBytes;
 }  // namespace internal
 
+// How KvCache::Attend makes its scores, beyond the cache's own causal mask:
+// MultiHeadOptions' factor and soft cap (docs/semantics.md section 5.1).
+struct KvCacheAttendOptions {
+  float scale = 0.0f;    // what q·k is multiplied by; 0 means 1/sqrt(D). Finite.
+  float softcap = 0.0f;  // c > 0: each score s becomes c · tanh(s / c); 0: none
+};
+
 struct KvCacheShape {
   int64_t batch = 1;      // B sequences
   int64_t capacity = 0;   // positions per sequence
@@ -107,6 +114,10 @@ class ATTNSCORE_API KvCache {
   // with L the longest sequence's length, zero past each sequence's own.
   Status Attend(const Engine& engine, ConstTensor queries, Tensor out,
                 Tensor attention_weights = Tensor()) const;
+  // The same with the scores' factor and soft cap of `options`; a scale
+  // that is not finite, or a cap that is negative or not finite, is refused.
+  Status Attend(const Engine& engine, ConstTensor queries, const KvCacheAttendOptions& options,
+                Tensor out, Tensor attention_weights = Tensor()) const;
 
  private:
   struct Storage;

@@ -597,8 +597,8 @@ PYBIND11_MODULE(_attnscore, m) {
           py::arg("sequence"))
       .def(
           "attend",
-          [](const KvCache& cache, const Engine& engine, const py::object& q,
-             bool return_weights) -> py::object {
+          [](const KvCache& cache, const Engine& engine, const py::object& q, bool return_weights,
+             float scale, float softcap) -> py::object {
             py::object q_keep, out_array, weights_array;
             const ConstTensor qv = InputView(q, "q", &q_keep);
             if (qv.rank != 4) {
@@ -613,15 +613,20 @@ PYBIND11_MODULE(_attnscore, m) {
             const std::vector<int64_t> scores{qv.dims[0], qv.dims[2], qv.dims[1], longest};
             Tensor weights;
             if (return_weights) weights = NewOutput(scores, &weights_array);
+            KvCacheAttendOptions options;
+            options.scale = scale;
+            options.softcap = softcap;
             ThrowIfError(Interruptible(Elements({&scores})).Run([&] {
-              return cache.Attend(engine, qv, out, weights);
+              return cache.Attend(engine, qv, options, out, weights);
             }));
             if (return_weights) return py::make_tuple(out_array, weights_array);
             return out_array;
           },
           py::arg("engine"), py::arg("q"), py::arg("return_weights") = false,
+          py::arg("scale") = 0.0f, py::arg("softcap") = 0.0f,
           "q (B, N, Hq, D): each sequence's N newest positions, attending causally to its "
-          "keys. Returns out (B, N, Hq, Dv), or (out, weights (B, Hq, N, L)).")
+          "keys, scores times scale (0: 1/sqrt(D)) and, for softcap c > 0, c·tanh(s / c). "
+          "Returns out (B, N, Hq, Dv), or (out, weights (B, Hq, N, L)).")
       .def("__repr__", [](const KvCache& c) {
         const KvCacheShape& s = c.shape();
         return "attnscore.KvCache(batch=" + std::to_string(s.batch) +

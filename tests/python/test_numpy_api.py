@@ -781,6 +781,13 @@ def test_multihead_attention_soft_cap(engine, rng, n):
     assert np.abs(uncapped - want_out).max() > 0.01  # the cap matters here
     with pytest.raises(ValueError, match="softcap is -1.000000; it must be finite and >= 0"):
         engine.multihead_attention(q, k, v, softcap=-1.0)
+    # A cache's step with the same options: the op's answer.
+    cache = attnscore.KvCache(batch=2, capacity=11, kv_heads=2, key_dim=16, value_dim=8)
+    cache.append(k, v)
+    got, got_w = cache.attend(engine, q, return_weights=True, scale=0.5, softcap=1.5)
+    assert np.array_equal(got, out) and np.array_equal(got_w, w)
+    with pytest.raises(ValueError, match="KvCache: softcap is -1.000000"):
+        cache.attend(engine, q, softcap=-1.0)
 
 
 def test_kv_cache_decode_steps(engine, rng):

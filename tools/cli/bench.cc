@@ -230,7 +230,7 @@ Status CheckInfoWithoutJson(const Args& args) {
 // sequence instead (with --pool, one whose sequences share a pool of just
 // enough blocks; --kv-precision, the cache's); --module times d2l's MultiHeadAttention module with
 // random weights (num_hiddens H·D, biases with --bias) instead of the op. --softcap C caps the
-// op's scores (MultiHeadOptions::softcap).
+// scores of the op or the decode (MultiHeadOptions::softcap, KvCacheAttendOptions::softcap).
 int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry) {
   Status s = CheckFlags(
       args, {"--batch",      "--queries", "--keys",   "--query-dim",    "--heads",   "--kv-heads",
@@ -273,9 +273,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   }
   float softcap = 0.0f;
   if (args.has("--softcap")) {
-    if (module || decode) {
-      return Fail(Status::InvalidArgument("--softcap is for the op, not --module or --decode"));
-    }
+    if (module) return Fail(Status::InvalidArgument("--softcap is for the op and --decode"));
     const std::string text = args.get("--softcap");
     char* end = nullptr;
     const double value = std::strtod(text.c_str(), &end);
@@ -402,8 +400,10 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
              .ok()) {
       return Fail(s);
     }
-    call = [&] {
-      return cache->Attend(*engine, ConstTensor(q.data(), {B, N, heads, D}),
+    KvCacheAttendOptions attend;
+    attend.softcap = softcap;
+    call = [&, attend] {
+      return cache->Attend(*engine, ConstTensor(q.data(), {B, N, heads, D}), attend,
                            Tensor(out.data(), {B, N, heads, D}), weights_view);
     };
   } else {

@@ -102,8 +102,8 @@ entry and 2 L (Dk + Dv) per query. The JSON also names the Highway target
 in use and oneDNN's implementations.
 multihead (and multihead_attention) times Engine::MultiHeadAttention on Q (B, N, H, D) and K, V
 (B, M, G, D) (--heads H, default 8; --kv-heads G, default H; --query-dim D
-per head), with --causal and --softcap (c > 0: each score s becomes c tanh(s / c)); --decode
-(and kv_cache_attend) instead attends with N new queries over
+per head), with --causal and --softcap (c > 0: each score s becomes c tanh(s / c), in the
+op or --decode); --decode (and kv_cache_attend) instead attends with N new queries over
 a KvCache holding M keys per sequence (--pool: its sequences share a pool
 of just enough blocks, each the fewest positions that are whole pages);
 --module times d2l's MultiHeadAttention (num_hiddens H·D, random weights,
