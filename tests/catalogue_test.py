@@ -218,6 +218,79 @@ class CatalogueTest(unittest.TestCase):
                 self.assertEqual(result.returncode, 0, result.stderr)
                 self.assertIn("median_us", json.loads(result.stdout))
 
+    def test_call_parameters_reach_every_front_end(self):
+        """A call's parameters (scale and softcap) through Python's Op, the
+        typed Python call, the C op handle, `attnscore run` and, for a
+        stateless entry, the server: one set of bits, not the defaults'."""
+        a = self.attnscore
+        call = {"scale": 0.5, "softcap": 0.75}
+        lib = ctypes.CDLL(os.path.join(BUILD, "libattnscore.so"))
+        lib.attnscore_status_message.restype = ctypes.c_char_p
+        for f in ("attnscore_op_create", "attnscore_op_run", "attnscore_engine_create"):
+            getattr(lib, f).restype = ctypes.c_void_p
+        engine = ctypes.c_void_p()
+        self.assertIsNone(lib.attnscore_engine_create(ctypes.byref(EngineOptions(1, 4, 0)),
+                                                      ctypes.byref(engine)))
+        for name in ("multihead_attention", "kv_cache_attend"):
+            entry, inputs, _, params, plain = self.cases[name]
+            with self.subTest(entry=name):
+                # A cache's entry appends its keys: a fresh one for each call.
+                want = a.Op(name, None, **params)(self.engine, return_weights=True, **inputs,
+                                                  **call)
+                self.assertFalse(np.array_equal(bits(want[0]), bits(plain[0])))
+                q, k, v = inputs["queries"], inputs["keys"], inputs["values"]
+                if name == "multihead_attention":
+                    typed = self.engine.multihead_attention(
+                        q, k, v, inputs.get("valid_lens"), return_weights=True, **call)
+                else:
+                    cache = a.KvCache(params["batch"], params["capacity"], params["kv_heads"],
+                                      params["key_dim"], params["value_dim"])
+                    cache.append(k, v)
+                    typed = cache.attend(self.engine, q, return_weights=True, **call)
+                for got, w in zip(typed, want):
+                    np.testing.assert_array_equal(bits(got), bits(w))
+                # The C op handle, the parameters as text.
+                op = ctypes.c_void_p()
+                p = c_params(params)
+                self.assertIsNone(lib.attnscore_op_create(name.encode(), p, len(params), None,
+                                                          0, ctypes.byref(op)))
+                c_inputs = (NamedTensor * len(inputs))(*[named(n, x) for n, x in inputs.items()])
+                got = [np.zeros_like(w) for w in want]
+                outputs = [o["name"] for o in entry["outputs"]]
+                c_outputs = (NamedTensor * len(got))(*[named(n, g) for n, g in zip(outputs, got)])
+                status = lib.attnscore_op_run(op, engine, c_inputs, len(inputs), c_params(call),
+                                              len(call), c_outputs, len(got))
+                if status:
+                    self.fail(lib.attnscore_status_message(ctypes.c_void_p(status)).decode())
+                lib.attnscore_op_destroy(op)
+                for g, w in zip(got, want):
+                    np.testing.assert_array_equal(bits(g), bits(w))
+                # attnscore run NAME ... --scale 0.5 --softcap 0.75
+                flags = []
+                for key, array in inputs.items():
+                    path = os.path.join(self.dir, "call_%s_%s.npy" % (name, key))
+                    np.save(path, array)
+                    flags += ["--" + key.replace("_", "-"), path]
+                for key, value in params.items():
+                    flags += ["--" + key.replace("_", "-"), str(value)]
+                out = os.path.join(self.dir, "call_%s_out.npy" % name)
+                result = self.cli("run", name, *flags, "--scale", "0.5", "--softcap", "0.75",
+                                  "--out", out)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                np.testing.assert_array_equal(bits(np.load(out)), bits(want[0]))
+                if entry["stateful"]:
+                    continue
+                from server_util import Server, infer_body, output_array  # noqa: E402
+                with Server(os.path.join(BUILD, "bin", "attnscore-server")) as server:
+                    body = infer_body(inputs, outputs)
+                    body["parameters"] = call
+                    status, _, answer = server.call("POST", "/v2/models/%s/infer" % name, body)
+                    self.assertEqual(status, 200, answer)
+                    for output, w in zip(outputs, want):
+                        np.testing.assert_array_equal(bits(output_array(answer, output)),
+                                                      bits(w))
+        lib.attnscore_engine_destroy(engine)
+
     def test_the_server_serves_every_stateless_entry(self):
         from server_util import Server, infer_body, output_array  # noqa: E402
         with Server(os.path.join(BUILD, "bin", "attnscore-server"), "--models",

@@ -854,6 +854,9 @@ TEST_F(CliTest, BenchMultiHeadTimesEachModeAndRefusesWhatDoesNotApply) {
   r = Run(shape + "--softcap 2.5 --repeat 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("\"softcap\": 2.5"), std::string::npos) << r.out;
+  r = Run(shape + "--softcap 2.5 --repeat 2");  // the cap named on the first line
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(" causal none softcap 2.500000 valid-lens "), std::string::npos) << r.out;
 }
 
 // run --info prints info after the outputs are written; the softmax makes

@@ -140,8 +140,9 @@ const char* CausalName(Causal c) {
   return c == Causal::kNone ? "none" : c == Causal::kTopLeft ? "top-left" : "bottom-right";
 }
 
-// Scores about ±3 (scale 1.5 on D 16 of U(-1, 1)) against a cap of 1: the
-// cap moves every weight, so a path that skipped it would be far off.
+// Scores of standard deviation 6 (scale 1.5 on D 16 of N(0, 1)) against a
+// cap of 1: the cap moves every weight, so a path that skipped it would be
+// far off.
 constexpr double kScale = 1.5, kCap = 1.0;
 
 TEST_P(MultiHeadOptionsTest, SoftCapMatchesTheReferenceOnEveryPathLengthKindAndMask) {
@@ -179,6 +180,49 @@ TEST_P(MultiHeadOptionsTest, SoftCapMatchesTheReferenceOnEveryPathLengthKindAndM
       }
     }
     seed += 10;
+  }
+}
+
+// The cap where the weights output has strided columns (the gemm path
+// through its row buffer) and where a query of the key-block row path has
+// length 0 (uniform weights over all M keys, uncapped: it has no scores).
+TEST(MultiHeadOptionsEdges, SoftCapWithStridedWeightsAndAZeroLength) {
+  const Form form{Causal::kNone, kScale, kCap};
+  {
+    const Shape s{2, 9, 13, 4, 2, 16, 8};
+    const Inputs in(s, 81);
+    std::vector<float> out(s.out(), kSentinel), weights(s.weights(), kSentinel);
+    // (B, Hq, N, M) in memory laid out (B, Hq, M, N): unit stride along N.
+    const Tensor w(weights.data(), {s.batch, s.heads, s.queries, s.keys},
+                   {s.heads * s.keys * s.queries, s.keys * s.queries, 1, s.queries});
+    ASSERT_TRUE(DefaultEngine()
+                    .MultiHeadAttention(
+                        ConstTensor(in.q.data(), {s.batch, s.queries, s.heads, s.depth}),
+                        ConstTensor(in.k.data(), {s.batch, s.keys, s.kv_heads, s.depth}),
+                        ConstTensor(in.v.data(), {s.batch, s.keys, s.kv_heads, s.value_dim}),
+                        ValidLens::None(), OptionsOf(form),
+                        Tensor(out.data(), {s.batch, s.queries, s.heads, s.value_dim}), w)
+                    .ok());
+    std::vector<double> want_weights;
+    const std::vector<double> want = Reference(s, in, {}, false, form, &want_weights);
+    EXPECT_LE(MaxAbsDiff(out.data(), want), OutTolerance(in.v));
+    std::vector<float> dense(weights.size());  // back to (B, Hq, N, M)
+    for (int64_t bh = 0; bh < s.batch * s.heads; ++bh)
+      for (int64_t i = 0; i < s.queries; ++i)
+        for (int64_t j = 0; j < s.keys; ++j)
+          dense[static_cast<size_t>((bh * s.queries + i) * s.keys + j)] =
+              weights[static_cast<size_t>((bh * s.keys + j) * s.queries + i)];
+    EXPECT_LE(MaxAbsDiff(dense.data(), want_weights), kWeightTolerance);
+  }
+  {
+    const Shape s{1, 2, 3000, 2, 1, 16, 8};
+    const Inputs in(s, 83);
+    const std::vector<int64_t> lens = {0, 2999};
+    const Result r = RunOp(DefaultEngine(), s, in, LensOf(lens, true, s.batch, s.queries), form);
+    std::vector<double> weights;
+    const std::vector<double> out = Reference(s, in, lens, true, form, &weights);
+    EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
+    EXPECT_LE(MaxAbsDiff(r.out.data(), out), OutTolerance(in.v));
   }
 }
 

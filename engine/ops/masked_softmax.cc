@@ -51,7 +51,7 @@ Status ForEachSoftmaxRow(internal::Workspace& workspace, ConstTensor x, Tensor y
         if (unit_columns) {
           const float* scores = at.x;
           if (softcap > 0.0f) {
-            std::copy(at.x, at.x + at.valid, at.y);
+            if (at.x != at.y) std::copy(at.x, at.x + at.valid, at.y);
             kernels::SoftCap(at.y, at.valid, softcap);
             scores = at.y;
           }

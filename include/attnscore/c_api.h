@@ -202,15 +202,19 @@ typedef enum attnscore_causal {
   ATTNSCORE_CAUSAL_BOTTOM_RIGHT = 2 /* query i sees keys 0..M - N + i; needs M >= N */
 } attnscore_causal;
 
+/* Set every field: start from ATTNSCORE_MULTIHEAD_OPTIONS_INIT (or = {0}),
+ * since a field left unset (softcap, new in 0.5) would be read as given. */
 typedef struct attnscore_multihead_options {
   int32_t causal; /* attnscore_causal */
   float scale;    /* 0: 1/sqrt(D) */
   float softcap;  /* 0: none; c > 0: each score s becomes c tanh(s / c) */
 } attnscore_multihead_options;
+#define ATTNSCORE_MULTIHEAD_OPTIONS_INIT \
+  { ATTNSCORE_CAUSAL_NONE, 0.0f, 0.0f }
 
 /* Engine::MultiHeadAttention: Q (B, N, Hq, D), K (B, M, Hkv, D),
  * V (B, M, Hkv, Dv), out (B, N, Hq, Dv), attention_weights (B, Hq, N, M) or
- * NULL; options NULL means no mask and 1/sqrt(D). */
+ * NULL; options NULL means no mask, 1/sqrt(D) and no cap. */
 ATTNSCORE_API attnscore_status* attnscore_multihead_attention(
     const attnscore_engine* engine, const attnscore_tensor_view* queries,
     const attnscore_tensor_view* keys, const attnscore_tensor_view* values,

@@ -88,6 +88,17 @@ py::object CallModel(const Model& model, const Engine& engine, const py::object&
 }
 
 // "none", "top-left" or "bottom-right".
+// multihead_attention's softcap, a number: a bool is refused, as a call
+// written before softcap came (return_weights in its place) would pass one.
+float SoftCapArgument(const py::object& softcap) {
+  if (py::isinstance<py::bool_>(softcap)) {
+    throw py::type_error(
+        "softcap is a number (the scores' cap, 0: none), got a bool; "
+        "pass return_weights= by name");
+  }
+  return softcap.cast<float>();
+}
+
 Causal CausalArgument(const std::string& name) {
   if (name == "none") return Causal::kNone;
   if (name == "top-left") return Causal::kTopLeft;
@@ -245,12 +256,13 @@ PYBIND11_MODULE(_attnscore, m) {
       .def(
           "multihead_attention",
           [](const Engine& engine, const py::object& q, const py::object& k, const py::object& v,
-             const py::object& valid_lens, const std::string& causal, float scale, float softcap,
-             bool return_weights, const py::object& out, const py::object& weights_out) {
+             const py::object& valid_lens, const std::string& causal, float scale,
+             const py::object& softcap, bool return_weights, const py::object& out,
+             const py::object& weights_out) {
             MultiHeadOptions options;
             options.causal = CausalArgument(causal);
             options.scale = scale;
-            options.softcap = softcap;
+            options.softcap = SoftCapArgument(softcap);
             return RunAttention(
                 q, k, v, valid_lens, return_weights, out, weights_out,
                 [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
@@ -269,7 +281,7 @@ PYBIND11_MODULE(_attnscore, m) {
                 });
           },
           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("valid_lens") = py::none(),
-          py::arg("causal") = "none", py::arg("scale") = 0.0f, py::arg("softcap") = 0.0f,
+          py::arg("causal") = "none", py::arg("scale") = 0.0f, py::arg("softcap") = 0.0,
           py::arg("return_weights") = false, py::arg("out") = py::none(),
           py::arg("weights_out") = py::none(), kMultiHeadDoc)
       .def("__repr__", [](const Engine& e) {

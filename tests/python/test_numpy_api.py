@@ -781,6 +781,9 @@ def test_multihead_attention_soft_cap(engine, rng, n):
     assert np.abs(uncapped - want_out).max() > 0.01  # the cap matters here
     with pytest.raises(ValueError, match="softcap is -1.000000; it must be finite and >= 0"):
         engine.multihead_attention(q, k, v, softcap=-1.0)
+    # A call written before softcap came, return_weights where softcap now is.
+    with pytest.raises(TypeError, match="softcap is a number .* got a bool"):
+        engine.multihead_attention(q, k, v, None, "none", 0.0, True)
     # A cache's step with the same options: the op's answer.
     cache = attnscore.KvCache(batch=2, capacity=11, kv_heads=2, key_dim=16, value_dim=8)
     cache.append(k, v)

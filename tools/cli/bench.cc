@@ -479,12 +479,14 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
                        {"onednn_implementations", OnednnImplementations(info)}};
     std::printf("%s\n", OneLine(json).c_str());
   } else {
-    std::printf("multihead %s (%lld, %lld, %lld) heads %lld kv-heads %lld D %lld causal %s "
-                "valid-lens %s, %d thread(s), isa %s, %s\n",
-                what.c_str(), static_cast<long long>(B), static_cast<long long>(N),
-                static_cast<long long>(M), static_cast<long long>(heads),
-                static_cast<long long>(kv_heads), static_cast<long long>(D), causal_name.c_str(),
-                mode.c_str(), engine->options().threads, isa.c_str(), precision);
+    const std::string cap = softcap > 0.0f ? " softcap " + std::to_string(softcap) : "";
+    std::printf(
+        "multihead %s (%lld, %lld, %lld) heads %lld kv-heads %lld D %lld causal %s%s "
+        "valid-lens %s, %d thread(s), isa %s, %s\n",
+        what.c_str(), static_cast<long long>(B), static_cast<long long>(N),
+        static_cast<long long>(M), static_cast<long long>(heads), static_cast<long long>(kv_heads),
+        static_cast<long long>(D), causal_name.c_str(), cap.c_str(), mode.c_str(),
+        engine->options().threads, isa.c_str(), precision);
     std::printf("median %.2f us, min %.2f us over %lld runs; %.2f GFLOP/s, %.2f GB/s\n", median,
                 min, static_cast<long long>(repeat), flops / (median * 1e3),
                 bytes / (median * 1e3));

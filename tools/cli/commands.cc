@@ -77,9 +77,10 @@ A bilinear model holds float32 W.weight (Dq, Dk): scores Q W Kᵀ, unscaled,
 for queries and keys of different sizes; Q (B, N, Dq), K (B, M, Dk).
 multihead_attention takes Q (B, N, Hq, D), K (B, M, Hkv, D), V (B, M, Hkv,
 Dv), --causal, --scale and --softcap (c > 0: each score s becomes
-c tanh(s / c)); its weights are (B, Hq, N, M). kv_cache_attend
-appends K (B, T, Hkv, D) and V to a fresh cache of their sizes, then Q
-(B, N, Hq, D), N <= T, the newest positions, attend to it.
+c tanh(s / c)); its weights are (B, Hq, N, M). kv_cache_attend appends
+K (B, T, Hkv, D) and V to a fresh cache of their sizes, then Q (B, N, Hq,
+D), N <= T, the newest positions, attend to it, with --scale and --softcap
+as multihead_attention's.
 
 bench times the op on random data: median and min of R runs (default 20)
 after 3 warm-up runs. --valid-lens: none (all keys), full (L = M given
