@@ -21,20 +21,6 @@
 
 namespace attnscore::test {
 
-// x rounded to the nearest bfloat16, ties to even, written from the format's
-// definition (the engine's own rounding is not used): finite inputs only.
-inline float RoundedToBf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  const uint32_t low = bits & 0xFFFFu, kept = bits >> 16;
-  uint32_t word = kept;
-  if (low > 0x8000u || (low == 0x8000u && (kept & 1u) != 0)) ++word;
-  bits = word << 16;
-  float y;
-  std::memcpy(&y, &bits, sizeof y);
-  return y;
-}
-
 // One test's cache contents and queries: B sequences of `lengths[b]`
 // positions, keys (L, Hkv, D) and values (L, Hkv, Dv) each, as appended.
 struct Case {

@@ -9,14 +9,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "kernels/bf16.h"
 #include "kernels/soft_cap.h"
+#include "multihead_cases.h"
 #include "test_util.h"
 
 namespace attnscore::test {
@@ -27,90 +26,6 @@ ATTNSCORE_INSTANTIATE_PER_TARGET(MultiHeadOptionsTest);
 class SoftCapKernelTest : public PerTarget {};
 ATTNSCORE_INSTANTIATE_PER_TARGET(SoftCapKernelTest);
 
-struct Shape {
-  int64_t batch, queries, keys, heads, kv_heads, depth, value_dim;
-  size_t q() const { return static_cast<size_t>(batch * queries * heads * depth); }
-  size_t k() const { return static_cast<size_t>(batch * keys * kv_heads * depth); }
-  size_t v() const { return static_cast<size_t>(batch * keys * kv_heads * value_dim); }
-  size_t out() const { return static_cast<size_t>(batch * queries * heads * value_dim); }
-  size_t weights() const { return static_cast<size_t>(batch * heads * queries * keys); }
-  std::string Name() const {
-    return "B=" + std::to_string(batch) + " N=" + std::to_string(queries) +
-           " M=" + std::to_string(keys) + " Hq=" + std::to_string(heads) +
-           " Hkv=" + std::to_string(kv_heads) + " D=" + std::to_string(depth) +
-           " Dv=" + std::to_string(value_dim);
-  }
-};
-
-// Dense token-major Q (B, N, Hq, D), K (B, M, Hkv, D), V (B, M, Hkv, Dv).
-struct Inputs {
-  std::vector<float> q, k, v;
-  Inputs(const Shape& s, uint32_t seed)
-      : q(RandomFloats(s.q(), seed)),
-        k(RandomFloats(s.k(), seed + 1)),
-        v(RandomFloats(s.v(), seed + 2, 3.0f)) {}
-};
-
-// The options the reference knows.
-struct Form {
-  Causal causal = Causal::kNone;
-  double scale = 0;  // 0: 1/sqrt(D)
-  double softcap = 0;
-};
-
-// The definition, literally, in double: for head h and its key-value head
-// h / (Hq / Hkv), s = scale · q·k, then c · tanh(s / c) for a cap c > 0;
-// positions j >= L (the query's length cut by the causal bound) set to
-// -1e6; a softmax over all M, then W V. Returns out (B, N, Hq, Dv) and sets
-// *weights (B, Hq, N, M).
-std::vector<double> Reference(const Shape& s, const Inputs& in, const std::vector<int64_t>& lens,
-                              bool per_query, const Form& form, std::vector<double>* weights) {
-  std::vector<double> out(s.out());
-  weights->assign(s.weights(), 0.0);
-  const int64_t group = s.heads / s.kv_heads;
-  const double scale = form.scale != 0 ? form.scale : 1.0 / std::sqrt(double(s.depth));
-  std::vector<double> row(static_cast<size_t>(s.keys));
-  for (int64_t b = 0; b < s.batch; ++b) {
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const int64_t g = h / group;
-      for (int64_t i = 0; i < s.queries; ++i) {
-        int64_t valid =
-            lens.empty() ? s.keys : lens[static_cast<size_t>(per_query ? b * s.queries + i : b)];
-        if (form.causal == Causal::kTopLeft) valid = std::min(valid, i + 1);
-        if (form.causal == Causal::kBottomRight)
-          valid = std::min(valid, s.keys - s.queries + i + 1);
-        double top = -1e300;
-        for (int64_t j = 0; j < s.keys; ++j) {
-          double dot = 0;
-          for (int64_t d = 0; d < s.depth; ++d) {
-            dot +=
-                static_cast<double>(
-                    in.q[static_cast<size_t>(((b * s.queries + i) * s.heads + h) * s.depth + d)]) *
-                in.k[static_cast<size_t>(((b * s.keys + j) * s.kv_heads + g) * s.depth + d)];
-          }
-          double score = dot * scale;
-          if (form.softcap > 0) score = form.softcap * std::tanh(score / form.softcap);
-          row[static_cast<size_t>(j)] = j < valid ? score : -1e6;
-          top = std::max(top, row[static_cast<size_t>(j)]);
-        }
-        double sum = 0;
-        for (double& x : row) sum += (x = std::exp(x - top));
-        double* w = weights->data() + ((b * s.heads + h) * s.queries + i) * s.keys;
-        for (int64_t j = 0; j < s.keys; ++j) w[j] = row[static_cast<size_t>(j)] / sum;
-        for (int64_t c = 0; c < s.value_dim; ++c) {
-          double acc = 0;
-          for (int64_t j = 0; j < s.keys; ++j) {
-            acc += w[j] *
-                   in.v[static_cast<size_t>(((b * s.keys + j) * s.kv_heads + g) * s.value_dim + c)];
-          }
-          out[static_cast<size_t>(((b * s.queries + i) * s.heads + h) * s.value_dim + c)] = acc;
-        }
-      }
-    }
-  }
-  return out;
-}
-
 MultiHeadOptions OptionsOf(const Form& form) {
   MultiHeadOptions options;
   options.causal = form.causal;
@@ -119,25 +34,9 @@ MultiHeadOptions OptionsOf(const Form& form) {
   return options;
 }
 
-struct Result {
-  std::vector<float> out, weights;
-};
-
 Result RunOp(const Engine& engine, const Shape& s, const Inputs& in, const ValidLens& lens,
              const Form& form, bool want_weights = true) {
-  Result r{std::vector<float>(s.out(), kSentinel), std::vector<float>(s.weights(), kSentinel)};
-  const Status status = engine.MultiHeadAttention(
-      ConstTensor(in.q.data(), {s.batch, s.queries, s.heads, s.depth}),
-      ConstTensor(in.k.data(), {s.batch, s.keys, s.kv_heads, s.depth}),
-      ConstTensor(in.v.data(), {s.batch, s.keys, s.kv_heads, s.value_dim}), lens, OptionsOf(form),
-      Tensor(r.out.data(), {s.batch, s.queries, s.heads, s.value_dim}),
-      want_weights ? Tensor(r.weights.data(), {s.batch, s.heads, s.queries, s.keys}) : Tensor());
-  EXPECT_TRUE(status.ok()) << status.message();
-  return r;
-}
-
-const char* CausalName(Causal c) {
-  return c == Causal::kNone ? "none" : c == Causal::kTopLeft ? "top-left" : "bottom-right";
+  return RunMultiHead(engine, s, in, lens, OptionsOf(form), want_weights);
 }
 
 // Scores of standard deviation 6 (scale 1.5 on D 16 of N(0, 1)) against a
@@ -149,38 +48,27 @@ TEST_P(MultiHeadOptionsTest, SoftCapMatchesTheReferenceOnEveryPathLengthKindAndM
   // N = 2 and 3: the grouped row path (the third with keys cut into
   // blocks); N = 9 and 70: the gemm path (the tile path's shapes, which
   // take the gemm path when capped; 70 causal cuts entries into blocks).
-  const Shape shapes[] = {{2, 2, 11, 4, 4, 16, 5},
-                          {2, 3, 40, 8, 2, 16, 16},
-                          {1, 2, 3000, 2, 1, 16, 8},
-                          {2, 9, 13, 4, 2, 16, 8},
-                          {1, 70, 70, 2, 1, 16, 4}};
-  uint32_t seed = 300;
-  for (const Shape& s : shapes) {
-    const Inputs in(s, seed);
-    for (int kind = 0; kind < 3; ++kind) {
-      const bool per_query = kind == 2;
-      const std::vector<int64_t> lens =
-          kind == 0 ? std::vector<int64_t>()
-                    : TestLengths(s.batch, s.queries, s.keys, per_query, seed);
-      for (Causal causal : {Causal::kNone, Causal::kTopLeft, Causal::kBottomRight}) {
-        SCOPED_TRACE(s.Name() + " lens kind " + std::to_string(kind) + " causal " +
-                     CausalName(causal));
+  const std::vector<Shape> shapes = {{2, 2, 11, 4, 4, 16, 5},
+                                     {2, 3, 40, 8, 2, 16, 16},
+                                     {1, 2, 3000, 2, 1, 16, 8},
+                                     {2, 9, 13, 4, 2, 16, 8},
+                                     {1, 70, 70, 2, 1, 16, 4}};
+  ForEachShapeLengthKindAndMask(
+      shapes, 300,
+      [](const Shape& s, const Inputs& in, const std::vector<int64_t>& lens, bool per_query,
+         Causal causal) {
         const Form form{causal, kScale, kCap};
-        const Result r =
-            RunOp(DefaultEngine(), s, in, LensOf(lens, per_query, s.batch, s.queries), form);
+        const ValidLens valid = LensOf(lens, per_query, s.batch, s.queries);
+        const Result r = RunOp(DefaultEngine(), s, in, valid, form);
         std::vector<double> weights;
         const std::vector<double> out = Reference(s, in, lens, per_query, form, &weights);
         EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
         EXPECT_LE(MaxAbsDiff(r.out.data(), out), OutTolerance(in.v));
-        // Without the weights output (the gemm path's probabilities then
-        // live in its scratch, capped there).
-        const Result alone =
-            RunOp(DefaultEngine(), s, in, LensOf(lens, per_query, s.batch, s.queries), form, false);
+        // Without the weights output (the gemm path's probabilities then live
+        // in its scratch, capped there).
+        const Result alone = RunOp(DefaultEngine(), s, in, valid, form, /*want_weights=*/false);
         EXPECT_LE(MaxAbsDiff(alone.out.data(), out), OutTolerance(in.v));
-      }
-    }
-    seed += 10;
-  }
+      });
 }
 
 // The cap where the weights output has strided columns (the gemm path
@@ -294,12 +182,7 @@ TEST(MultiHeadOptionsBf16, SoftCapInBf16ModeMatchesTheReferenceOnRoundedInputs) 
   const Shape s{2, 40, 50, 4, 2, 16, 8};
   Inputs in(s, 61);
   for (std::vector<float>* x : {&in.q, &in.k, &in.v}) {
-    std::vector<uint16_t> words(x->size());
-    kernels::RoundToBf16(x->data(), x->size(), words.data());
-    for (size_t i = 0; i < x->size(); ++i) {
-      const uint32_t bits = uint32_t{words[i]} << 16;
-      std::memcpy(&(*x)[i], &bits, sizeof bits);
-    }
+    for (float& e : *x) e = RoundedToBf16(e);
   }
   const Form form{Causal::kTopLeft, kScale, kCap};
   std::vector<double> weights;
@@ -379,17 +262,19 @@ TEST(MultiHeadOptionsKvCache, AttendCapsItsScoresInEveryPrecision) {
   const auto reference = [&](const Inputs& held, const Form& f, std::vector<double>* weights) {
     return Reference(s, held, {}, false, f, weights);
   };
-  for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kInt8}) {
-    SCOPED_TRACE(PrecisionName(precision));
+  // A cache of `precision` holding all of K and V.
+  const auto filled = [&](Precision precision) {
     KvCacheShape shape;
     shape.batch = s.batch, shape.capacity = s.keys, shape.kv_heads = s.kv_heads;
     shape.key_dim = s.depth, shape.value_dim = s.value_dim, shape.precision = precision;
     std::unique_ptr<KvCache> cache;
-    ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
-    ASSERT_TRUE(cache
-                    ->Append(ConstTensor(in.k.data(), {s.batch, s.keys, s.kv_heads, s.depth}),
-                             ConstTensor(in.v.data(), {s.batch, s.keys, s.kv_heads, s.value_dim}))
-                    .ok());
+    EXPECT_TRUE(KvCache::Create(shape, &cache).ok());
+    EXPECT_TRUE(cache->Append(KeysOf(s, in.k), ValuesOf(s, in.v)).ok());
+    return cache;
+  };
+  for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kInt8}) {
+    SCOPED_TRACE(PrecisionName(precision));
+    const std::unique_ptr<KvCache> cache = filled(precision);
     Result r{std::vector<float>(s.out(), kSentinel), std::vector<float>(s.weights(), kSentinel)};
     ASSERT_TRUE(cache
                     ->Attend(DefaultEngine(),
@@ -406,12 +291,7 @@ TEST(MultiHeadOptionsKvCache, AttendCapsItsScoresInEveryPrecision) {
     } else if (precision == Precision::kBf16) {
       Inputs rounded = in;
       for (std::vector<float>* x : {&rounded.k, &rounded.v}) {
-        std::vector<uint16_t> words(x->size());
-        kernels::RoundToBf16(x->data(), x->size(), words.data());
-        for (size_t i = 0; i < x->size(); ++i) {
-          const uint32_t bits = uint32_t{words[i]} << 16;
-          std::memcpy(&(*x)[i], &bits, sizeof bits);
-        }
+        for (float& e : *x) e = RoundedToBf16(e);
       }
       const std::vector<double> out = reference(rounded, form, &weights);
       EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
@@ -428,15 +308,7 @@ TEST(MultiHeadOptionsKvCache, AttendCapsItsScoresInEveryPrecision) {
     }
   }
   // A bad cap is refused by name, nothing written.
-  KvCacheShape shape;
-  shape.batch = s.batch, shape.capacity = s.keys, shape.kv_heads = s.kv_heads;
-  shape.key_dim = s.depth, shape.value_dim = s.value_dim;
-  std::unique_ptr<KvCache> cache;
-  ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
-  ASSERT_TRUE(cache
-                  ->Append(ConstTensor(in.k.data(), {s.batch, s.keys, s.kv_heads, s.depth}),
-                           ConstTensor(in.v.data(), {s.batch, s.keys, s.kv_heads, s.value_dim}))
-                  .ok());
+  const std::unique_ptr<KvCache> cache = filled(Precision::kFp32);
   options.softcap = -1.0f;
   std::vector<float> out(s.out(), kSentinel);
   const Status refused = cache->Attend(

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,6 +81,20 @@ std::vector<double> ReferenceDotProduct(const std::vector<float>& q, const std::
 
 // n floats ~ N(0, scale^2) from `seed`.
 std::vector<float> RandomFloats(size_t n, uint32_t seed, float scale = 1.0f);
+
+// x rounded to the nearest bfloat16, ties to even, written from the format's
+// definition (the engine's own rounding is not used): finite inputs only.
+inline float RoundedToBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const uint32_t low = bits & 0xFFFFu, kept = bits >> 16;
+  uint32_t word = kept;
+  if (low > 0x8000u || (low == 0x8000u && (kept & 1u) != 0)) ++word;
+  bits = word << 16;
+  float y;
+  std::memcpy(&y, &bits, sizeof y);
+  return y;
+}
 
 // Largest |a - b| over the arrays (NaN if any pair differs in NaN-ness).
 double MaxAbsDiff(const float* actual, const std::vector<double>& expected);

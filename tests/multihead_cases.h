@@ -1,0 +1,165 @@
+// What the multi-head tests share: a call's shape, random token-major
+// inputs, and the op written literally from docs/semantics.md section 5.1
+// in float64, with the options it has.
+#ifndef ATTNSCORE_TESTS_MULTIHEAD_CASES_H_
+#define ATTNSCORE_TESTS_MULTIHEAD_CASES_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnscore/attnscore.h"
+#include "test_util.h"
+
+namespace attnscore::test {
+
+struct Shape {
+  int64_t batch, queries, keys, heads, kv_heads, depth, value_dim;
+  size_t q() const { return static_cast<size_t>(batch * queries * heads * depth); }
+  size_t k() const { return static_cast<size_t>(batch * keys * kv_heads * depth); }
+  size_t v() const { return static_cast<size_t>(batch * keys * kv_heads * value_dim); }
+  size_t out() const { return static_cast<size_t>(batch * queries * heads * value_dim); }
+  size_t weights() const { return static_cast<size_t>(batch * heads * queries * keys); }
+  std::string Name() const {
+    return "B=" + std::to_string(batch) + " N=" + std::to_string(queries) +
+           " M=" + std::to_string(keys) + " Hq=" + std::to_string(heads) +
+           " Hkv=" + std::to_string(kv_heads) + " D=" + std::to_string(depth) +
+           " Dv=" + std::to_string(value_dim);
+  }
+};
+
+// Dense token-major inputs: Q (B, N, Hq, D), K (B, M, Hkv, D), V (B, M, Hkv, Dv).
+struct Inputs {
+  std::vector<float> q, k, v;
+  Inputs(const Shape& s, uint32_t seed)
+      : q(RandomFloats(s.q(), seed)),
+        k(RandomFloats(s.k(), seed + 1)),
+        v(RandomFloats(s.v(), seed + 2, 3.0f)) {}
+};
+
+inline ConstTensor QueriesOf(const Shape& s, const std::vector<float>& q) {
+  return ConstTensor(q.data(), {s.batch, s.queries, s.heads, s.depth});
+}
+inline ConstTensor KeysOf(const Shape& s, const std::vector<float>& k) {
+  return ConstTensor(k.data(), {s.batch, s.keys, s.kv_heads, s.depth});
+}
+inline ConstTensor ValuesOf(const Shape& s, const std::vector<float>& v) {
+  return ConstTensor(v.data(), {s.batch, s.keys, s.kv_heads, s.value_dim});
+}
+
+// The options the reference knows.
+struct Form {
+  Causal causal = Causal::kNone;
+  double scale = 0;  // 0: 1/sqrt(D)
+  double softcap = 0;
+};
+
+// The definition, literally, in double: for head h and its key-value head
+// h / (Hq / Hkv), s = scale · q·k, then c · tanh(s / c) for a cap c > 0;
+// positions j >= L (the query's length cut by the causal bound) set to
+// -1e6; a softmax over all M, then W V. `lens` empty, (B) or (B, N) as
+// per_query says. Returns out (B, N, Hq, Dv) and sets *weights (B, Hq, N, M).
+inline std::vector<double> Reference(const Shape& s, const Inputs& in,
+                                     const std::vector<int64_t>& lens, bool per_query,
+                                     const Form& form, std::vector<double>* weights) {
+  std::vector<double> out(s.out());
+  weights->assign(s.weights(), 0.0);
+  const int64_t group = s.heads / s.kv_heads;
+  const double scale = form.scale != 0 ? form.scale : 1.0 / std::sqrt(double(s.depth));
+  std::vector<double> row(static_cast<size_t>(s.keys));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < s.heads; ++h) {
+      const int64_t g = h / group;
+      for (int64_t i = 0; i < s.queries; ++i) {
+        int64_t valid =
+            lens.empty() ? s.keys : lens[static_cast<size_t>(per_query ? b * s.queries + i : b)];
+        if (form.causal == Causal::kTopLeft) valid = std::min(valid, i + 1);
+        if (form.causal == Causal::kBottomRight)
+          valid = std::min(valid, s.keys - s.queries + i + 1);
+        double top = -1e300;
+        for (int64_t j = 0; j < s.keys; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < s.depth; ++d) {
+            dot +=
+                static_cast<double>(
+                    in.q[static_cast<size_t>(((b * s.queries + i) * s.heads + h) * s.depth + d)]) *
+                in.k[static_cast<size_t>(((b * s.keys + j) * s.kv_heads + g) * s.depth + d)];
+          }
+          double score = dot * scale;
+          if (form.softcap > 0) score = form.softcap * std::tanh(score / form.softcap);
+          row[static_cast<size_t>(j)] = j < valid ? score : -1e6;
+          top = std::max(top, row[static_cast<size_t>(j)]);
+        }
+        double sum = 0;
+        for (double& x : row) sum += (x = std::exp(x - top));
+        double* w = weights->data() + ((b * s.heads + h) * s.queries + i) * s.keys;
+        for (int64_t j = 0; j < s.keys; ++j) w[j] = row[static_cast<size_t>(j)] / sum;
+        for (int64_t c = 0; c < s.value_dim; ++c) {
+          double acc = 0;
+          for (int64_t j = 0; j < s.keys; ++j) {
+            acc += w[j] *
+                   in.v[static_cast<size_t>(((b * s.keys + j) * s.kv_heads + g) * s.value_dim + c)];
+          }
+          out[static_cast<size_t>(((b * s.queries + i) * s.heads + h) * s.value_dim + c)] = acc;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// The same with a mask and a factor alone.
+inline std::vector<double> Reference(const Shape& s, const Inputs& in,
+                                     const std::vector<int64_t>& lens, bool per_query,
+                                     Causal causal, double scale, std::vector<double>* weights) {
+  return Reference(s, in, lens, per_query, Form{causal, scale, 0}, weights);
+}
+
+struct Result {
+  std::vector<float> out, weights;
+};
+
+// The op on the inputs (out and, when wanted, the weights), expected to succeed.
+inline Result RunMultiHead(const Engine& engine, const Shape& s, const Inputs& in,
+                           const ValidLens& lens, const MultiHeadOptions& options,
+                           bool want_weights = true) {
+  Result r{std::vector<float>(s.out(), kSentinel), std::vector<float>(s.weights(), kSentinel)};
+  const Status status = engine.MultiHeadAttention(
+      QueriesOf(s, in.q), KeysOf(s, in.k), ValuesOf(s, in.v), lens, options,
+      Tensor(r.out.data(), {s.batch, s.queries, s.heads, s.value_dim}),
+      want_weights ? Tensor(r.weights.data(), {s.batch, s.heads, s.queries, s.keys}) : Tensor());
+  EXPECT_TRUE(status.ok()) << status.message();
+  return r;
+}
+
+inline const char* CausalName(Causal c) {
+  return c == Causal::kNone ? "none" : c == Causal::kTopLeft ? "top-left" : "bottom-right";
+}
+
+// For each shape (seeds from `seed` up by 10), its random inputs, each kind
+// of lengths (none, per entry, per query) and each causal mask:
+// check(s, in, lens, per_query, causal), under a trace that names them.
+template <class Check>
+void ForEachShapeLengthKindAndMask(const std::vector<Shape>& shapes, uint32_t seed, Check check) {
+  for (const Shape& s : shapes) {
+    const Inputs in(s, seed);
+    for (int kind = 0; kind < 3; ++kind) {
+      const bool per_query = kind == 2;
+      const std::vector<int64_t> lens =
+          kind == 0 ? std::vector<int64_t>()
+                    : TestLengths(s.batch, s.queries, s.keys, per_query, seed);
+      for (Causal causal : {Causal::kNone, Causal::kTopLeft, Causal::kBottomRight}) {
+        SCOPED_TRACE(s.Name() + " lens kind " + std::to_string(kind) + " causal " +
+                     CausalName(causal));
+        check(s, in, lens, per_query, causal);
+      }
+    }
+    seed += 10;
+  }
+}
+
+}  // namespace attnscore::test
+
+#endif  // ATTNSCORE_TESTS_MULTIHEAD_CASES_H_
