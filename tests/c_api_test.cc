@@ -354,7 +354,8 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
                               vv = CView4(v, b, m, hkv, d);
   std::vector<float> out_c(b * n * hq * d), w_c(b * hq * n * m), out_cpp(out_c.size()), w_cpp(w_c.size());
   const attnscore_tensor ov = COut4(out_c, b, n, hq, d), wv = COut4(w_c, b, hq, n, m);
-  const attnscore_multihead_options options = {ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.5f, 0.0f};
+  const attnscore_multihead_options options = {
+      ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.5f, 0.0f, 0, -1, -1};
   ASSERT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &options, &ov, &wv)), "");
   MultiHeadOptions cpp;
   cpp.causal = Causal::kBottomRight;
@@ -367,7 +368,7 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
   EXPECT_EQ(out_c, out_cpp);
   EXPECT_EQ(w_c, w_cpp);
   // The soft cap reaches the op: the C++ call's bits with the same cap.
-  const attnscore_multihead_options capped = {ATTNSCORE_CAUSAL_NONE, 2.0f, 0.75f};
+  const attnscore_multihead_options capped = {ATTNSCORE_CAUSAL_NONE, 2.0f, 0.75f, 0, -1, -1};
   ASSERT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &capped, &ov, &wv)),
             "");
   cpp.causal = Causal::kNone;
@@ -387,7 +388,8 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
     attnscore_kv_cache* capped_cache = nullptr;
     ASSERT_EQ(Message(attnscore_kv_cache_create(b, m, hkv, d, d, &capped_cache)), "");
     ASSERT_EQ(Message(attnscore_kv_cache_append(capped_cache, &kv, &vv)), "");
-    const attnscore_multihead_options bottom_right = {ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 2.0f, 0.75f};
+    const attnscore_multihead_options bottom_right = {
+        ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 2.0f, 0.75f, 0, -1, -1};
     ASSERT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, nullptr, &bottom_right,
                                                     &ov, &wv)),
               "");
@@ -405,13 +407,44 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
         "KvCache: softcap is -1.000000; it must be finite and >= 0 (0: no cap)");
     attnscore_kv_cache_destroy(capped_cache);
   }
-  const attnscore_multihead_options negative_cap = {ATTNSCORE_CAUSAL_NONE, 0.0f, -1.0f};
+  const attnscore_multihead_options negative_cap = {ATTNSCORE_CAUSAL_NONE, 0.0f, -1.0f, 0, -1, -1};
   EXPECT_EQ(
       Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &negative_cap, &ov, &wv)),
       "MultiHeadAttention: softcap is -1.000000; it must be finite and >= 0 (0: no cap)");
-  const attnscore_multihead_options bogus = {5, 0.0f, 0.0f};
+  const attnscore_multihead_options bogus = {5, 0.0f, 0.0f, 0, -1, -1};
   EXPECT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &bogus, &ov, &wv)),
             "attnscore_multihead_attention: options->causal is outside attnscore_causal");
+  // A window reaches the op (the C++ call's bits with it), only when
+  // `windowed` says so; a bad side or flag is refused by name.
+  attnscore_multihead_options windowed = ATTNSCORE_MULTIHEAD_OPTIONS_INIT;
+  windowed.windowed = 1;
+  windowed.window_left = 2;
+  windowed.window_right = 0;
+  ASSERT_EQ(
+      Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &windowed, &ov, &wv)), "");
+  cpp = MultiHeadOptions();
+  cpp.window = {2, 0};
+  ASSERT_TRUE(DefaultEngine()
+                  .MultiHeadAttention(
+                      ConstTensor(q.data(), {b, n, hq, d}), ConstTensor(k.data(), {b, m, hkv, d}),
+                      ConstTensor(v.data(), {b, m, hkv, d}), ValidLens::PerBatch(lens, b), cpp,
+                      Tensor(out_cpp.data(), {b, n, hq, d}), Tensor(w_cpp.data(), {b, hq, n, m}))
+                  .ok());
+  EXPECT_EQ(out_c, out_cpp);
+  EXPECT_EQ(w_c, w_cpp);
+  windowed.windowed = 0;  // the sides are then not read
+  ASSERT_EQ(
+      Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &windowed, &ov, &wv)), "");
+  EXPECT_NE(out_c, out_cpp);
+  windowed.windowed = 1;
+  windowed.window_left = -3;
+  EXPECT_EQ(
+      Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &windowed, &ov, &wv)),
+      "MultiHeadAttention: window is (-3, 0); each side must be >= 0, or -1 for unbounded");
+  windowed.windowed = 2;
+  EXPECT_EQ(
+      Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &windowed, &ov, &wv)),
+      "attnscore_multihead_attention: options->windowed is 2; want 0 or 1");
 
   // The cache: all of K and V appended, then the last query of each sequence.
   attnscore_kv_cache* cache = nullptr;
@@ -561,7 +594,7 @@ TEST_F(CApi, MultiHeadChecksReportShapesAndRefuseAsTheOps) {
                               short_vv = CView4(v, b, m - 1, hkv, dv);
   const int64_t lens[] = {5, 2};
   const attnscore_valid_lens cl = {ATTNSCORE_LENS_PER_BATCH, ATTNSCORE_LENS_INT64, lens, {b, 0}};
-  const attnscore_multihead_options causal = {ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.0f, 0.0f};
+  const attnscore_multihead_options causal = {ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.0f, 0.0f, 0, -1, -1};
   attnscore_multihead_shapes shapes = {};
   ASSERT_EQ(
       Message(attnscore_check_multihead_attention(engine_, &qv, &kv, &vv, &cl, &causal, &shapes)),
@@ -593,7 +626,7 @@ TEST_F(CApi, MultiHeadChecksReportShapesAndRefuseAsTheOps) {
                                                            nullptr, &ov, nullptr)));
   EXPECT_EQ(untouched.out[0], -1);
   EXPECT_EQ(untouched.attention_weights[3], -1);
-  const attnscore_multihead_options bogus = {5, 0.0f, 0.0f};
+  const attnscore_multihead_options bogus = {5, 0.0f, 0.0f, 0, -1, -1};
   EXPECT_EQ(
       Message(attnscore_check_multihead_attention(engine_, &qv, &kv, &vv, &cl, &bogus, &shapes)),
       "attnscore_check_multihead_attention: options->causal is outside attnscore_causal");

@@ -219,11 +219,14 @@ class CatalogueTest(unittest.TestCase):
                 self.assertIn("median_us", json.loads(result.stdout))
 
     def test_call_parameters_reach_every_front_end(self):
-        """A call's parameters (scale and softcap) through Python's Op, the
-        typed Python call, the C op handle, `attnscore run` and, for a
-        stateless entry, the server: one set of bits, not the defaults'."""
+        """A call's parameters (scale, softcap and, for the op, the window)
+        through Python's Op, the typed Python call, the C op handle,
+        `attnscore run` and, for a stateless entry, the server: one set of
+        bits, not the defaults'."""
         a = self.attnscore
-        call = {"scale": 0.5, "softcap": 0.75}
+        scores = {"scale": 0.5, "softcap": 0.75}
+        calls = {"multihead_attention": dict(scores, window_left=2, window_right=0),
+                 "kv_cache_attend": scores}
         lib = ctypes.CDLL(os.path.join(BUILD, "libattnscore.so"))
         lib.attnscore_status_message.restype = ctypes.c_char_p
         for f in ("attnscore_op_create", "attnscore_op_run", "attnscore_engine_create"):
@@ -233,6 +236,7 @@ class CatalogueTest(unittest.TestCase):
                                                       ctypes.byref(engine)))
         for name in ("multihead_attention", "kv_cache_attend"):
             entry, inputs, _, params, plain = self.cases[name]
+            call = calls[name]
             with self.subTest(entry=name):
                 # A cache's entry appends its keys: a fresh one for each call.
                 want = a.Op(name, None, **params)(self.engine, return_weights=True, **inputs,
@@ -241,7 +245,8 @@ class CatalogueTest(unittest.TestCase):
                 q, k, v = inputs["queries"], inputs["keys"], inputs["values"]
                 if name == "multihead_attention":
                     typed = self.engine.multihead_attention(
-                        q, k, v, inputs.get("valid_lens"), return_weights=True, **call)
+                        q, k, v, inputs.get("valid_lens"), return_weights=True, window=(2, 0),
+                        **scores)
                 else:
                     cache = a.KvCache(params["batch"], params["capacity"], params["kv_heads"],
                                       params["key_dim"], params["value_dim"])
@@ -265,7 +270,7 @@ class CatalogueTest(unittest.TestCase):
                 lib.attnscore_op_destroy(op)
                 for g, w in zip(got, want):
                     np.testing.assert_array_equal(bits(g), bits(w))
-                # attnscore run NAME ... --scale 0.5 --softcap 0.75
+                # attnscore run NAME ... --scale 0.5 --softcap 0.75 (--window-left 2 ...)
                 flags = []
                 for key, array in inputs.items():
                     path = os.path.join(self.dir, "call_%s_%s.npy" % (name, key))
@@ -274,8 +279,9 @@ class CatalogueTest(unittest.TestCase):
                 for key, value in params.items():
                     flags += ["--" + key.replace("_", "-"), str(value)]
                 out = os.path.join(self.dir, "call_%s_out.npy" % name)
-                result = self.cli("run", name, *flags, "--scale", "0.5", "--softcap", "0.75",
-                                  "--out", out)
+                for key, value in call.items():
+                    flags += ["--" + key.replace("_", "-"), str(value)]
+                result = self.cli("run", name, *flags, "--out", out)
                 self.assertEqual(result.returncode, 0, result.stderr)
                 np.testing.assert_array_equal(bits(np.load(out)), bits(want[0]))
                 if entry["stateful"]:

@@ -857,6 +857,19 @@ TEST_F(CliTest, BenchMultiHeadTimesEachModeAndRefusesWhatDoesNotApply) {
   r = Run(shape + "--softcap 2.5 --repeat 2");  // the cap named on the first line
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find(" causal none softcap 2.500000 valid-lens "), std::string::npos) << r.out;
+  // The op's sliding window: each side from -1 (unbounded), for the op alone.
+  ExpectBadInput(Run(shape + "--window-left -2"), "--window-left is -2");
+  ExpectBadInput(Run(shape + "--window-right x"), "--window-right");
+  ExpectBadInput(Run(shape + "--decode --window-left 3"),
+                 "--window-left and --window-right are for the op");
+  ExpectBadInput(Run(shape + "--module --window-right 0"),
+                 "--window-left and --window-right are for the op");
+  r = Run(shape + "--window-left 1 --window-right 0 --repeat 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"window_left\": 1, \"window_right\": 0"), std::string::npos) << r.out;
+  r = Run(shape + "--window-left 1 --repeat 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(" causal none window (1, -1) valid-lens "), std::string::npos) << r.out;
 }
 
 // run --info prints info after the outputs are written; the softmax makes

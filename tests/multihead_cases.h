@@ -54,12 +54,16 @@ struct Form {
   Causal causal = Causal::kNone;
   double scale = 0;  // 0: 1/sqrt(D)
   double softcap = 0;
+  int64_t window_left = -1, window_right = -1;  // -1: unbounded
 };
 
 // The definition, literally, in double: for head h and its key-value head
 // h / (Hq / Hkv), s = scale · q·k, then c · tanh(s / c) for a cap c > 0;
 // positions j >= L (the query's length cut by the causal bound) set to
-// -1e6; a softmax over all M, then W V. `lens` empty, (B) or (B, N) as
+// -1e6; a softmax over all M, then W V. With a window (left, right), query
+// i at p = i + M - N keeps only keys p - left <= j <= p + right (-1:
+// unbounded) of those, the others weight 0; a query of length L > 0 left no
+// key gets weights 0 and output 0. `lens` empty, (B) or (B, N) as
 // per_query says. Returns out (B, N, Hq, Dv) and sets *weights (B, Hq, N, M).
 inline std::vector<double> Reference(const Shape& s, const Inputs& in,
                                      const std::vector<int64_t>& lens, bool per_query,
@@ -79,6 +83,7 @@ inline std::vector<double> Reference(const Shape& s, const Inputs& in,
         if (form.causal == Causal::kBottomRight)
           valid = std::min(valid, s.keys - s.queries + i + 1);
         double top = -1e300;
+        bool seen = false;
         for (int64_t j = 0; j < s.keys; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < s.depth; ++d) {
@@ -90,11 +95,22 @@ inline std::vector<double> Reference(const Shape& s, const Inputs& in,
           double score = dot * scale;
           if (form.softcap > 0) score = form.softcap * std::tanh(score / form.softcap);
           row[static_cast<size_t>(j)] = j < valid ? score : -1e6;
+          const int64_t p = i + s.keys - s.queries;
+          const bool outside = (form.window_left >= 0 && j < p - form.window_left) ||
+                               (form.window_right >= 0 && j > p + form.window_right);
+          if (valid > 0 && outside) row[static_cast<size_t>(j)] = -INFINITY;
           top = std::max(top, row[static_cast<size_t>(j)]);
+          seen |= valid == 0 || (j < valid && !outside);
+        }
+        double* w = weights->data() + ((b * s.heads + h) * s.queries + i) * s.keys;
+        double* o = out.data() + ((b * s.queries + i) * s.heads + h) * s.value_dim;
+        if (!seen) {  // the window left it no key
+          std::fill(w, w + s.keys, 0.0);
+          std::fill(o, o + s.value_dim, 0.0);
+          continue;
         }
         double sum = 0;
         for (double& x : row) sum += (x = std::exp(x - top));
-        double* w = weights->data() + ((b * s.heads + h) * s.queries + i) * s.keys;
         for (int64_t j = 0; j < s.keys; ++j) w[j] = row[static_cast<size_t>(j)] / sum;
         for (int64_t c = 0; c < s.value_dim; ++c) {
           double acc = 0;

@@ -112,6 +112,11 @@ Status MultiHeadOptionsOf(const char* call, const attnscore_multihead_options* o
   if (options == nullptr) return Status::Ok();
   out->scale = options->scale;
   out->softcap = options->softcap;
+  if (options->windowed != 0 && options->windowed != 1) {
+    return Status::InvalidArgument(std::string(call) + ": options->windowed is " +
+                                   std::to_string(options->windowed) + "; want 0 or 1");
+  }
+  if (options->windowed == 1) out->window = {options->window_left, options->window_right};
   return CausalOf(call, "options->causal", options->causal, &out->causal);
 }
 

@@ -74,6 +74,12 @@ ParamSpec SoftCapParam() {
           {},        "0",         "soft cap c: each score s becomes c tanh(s / c); 0 is none"};
 }
 
+// A sliding window's two sides (MultiHeadOptions::window).
+ParamSpec WindowParam(const char* name, const char* side) {
+  return {name, Kind::kCall, Type::kInt,
+          {},   "-1",        std::string("a sliding window's ") + side + "; -1 is unbounded"};
+}
+
 OpSpec MaskedSoftmaxSpec() {
   OpSpec op;
   op.name = "masked_softmax";
@@ -97,7 +103,10 @@ OpSpec MultiHeadOpSpec() {
                      Floats("keys", {"B", "M", "Hkv", "D"}, "the keys; Hkv divides Hq"),
                      Floats("values", {"B", "M", "Hkv", "Dv"}, "the values"), ValidLensSpec()},
                     {"B", "N", "Hq", "Dv"}, {"B", "Hq", "N", "M"});
-  op.params = {CausalParam(), ScaleParam(), SoftCapParam()};
+  op.params = {
+      CausalParam(), ScaleParam(), SoftCapParam(),
+      WindowParam("window_left", "left side: query i at p = i + M - N sees keys from p - left"),
+      WindowParam("window_right", "right side: keys up to p + right")};
   return op;
 }
 

@@ -215,6 +215,10 @@ Status BindInputs(const OpSpec& op, const std::vector<NamedTensor>& inputs, cons
   }
   if (params.count("scale")) ParseFloat(params.at("scale"), &call->options.scale);
   if (params.count("softcap")) ParseFloat(params.at("softcap"), &call->options.softcap);
+  if (params.count("window_left")) ParseInt(params.at("window_left"), &call->options.window.left);
+  if (params.count("window_right")) {
+    ParseInt(params.at("window_right"), &call->options.window.right);
+  }
   return Status::Ok();
 }
 

@@ -43,8 +43,14 @@ class RowLengths {
   static Status Resolve(const ValidLens& lens, int64_t batch, int64_t queries, int64_t keys,
                         Workspace& workspace, RowLengths* resolved);
 
-  // Row (b, i)'s length, in [0, keys].
+  // Row (b, i)'s length, in [0, keys]: the end of its keys.
   int64_t row(int64_t b, int64_t i) const { return rows_[b * queries_ + i]; }
+  // Where row (b, i)'s keys begin: 0 unless a window cut them (WithStarts).
+  // A row sees keys [start, row); with start == row > 0 it sees none (a
+  // window emptied it: weights 0, output 0), while row == 0 (start 0) is
+  // d2l's L = 0, uniform over all keys.
+  int64_t start(int64_t b, int64_t i) const { return starts_ ? starts_[b * queries_ + i] : 0; }
+  bool has_starts() const { return starts_ != nullptr; }
   const EntryWidths& entry(int64_t b) const { return entries_[b]; }
   int64_t queries() const { return queries_; }
   int64_t keys() const { return keys_; }
@@ -57,9 +63,19 @@ class RowLengths {
     reordered.rows_ = rows;
     return reordered;
   }
+  // The same lengths, row (b, i) beginning at starts[b * queries + i], with
+  // 0 <= start <= row, and start == 0 where row == 0. Only the gemm path
+  // (unsorted) and the softmax and remix under it read starts. `starts` must
+  // outlive the result.
+  RowLengths WithStarts(const int64_t* starts) const {
+    RowLengths cut = *this;
+    cut.starts_ = starts;
+    return cut;
+  }
 
  private:
   const int64_t* rows_ = nullptr;
+  const int64_t* starts_ = nullptr;
   const EntryWidths* entries_ = nullptr;
   int64_t queries_ = 0, keys_ = 0;
 };

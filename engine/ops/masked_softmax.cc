@@ -32,6 +32,28 @@ kernels::StreamedRow RowOf(const ConstTensor& x, const Tensor& y, const internal
       y.data + b * y.strides[0] + i * y.strides[1]};
 }
 
+// A row whose keys begin at start > 0 (a window's, RowLengths::start): the
+// masked softmax of x[start, valid) into y[start, width), zeros before it;
+// all zeros when start >= valid (the window left it no key). Its floats end
+// in y's row, and where y's columns are strided in row_buffer too.
+void CutRow(const ConstTensor& x, const Tensor& y, const kernels::StreamedRow& at, size_t start,
+            size_t columns, float softcap, float* row_buffer) {
+  const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
+  float* const row = unit_columns ? at.y : row_buffer;
+  const size_t valid = std::max(at.valid, start);
+  for (size_t j = start; j < valid; ++j) row[j] = at.x[j * static_cast<size_t>(x.strides[2])];
+  std::fill(row, row + start, 0.0f);
+  if (valid == start) {
+    std::fill(row + start, row + columns, 0.0f);
+  } else {
+    if (softcap > 0.0f) kernels::SoftCap(row + start, valid - start, softcap);
+    kernels::MaskedSoftmaxRow(row + start, valid - start, columns - start, row + start);
+  }
+  if (!unit_columns) {
+    for (size_t j = 0; j < columns; ++j) at.y[j * static_cast<size_t>(y.strides[2])] = row[j];
+  }
+}
+
 // The rows of SoftmaxRows, not streamed, one by one (capped first where
 // softcap > 0): then(r, y_row) after each, with y_row the row's floats in
 // L1, unit strides (y's own row, or the row buffer a strided y goes through).
@@ -48,6 +70,12 @@ Status ForEachSoftmaxRow(internal::Workspace& workspace, ConstTensor x, Tensor y
         const kernels::StreamedRow at =
             RowOf(x, y, lens, first_batch, first_query, r / queries, r % queries);
         const auto columns = static_cast<size_t>(width);
+        const auto start = static_cast<size_t>(
+            std::min(lens.start(first_batch + r / queries, first_query + r % queries), width));
+        if (start > 0) {  // keys [start, valid) of a window: zeros before and after
+          CutRow(x, y, at, start, columns, softcap, row_buffer);
+          return then(r, unit_columns ? at.y : row_buffer);
+        }
         if (unit_columns) {
           const float* scores = at.x;
           if (softcap > 0.0f) {
@@ -81,7 +109,7 @@ Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y,
   const int64_t queries = y.dims[1], width = y.dims[2];
   const int64_t rows = y.dims[0] * queries;
   threads = SoftmaxThreads(threads, y);
-  if (stream && softcap == 0.0f && x.strides[2] == 1 && y.strides[2] == 1) {
+  if (stream && softcap == 0.0f && !lens.has_starts() && x.strides[2] == 1 && y.strides[2] == 1) {
     // Chunks split rows only, so their size never changes a result.
     const int64_t chunk_rows =
         std::clamp<int64_t>((rows + threads - 1) / threads, 1, kStreamChunkRows);

@@ -19,6 +19,7 @@
 #include "kernels/attention_row.h"
 #include "ops/dot_product.h"
 #include "ops/dot_product_paths.h"
+#include "ops/multihead_window.h"
 
 namespace attnscore::ops {
 namespace {
@@ -44,6 +45,7 @@ Status CheckInputs(const char* op, const ConstTensor& q, const ConstTensor& k, c
         "; the query heads Hq must be a multiple of the key-value heads Hkv");
   }
   ATTNSCORE_RETURN_IF_ERROR(CheckScoreOptions(op, multihead.scale, multihead.softcap));
+  ATTNSCORE_RETURN_IF_ERROR(CheckWindow(op, multihead.window));
   return CheckCausal(op, multihead.causal, q, k);
 }
 
@@ -90,6 +92,18 @@ Status EffectiveLengths(internal::Workspace& workspace, const ValidLens& valid_l
   return Status::Ok();
 }
 
+// Columns [0, first) of query n's rows of a (B, H, N, M) view, every entry
+// and head, set to 0: the keys before its window.
+void ZeroColumns(const Tensor& attention, int64_t n, int64_t first) {
+  for (int64_t b = 0; b < attention.dims[0]; ++b) {
+    for (int64_t h = 0; h < attention.dims[1]; ++h) {
+      float* row = attention.data + b * attention.strides[0] + h * attention.strides[1] +
+                   n * attention.strides[2];
+      for (int64_t j = 0; j < first; ++j) row[j * attention.strides[3]] = 0.0f;
+    }
+  }
+}
+
 // Head h of a (B, N, H, F) view as a (B, N, F) view: no copy, strides kept.
 template <typename T>
 TensorView<T> OneHead(const TensorView<T>& t, int64_t h) {
@@ -122,36 +136,52 @@ View HeadsOuter(const View& t) {
 // the shape and not on the grouping or the layout, so a grouped call gives
 // the bits of the same call with K and V repeated per head. `lengths`:
 // (B, N), each query's. K and V floats, bf16 words or int8 codes (a
-// KvCache's), whose key blocks are then whole int8 key groups.
+// KvCache's), whose key blocks are then whole int8 key groups. With a
+// `window` (floats only), query n runs over the keys from its window's
+// first on, each row's length counted from there, the weights before it 0;
+// rows of length 0 or of no key are left to FixUncoveredRows.
 template <class KeyView, class ValueView>
 Status GroupedDecode(const internal::CallContext& call, const ConstTensor& q, const KeyView& k,
                      const ValueView& v, const std::vector<int64_t>& lengths, const ScoreForm& form,
-                     const Tensor& out, const Tensor& attention) {
+                     const Tensor& out, const Tensor& attention, const Window* window = nullptr) {
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t kv_heads = k.dims[2], group = heads / kv_heads;  // query heads per K/V head
-  int64_t key_block = dot_product::RowKeyBlock(batch, heads, keys, q.dims[3] + v.dims[3]);
-  if constexpr (!std::is_same_v<KeyView, ConstTensor>) {  // a cache's keys
-    const auto whole = static_cast<int64_t>(kernels::kCachedKeyGroup);
-    key_block = dot_product::CeilDiv(key_block, whole) * whole;
-  }
   std::vector<int64_t> query_lengths(static_cast<size_t>(batch));
   for (int64_t n = 0; n < queries; ++n) {
+    const int64_t first = window ? WindowFirstKey(*window, n, queries, keys) : 0;
+    const int64_t width = keys - first;
+    int64_t key_block = dot_product::RowKeyBlock(batch, heads, width, q.dims[3] + v.dims[3]);
+    if constexpr (!std::is_same_v<KeyView, ConstTensor>) {  // a cache's keys
+      const auto whole = static_cast<int64_t>(kernels::kCachedKeyGroup);
+      key_block = dot_product::CeilDiv(key_block, whole) * whole;
+    }
     for (int64_t b = 0; b < batch; ++b) {
-      query_lengths[static_cast<size_t>(b)] = lengths[static_cast<size_t>(b * queries + n)];
+      query_lengths[static_cast<size_t>(b)] =
+          std::max<int64_t>(lengths[static_cast<size_t>(b * queries + n)] - first, 0);
     }
     internal::RowLengths lens;
     ATTNSCORE_RETURN_IF_ERROR(
         internal::RowLengths::Resolve(ValidLens::PerBatch(query_lengths.data(), batch), batch,
-                                      group, keys, call.workspace, &lens));
-    Tensor groups_attention;  // (B, Hkv, group, M) at query n
+                                      group, width, call.workspace, &lens));
+    Tensor groups_attention;  // (B, Hkv, group, M - first) at query n
     if (!attention.empty()) {
       groups_attention =
-          Tensor(attention.data + n * attention.strides[2], {batch, kv_heads, group, keys},
+          Tensor(attention.data + n * attention.strides[2] + first * attention.strides[3],
+                 {batch, kv_heads, group, width},
                  {attention.strides[0], group * attention.strides[1], attention.strides[1],
                   attention.strides[3]});
+      ZeroColumns(attention, n, first);
+    }
+    KeyView k_n = k;
+    ValueView v_n = v;
+    if constexpr (std::is_same_v<KeyView, ConstTensor>) {
+      k_n = ConstTensor(k.data + first * k.strides[1], {batch, width, kv_heads, k.dims[3]},
+                        {k.strides[0], k.strides[1], k.strides[2], k.strides[3]});
+      v_n = ConstTensor(v.data + first * v.strides[1], {batch, width, kv_heads, v.dims[3]},
+                        {v.strides[0], v.strides[1], v.strides[2], v.strides[3]});
     }
     ATTNSCORE_RETURN_IF_ERROR(dot_product::GroupedRowPath(
-        call, GroupsAtQuery(q, n, group), HeadsOuter(k), HeadsOuter(v), lens, form, key_block,
+        call, GroupsAtQuery(q, n, group), HeadsOuter(k_n), HeadsOuter(v_n), lens, form, key_block,
         GroupsAtQuery(out, n, group), groups_attention));
   }
   return Status::Ok();
@@ -285,19 +315,31 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
                            ? multihead.scale
                            : static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3]))),
                        multihead.softcap};
+  // A window's right side cuts the lengths; where its left side cuts too, or
+  // it leaves a query no key, the windowed forms below run.
+  std::vector<int64_t> starts;
+  const bool cut = CutByWindow(multihead.window, batch, queries, keys, &lengths, &starts);
 
   // Decoding (a few queries): the grouped row path (GroupedDecode).
   if (queries <= dot_product::kRowPathMaxQueries && q.strides[3] == 1 && k.strides[3] == 1 &&
       v.strides[3] == 1 && out.strides[3] == 1) {
-    return GroupedDecode(call, q, k, v, lengths, form, out, attention);
+    if (!cut) return GroupedDecode(call, q, k, v, lengths, form, out, attention);
+    ATTNSCORE_RETURN_IF_ERROR(
+        GroupedDecode(call, q, k, v, lengths, form, out, attention, &multihead.window));
+    FixUncoveredRows(v, lengths, starts, out, attention);
+    return Status::Ok();
   }
   // Otherwise one dot-product call per query head. Every head has the same
   // shapes and lengths, so the first head makes every plan the others use:
-  // a failure comes before anything is written.
+  // a failure comes before anything is written. (Not so with a window that
+  // cuts keys: its blocks of queries, each resolving lengths of its own, may
+  // need a plan of a new width after earlier blocks were written.)
   internal::RowLengths lens;
-  ATTNSCORE_RETURN_IF_ERROR(
-      internal::RowLengths::Resolve(ValidLens::PerQuery(lengths.data(), batch, queries), batch,
-                                    queries, keys, call.workspace, &lens));
+  if (!cut) {
+    ATTNSCORE_RETURN_IF_ERROR(
+        internal::RowLengths::Resolve(ValidLens::PerQuery(lengths.data(), batch, queries), batch,
+                                      queries, keys, call.workspace, &lens));
+  }
   // A head of token-major views has rows H·F floats apart: 4 KiB for 16
   // heads of 64, so its rows share cache sets and oneDNN's matmuls on them
   // ran at 0.74x the speed (causal prefill (1, 1024, 16 heads, D 64),
@@ -331,10 +373,16 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
       head_attention = Tensor(attention.data + h * attention.strides[1], {batch, queries, keys},
                               {attention.strides[0], attention.strides[2], attention.strides[3]});
     }
+    // A head: the dot product, or with a window that cuts keys the
+    // windowed prefill, over the lengths and starts of every head.
+    const auto run_head = [&](const ConstTensor& q_h, const ConstTensor& k_h,
+                              const ConstTensor& v_h, const Tensor& out_h) {
+      return cut ? WindowedHead(call, q_h, k_h, v_h, lengths, starts, form, out_h, head_attention)
+                 : RunDotProduct(call, q_h, k_h, v_h, lens, form, out_h, head_attention);
+    };
     if (!copy) {
-      ATTNSCORE_RETURN_IF_ERROR(RunDotProduct(call, OneHead(q, h), OneHead(k, h / group),
-                                              OneHead(v, h / group), lens, form, OneHead(out, h),
-                                              head_attention));
+      ATTNSCORE_RETURN_IF_ERROR(
+          run_head(OneHead(q, h), OneHead(k, h / group), OneHead(v, h / group), OneHead(out, h)));
       continue;
     }
     CopyRows(OneHead(q, h), q_copy);
@@ -342,10 +390,10 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
       CopyRows(OneHead(k, h / group), k_copy);
       CopyRows(OneHead(v, h / group), v_copy);
     }
-    ATTNSCORE_RETURN_IF_ERROR(
-        RunDotProduct(call, q_copy, k_copy, v_copy, lens, form, out_copy, head_attention));
+    ATTNSCORE_RETURN_IF_ERROR(run_head(q_copy, k_copy, v_copy, out_copy));
     CopyRows(ConstTensor(out_copy), OneHead(out, h));
   }
+  if (cut) FixUncoveredRows(v, lengths, starts, out, attention);
   return Status::Ok();
 }
 

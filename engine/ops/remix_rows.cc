@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "base/parallel.h"
 #include "base/workspace.h"
@@ -38,19 +39,28 @@ Status RemixNonFiniteRows(internal::Workspace& workspace, const ConstTensor& wei
                           int64_t first_query, bool bf16, int threads) {
   const int64_t queries = out.dims[1], value_dim = out.dims[2];
   const int64_t rows = out.dims[0] * queries, keys = lens.keys();
-  // Row r's own width if the product ran past it and left a NaN or an Inf
-  // in the row, else 0. Rows as wide as the product are not even read.
-  const auto width_to_remix = [&](int64_t r) -> int64_t {
+  // Row r's own keys [first, end): [start, L), or all M when L = 0.
+  const auto own_keys = [&](int64_t r) -> std::pair<int64_t, int64_t> {
+    const int64_t b = first_batch + r / queries, i = first_query + r % queries;
+    const int64_t valid = lens.row(b, i);
+    if (valid == 0) return {0, keys};  // L = 0: uniform over all M
+    return {std::min(lens.start(b, i), valid), valid};
+  };
+  // Whether the product ran past row r's own keys and left a NaN or an Inf
+  // in it. Rows as wide as the product are not even read.
+  const auto to_remix = [&](int64_t r) {
+    const auto [first, end] = own_keys(r);
     const int64_t e = r / queries, i = r % queries;
-    const int64_t valid = lens.row(first_batch + e, first_query + i);
-    const int64_t width = valid > 0 ? valid : keys;  // L = 0: uniform over all M
-    if (width >= lens.entry(first_batch + e).mix) return 0;
+    if (first == 0 && end >= lens.entry(first_batch + e).mix) return false;
     const float* row = out.data + e * out.strides[0] + i * out.strides[1];
-    return AnyNonFinite(row, value_dim, out.strides[2]) ? width : 0;
+    return AnyNonFinite(row, value_dim, out.strides[2]);
   };
   double flops = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    flops += 2.0 * static_cast<double>(width_to_remix(r) * value_dim);
+    if (to_remix(r)) {
+      const auto [first, end] = own_keys(r);
+      flops += 2.0 * static_cast<double>(std::max<int64_t>(end - first, 1) * value_dim);
+    }
   }
   if (flops == 0) return Status::Ok();
 
@@ -63,11 +73,13 @@ Status RemixNonFiniteRows(internal::Workspace& workspace, const ConstTensor& wei
       workspace, internal::ThreadsFor(threads, flops), rows, internal::ScratchSlot::kRowBuffer,
       buffer,
       [&](int64_t r, float* scratch) {
-        const int64_t width = width_to_remix(r);
-        if (width == 0) return;
+        if (!to_remix(r)) return;
+        const auto [first, end] = own_keys(r);
+        const int64_t width = std::max<int64_t>(end - first, 0);
         const int64_t e = r / queries, i = r % queries;
-        const float* w = weights.data + e * weights.strides[0] + i * weights.strides[1];
-        const float* v = values.data + e * values.strides[0];
+        const float* w = weights.data + e * weights.strides[0] + i * weights.strides[1] +
+                         first * weights.strides[2];
+        const float* v = values.data + e * values.strides[0] + first * values.strides[1];
         float* o = out.data + e * out.strides[0] + i * out.strides[1];
         if (direct) {
           kernels::MixRow(w, static_cast<size_t>(width), v, values.strides[1],

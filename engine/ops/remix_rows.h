@@ -11,15 +11,16 @@
 
 namespace attnscore::ops {
 
-// A query's output reads only the values of its own width: its valid length
-// L, or all M keys when L = 0. A W V product that serves several queries at
+// A query's output reads only the values of its own keys: [start, L) of its
+// valid length L and its window's start (RowLengths::start; none when the
+// window left it no key), or all M keys when L = 0. A W V product that serves several queries at
 // once runs over their entry's mix width (EntryWidths::mix), the widest of
 // them; there a query's weights past its own width are exactly 0, which adds
 // nothing to a finite sum, but 0 · NaN and 0 · Inf are NaN.
 //
 // So, called after such a product: each row of `out` that holds a NaN or an
-// Inf, and whose width is less than its entry's mix width, is recomputed as
-// Σ_{j < width} weights[e, i, j] · values[e, j] in float32, in a fixed order
+// Inf, and whose keys are not all of its entry's mix width, is recomputed as
+// Σ_{start <= j < L} weights[e, i, j] · values[e, j] in float32, in a fixed order
 // (the same for any thread count), and values past its width never reach
 // it. Every other row is left as the product wrote it: its masked terms were
 // exact zeros.

@@ -203,14 +203,20 @@ typedef enum attnscore_causal {
 } attnscore_causal;
 
 /* Set every field: start from ATTNSCORE_MULTIHEAD_OPTIONS_INIT (or = {0}),
- * since a field left unset (softcap, new in 0.5) would be read as given. */
+ * since a field left unset (softcap, new in 0.5; the window, new in 0.6)
+ * would be read as given. */
 typedef struct attnscore_multihead_options {
   int32_t causal; /* attnscore_causal */
   float scale;    /* 0: 1/sqrt(D) */
   float softcap;  /* 0: none; c > 0: each score s becomes c tanh(s / c) */
+  /* A sliding window when `windowed` is 1 (0: none): query i of N at
+   * p = i + M - N sees keys p - window_left <= j <= p + window_right; each
+   * side -1 for unbounded, else >= 0. */
+  int32_t windowed;
+  int64_t window_left, window_right;
 } attnscore_multihead_options;
 #define ATTNSCORE_MULTIHEAD_OPTIONS_INIT \
-  { ATTNSCORE_CAUSAL_NONE, 0.0f, 0.0f }
+  { ATTNSCORE_CAUSAL_NONE, 0.0f, 0.0f, 0, -1, -1 }
 
 /* Engine::MultiHeadAttention: Q (B, N, Hq, D), K (B, M, Hkv, D),
  * V (B, M, Hkv, Dv), out (B, N, Hq, Dv), attention_weights (B, Hq, N, M) or

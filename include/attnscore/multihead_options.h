@@ -16,6 +16,18 @@ namespace attnscore {
 // exactly as if the caller had passed those per-query lengths.
 enum class Causal { kNone, kTopLeft, kBottomRight };
 
+// A sliding window (Mistral's, Gemma's; docs/semantics.md section 5.4):
+// query i of N against M keys sits at position p = i + M - N (bottom-right,
+// as FlashAttention aligns) and sees the keys j with p - left <= j <= p +
+// right. -1 leaves that side unbounded; the default sees every key. It cuts
+// a query's keys as valid lengths and causal do, and its work follows them:
+// keys before a window are not scored. A query the window leaves no key
+// gets weights 0 and output 0 (d2l's L = 0 rule, uniform over all M, stays
+// with valid lengths of 0).
+struct Window {
+  int64_t left = -1, right = -1;
+};
+
 struct MultiHeadOptions {
   Causal causal = Causal::kNone;
   // What the scores Q Kᵀ are multiplied by; 0 means 1/sqrt(D). Finite.
@@ -24,6 +36,7 @@ struct MultiHeadOptions {
   // becomes c · tanh(s / c), within (−c, c), before the masks and the
   // softmax. 0 means none. Finite and >= 0.
   float softcap = 0.0f;
+  Window window;  // left, right >= -1
 };
 
 // The shapes of a multi-head call's outputs, as the Check methods report them.

@@ -87,7 +87,28 @@ py::object CallModel(const Model& model, const Engine& engine, const py::object&
           Tensor w) { return model.Forward(engine, qv, kv, vv, lens, o, w); });
 }
 
-// "none", "top-left" or "bottom-right".
+// multihead_attention's window: None (every key), or (left, right), two
+// integers (-1: that side unbounded); the op checks their values.
+Window WindowArgument(const py::object& window) {
+  Window w;
+  if (window.is_none()) return w;
+  const auto is_int = [](const py::handle& x) {
+    return py::isinstance<py::int_>(x) && !py::isinstance<py::bool_>(x);
+  };
+  if (!py::isinstance<py::tuple>(window) && !py::isinstance<py::list>(window)) {
+    throw py::type_error("window is None or (left, right), two integers (-1: unbounded); got " +
+                         std::string(py::str(window.get_type().attr("__name__"))));
+  }
+  const py::sequence sides = window;
+  if (sides.size() != 2 || !is_int(sides[0]) || !is_int(sides[1])) {
+    throw py::type_error("window is None or (left, right), two integers (-1: unbounded); got " +
+                         std::string(py::repr(window)));
+  }
+  w.left = sides[0].cast<int64_t>();
+  w.right = sides[1].cast<int64_t>();
+  return w;
+}
+
 // multihead_attention's softcap, a number: a bool is refused, as a call
 // written before softcap came (return_weights in its place) would pass one.
 float SoftCapArgument(const py::object& softcap) {
@@ -167,13 +188,16 @@ Returns out (B, N, Dv), or (out, weights) with weights (B, N, M) when
 return_weights is true or weights_out is given.)";
 
 constexpr const char* kMultiHeadDoc =
-    R"(multihead_attention(q, k, v, valid_lens=None, causal="none", scale=0.0, softcap=0.0, return_weights=False, out=None, weights_out=None)
+    R"(multihead_attention(q, k, v, valid_lens=None, causal="none", scale=0.0, window=None, softcap=0.0, return_weights=False, out=None, weights_out=None)
 
 Multi-head attention (docs/semantics.md section 5): q (B, N, Hq, D),
 k (B, M, Hkv, D), v (B, M, Hkv, Dv) with Hq a multiple of Hkv (grouped-query
 and multi-query K/V); heads-first arrays pass as transposed views
 (x.transpose(0, 2, 1, 3)). causal: "none", "top-left" (query i sees keys
-0..i) or "bottom-right" (keys 0..M - N + i). scale 0 means 1/√D. softcap
+0..i) or "bottom-right" (keys 0..M - N + i). scale 0 means 1/√D. window
+(left, right): query i at p = i + M - N sees only keys p - left..p + right
+(-1: that side unbounded; None: every key); a query it leaves no key gets
+weights 0 and output 0. softcap
 c > 0 makes each scaled score s c·tanh(s / c) before the masks and the
 softmax (0: none). Returns out (B, N, Hq, Dv), or (out, weights) with
 weights (B, Hq, N, M).)";
@@ -257,11 +281,12 @@ PYBIND11_MODULE(_attnscore, m) {
           "multihead_attention",
           [](const Engine& engine, const py::object& q, const py::object& k, const py::object& v,
              const py::object& valid_lens, const std::string& causal, float scale,
-             const py::object& softcap, bool return_weights, const py::object& out,
-             const py::object& weights_out) {
+             const py::object& window, const py::object& softcap, bool return_weights,
+             const py::object& out, const py::object& weights_out) {
             MultiHeadOptions options;
             options.causal = CausalArgument(causal);
             options.scale = scale;
+            options.window = WindowArgument(window);
             options.softcap = SoftCapArgument(softcap);
             return RunAttention(
                 q, k, v, valid_lens, return_weights, out, weights_out,
@@ -281,8 +306,8 @@ PYBIND11_MODULE(_attnscore, m) {
                 });
           },
           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("valid_lens") = py::none(),
-          py::arg("causal") = "none", py::arg("scale") = 0.0f, py::arg("softcap") = 0.0,
-          py::arg("return_weights") = false, py::arg("out") = py::none(),
+          py::arg("causal") = "none", py::arg("scale") = 0.0f, py::arg("window") = py::none(),
+          py::arg("softcap") = 0.0, py::arg("return_weights") = false, py::arg("out") = py::none(),
           py::arg("weights_out") = py::none(), kMultiHeadDoc)
       .def("__repr__", [](const Engine& e) {
         return "attnscore.Engine(threads=" + std::to_string(e.options().threads) + ", isa='" +

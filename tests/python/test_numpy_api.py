@@ -718,10 +718,13 @@ def test_installed_package_imports_from_its_prefix(tmp_path):
 
 # ---------------------------------------------------- multi-head, cache, bilinear
 
-def ref_multihead(q, k, v, lens, causal, scale, softcap=0.0):
+def ref_multihead(q, k, v, lens, causal, scale, softcap=0.0, window=None):
     """docs/semantics.md section 5.1 in float64: head h reads K/V head
     h // (Hq // Hkv); each score s capped to softcap * tanh(s / softcap) for
-    softcap > 0; positions past a query's (causally cut) length get -1e6."""
+    softcap > 0; positions past a query's (causally cut) length get -1e6;
+    with window (left, right), a query of length > 0 at p = i + M - N keeps
+    keys p - left <= j <= p + right (-1: unbounded), weights 0 and output 0
+    when none is left."""
     b, n, hq, d = q.shape
     m, hkv = k.shape[1], k.shape[2]
     group = hq // hkv
@@ -739,11 +742,54 @@ def ref_multihead(q, k, v, lens, causal, scale, softcap=0.0):
                 if softcap > 0:
                     s = softcap * np.tanh(s / softcap)
                 s[np.arange(m) >= length] = -1e6
+                if window is not None and length > 0:
+                    j, at = np.arange(m), i + m - n
+                    outside = (window[0] >= 0) & (j < at - window[0])
+                    outside |= (window[1] >= 0) & (j > at + window[1])
+                    s[outside] = -np.inf
+                    if not np.any(~outside & (j < length)):
+                        continue  # no key left: weights 0, output 0
                 p = np.exp(s - s.max())
                 p /= p.sum()
                 weights[e, h, i] = p
                 out[e, i, h] = p @ v[e, :, h // group].astype(np.float64)
     return out, weights
+
+
+@pytest.mark.parametrize("causal", ["none", "bottom-right"])
+@pytest.mark.parametrize("window", [(0, 0), (3, -1), (2, 1), (-1, 0)])
+@pytest.mark.parametrize("n", [2, 9])
+def test_multihead_attention_window(engine, rng, causal, window, n):
+    q = rng.standard_normal((2, n, 4, 8), dtype=np.float32)
+    k = rng.standard_normal((2, 12, 2, 8), dtype=np.float32)
+    v = rng.standard_normal((2, 12, 2, 4), dtype=np.float32)
+    lens = rng.integers(0, 13, (2, n)).astype(np.int64)
+    out, w = engine.multihead_attention(q, k, v, lens, causal=causal, window=window,
+                                        return_weights=True)
+    want_out, want_w = ref_multihead(q, k, v, lens, causal, 1 / np.sqrt(8), window=window)
+    assert_weights(w, want_w)
+    assert_output(out, want_out, v)
+    # A list works as the tuple does; None is every key.
+    again = engine.multihead_attention(q, k, v, lens, causal=causal, window=list(window))
+    assert np.array_equal(again, out)
+    every = engine.multihead_attention(q, k, v, lens, causal=causal, window=None)
+    assert np.array_equal(every, engine.multihead_attention(q, k, v, lens, causal=causal))
+
+
+def test_multihead_attention_window_refusals(engine, rng):
+    q = rng.standard_normal((1, 3, 2, 8), dtype=np.float32)
+    k = rng.standard_normal((1, 5, 2, 8), dtype=np.float32)
+    out = np.full((1, 3, 2, 8), 7.0, np.float32)
+    with pytest.raises(ValueError, match=r"window is \(-2, 0\); each side must be >= 0"):
+        engine.multihead_attention(q, k, k, window=(-2, 0), out=out)
+    assert np.all(out == 7.0)
+    for bad in [3, (1,), (1, 2, 3), (1.5, 0), (True, 0), "ab"]:
+        with pytest.raises(TypeError, match="window is None or .left, right."):
+            engine.multihead_attention(q, k, k, window=bad, out=out)
+    # softcap written positionally, as before window came, lands on window: refused.
+    with pytest.raises(TypeError, match="window is None"):
+        engine.multihead_attention(q, k, k, None, "none", 0.0, 1.5)
+    assert np.all(out == 7.0)
 
 
 @pytest.mark.parametrize("causal", ["none", "top-left", "bottom-right"])
@@ -781,9 +827,12 @@ def test_multihead_attention_soft_cap(engine, rng, n):
     assert np.abs(uncapped - want_out).max() > 0.01  # the cap matters here
     with pytest.raises(ValueError, match="softcap is -1.000000; it must be finite and >= 0"):
         engine.multihead_attention(q, k, v, softcap=-1.0)
-    # A call written before softcap came, return_weights where softcap now is.
-    with pytest.raises(TypeError, match="softcap is a number .* got a bool"):
+    # A call written before softcap came, return_weights where window now is;
+    # and a bool for softcap by name.
+    with pytest.raises(TypeError, match="window is None or .* got bool"):
         engine.multihead_attention(q, k, v, None, "none", 0.0, True)
+    with pytest.raises(TypeError, match="softcap is a number .* got a bool"):
+        engine.multihead_attention(q, k, v, softcap=True)
     # A cache's step with the same options: the op's answer.
     cache = attnscore.KvCache(batch=2, capacity=11, kv_heads=2, key_dim=16, value_dim=8)
     cache.append(k, v)

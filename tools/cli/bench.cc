@@ -230,13 +230,15 @@ Status CheckInfoWithoutJson(const Args& args) {
 // sequence instead (with --pool, one whose sequences share a pool of just
 // enough blocks; --kv-precision, the cache's); --module times d2l's MultiHeadAttention module with
 // random weights (num_hiddens H·D, biases with --bias) instead of the op. --softcap C caps the
-// scores of the op or the decode (MultiHeadOptions::softcap, KvCacheAttendOptions::softcap).
+// scores of the op or the decode (MultiHeadOptions::softcap, KvCacheAttendOptions::softcap);
+// --window-left L and --window-right R give the op a sliding window (MultiHeadOptions::window).
 int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry) {
   Status s = CheckFlags(
-      args, {"--batch",      "--queries", "--keys",   "--query-dim",    "--heads",   "--kv-heads",
-             "--causal",     "--decode",  "--pool",   "--kv-precision", "--module",  "--bias",
-             "--valid-lens", "--weights", "--repeat", "--json",         "--threads", "--isa",
-             "--precision",  "--info",    "--softcap"},
+      args,
+      {"--batch",      "--queries", "--keys",    "--query-dim",    "--heads",       "--kv-heads",
+       "--causal",     "--decode",  "--pool",    "--kv-precision", "--module",      "--bias",
+       "--valid-lens", "--weights", "--repeat",  "--json",         "--threads",     "--isa",
+       "--precision",  "--info",    "--softcap", "--window-left",  "--window-right"},
       {"--batch", "--queries", "--keys"}, "bench " + word);
   if (s.ok()) s = CheckInfoWithoutJson(args);
   BenchShape shape{};
@@ -283,6 +285,19 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
                                           "'; want a finite number >= 0 (0: no cap)"));
     }
     softcap = static_cast<float>(value);
+  }
+  Window window;
+  if (args.has("--window-left") || args.has("--window-right")) {
+    if (module || decode)
+      return Fail(Status::InvalidArgument("--window-left and --window-right are for the op"));
+    if (!(s = ParseInt(args, "--window-left", -1, -1, std::numeric_limits<int64_t>::max(),
+                       &window.left))
+             .ok() ||
+        !(s = ParseInt(args, "--window-right", -1, -1, std::numeric_limits<int64_t>::max(),
+                       &window.right))
+             .ok()) {
+      return Fail(s);
+    }
   }
   const bool pool = args.has("--pool");
   if (pool && !decode) return Fail(Status::InvalidArgument("--pool is for --decode"));
@@ -361,6 +376,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
     MultiHeadOptions options;
     options.causal = decode ? Causal::kBottomRight : causal;
     options.softcap = softcap;
+    options.window = window;
     s = engine->CheckMultiHeadAttention(
         ConstTensor(&stand_in, {B, N, heads, D}), ConstTensor(&stand_in, {B, M, kv_heads, D}),
         ConstTensor(&stand_in, {B, M, kv_heads, D}), lens, options, &checked);
@@ -410,6 +426,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
     MultiHeadOptions options;
     options.causal = causal;
     options.softcap = softcap;
+    options.window = window;
     call = [&, options] {
       return engine->MultiHeadAttention(
           ConstTensor(q.data(), {B, N, heads, D}), ConstTensor(k.data(), {B, M, kv_heads, D}),
@@ -417,7 +434,8 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
           Tensor(out.data(), {B, N, heads, D}), weights_view);
     };
   }
-  // Keys each query sees (every head alike): its length cut by the mask.
+  // Keys each query sees (every head alike): its length cut by the mask
+  // and the window (query i at p = i + M - N sees p - left..p + right).
   double visible = 0;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t i = 0; i < N; ++i) {
@@ -427,7 +445,12 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
       l = std::min(l, M);
       if (causal == Causal::kTopLeft) l = std::min(l, i + 1);
       if (causal == Causal::kBottomRight || decode) l = std::min(l, M - N + i + 1);
-      visible += static_cast<double>(l);
+      const int64_t p = i + M - N;
+      int64_t first = 0;
+      if (window.left >= 0 && p > window.left) first = p - window.left;
+      if (window.right >= 0 && window.right < M + N)
+        l = std::min(l, std::max<int64_t>(p + window.right + 1, 0));
+      visible += static_cast<double>(std::max<int64_t>(l - first, 0));
     }
   }
   double flops = 2.0 * static_cast<double>(heads * 2 * D) * visible;
@@ -466,6 +489,8 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
                        {"kv_heads", kv_heads},
                        {"causal", causal_name},
                        {"softcap", softcap},
+                       {"window_left", window.left},
+                       {"window_right", window.right},
                        {"valid_lens", mode},
                        {"threads", engine->options().threads},
                        {"isa", isa},
@@ -479,7 +504,10 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
                        {"onednn_implementations", OnednnImplementations(info)}};
     std::printf("%s\n", OneLine(json).c_str());
   } else {
-    const std::string cap = softcap > 0.0f ? " softcap " + std::to_string(softcap) : "";
+    std::string cap = softcap > 0.0f ? " softcap " + std::to_string(softcap) : "";
+    if (window.left >= 0 || window.right >= 0) {
+      cap += " window (" + std::to_string(window.left) + ", " + std::to_string(window.right) + ")";
+    }
     std::printf(
         "multihead %s (%lld, %lld, %lld) heads %lld kv-heads %lld D %lld causal %s%s "
         "valid-lens %s, %d thread(s), isa %s, %s\n",

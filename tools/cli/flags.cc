@@ -89,7 +89,9 @@ Status FlagParams(const Args& args, const OpSpec& spec, ParamSpec::Kind kind, Pa
     const std::string text = args.get(flag);
     if (p.type == ParamSpec::Type::kInt) {
       int64_t value = 0;
-      const int64_t min = p.default_value == "0" ? 0 : 1;
+      // Sizes from 1; a count whose default is 0 from 0; a window's side
+      // (default -1, unbounded) from -1.
+      const int64_t min = p.default_value == "0" ? 0 : p.default_value == "-1" ? -1 : 1;
       ATTNSCORE_RETURN_IF_ERROR(ParseInteger(flag, text, min, int64_t{1} << 40, &value));
     } else if (p.type == ParamSpec::Type::kFloat) {
       char* end = nullptr;
@@ -131,7 +133,8 @@ std::string RunSynopsis(const OpSpec& spec) {
   }
   for (const ParamSpec& p : spec.params) {
     if (p.kind != ParamSpec::Kind::kCall) continue;
-    words.push_back("[" + ParamFlag(p.name) + " " + value_of(p, "X") + "]");
+    words.push_back("[" + ParamFlag(p.name) + " " +
+                    value_of(p, p.type == ParamSpec::Type::kInt ? "N" : "X") + "]");
   }
   words.push_back("--out O.npy");
   words.push_back("[--weights-out W.npy]");
