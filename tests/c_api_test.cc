@@ -355,7 +355,7 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
   std::vector<float> out_c(b * n * hq * d), w_c(b * hq * n * m), out_cpp(out_c.size()), w_cpp(w_c.size());
   const attnscore_tensor ov = COut4(out_c, b, n, hq, d), wv = COut4(w_c, b, hq, n, m);
   const attnscore_multihead_options options = {
-      ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.5f, 0.0f, 0, -1, -1};
+      ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.5f, 0.0f, 0, -1, -1, nullptr};
   ASSERT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &options, &ov, &wv)), "");
   MultiHeadOptions cpp;
   cpp.causal = Causal::kBottomRight;
@@ -368,7 +368,8 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
   EXPECT_EQ(out_c, out_cpp);
   EXPECT_EQ(w_c, w_cpp);
   // The soft cap reaches the op: the C++ call's bits with the same cap.
-  const attnscore_multihead_options capped = {ATTNSCORE_CAUSAL_NONE, 2.0f, 0.75f, 0, -1, -1};
+  const attnscore_multihead_options capped = {
+      ATTNSCORE_CAUSAL_NONE, 2.0f, 0.75f, 0, -1, -1, nullptr};
   ASSERT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &capped, &ov, &wv)),
             "");
   cpp.causal = Causal::kNone;
@@ -389,29 +390,30 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
     ASSERT_EQ(Message(attnscore_kv_cache_create(b, m, hkv, d, d, &capped_cache)), "");
     ASSERT_EQ(Message(attnscore_kv_cache_append(capped_cache, &kv, &vv)), "");
     const attnscore_multihead_options bottom_right = {
-        ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 2.0f, 0.75f, 0, -1, -1};
+        ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 2.0f, 0.75f, 0, -1, -1, nullptr};
     ASSERT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, nullptr, &bottom_right,
                                                     &ov, &wv)),
               "");
     std::vector<float> cached(out_c.size()), cached_w(w_c.size());
     const attnscore_tensor co = COut4(cached, b, n, hq, d), cw = COut4(cached_w, b, hq, n, m);
-    const attnscore_kv_cache_attend_options attend = {2.0f, 0.75f};
+    const attnscore_kv_cache_attend_options attend = {2.0f, 0.75f, nullptr};
     ASSERT_EQ(Message(attnscore_kv_cache_attend_with_options(capped_cache, engine_, &qv, &attend,
                                                              &co, &cw)),
               "");
     EXPECT_EQ(cached, out_c);
     EXPECT_EQ(cached_w, w_c);
-    const attnscore_kv_cache_attend_options bad = {0.0f, -1.0f};
+    const attnscore_kv_cache_attend_options bad = {0.0f, -1.0f, nullptr};
     EXPECT_EQ(
         Message(attnscore_kv_cache_attend_with_options(capped_cache, engine_, &qv, &bad, &co, &cw)),
         "KvCache: softcap is -1.000000; it must be finite and >= 0 (0: no cap)");
     attnscore_kv_cache_destroy(capped_cache);
   }
-  const attnscore_multihead_options negative_cap = {ATTNSCORE_CAUSAL_NONE, 0.0f, -1.0f, 0, -1, -1};
+  const attnscore_multihead_options negative_cap = {
+      ATTNSCORE_CAUSAL_NONE, 0.0f, -1.0f, 0, -1, -1, nullptr};
   EXPECT_EQ(
       Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &negative_cap, &ov, &wv)),
       "MultiHeadAttention: softcap is -1.000000; it must be finite and >= 0 (0: no cap)");
-  const attnscore_multihead_options bogus = {5, 0.0f, 0.0f, 0, -1, -1};
+  const attnscore_multihead_options bogus = {5, 0.0f, 0.0f, 0, -1, -1, nullptr};
   EXPECT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &bogus, &ov, &wv)),
             "attnscore_multihead_attention: options->causal is outside attnscore_causal");
   // A window reaches the op (the C++ call's bits with it), only when
@@ -445,6 +447,44 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
   EXPECT_EQ(
       Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &windowed, &ov, &wv)),
       "attnscore_multihead_attention: options->windowed is 2; want 0 or 1");
+  // Sinks, one per query head: the C++ call's bits with them, for the op and
+  // for a cache (bottom-right); a NaN sink is refused by name.
+  const float sinks[] = {0.5f, -1.0f, 2.0f, 0.0f};
+  attnscore_multihead_options sunk = ATTNSCORE_MULTIHEAD_OPTIONS_INIT;
+  sunk.causal = ATTNSCORE_CAUSAL_BOTTOM_RIGHT;
+  sunk.sinks = sinks;
+  ASSERT_EQ(
+      Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, nullptr, &sunk, &ov, &wv)), "");
+  cpp = MultiHeadOptions();
+  cpp.causal = Causal::kBottomRight;
+  cpp.sinks = ConstTensor(sinks, {hq});
+  ASSERT_TRUE(DefaultEngine()
+                  .MultiHeadAttention(
+                      ConstTensor(q.data(), {b, n, hq, d}), ConstTensor(k.data(), {b, m, hkv, d}),
+                      ConstTensor(v.data(), {b, m, hkv, d}), ValidLens::None(), cpp,
+                      Tensor(out_cpp.data(), {b, n, hq, d}), Tensor(w_cpp.data(), {b, hq, n, m}))
+                  .ok());
+  EXPECT_EQ(out_c, out_cpp);
+  EXPECT_EQ(w_c, w_cpp);
+  {
+    attnscore_kv_cache* sunk_cache = nullptr;
+    ASSERT_EQ(Message(attnscore_kv_cache_create(b, m, hkv, d, d, &sunk_cache)), "");
+    ASSERT_EQ(Message(attnscore_kv_cache_append(sunk_cache, &kv, &vv)), "");
+    std::vector<float> cached(out_c.size()), cached_w(w_c.size());
+    const attnscore_tensor co = COut4(cached, b, n, hq, d), cw = COut4(cached_w, b, hq, n, m);
+    const attnscore_kv_cache_attend_options attend = {0.0f, 0.0f, sinks};
+    ASSERT_EQ(Message(attnscore_kv_cache_attend_with_options(sunk_cache, engine_, &qv, &attend, &co,
+                                                             &cw)),
+              "");
+    EXPECT_EQ(cached, out_c);
+    EXPECT_EQ(cached_w, w_c);
+    attnscore_kv_cache_destroy(sunk_cache);
+  }
+  const float nan_sinks[] = {0.5f, std::numeric_limits<float>::quiet_NaN(), 2.0f, 0.0f};
+  sunk.sinks = nan_sinks;
+  EXPECT_EQ(
+      Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, nullptr, &sunk, &ov, &wv)),
+      "MultiHeadAttention: sinks[1] is NaN; a sink is a logit (-Inf: none)");
 
   // The cache: all of K and V appended, then the last query of each sequence.
   attnscore_kv_cache* cache = nullptr;
@@ -594,7 +634,8 @@ TEST_F(CApi, MultiHeadChecksReportShapesAndRefuseAsTheOps) {
                               short_vv = CView4(v, b, m - 1, hkv, dv);
   const int64_t lens[] = {5, 2};
   const attnscore_valid_lens cl = {ATTNSCORE_LENS_PER_BATCH, ATTNSCORE_LENS_INT64, lens, {b, 0}};
-  const attnscore_multihead_options causal = {ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.0f, 0.0f, 0, -1, -1};
+  const attnscore_multihead_options causal = {
+      ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.0f, 0.0f, 0, -1, -1, nullptr};
   attnscore_multihead_shapes shapes = {};
   ASSERT_EQ(
       Message(attnscore_check_multihead_attention(engine_, &qv, &kv, &vv, &cl, &causal, &shapes)),
@@ -626,7 +667,7 @@ TEST_F(CApi, MultiHeadChecksReportShapesAndRefuseAsTheOps) {
                                                            nullptr, &ov, nullptr)));
   EXPECT_EQ(untouched.out[0], -1);
   EXPECT_EQ(untouched.attention_weights[3], -1);
-  const attnscore_multihead_options bogus = {5, 0.0f, 0.0f, 0, -1, -1};
+  const attnscore_multihead_options bogus = {5, 0.0f, 0.0f, 0, -1, -1, nullptr};
   EXPECT_EQ(
       Message(attnscore_check_multihead_attention(engine_, &qv, &kv, &vv, &cl, &bogus, &shapes)),
       "attnscore_check_multihead_attention: options->causal is outside attnscore_causal");

@@ -246,12 +246,13 @@ class CatalogueTest(unittest.TestCase):
                 if name == "multihead_attention":
                     typed = self.engine.multihead_attention(
                         q, k, v, inputs.get("valid_lens"), return_weights=True, window=(2, 0),
-                        **scores)
+                        sinks=inputs.get("sinks"), **scores)
                 else:
                     cache = a.KvCache(params["batch"], params["capacity"], params["kv_heads"],
                                       params["key_dim"], params["value_dim"])
                     cache.append(k, v)
-                    typed = cache.attend(self.engine, q, return_weights=True, **call)
+                    typed = cache.attend(self.engine, q, return_weights=True,
+                                         sinks=inputs.get("sinks"), **call)
                 for got, w in zip(typed, want):
                     np.testing.assert_array_equal(bits(got), bits(w))
                 # The C op handle, the parameters as text.

@@ -870,6 +870,15 @@ TEST_F(CliTest, BenchMultiHeadTimesEachModeAndRefusesWhatDoesNotApply) {
   r = Run(shape + "--window-left 1 --repeat 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find(" causal none window (1, -1) valid-lens "), std::string::npos) << r.out;
+  // Sinks: one logit for every head, the op's and the decode's.
+  ExpectBadInput(Run(shape + "--sinks nan"), "--sinks is 'nan'; want a number (a logit)");
+  ExpectBadInput(Run(shape + "--module --sinks 1"), "--sinks is for the op and --decode");
+  r = Run(shape + "--decode --sinks 1.5 --repeat 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"sinks\": 1.5"), std::string::npos) << r.out;
+  r = Run(shape + "--sinks -2 --repeat 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(" causal none sinks -2.000000 valid-lens "), std::string::npos) << r.out;
 }
 
 // run --info prints info after the outputs are written; the softmax makes

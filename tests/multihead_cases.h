@@ -55,6 +55,7 @@ struct Form {
   double scale = 0;  // 0: 1/sqrt(D)
   double softcap = 0;
   int64_t window_left = -1, window_right = -1;  // -1: unbounded
+  std::vector<float> sinks = {};                // (Hq,) or empty
 };
 
 // The definition, literally, in double: for head h and its key-value head
@@ -63,8 +64,10 @@ struct Form {
 // -1e6; a softmax over all M, then W V. With a window (left, right), query
 // i at p = i + M - N keeps only keys p - left <= j <= p + right (-1:
 // unbounded) of those, the others weight 0; a query of length L > 0 left no
-// key gets weights 0 and output 0. `lens` empty, (B) or (B, N) as
-// per_query says. Returns out (B, N, Hq, Dv) and sets *weights (B, Hq, N, M).
+// key gets weights 0 and output 0. With sinks, head h's z_h adds e^{z_h} to
+// each softmax's denominator (not to a length-0 query's uniform weights).
+// `lens` empty, (B) or (B, N) as per_query says. Returns out (B, N, Hq, Dv) and sets *weights (B,
+// Hq, N, M).
 inline std::vector<double> Reference(const Shape& s, const Inputs& in,
                                      const std::vector<int64_t>& lens, bool per_query,
                                      const Form& form, std::vector<double>* weights) {
@@ -111,6 +114,9 @@ inline std::vector<double> Reference(const Shape& s, const Inputs& in,
         }
         double sum = 0;
         for (double& x : row) sum += (x = std::exp(x - top));
+        if (!form.sinks.empty() && valid > 0) {
+          sum += std::exp(static_cast<double>(form.sinks[static_cast<size_t>(h)]) - top);
+        }
         for (int64_t j = 0; j < s.keys; ++j) w[j] = row[static_cast<size_t>(j)] / sum;
         for (int64_t c = 0; c < s.value_dim; ++c) {
           double acc = 0;

@@ -105,11 +105,20 @@ Status CausalOf(const char* call, const char* name, int32_t value, attnscore::Ca
   return Status::Ok();
 }
 
+// The C sinks, Hq contiguous floats or NULL, as a view: Hq from the queries
+// (B, N, Hq, D); for queries of another rank, (0,), which the op's check of
+// the queries refuses first.
+ConstTensor SinksOf(const float* sinks, const attnscore_tensor_view* queries) {
+  if (sinks == nullptr) return ConstTensor();
+  return ConstTensor(sinks, {queries != nullptr && queries->rank == 4 ? queries->dims[2] : 0});
+}
+
 // `call`'s options as the C++ ones: NULL gives the defaults.
 Status MultiHeadOptionsOf(const char* call, const attnscore_multihead_options* options,
-                          attnscore::MultiHeadOptions* out) {
+                          const attnscore_tensor_view* queries, attnscore::MultiHeadOptions* out) {
   *out = attnscore::MultiHeadOptions();
   if (options == nullptr) return Status::Ok();
+  out->sinks = SinksOf(options->sinks, queries);
   out->scale = options->scale;
   out->softcap = options->softcap;
   if (options->windowed != 0 && options->windowed != 1) {
@@ -309,7 +318,7 @@ attnscore_status* attnscore_multihead_attention(
   attnscore::ValidLens lens;
   if (!LensOf(valid_lens, &lens)) return Invalid(kCall, "valid_lens has a kind or type outside its enum");
   attnscore::MultiHeadOptions multihead;
-  const Status options_ok = MultiHeadOptionsOf(kCall, options, &multihead);
+  const Status options_ok = MultiHeadOptionsOf(kCall, options, queries, &multihead);
   if (!options_ok.ok()) return ToC(options_ok);
   return Guarded(kCall, [&] {
     return engine->engine->MultiHeadAttention(In(queries), In(keys), In(values), lens, multihead,
@@ -332,7 +341,7 @@ attnscore_status* attnscore_check_multihead_attention(const attnscore_engine* en
       [&](ConstTensor q, ConstTensor k, ConstTensor v, const attnscore::ValidLens& lens,
           attnscore::MultiHeadShapes* found) {
         attnscore::MultiHeadOptions multihead;
-        ATTNSCORE_RETURN_IF_ERROR(MultiHeadOptionsOf(kCall, options, &multihead));
+        ATTNSCORE_RETURN_IF_ERROR(MultiHeadOptionsOf(kCall, options, queries, &multihead));
         return engine->engine->CheckMultiHeadAttention(q, k, v, lens, multihead, found);
       });
 }
@@ -432,7 +441,10 @@ attnscore_status* attnscore_kv_cache_attend_with_options(
   if (queries == nullptr || out == nullptr)
     return Invalid(kCall, "queries and out must not be null");
   attnscore::KvCacheAttendOptions cpp;
-  if (options != nullptr) cpp.scale = options->scale, cpp.softcap = options->softcap;
+  if (options != nullptr) {
+    cpp.scale = options->scale, cpp.softcap = options->softcap;
+    cpp.sinks = SinksOf(options->sinks, queries);
+  }
   return Guarded(kCall, [&] {
     return cache->cache->Attend(*engine->engine, In(queries), cpp, Out(out),
                                 Out(attention_weights));

@@ -74,6 +74,12 @@ ParamSpec SoftCapParam() {
           {},        "0",         "soft cap c: each score s becomes c tanh(s / c); 0 is none"};
 }
 
+// Attention sinks (MultiHeadOptions::sinks).
+TensorSpec SinksSpec() {
+  return Floats("sinks", {"Hq"},
+                "attention sinks: a logit per query head, in each softmax's denominator", true);
+}
+
 // A sliding window's two sides (MultiHeadOptions::window).
 ParamSpec WindowParam(const char* name, const char* side) {
   return {name, Kind::kCall, Type::kInt,
@@ -96,13 +102,13 @@ OpSpec DotProductSpec() {
 }
 
 OpSpec MultiHeadOpSpec() {
-  OpSpec op =
-      AttentionSpec("multihead_attention",
-                    "the dot product per query head, K and V heads shared by Hq / Hkv query heads",
-                    {Floats("queries", {"B", "N", "Hq", "D"}, "the queries, token-major"),
-                     Floats("keys", {"B", "M", "Hkv", "D"}, "the keys; Hkv divides Hq"),
-                     Floats("values", {"B", "M", "Hkv", "Dv"}, "the values"), ValidLensSpec()},
-                    {"B", "N", "Hq", "Dv"}, {"B", "Hq", "N", "M"});
+  OpSpec op = AttentionSpec(
+      "multihead_attention",
+      "the dot product per query head, K and V heads shared by Hq / Hkv query heads",
+      {Floats("queries", {"B", "N", "Hq", "D"}, "the queries, token-major"),
+       Floats("keys", {"B", "M", "Hkv", "D"}, "the keys; Hkv divides Hq"),
+       Floats("values", {"B", "M", "Hkv", "Dv"}, "the values"), ValidLensSpec(), SinksSpec()},
+      {"B", "N", "Hq", "Dv"}, {"B", "Hq", "N", "M"});
   op.params = {
       CausalParam(), ScaleParam(), SoftCapParam(),
       WindowParam("window_left", "left side: query i at p = i + M - N sees keys from p - left"),
@@ -117,7 +123,7 @@ OpSpec KvCacheSpec() {
       "holds (causal, bottom-right)",
       {Floats("queries", {"B", "N", "Hq", "D"}, "each sequence's N newest positions"),
        Floats("keys", {"B", "T", "Hkv", "D"}, "keys to append first", true),
-       Floats("values", {"B", "T", "Hkv", "Dv"}, "values to append first", true)},
+       Floats("values", {"B", "T", "Hkv", "Dv"}, "values to append first", true), SinksSpec()},
       {"B", "N", "Hq", "Dv"}, {"B", "Hq", "N", "L"});
   auto size = [](const char* name, const char* default_value, const char* doc) {
     return ParamSpec{name, Kind::kModel, Type::kInt, {}, default_value, doc};

@@ -262,6 +262,8 @@ Status KvCache::Attend(const Engine& engine, ConstTensor queries,
   ATTNSCORE_RETURN_IF_ERROR(ops::CheckScoreOptions(kOp, options.scale, options.softcap));
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "queries", queries,
                                         {s.batch, kAnyDim, kAnyDim, s.key_dim}, "(B, N, Hq, D)"));
+  ATTNSCORE_RETURN_IF_ERROR(ops::CheckSinks(kOp, options.sinks, queries.dims[2]));
+  ATTNSCORE_RETURN_IF_ERROR(ops::SinksApart(kOp, options.sinks, out, attention_weights));
   if (queries.dims[2] % s.kv_heads != 0) {
     return Status::InvalidArgument(std::string(kOp) + ": queries " + ShapeString(queries) +
                                    " have " + std::to_string(queries.dims[2]) +
@@ -293,7 +295,8 @@ Status KvCache::Attend(const Engine& engine, ConstTensor queries,
           }
         }
         const ValidLens lens = ValidLens::PerQuery(lengths, s.batch, queries_per_sequence);
-        const ops::ScoreForm form{options.scale, options.softcap};  // scale 0: 1/sqrt(D)
+        const ops::ScoreForm form =  // scale 0: 1/sqrt(D)
+            ops::WithSinks({options.scale, options.softcap}, options.sinks);
         if (s.precision == Precision::kInt8) {
           return ops::CachedAttention(call, kOp, queries, storage_->Int8Keys(longest),
                                       storage_->Int8Values(longest), lens, form, out,
@@ -308,6 +311,7 @@ Status KvCache::Attend(const Engine& engine, ConstTensor queries,
         MultiHeadOptions multihead;
         multihead.scale = options.scale;
         multihead.softcap = options.softcap;
+        multihead.sinks = options.sinks;
         return ops::MultiHeadAttention(
             call, kOp, queries, storage_->View<float>(storage_->keys, longest, s.key_dim),
             storage_->View<float>(storage_->values, longest, s.value_dim), lens, multihead, out,

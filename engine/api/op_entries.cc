@@ -108,13 +108,21 @@ class MultiHeadOpEntry : public Op::Impl {
   Status Check(const Engine& engine, const BoundCall& call, Shapes* shapes) const override {
     MultiHeadShapes s;
     ATTNSCORE_RETURN_IF_ERROR(engine.CheckMultiHeadAttention(
-        call.Floats(0), call.Floats(1), call.Floats(2), call.Lens(3), call.options, &s));
+        call.Floats(0), call.Floats(1), call.Floats(2), call.Lens(3), Options(call), &s));
     *shapes = {Shape4(s.out), Shape4(s.attention_weights)};
     return Status::Ok();
   }
   Status Run(const Engine& engine, const BoundCall& call) const override {
     return engine.MultiHeadAttention(call.Floats(0), call.Floats(1), call.Floats(2), call.Lens(3),
-                                     call.options, call.outputs[0], call.outputs[1]);
+                                     Options(call), call.outputs[0], call.outputs[1]);
+  }
+
+ private:
+  // The call's options with its sinks, input 4.
+  static MultiHeadOptions Options(const BoundCall& call) {
+    MultiHeadOptions options = call.options;
+    options.sinks = call.Floats(4);
+    return options;
   }
 };
 
@@ -176,6 +184,7 @@ class KvCacheEntry : public Op::Impl {
     KvCacheAttendOptions options;
     options.scale = call.options.scale;
     options.softcap = call.options.softcap;
+    options.sinks = call.Floats(3);
     return cache_->Attend(engine, call.Floats(0), options, call.outputs[0], call.outputs[1]);
   }
 
@@ -188,6 +197,8 @@ class KvCacheEntry : public Op::Impl {
     ATTNSCORE_RETURN_IF_ERROR(
         ops::CheckScoreOptions("KvCache", call.options.scale, call.options.softcap));
     const ConstTensor q = call.Floats(0), k = call.Floats(1);
+    if (q.rank == 4)
+      ATTNSCORE_RETURN_IF_ERROR(ops::CheckSinks("KvCache", call.Floats(3), q.dims[2]));
     if ((call.inputs[1] == nullptr) != (call.inputs[2] == nullptr)) {
       return Status::InvalidArgument("KvCache: keys and values are appended together; got one");
     }

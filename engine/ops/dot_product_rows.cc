@@ -11,6 +11,7 @@
 #include "kernels/masked_softmax.h"
 #include "kernels/soft_cap.h"
 #include "ops/dot_product_paths.h"
+#include "ops/masked_softmax.h"
 
 namespace attnscore::ops::dot_product {
 
@@ -196,12 +197,17 @@ Status WholeRows(const internal::CallContext& call, int threads, const ConstTens
             const int64_t i = row0_of(c) + r;
             float* scores = row_scratch(c, r);
             const auto n_valid = static_cast<size_t>(valid(i));
+            const float* sink = form.Sink(g, i);
+            const auto softmax = [&](size_t width) {
+              if (sink != nullptr) return SinkSoftmaxRow(scores, n_valid, width, *sink, scores);
+              kernels::MaskedSoftmaxRow(scores, n_valid, width, scores);
+            };
             if (want_attention) {
               float* w = GroupOf(attention, b, g) + i * attention.strides[2];
-              kernels::MaskedSoftmaxRow(scores, n_valid, static_cast<size_t>(keys), scores);
+              softmax(static_cast<size_t>(keys));
               for (int64_t j = 0; j < keys; ++j) w[j * attention.strides[3]] = scores[j];
             } else {
-              kernels::MaskedSoftmaxRow(scores, n_valid, static_cast<size_t>(mixed(i)), scores);
+              softmax(static_cast<size_t>(mixed(i)));
             }
             float* out_row = GroupOf(out, b, g) + i * out.strides[2];
             std::fill(out_row, out_row + value_dim, 0.0f);
@@ -349,15 +355,19 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
           poisoned = poisoned || std::isnan(partial(r, block).sum());
           max = std::max(max, partial(r, block).max());
         }
-        // Every valid score -Inf: NaN, as the one-row softmax gives.
-        poisoned = poisoned || max == -std::numeric_limits<float>::infinity();
-        if (poisoned) {
-          for (int64_t c = 0; c < value_dim; ++c) out_row[c * out.strides[3]] = nan;
-          for (int64_t j = 0; w != nullptr && j < keys; ++j) w[j * ws] = nan;
+        // Every valid score -Inf: NaN, as the one-row softmax gives; with a
+        // sink, weights 0 and output 0 (the sink holds the whole mass).
+        const float* sink = form.Sink(g, i);
+        const bool none = max == -std::numeric_limits<float>::infinity();
+        poisoned = poisoned || (none && sink == nullptr);
+        if (poisoned || none) {
+          const float fill = poisoned ? nan : 0.0f;
+          for (int64_t c = 0; c < value_dim; ++c) out_row[c * out.strides[3]] = fill;
+          for (int64_t j = 0; w != nullptr && j < keys; ++j) w[j * ws] = fill;
           return;
         }
         for (int64_t j = valid; w != nullptr && j < keys; ++j) w[j * ws] = 0.0f;
-        if (used == 1) {  // the block's weights are the row's
+        if (used == 1 && sink == nullptr) {  // the block's weights are the row's
           const float* o = partial(r, 0).out();
           for (int64_t c = 0; c < value_dim; ++c) out_row[c * out.strides[3]] = o[c];
           return;
@@ -369,6 +379,8 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
           p.max() = p.sum() == 0.0f ? 0.0f : p.sum() * std::exp(p.max() - max);
           total += p.max();
         }
+        // A sink's e^{z - max} joins the denominator (+Inf: every share 0).
+        if (sink != nullptr) total += std::exp(*sink - max);
         for (int64_t block = 0; block < used; ++block) partial(r, block).max() /= total;
         for (int64_t c = 0; c < value_dim; ++c) {
           float sum = 0.0f;

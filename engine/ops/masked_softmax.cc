@@ -1,6 +1,8 @@
 #include "ops/masked_softmax.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "base/checks.h"
 #include "base/parallel.h"
@@ -32,12 +34,21 @@ kernels::StreamedRow RowOf(const ConstTensor& x, const Tensor& y, const internal
       y.data + b * y.strides[0] + i * y.strides[1]};
 }
 
+// The softmax of a row's valid scores, with the call's sink where it has one.
+void RowSoftmax(const float* x, size_t valid, size_t width, const float* sink, float* y) {
+  if (sink != nullptr) {
+    SinkSoftmaxRow(x, valid, width, *sink, y);
+  } else {
+    kernels::MaskedSoftmaxRow(x, valid, width, y);
+  }
+}
+
 // A row whose keys begin at start > 0 (a window's, RowLengths::start): the
 // masked softmax of x[start, valid) into y[start, width), zeros before it;
 // all zeros when start >= valid (the window left it no key). Its floats end
 // in y's row, and where y's columns are strided in row_buffer too.
 void CutRow(const ConstTensor& x, const Tensor& y, const kernels::StreamedRow& at, size_t start,
-            size_t columns, float softcap, float* row_buffer) {
+            size_t columns, float softcap, const float* sink, float* row_buffer) {
   const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
   float* const row = unit_columns ? at.y : row_buffer;
   const size_t valid = std::max(at.valid, start);
@@ -47,7 +58,7 @@ void CutRow(const ConstTensor& x, const Tensor& y, const kernels::StreamedRow& a
     std::fill(row + start, row + columns, 0.0f);
   } else {
     if (softcap > 0.0f) kernels::SoftCap(row + start, valid - start, softcap);
-    kernels::MaskedSoftmaxRow(row + start, valid - start, columns - start, row + start);
+    RowSoftmax(row + start, valid - start, columns - start, sink, row + start);
   }
   if (!unit_columns) {
     for (size_t j = 0; j < columns; ++j) at.y[j * static_cast<size_t>(y.strides[2])] = row[j];
@@ -60,7 +71,7 @@ void CutRow(const ConstTensor& x, const Tensor& y, const kernels::StreamedRow& a
 template <class Then>
 Status ForEachSoftmaxRow(internal::Workspace& workspace, ConstTensor x, Tensor y,
                          const internal::RowLengths& lens, int64_t first_batch, int64_t first_query,
-                         int threads, float softcap, Then then) {
+                         int threads, float softcap, const float* sink, Then then) {
   const int64_t queries = y.dims[1], width = y.dims[2];
   const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
   return internal::ForEachRowInParallel(
@@ -73,7 +84,7 @@ Status ForEachSoftmaxRow(internal::Workspace& workspace, ConstTensor x, Tensor y
         const auto start = static_cast<size_t>(
             std::min(lens.start(first_batch + r / queries, first_query + r % queries), width));
         if (start > 0) {  // keys [start, valid) of a window: zeros before and after
-          CutRow(x, y, at, start, columns, softcap, row_buffer);
+          CutRow(x, y, at, start, columns, softcap, sink, row_buffer);
           return then(r, unit_columns ? at.y : row_buffer);
         }
         if (unit_columns) {
@@ -83,12 +94,12 @@ Status ForEachSoftmaxRow(internal::Workspace& workspace, ConstTensor x, Tensor y
             kernels::SoftCap(at.y, at.valid, softcap);
             scores = at.y;
           }
-          kernels::MaskedSoftmaxRow(scores, at.valid, columns, at.y);
+          RowSoftmax(scores, at.valid, columns, sink, at.y);
           return then(r, at.y);
         }
         for (size_t j = 0; j < at.valid; ++j) row_buffer[j] = at.x[j * x.strides[2]];
         if (softcap > 0.0f) kernels::SoftCap(row_buffer, at.valid, softcap);
-        kernels::MaskedSoftmaxRow(row_buffer, at.valid, columns, row_buffer);
+        RowSoftmax(row_buffer, at.valid, columns, sink, row_buffer);
         for (size_t j = 0; j < columns; ++j) at.y[j * y.strides[2]] = row_buffer[j];
         then(r, row_buffer);
       },
@@ -105,11 +116,12 @@ int SoftmaxThreads(int threads, const Tensor& y) {
 
 Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y,
                    const internal::RowLengths& lens, int64_t first_batch, int64_t first_query,
-                   int threads, bool stream, float softcap) {
+                   int threads, bool stream, float softcap, const float* sink) {
   const int64_t queries = y.dims[1], width = y.dims[2];
   const int64_t rows = y.dims[0] * queries;
   threads = SoftmaxThreads(threads, y);
-  if (stream && softcap == 0.0f && !lens.has_starts() && x.strides[2] == 1 && y.strides[2] == 1) {
+  if (stream && softcap == 0.0f && sink == nullptr && !lens.has_starts() && x.strides[2] == 1 &&
+      y.strides[2] == 1) {
     // Chunks split rows only, so their size never changes a result.
     const int64_t chunk_rows =
         std::clamp<int64_t>((rows + threads - 1) / threads, 1, kStreamChunkRows);
@@ -135,19 +147,36 @@ Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y,
         },
         [] { kernels::FlushStreams(); });  // before other threads read y
   }
-  return ForEachSoftmaxRow(workspace, x, y, lens, first_batch, first_query, threads, softcap,
+  return ForEachSoftmaxRow(workspace, x, y, lens, first_batch, first_query, threads, softcap, sink,
                            [](int64_t, const float*) {});
 }
 
 Status SoftmaxRowsAndBf16(internal::Workspace& workspace, ConstTensor x, Tensor y, uint16_t* words,
                           const internal::RowLengths& lens, int64_t first_batch,
-                          int64_t first_query, int threads, float softcap) {
+                          int64_t first_query, int threads, float softcap, const float* sink) {
   const auto width = static_cast<size_t>(y.dims[2]);
   return ForEachSoftmaxRow(workspace, x, y, lens, first_batch, first_query,
-                           SoftmaxThreads(threads, y), softcap, [&](int64_t r, const float* row) {
+                           SoftmaxThreads(threads, y), softcap, sink,
+                           [&](int64_t r, const float* row) {
                              kernels::RoundNormalsToBf16(row, width,
                                                          words + static_cast<size_t>(r) * width);
                            });
+}
+
+void SinkSoftmaxRow(const float* x, size_t valid, size_t width, float sink, float* y) {
+  if (valid == 0) return kernels::MaskedSoftmaxRow(x, valid, width, y);
+  // y = e^{x - max} / sum, so with the sink e^{x - max} / (sum + e^{sink -
+  // max}): y times sum / (sum + e^{sink - max}), which e^{sink - max} =
+  // +Inf makes 0.
+  const kernels::SoftmaxBlockStats stats = kernels::MaskedSoftmaxBlock(x, valid, y);
+  if (stats.poisoned) {
+    std::fill(y, y + width, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
+  const float share =
+      stats.sum == 0.0f ? 0.0f : stats.sum / (stats.sum + std::exp(sink - stats.max));
+  for (size_t j = 0; j < valid; ++j) y[j] *= share;
+  std::fill(y + valid, y + width, 0.0f);
 }
 
 Status CheckMaskedSoftmaxInput(const ConstTensor& x) {

@@ -27,11 +27,20 @@ Status MaskedSoftmax(const internal::CallContext& call, ConstTensor x, const Val
 // `stream` writes y with non-temporal stores (for outputs nobody reads soon;
 // needs unit column strides). With `softcap` c > 0, each row's scores are
 // first capped, c · tanh(x / c) (kernels::SoftCap), in y, or its row buffer
-// (x is not written; such rows are not streamed). Fails only if a thread's
+// (x is not written; such rows are not streamed). With a `sink`, each row is
+// SinkSoftmaxRow's (not streamed). Fails only if a thread's
 // row buffer cannot be allocated, and then may have written part of y.
 Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y,
                    const internal::RowLengths& lens, int64_t first_batch, int64_t first_query,
-                   int threads, bool stream, float softcap = 0.0f);
+                   int threads, bool stream, float softcap = 0.0f, const float* sink = nullptr);
+
+// y = the masked softmax of x[0, valid) with a sink logit in its denominator
+// (docs/semantics.md section 5.5): y_j = e^{x_j} / (Σ_{i < valid} e^{x_i} +
+// e^sink) for j < valid, 0 from there to width. valid = 0 gives d2l's
+// uniform 1/width, without the sink. A NaN or +Inf among the valid scores
+// makes the row NaN; all of them -Inf gives weights 0 (the sink holds the
+// whole mass). x may equal y.
+void SinkSoftmaxRow(const float* x, size_t valid, size_t width, float sink, float* y);
 
 // SoftmaxRows without streaming, and each row of y also rounded to bf16
 // words into `words`, dense rows of y's width W, as soon as it is made: the
@@ -42,7 +51,8 @@ Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y,
 // separate RoundToBf16 pass over the chunk's weights.
 Status SoftmaxRowsAndBf16(internal::Workspace& workspace, ConstTensor x, Tensor y, uint16_t* words,
                           const internal::RowLengths& lens, int64_t first_batch,
-                          int64_t first_query, int threads, float softcap = 0.0f);
+                          int64_t first_query, int threads, float softcap = 0.0f,
+                          const float* sink = nullptr);
 
 }  // namespace attnscore::ops
 

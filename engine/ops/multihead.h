@@ -36,8 +36,8 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
 // Hkv, D) and V (B, M, Hkv, Dv) by strides with each row's elements
 // contiguous, per-query `valid_lens` (they carry the cache's causal bound),
 // scores as `form` says (its scale 0: 1/sqrt(D); checked by
-// CheckScoreOptions). Runs the decode form of the op (the grouped row
-// path), a query position at a time. Messages name `op`.
+// CheckScoreOptions; sinks as WithSinks gives them). Runs the decode form of the op (the grouped
+// row path), a query position at a time. Messages name `op`.
 Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
                        const dot_product::Bf16KeyView& keys, TensorView<const uint16_t> values,
                        const ValidLens& valid_lens, const ScoreForm& form, Tensor out,
@@ -49,6 +49,16 @@ Status CachedAttention(const internal::CallContext& call, const char* op, ConstT
 
 // The checks of a call's scale (finite) and soft cap (finite and >= 0).
 Status CheckScoreOptions(const char* op, float scale, float softcap);
+
+// The checks of attention sinks: empty, or (Hq,) without NaN.
+Status CheckSinks(const char* op, const ConstTensor& sinks, int64_t heads);
+// The outputs share no memory with the sinks, which are read as they are written.
+Status SinksApart(const char* op, const ConstTensor& sinks, const ConstTensor& out,
+                  const ConstTensor& attention);
+// `form` with `sinks` (empty: none): head h's at sinks.data[h · strides[0]],
+// that step in form.sink_row_step, as MultiHeadAttention and
+// CachedAttention take it.
+ScoreForm WithSinks(ScoreForm form, const ConstTensor& sinks);
 
 // The checks a causal mask adds: a known Causal, and M >= N for bottom-right.
 Status CheckCausal(const char* op, Causal causal, const ConstTensor& queries,

@@ -203,7 +203,7 @@ typedef enum attnscore_causal {
 } attnscore_causal;
 
 /* Set every field: start from ATTNSCORE_MULTIHEAD_OPTIONS_INIT (or = {0}),
- * since a field left unset (softcap, new in 0.5; the window, new in 0.6)
+ * since a field left unset (softcap, new in 0.5; the window and sinks, new in 0.6)
  * would be read as given. */
 typedef struct attnscore_multihead_options {
   int32_t causal; /* attnscore_causal */
@@ -214,9 +214,12 @@ typedef struct attnscore_multihead_options {
    * side -1 for unbounded, else >= 0. */
   int32_t windowed;
   int64_t window_left, window_right;
+  /* Attention sinks: Hq contiguous logits, one per query head, each in its
+   * head's softmax denominators; NULL: none. Not NaN. */
+  const float* sinks;
 } attnscore_multihead_options;
 #define ATTNSCORE_MULTIHEAD_OPTIONS_INIT \
-  { ATTNSCORE_CAUSAL_NONE, 0.0f, 0.0f, 0, -1, -1 }
+  { ATTNSCORE_CAUSAL_NONE, 0.0f, 0.0f, 0, -1, -1, NULL }
 
 /* Engine::MultiHeadAttention: Q (B, N, Hq, D), K (B, M, Hkv, D),
  * V (B, M, Hkv, Dv), out (B, N, Hq, Dv), attention_weights (B, Hq, N, M) or
@@ -304,8 +307,9 @@ ATTNSCORE_API attnscore_status* attnscore_kv_cache_attend(const attnscore_kv_cac
 
 /* KvCache::Attend's options (attnscore::KvCacheAttendOptions). */
 typedef struct attnscore_kv_cache_attend_options {
-  float scale;   /* 0: 1/sqrt(D) */
-  float softcap; /* 0: none; c > 0: each score s becomes c tanh(s / c) */
+  float scale;        /* 0: 1/sqrt(D) */
+  float softcap;      /* 0: none; c > 0: each score s becomes c tanh(s / c) */
+  const float* sinks; /* Hq logits or NULL, as attnscore_multihead_options' (new in 0.6) */
 } attnscore_kv_cache_attend_options;
 
 /* attnscore_kv_cache_attend with options; NULL options are the defaults. */

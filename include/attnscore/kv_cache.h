@@ -41,10 +41,11 @@ struct KvCacheBytes;
 }  // namespace internal
 
 // How KvCache::Attend makes its scores, beyond the cache's own causal mask:
-// MultiHeadOptions' factor and soft cap (docs/semantics.md section 5.1).
+// MultiHeadOptions' factor, soft cap and sinks (docs/semantics.md section 5).
 struct KvCacheAttendOptions {
   float scale = 0.0f;    // what q·k is multiplied by; 0 means 1/sqrt(D). Finite.
   float softcap = 0.0f;  // c > 0: each score s becomes c · tanh(s / c); 0: none
+  ConstTensor sinks;     // (Hq,) sink logits, or empty: none (MultiHeadOptions::sinks)
 };
 
 struct KvCacheShape {

@@ -6,6 +6,8 @@
 #include <array>
 #include <cstdint>
 
+#include "attnscore/tensor.h"
+
 namespace attnscore {
 
 // Which keys a query may see beyond its valid length, for self-attention
@@ -37,6 +39,12 @@ struct MultiHeadOptions {
   // softmax. 0 means none. Finite and >= 0.
   float softcap = 0.0f;
   Window window;  // left, right >= -1
+  // Attention sinks (gpt-oss's, ONNX Runtime's head_sink; docs/semantics.md
+  // section 5.5): (Hq,) logits, one per query head, or empty for none. Head
+  // h's sink z_h joins each of its softmaxes' denominators, e^{z_h} beside
+  // the keys' e^{s_j}, and adds no value: its weights sum to
+  // 1 / (1 + e^{z_h} / Σ_j e^{s_j}). Not NaN; read only during the call.
+  ConstTensor sinks;
 };
 
 // The shapes of a multi-head call's outputs, as the Check methods report them.

@@ -16,15 +16,15 @@
 Engine: masked_softmax(x, valid_lens=None, out=None),
 dot_product_attention(q, k, v, valid_lens=None, return_weights=False,
 out=None, weights_out=None) and multihead_attention(q, k, v, valid_lens=None,
-causal="none", scale=0.0, window=None, softcap=0.0, return_weights=False,
-out=None, weights_out=None) on (B, N, H, D) arrays. Models (AdditiveAttention, ConcatAttention,
+causal="none", scale=0.0, window=None, softcap=0.0, sinks=None,
+return_weights=False, out=None, weights_out=None) on (B, N, H, D) arrays. Models (AdditiveAttention, ConcatAttention,
 BilinearAttention) are called as model(engine, q, k, v, valid_lens=None,
 return_weights=False, out=None, weights_out=None); d2l's MultiHeadAttention
 takes causal= too. KvCache(batch, capacity, kv_heads, key_dim, value_dim,
 block_positions=0, blocks=0) holds keys and values for decoding, its
 sequences sharing a pool of blocks where block_positions and blocks are set:
 append, append_to, clear, length, blocks_in_use and
-attend(engine, q, return_weights=False, scale=0.0, softcap=0.0);
+attend(engine, q, return_weights=False, scale=0.0, softcap=0.0, sinks=None);
 KvCache.block_positions_multiple(key_dim, value_dim) is the multiple
 block_positions must be. What each op computes, with its valid lengths and
 tolerances, is docs/semantics.md.

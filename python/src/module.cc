@@ -188,7 +188,7 @@ Returns out (B, N, Dv), or (out, weights) with weights (B, N, M) when
 return_weights is true or weights_out is given.)";
 
 constexpr const char* kMultiHeadDoc =
-    R"(multihead_attention(q, k, v, valid_lens=None, causal="none", scale=0.0, window=None, softcap=0.0, return_weights=False, out=None, weights_out=None)
+    R"(multihead_attention(q, k, v, valid_lens=None, causal="none", scale=0.0, window=None, softcap=0.0, sinks=None, return_weights=False, out=None, weights_out=None)
 
 Multi-head attention (docs/semantics.md section 5): q (B, N, Hq, D),
 k (B, M, Hkv, D), v (B, M, Hkv, Dv) with Hq a multiple of Hkv (grouped-query
@@ -199,8 +199,9 @@ and multi-query K/V); heads-first arrays pass as transposed views
 (-1: that side unbounded; None: every key); a query it leaves no key gets
 weights 0 and output 0. softcap
 c > 0 makes each scaled score s c·tanh(s / c) before the masks and the
-softmax (0: none). Returns out (B, N, Hq, Dv), or (out, weights) with
-weights (B, Hq, N, M).)";
+softmax (0: none). sinks (Hq,): a logit per query head in each of its
+softmaxes' denominators (attention sinks), so its weights sum to less than 1.
+Returns out (B, N, Hq, Dv), or (out, weights) with weights (B, Hq, N, M).)";
 
 constexpr const char* kCallDoc = R"(__call__(engine, q, k, v, valid_lens=None, return_weights=False, out=None, weights_out=None)
 
@@ -281,13 +282,15 @@ PYBIND11_MODULE(_attnscore, m) {
           "multihead_attention",
           [](const Engine& engine, const py::object& q, const py::object& k, const py::object& v,
              const py::object& valid_lens, const std::string& causal, float scale,
-             const py::object& window, const py::object& softcap, bool return_weights,
-             const py::object& out, const py::object& weights_out) {
+             const py::object& window, const py::object& softcap, const py::object& sinks,
+             bool return_weights, const py::object& out, const py::object& weights_out) {
             MultiHeadOptions options;
             options.causal = CausalArgument(causal);
             options.scale = scale;
             options.window = WindowArgument(window);
             options.softcap = SoftCapArgument(softcap);
+            py::object sinks_keep;
+            if (!sinks.is_none()) options.sinks = InputView(sinks, "sinks", &sinks_keep);
             return RunAttention(
                 q, k, v, valid_lens, return_weights, out, weights_out,
                 [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
@@ -307,7 +310,8 @@ PYBIND11_MODULE(_attnscore, m) {
           },
           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("valid_lens") = py::none(),
           py::arg("causal") = "none", py::arg("scale") = 0.0f, py::arg("window") = py::none(),
-          py::arg("softcap") = 0.0, py::arg("return_weights") = false, py::arg("out") = py::none(),
+          py::arg("softcap") = 0.0, py::arg("sinks") = py::none(),
+          py::arg("return_weights") = false, py::arg("out") = py::none(),
           py::arg("weights_out") = py::none(), kMultiHeadDoc)
       .def("__repr__", [](const Engine& e) {
         return "attnscore.Engine(threads=" + std::to_string(e.options().threads) + ", isa='" +
@@ -635,9 +639,13 @@ PYBIND11_MODULE(_attnscore, m) {
       .def(
           "attend",
           [](const KvCache& cache, const Engine& engine, const py::object& q, bool return_weights,
-             float scale, float softcap) -> py::object {
-            py::object q_keep, out_array, weights_array;
+             float scale, float softcap, const py::object& sinks) -> py::object {
+            py::object q_keep, sinks_keep, out_array, weights_array;
             const ConstTensor qv = InputView(q, "q", &q_keep);
+            KvCacheAttendOptions options;
+            options.scale = scale;
+            options.softcap = softcap;
+            if (!sinks.is_none()) options.sinks = InputView(sinks, "sinks", &sinks_keep);
             if (qv.rank != 4) {
               throw py::value_error("KvCache.attend: q must have rank 4 (B, N, Hq, D)");
             }
@@ -650,9 +658,6 @@ PYBIND11_MODULE(_attnscore, m) {
             const std::vector<int64_t> scores{qv.dims[0], qv.dims[2], qv.dims[1], longest};
             Tensor weights;
             if (return_weights) weights = NewOutput(scores, &weights_array);
-            KvCacheAttendOptions options;
-            options.scale = scale;
-            options.softcap = softcap;
             ThrowIfError(Interruptible(Elements({&scores})).Run([&] {
               return cache.Attend(engine, qv, options, out, weights);
             }));
@@ -660,9 +665,10 @@ PYBIND11_MODULE(_attnscore, m) {
             return out_array;
           },
           py::arg("engine"), py::arg("q"), py::arg("return_weights") = false,
-          py::arg("scale") = 0.0f, py::arg("softcap") = 0.0f,
+          py::arg("scale") = 0.0f, py::arg("softcap") = 0.0f, py::arg("sinks") = py::none(),
           "q (B, N, Hq, D): each sequence's N newest positions, attending causally to its "
-          "keys, scores times scale (0: 1/sqrt(D)) and, for softcap c > 0, c·tanh(s / c). "
+          "keys, scores times scale (0: 1/sqrt(D)) and, for softcap c > 0, c·tanh(s / c); "
+          "sinks (Hq,), a logit per query head in each softmax's denominator. "
           "Returns out (B, N, Hq, Dv), or (out, weights (B, Hq, N, L)).")
       .def("__repr__", [](const KvCache& c) {
         const KvCacheShape& s = c.shape();

@@ -718,13 +718,14 @@ def test_installed_package_imports_from_its_prefix(tmp_path):
 
 # ---------------------------------------------------- multi-head, cache, bilinear
 
-def ref_multihead(q, k, v, lens, causal, scale, softcap=0.0, window=None):
+def ref_multihead(q, k, v, lens, causal, scale, softcap=0.0, window=None, sinks=None):
     """docs/semantics.md section 5.1 in float64: head h reads K/V head
     h // (Hq // Hkv); each score s capped to softcap * tanh(s / softcap) for
     softcap > 0; positions past a query's (causally cut) length get -1e6;
     with window (left, right), a query of length > 0 at p = i + M - N keeps
     keys p - left <= j <= p + right (-1: unbounded), weights 0 and output 0
-    when none is left."""
+    when none is left; sinks (Hq,) add exp(sinks[h]) to the denominators of
+    queries of length > 0."""
     b, n, hq, d = q.shape
     m, hkv = k.shape[1], k.shape[2]
     group = hq // hkv
@@ -750,7 +751,10 @@ def ref_multihead(q, k, v, lens, causal, scale, softcap=0.0, window=None):
                     if not np.any(~outside & (j < length)):
                         continue  # no key left: weights 0, output 0
                 p = np.exp(s - s.max())
-                p /= p.sum()
+                denominator = p.sum()
+                if sinks is not None and length > 0:
+                    denominator += np.exp(np.float64(sinks[h]) - s.max())
+                p /= denominator
                 weights[e, h, i] = p
                 out[e, i, h] = p @ v[e, :, h // group].astype(np.float64)
     return out, weights
@@ -774,6 +778,31 @@ def test_multihead_attention_window(engine, rng, causal, window, n):
     assert np.array_equal(again, out)
     every = engine.multihead_attention(q, k, v, lens, causal=causal, window=None)
     assert np.array_equal(every, engine.multihead_attention(q, k, v, lens, causal=causal))
+
+
+@pytest.mark.parametrize("n", [1, 9])
+def test_multihead_attention_sinks(engine, rng, n):
+    q = rng.standard_normal((2, n, 4, 8), dtype=np.float32)
+    k = rng.standard_normal((2, 12, 2, 8), dtype=np.float32)
+    v = rng.standard_normal((2, 12, 2, 4), dtype=np.float32)
+    sinks = np.array([0.5, -1.0, 2.0, 6.0], np.float32)
+    out, w = engine.multihead_attention(q, k, v, causal="bottom-right", window=(5, 0),
+                                        softcap=2.0, sinks=sinks, return_weights=True)
+    want_out, want_w = ref_multihead(q, k, v, None, "bottom-right", 1 / np.sqrt(8), softcap=2.0,
+                                     window=(5, 0), sinks=sinks)
+    assert_weights(w, want_w)
+    assert_output(out, want_out, v)
+    assert np.all(w.sum(axis=-1) < 1)  # the sinks hold the rest
+    # A cache's step with the same sinks: the op's bits.
+    cache = attnscore.KvCache(batch=2, capacity=12, kv_heads=2, key_dim=8, value_dim=4)
+    cache.append(k, v)
+    got = cache.attend(engine, q, sinks=sinks)
+    plain = engine.multihead_attention(q, k, v, causal="bottom-right", sinks=sinks)
+    assert np.array_equal(got, plain)
+    with pytest.raises(ValueError, match=r"sinks has shape \(3\) but must be \(Hq,\) = \(4\)"):
+        engine.multihead_attention(q, k, v, sinks=sinks[:3])
+    with pytest.raises(ValueError, match=r"KvCache: sinks\[0\] is NaN"):
+        cache.attend(engine, q, sinks=np.full(4, np.nan, np.float32))
 
 
 def test_multihead_attention_window_refusals(engine, rng):

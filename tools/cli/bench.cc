@@ -231,14 +231,15 @@ Status CheckInfoWithoutJson(const Args& args) {
 // enough blocks; --kv-precision, the cache's); --module times d2l's MultiHeadAttention module with
 // random weights (num_hiddens H·D, biases with --bias) instead of the op. --softcap C caps the
 // scores of the op or the decode (MultiHeadOptions::softcap, KvCacheAttendOptions::softcap);
-// --window-left L and --window-right R give the op a sliding window (MultiHeadOptions::window).
+// --window-left L and --window-right R give the op a sliding window (MultiHeadOptions::window);
+// --sinks Z gives every query head the sink logit Z (the op and the decode).
 int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry) {
   Status s = CheckFlags(
       args,
-      {"--batch",      "--queries", "--keys",    "--query-dim",    "--heads",       "--kv-heads",
-       "--causal",     "--decode",  "--pool",    "--kv-precision", "--module",      "--bias",
-       "--valid-lens", "--weights", "--repeat",  "--json",         "--threads",     "--isa",
-       "--precision",  "--info",    "--softcap", "--window-left",  "--window-right"},
+      {"--batch",      "--queries", "--keys",    "--query-dim",    "--heads",        "--kv-heads",
+       "--causal",     "--decode",  "--pool",    "--kv-precision", "--module",       "--bias",
+       "--valid-lens", "--weights", "--repeat",  "--json",         "--threads",      "--isa",
+       "--precision",  "--info",    "--softcap", "--window-left",  "--window-right", "--sinks"},
       {"--batch", "--queries", "--keys"}, "bench " + word);
   if (s.ok()) s = CheckInfoWithoutJson(args);
   BenchShape shape{};
@@ -299,6 +300,19 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
       return Fail(s);
     }
   }
+  // --sinks Z: every query head's sink logit Z (MultiHeadOptions::sinks).
+  std::vector<float> sinks;
+  if (args.has("--sinks")) {
+    if (module) return Fail(Status::InvalidArgument("--sinks is for the op and --decode"));
+    const std::string text = args.get("--sinks");
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || std::isnan(value)) {
+      return Fail(Status::InvalidArgument("--sinks is '" + text + "'; want a number (a logit)"));
+    }
+    sinks.assign(static_cast<size_t>(heads), static_cast<float>(value));
+  }
+  const ConstTensor sinks_view = sinks.empty() ? ConstTensor() : ConstTensor(sinks.data(), {heads});
   const bool pool = args.has("--pool");
   if (pool && !decode) return Fail(Status::InvalidArgument("--pool is for --decode"));
   if (args.has("--kv-precision") && !decode) {
@@ -377,6 +391,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
     options.causal = decode ? Causal::kBottomRight : causal;
     options.softcap = softcap;
     options.window = window;
+    options.sinks = sinks_view;
     s = engine->CheckMultiHeadAttention(
         ConstTensor(&stand_in, {B, N, heads, D}), ConstTensor(&stand_in, {B, M, kv_heads, D}),
         ConstTensor(&stand_in, {B, M, kv_heads, D}), lens, options, &checked);
@@ -418,6 +433,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
     }
     KvCacheAttendOptions attend;
     attend.softcap = softcap;
+    attend.sinks = sinks_view;
     call = [&, attend] {
       return cache->Attend(*engine, ConstTensor(q.data(), {B, N, heads, D}), attend,
                            Tensor(out.data(), {B, N, heads, D}), weights_view);
@@ -427,6 +443,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
     options.causal = causal;
     options.softcap = softcap;
     options.window = window;
+    options.sinks = sinks_view;
     call = [&, options] {
       return engine->MultiHeadAttention(
           ConstTensor(q.data(), {B, N, heads, D}), ConstTensor(k.data(), {B, M, kv_heads, D}),
@@ -491,6 +508,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
                        {"softcap", softcap},
                        {"window_left", window.left},
                        {"window_right", window.right},
+                       {"sinks", sinks.empty() ? Json(nullptr) : Json(sinks[0])},
                        {"valid_lens", mode},
                        {"threads", engine->options().threads},
                        {"isa", isa},
@@ -505,6 +523,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
     std::printf("%s\n", OneLine(json).c_str());
   } else {
     std::string cap = softcap > 0.0f ? " softcap " + std::to_string(softcap) : "";
+    if (!sinks.empty()) cap += " sinks " + std::to_string(sinks[0]);
     if (window.left >= 0 || window.right >= 0) {
       cap += " window (" + std::to_string(window.left) + ", " + std::to_string(window.right) + ")";
     }

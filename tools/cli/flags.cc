@@ -108,6 +108,11 @@ Status FlagParams(const Args& args, const OpSpec& spec, ParamSpec::Kind kind, Pa
   return Status::Ok();
 }
 
+bool RunNeeds(const OpSpec& spec, const TensorSpec& input) {
+  if (!input.optional) return true;
+  return spec.stateful && input.dims.size() > 1 && input.dims[1] == "T";
+}
+
 std::string RunSynopsis(const OpSpec& spec) {
   const std::string head = "  attnscore run " + EntryWord(spec);
   std::vector<std::string> words;
@@ -129,7 +134,7 @@ std::string RunSynopsis(const OpSpec& spec) {
     std::string upper =
         t.name == "valid_lens" ? "L" : std::string(1, static_cast<char>(std::toupper(t.name[0])));
     const std::string word = TensorFlag(t.name) + " " + upper + ".npy";
-    words.push_back(t.optional && !spec.stateful ? "[" + word + "]" : word);
+    words.push_back(RunNeeds(spec, t) ? word : "[" + word + "]");
   }
   for (const ParamSpec& p : spec.params) {
     if (p.kind != ParamSpec::Kind::kCall) continue;

@@ -26,6 +26,11 @@ std::string EntryNames();
 // "--valid-lens" for valid_lens; output is --out, attention_weights
 // --weights-out.
 std::string TensorFlag(const std::string& tensor);
+
+// Whether `run` needs `input` of `spec`: a required input, or for a KV
+// cache made for one run (which starts empty) what it appends, the inputs
+// over its new positions T.
+bool RunNeeds(const OpSpec& spec, const TensorSpec& input);
 // "--causal" for causal; num_heads is --heads.
 std::string ParamFlag(const std::string& param);
 // Every flag of every entry that takes a value.

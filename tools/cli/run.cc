@@ -81,8 +81,7 @@ void RunFlags(const OpSpec& spec, std::set<std::string>* allowed, std::set<std::
   *required = {"--out"};
   for (const TensorSpec& input : spec.inputs) {
     allowed->insert(TensorFlag(input.name));
-    // A KV cache made for one run starts empty: what it appends is needed.
-    if (!input.optional || spec.stateful) required->insert(TensorFlag(input.name));
+    if (RunNeeds(spec, input)) required->insert(TensorFlag(input.name));
   }
   // A model file's __metadata__ may give its parameters: none is required.
   for (const ParamSpec& param : spec.params) allowed->insert(ParamFlag(param.name));
