@@ -355,7 +355,7 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
   std::vector<float> out_c(b * n * hq * d), w_c(b * hq * n * m), out_cpp(out_c.size()), w_cpp(w_c.size());
   const attnscore_tensor ov = COut4(out_c, b, n, hq, d), wv = COut4(w_c, b, hq, n, m);
   const attnscore_multihead_options options = {
-      ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.5f, 0.0f, 0, -1, -1, nullptr};
+      ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.5f, 0.0f, 0, -1, -1, nullptr, nullptr, nullptr};
   ASSERT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &options, &ov, &wv)), "");
   MultiHeadOptions cpp;
   cpp.causal = Causal::kBottomRight;
@@ -369,7 +369,7 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
   EXPECT_EQ(w_c, w_cpp);
   // The soft cap reaches the op: the C++ call's bits with the same cap.
   const attnscore_multihead_options capped = {
-      ATTNSCORE_CAUSAL_NONE, 2.0f, 0.75f, 0, -1, -1, nullptr};
+      ATTNSCORE_CAUSAL_NONE, 2.0f, 0.75f, 0, -1, -1, nullptr, nullptr, nullptr};
   ASSERT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &capped, &ov, &wv)),
             "");
   cpp.causal = Causal::kNone;
@@ -390,7 +390,7 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
     ASSERT_EQ(Message(attnscore_kv_cache_create(b, m, hkv, d, d, &capped_cache)), "");
     ASSERT_EQ(Message(attnscore_kv_cache_append(capped_cache, &kv, &vv)), "");
     const attnscore_multihead_options bottom_right = {
-        ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 2.0f, 0.75f, 0, -1, -1, nullptr};
+        ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 2.0f, 0.75f, 0, -1, -1, nullptr, nullptr, nullptr};
     ASSERT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, nullptr, &bottom_right,
                                                     &ov, &wv)),
               "");
@@ -409,11 +409,11 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
     attnscore_kv_cache_destroy(capped_cache);
   }
   const attnscore_multihead_options negative_cap = {
-      ATTNSCORE_CAUSAL_NONE, 0.0f, -1.0f, 0, -1, -1, nullptr};
+      ATTNSCORE_CAUSAL_NONE, 0.0f, -1.0f, 0, -1, -1, nullptr, nullptr, nullptr};
   EXPECT_EQ(
       Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &negative_cap, &ov, &wv)),
       "MultiHeadAttention: softcap is -1.000000; it must be finite and >= 0 (0: no cap)");
-  const attnscore_multihead_options bogus = {5, 0.0f, 0.0f, 0, -1, -1, nullptr};
+  const attnscore_multihead_options bogus = {5, 0.0f, 0.0f, 0, -1, -1, nullptr, nullptr, nullptr};
   EXPECT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &bogus, &ov, &wv)),
             "attnscore_multihead_attention: options->causal is outside attnscore_causal");
   // A window reaches the op (the C++ call's bits with it), only when
@@ -480,6 +480,27 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
     EXPECT_EQ(cached_w, w_c);
     attnscore_kv_cache_destroy(sunk_cache);
   }
+  // ALiBi slopes and a bias view reach the op: the C++ call's bits.
+  const float slopes[] = {0.5f, 0.25f, 0.125f, 0.0625f};
+  std::vector<float> bias_values(static_cast<size_t>(hq * m));
+  for (size_t x = 0; x < bias_values.size(); ++x) bias_values[x] = 0.1f * static_cast<float>(x % 7);
+  const attnscore_tensor_view bias = {bias_values.data(), 4, {1, hq, 1, m}, {hq * m, m, m, 1}};
+  attnscore_multihead_options terms = ATTNSCORE_MULTIHEAD_OPTIONS_INIT;
+  terms.alibi_slopes = slopes;
+  terms.bias = &bias;
+  ASSERT_EQ(Message(attnscore_multihead_attention(engine_, &qv, &kv, &vv, &cl, &terms, &ov, &wv)),
+            "");
+  cpp = MultiHeadOptions();
+  cpp.alibi_slopes = ConstTensor(slopes, {hq});
+  cpp.bias = ConstTensor(bias_values.data(), {1, hq, 1, m});
+  ASSERT_TRUE(DefaultEngine()
+                  .MultiHeadAttention(
+                      ConstTensor(q.data(), {b, n, hq, d}), ConstTensor(k.data(), {b, m, hkv, d}),
+                      ConstTensor(v.data(), {b, m, hkv, d}), ValidLens::PerBatch(lens, b), cpp,
+                      Tensor(out_cpp.data(), {b, n, hq, d}), Tensor(w_cpp.data(), {b, hq, n, m}))
+                  .ok());
+  EXPECT_EQ(out_c, out_cpp);
+  EXPECT_EQ(w_c, w_cpp);
   const float nan_sinks[] = {0.5f, std::numeric_limits<float>::quiet_NaN(), 2.0f, 0.0f};
   sunk.sinks = nan_sinks;
   EXPECT_EQ(
@@ -635,7 +656,7 @@ TEST_F(CApi, MultiHeadChecksReportShapesAndRefuseAsTheOps) {
   const int64_t lens[] = {5, 2};
   const attnscore_valid_lens cl = {ATTNSCORE_LENS_PER_BATCH, ATTNSCORE_LENS_INT64, lens, {b, 0}};
   const attnscore_multihead_options causal = {
-      ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.0f, 0.0f, 0, -1, -1, nullptr};
+      ATTNSCORE_CAUSAL_BOTTOM_RIGHT, 0.0f, 0.0f, 0, -1, -1, nullptr, nullptr, nullptr};
   attnscore_multihead_shapes shapes = {};
   ASSERT_EQ(
       Message(attnscore_check_multihead_attention(engine_, &qv, &kv, &vv, &cl, &causal, &shapes)),
@@ -667,7 +688,7 @@ TEST_F(CApi, MultiHeadChecksReportShapesAndRefuseAsTheOps) {
                                                            nullptr, &ov, nullptr)));
   EXPECT_EQ(untouched.out[0], -1);
   EXPECT_EQ(untouched.attention_weights[3], -1);
-  const attnscore_multihead_options bogus = {5, 0.0f, 0.0f, 0, -1, -1, nullptr};
+  const attnscore_multihead_options bogus = {5, 0.0f, 0.0f, 0, -1, -1, nullptr, nullptr, nullptr};
   EXPECT_EQ(
       Message(attnscore_check_multihead_attention(engine_, &qv, &kv, &vv, &cl, &bogus, &shapes)),
       "attnscore_check_multihead_attention: options->causal is outside attnscore_causal");

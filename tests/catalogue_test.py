@@ -246,7 +246,8 @@ class CatalogueTest(unittest.TestCase):
                 if name == "multihead_attention":
                     typed = self.engine.multihead_attention(
                         q, k, v, inputs.get("valid_lens"), return_weights=True, window=(2, 0),
-                        sinks=inputs.get("sinks"), **scores)
+                        sinks=inputs.get("sinks"), alibi_slopes=inputs.get("alibi_slopes"),
+                        bias=inputs.get("attention_bias"), **scores)
                 else:
                     cache = a.KvCache(params["batch"], params["capacity"], params["kv_heads"],
                                       params["key_dim"], params["value_dim"])

@@ -879,6 +879,11 @@ TEST_F(CliTest, BenchMultiHeadTimesEachModeAndRefusesWhatDoesNotApply) {
   r = Run(shape + "--sinks -2 --repeat 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find(" causal none sinks -2.000000 valid-lens "), std::string::npos) << r.out;
+  // ALiBi with BLOOM's slopes, for the op alone.
+  ExpectBadInput(Run(shape + "--decode --alibi"), "--alibi is for the op");
+  r = Run(shape + "--alibi --repeat 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"alibi\": true"), std::string::npos) << r.out;
 }
 
 // run --info prints info after the outputs are written; the softmax makes

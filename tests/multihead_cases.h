@@ -56,6 +56,9 @@ struct Form {
   double softcap = 0;
   int64_t window_left = -1, window_right = -1;  // -1: unbounded
   std::vector<float> sinks = {};                // (Hq,) or empty
+  std::vector<float> alibi_slopes = {};         // (Hq,) or empty
+  std::vector<float> bias = {};                 // (B, Hq, N, M) or empty
+  std::vector<uint8_t> mask = {};               // (B, Hq, N, M), 0 masking; or empty
 };
 
 // The definition, literally, in double: for head h and its key-value head
@@ -64,8 +67,12 @@ struct Form {
 // -1e6; a softmax over all M, then W V. With a window (left, right), query
 // i at p = i + M - N keeps only keys p - left <= j <= p + right (-1:
 // unbounded) of those, the others weight 0; a query of length L > 0 left no
-// key gets weights 0 and output 0. With sinks, head h's z_h adds e^{z_h} to
-// each softmax's denominator (not to a length-0 query's uniform weights).
+// key gets weights 0 and output 0. After the cap, ALiBi subtracts slope_h ·
+// |p - j|, the bias adds its value and the mask's 0 makes the score -Inf; a
+// query of length L > 0 weighs keys past L exactly 0, and one whose
+// visible scores are all -Inf is NaN (softmax of nothing). With sinks, head
+// h's z_h adds e^{z_h} to each softmax's denominator (such a query: weights
+// 0, output 0; a length-0 query keeps its uniform weights).
 // `lens` empty, (B) or (B, N) as per_query says. Returns out (B, N, Hq, Dv) and sets *weights (B,
 // Hq, N, M).
 inline std::vector<double> Reference(const Shape& s, const Inputs& in,
@@ -97,8 +104,14 @@ inline std::vector<double> Reference(const Shape& s, const Inputs& in,
           }
           double score = dot * scale;
           if (form.softcap > 0) score = form.softcap * std::tanh(score / form.softcap);
-          row[static_cast<size_t>(j)] = j < valid ? score : -1e6;
           const int64_t p = i + s.keys - s.queries;
+          const size_t at = static_cast<size_t>(((b * s.heads + h) * s.queries + i) * s.keys + j);
+          if (!form.alibi_slopes.empty()) {
+            score -= form.alibi_slopes[static_cast<size_t>(h)] * std::abs(double(p - j));
+          }
+          if (!form.bias.empty()) score += form.bias[at];
+          if (!form.mask.empty() && form.mask[at] == 0) score = -INFINITY;
+          row[static_cast<size_t>(j)] = j < valid ? score : valid > 0 ? -INFINITY : -1e6;
           const bool outside = (form.window_left >= 0 && j < p - form.window_left) ||
                                (form.window_right >= 0 && j > p + form.window_right);
           if (valid > 0 && outside) row[static_cast<size_t>(j)] = -INFINITY;
@@ -110,6 +123,11 @@ inline std::vector<double> Reference(const Shape& s, const Inputs& in,
         if (!seen) {  // the window left it no key
           std::fill(w, w + s.keys, 0.0);
           std::fill(o, o + s.value_dim, 0.0);
+          continue;
+        }
+        if (top == -INFINITY) {  // every visible score -Inf
+          std::fill(w, w + s.keys, form.sinks.empty() ? NAN : 0.0);
+          std::fill(o, o + s.value_dim, form.sinks.empty() ? NAN : 0.0);
           continue;
         }
         double sum = 0;

@@ -27,24 +27,12 @@ using attnscore::Status;
 using attnscore::StatusCode;
 using attnscore::Tensor;
 using attnscore::c_api::Guarded;
+using attnscore::c_api::In;
 using attnscore::c_api::Invalid;
 using attnscore::c_api::kOutOfMemory;
+using attnscore::c_api::MultiHeadOptionsOf;
+using attnscore::c_api::Out;
 using attnscore::c_api::ToC;
-
-template <class View, class CTensor>
-View ViewOf(const CTensor* t) {
-  View view;
-  if (t == nullptr) return view;  // empty: an absent optional output, or refused as null
-  view.data = t->data;
-  view.rank = t->rank;  // a rank other than the op's is refused before any dim is read
-  for (int d = 0; d < attnscore::kMaxRank; ++d) {
-    view.dims[d] = t->dims[d];
-    view.strides[d] = t->strides[d];
-  }
-  return view;
-}
-ConstTensor In(const attnscore_tensor_view* t) { return ViewOf<ConstTensor>(t); }
-Tensor Out(const attnscore_tensor* t) { return ViewOf<Tensor>(t); }
 
 // The C lengths as the C++ struct; false for a kind or type outside the enums.
 bool LensOf(const attnscore_valid_lens* lens, attnscore::ValidLens* out) {
@@ -92,41 +80,6 @@ attnscore_status* CheckCall(const char* call, const void* owner,
               shapes->attention_weights);
     return Status::Ok();
   });
-}
-
-// `call`'s argument `name`, an attnscore_causal value, as the C++ enum;
-// refused outside the enum.
-Status CausalOf(const char* call, const char* name, int32_t value, attnscore::Causal* causal) {
-  if (value < ATTNSCORE_CAUSAL_NONE || value > ATTNSCORE_CAUSAL_BOTTOM_RIGHT) {
-    return Status::InvalidArgument(std::string(call) + ": " + name +
-                                   " is outside attnscore_causal");
-  }
-  *causal = static_cast<attnscore::Causal>(value);
-  return Status::Ok();
-}
-
-// The C sinks, Hq contiguous floats or NULL, as a view: Hq from the queries
-// (B, N, Hq, D); for queries of another rank, (0,), which the op's check of
-// the queries refuses first.
-ConstTensor SinksOf(const float* sinks, const attnscore_tensor_view* queries) {
-  if (sinks == nullptr) return ConstTensor();
-  return ConstTensor(sinks, {queries != nullptr && queries->rank == 4 ? queries->dims[2] : 0});
-}
-
-// `call`'s options as the C++ ones: NULL gives the defaults.
-Status MultiHeadOptionsOf(const char* call, const attnscore_multihead_options* options,
-                          const attnscore_tensor_view* queries, attnscore::MultiHeadOptions* out) {
-  *out = attnscore::MultiHeadOptions();
-  if (options == nullptr) return Status::Ok();
-  out->sinks = SinksOf(options->sinks, queries);
-  out->scale = options->scale;
-  out->softcap = options->softcap;
-  if (options->windowed != 0 && options->windowed != 1) {
-    return Status::InvalidArgument(std::string(call) + ": options->windowed is " +
-                                   std::to_string(options->windowed) + "; want 0 or 1");
-  }
-  if (options->windowed == 1) out->window = {options->window_left, options->window_right};
-  return CausalOf(call, "options->causal", options->causal, &out->causal);
 }
 
 bool OptionsOf(const attnscore_engine_options& in, attnscore::EngineOptions* out) {
@@ -443,7 +396,7 @@ attnscore_status* attnscore_kv_cache_attend_with_options(
   attnscore::KvCacheAttendOptions cpp;
   if (options != nullptr) {
     cpp.scale = options->scale, cpp.softcap = options->softcap;
-    cpp.sinks = SinksOf(options->sinks, queries);
+    cpp.sinks = attnscore::c_api::HeadFloats(options->sinks, queries);
   }
   return Guarded(kCall, [&] {
     return cache->cache->Attend(*engine->engine, In(queries), cpp, Out(out),

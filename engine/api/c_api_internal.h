@@ -9,7 +9,9 @@
 
 #include "attnscore/c_api.h"
 #include "attnscore/engine.h"
+#include "attnscore/multihead_options.h"
 #include "attnscore/status.h"
+#include "attnscore/tensor.h"
 
 struct attnscore_status {
   attnscore_status_code code;
@@ -29,6 +31,33 @@ attnscore_status* ToC(const Status& status);
 
 // InvalidArgument "CALL: WHAT".
 attnscore_status* Invalid(const char* call, const char* what);
+
+// A C tensor as the C++ view of its memory; empty for NULL (an absent
+// optional output, or refused as null).
+template <class View, class CTensor>
+View ViewOf(const CTensor* t) {
+  View view;
+  if (t == nullptr) return view;
+  view.data = t->data;
+  view.rank = t->rank;  // a rank other than the op's is refused before any dim is read
+  for (int d = 0; d < kMaxRank; ++d) {
+    view.dims[d] = t->dims[d];
+    view.strides[d] = t->strides[d];
+  }
+  return view;
+}
+inline ConstTensor In(const attnscore_tensor_view* t) { return ViewOf<ConstTensor>(t); }
+inline Tensor Out(const attnscore_tensor* t) { return ViewOf<Tensor>(t); }
+
+// Hq contiguous floats (sinks, ALiBi slopes) or NULL as a (Hq,) view, Hq
+// from the queries (B, N, Hq, D); for queries of another rank (0,), which
+// the op's check of the queries refuses first.
+ConstTensor HeadFloats(const float* floats, const attnscore_tensor_view* queries);
+
+// `call`'s multi-head options as the C++ ones (NULL: the defaults); a
+// `windowed` or `causal` outside its values is refused naming `call`.
+Status MultiHeadOptionsOf(const char* call, const attnscore_multihead_options* options,
+                          const attnscore_tensor_view* queries, MultiHeadOptions* out);
 
 // Runs call() and turns an exception into a status.
 template <class Call>

@@ -107,7 +107,10 @@ OpSpec MultiHeadOpSpec() {
       "the dot product per query head, K and V heads shared by Hq / Hkv query heads",
       {Floats("queries", {"B", "N", "Hq", "D"}, "the queries, token-major"),
        Floats("keys", {"B", "M", "Hkv", "D"}, "the keys; Hkv divides Hq"),
-       Floats("values", {"B", "M", "Hkv", "Dv"}, "the values"), ValidLensSpec(), SinksSpec()},
+       Floats("values", {"B", "M", "Hkv", "Dv"}, "the values"), ValidLensSpec(), SinksSpec(),
+       Floats("alibi_slopes", {"Hq"}, "ALiBi: head h's scores lose slope_h |p - j|", true),
+       Floats("attention_bias", {"B", "Hq", "N", "M"},
+              "added to the scores after the cap and ALiBi; -inf masks a key", true)},
       {"B", "N", "Hq", "Dv"}, {"B", "Hq", "N", "M"});
   op.params = {
       CausalParam(), ScaleParam(), SoftCapParam(),

@@ -118,10 +118,12 @@ class MultiHeadOpEntry : public Op::Impl {
   }
 
  private:
-  // The call's options with its sinks, input 4.
+  // The call's options with its sinks, ALiBi slopes and bias, inputs 4 to 6.
   static MultiHeadOptions Options(const BoundCall& call) {
     MultiHeadOptions options = call.options;
     options.sinks = call.Floats(4);
+    options.alibi_slopes = call.Floats(5);
+    options.bias = call.Floats(6);
     return options;
   }
 };

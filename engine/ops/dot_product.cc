@@ -57,9 +57,9 @@ Status RunDotProduct(const internal::CallContext& call, const ConstTensor& q, co
         dot_product::RowKeyBlock(q.dims[0], q.dims[1], k.dims[1], q.dims[2] + v.dims[2]);
     return dot_product::RowPath(call, q, k, v, lens, form, key_block, out, attention_weights);
   }
-  // The tile kernels keep their scores in registers, and cap none and have
-  // no sink: such calls take the gemm path.
-  if (form.softcap == 0.0f && form.sinks == nullptr && dot_product::UseTilePath(call, q, k, v)) {
+  // The tile kernels keep their scores in registers, scaled and nothing
+  // else: calls with a cap, terms or sinks take the gemm path.
+  if (form.ScaleOnly() && dot_product::UseTilePath(call, q, k, v)) {
     return dot_product::TilePath(call, q, k, v, lens, form, out, attention_weights);
   }
   return dot_product::SortedGemmPath(call, q, k, v, lens, form, out, attention_weights);

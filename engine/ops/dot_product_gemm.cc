@@ -262,11 +262,11 @@ class GemmRun {
     if (bf16_words_ && !want_attention_) {
       return SoftmaxRowsAndBf16(call_.workspace, scores, probabilities,
                                 static_cast<uint16_t*>(state.rounded.p), lens_, c.first_batch,
-                                c.first_query, threads, form_.softcap, form_.Sink(0, 0));
+                                c.first_query, threads, &form_);
     }
     ATTNSCORE_RETURN_IF_ERROR(SoftmaxRows(call_.workspace, scores, probabilities, lens_,
                                           c.first_batch, c.first_query, threads,
-                                          /*stream=*/false, form_.softcap, form_.Sink(0, 0)));
+                                          /*stream=*/false, &form_));
     if (!bf16_) return Status::Ok();
     ConstTensor mixed = probabilities;
     mixed.dims[2] = g.mix_width;

@@ -45,10 +45,19 @@ struct BlockPartial {
 // rows of a chunk sharing each K and V row read.
 constexpr int64_t kChunkRows = static_cast<int64_t>(kernels::kMaxSharedRows);
 
-// Each of `count` rows' first n[r] scores capped, where the form caps.
-void CapScores(const ScoreForm& form, size_t count, const size_t* n, float* const* rows) {
-  if (form.softcap == 0.0f) return;
-  for (size_t r = 0; r < count; ++r) kernels::SoftCap(rows[r], n[r], form.softcap);
+// Each of `count` rows' first n[r] scores, against keys from `first_key`,
+// capped where the form caps, then given its terms; rows[r] is row
+// row_of(r) of group g of entry b.
+template <class RowOf>
+void ShapeScores(const ScoreForm& form, int64_t b, int64_t g, int64_t first_key, size_t count,
+                 const size_t* n, float* const* rows, RowOf row_of) {
+  if (form.softcap > 0.0f) {
+    for (size_t r = 0; r < count; ++r) kernels::SoftCap(rows[r], n[r], form.softcap);
+  }
+  if (!form.HasTerms()) return;
+  for (size_t r = 0; r < count; ++r) {
+    form.AddTerms(b, g, row_of(r), first_key, rows[r], static_cast<int64_t>(n[r]));
+  }
 }
 
 // Group g of entry b of a (B, G, R, F) view: its row 0; rows are
@@ -188,7 +197,8 @@ Status WholeRows(const internal::CallContext& call, int threads, const ConstTens
               kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
                                  keys_from..., n, form.scale, rows);
             });
-            CapScores(form, static_cast<size_t>(count), n, rows);
+            ShapeScores(form, b, g, first, static_cast<size_t>(count), n, rows,
+                        [&](size_t r) { return row0_of(c) + static_cast<int64_t>(r); });
           }
         }
         for (int64_t c = first_chunk; c < last_chunk; ++c) {
@@ -307,7 +317,8 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
             kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(depth),
                                keys_from..., n, form.scale, scores);
           });
-          CapScores(form, static_cast<size_t>(count), n, scores);
+          ShapeScores(form, b, g, first, static_cast<size_t>(count), n, scores,
+                      [&](size_t c) { return row_of[c]; });
           int64_t mixing = 0;
           for (int64_t c = 0; c < count; ++c) {
             const int64_t i = row_of[c];

@@ -34,6 +34,26 @@ kernels::StreamedRow RowOf(const ConstTensor& x, const Tensor& y, const internal
       y.data + b * y.strides[0] + i * y.strides[1]};
 }
 
+// A row's part of a ScoreForm: its cap, its terms and its sink.
+struct RowForm {
+  const ScoreForm* form = nullptr;  // none: the scores as they are
+  int64_t b = 0, i = 0;             // the row, as the form places it
+  const float* sink = nullptr;
+
+  bool changes_scores() const {
+    return form != nullptr && (form->softcap > 0.0f || form->HasTerms());
+  }
+  // Caps x[start, valid), then adds the terms there.
+  void Shape(float* x, size_t start, size_t valid) const {
+    if (form == nullptr || valid <= start) return;
+    if (form->softcap > 0.0f) kernels::SoftCap(x + start, valid - start, form->softcap);
+    if (form->HasTerms()) {
+      form->AddTerms(b, 0, i, static_cast<int64_t>(start), x + start,
+                     static_cast<int64_t>(valid - start));
+    }
+  }
+};
+
 // The softmax of a row's valid scores, with the call's sink where it has one.
 void RowSoftmax(const float* x, size_t valid, size_t width, const float* sink, float* y) {
   if (sink != nullptr) {
@@ -48,7 +68,7 @@ void RowSoftmax(const float* x, size_t valid, size_t width, const float* sink, f
 // all zeros when start >= valid (the window left it no key). Its floats end
 // in y's row, and where y's columns are strided in row_buffer too.
 void CutRow(const ConstTensor& x, const Tensor& y, const kernels::StreamedRow& at, size_t start,
-            size_t columns, float softcap, const float* sink, float* row_buffer) {
+            size_t columns, const RowForm& form, float* row_buffer) {
   const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
   float* const row = unit_columns ? at.y : row_buffer;
   const size_t valid = std::max(at.valid, start);
@@ -57,49 +77,50 @@ void CutRow(const ConstTensor& x, const Tensor& y, const kernels::StreamedRow& a
   if (valid == start) {
     std::fill(row + start, row + columns, 0.0f);
   } else {
-    if (softcap > 0.0f) kernels::SoftCap(row + start, valid - start, softcap);
-    RowSoftmax(row + start, valid - start, columns - start, sink, row + start);
+    form.Shape(row, start, valid);
+    RowSoftmax(row + start, valid - start, columns - start, form.sink, row + start);
   }
   if (!unit_columns) {
     for (size_t j = 0; j < columns; ++j) at.y[j * static_cast<size_t>(y.strides[2])] = row[j];
   }
 }
 
-// The rows of SoftmaxRows, not streamed, one by one (capped first where
-// softcap > 0): then(r, y_row) after each, with y_row the row's floats in
+// The rows of SoftmaxRows, not streamed, one by one (shaped first as the
+// form says): then(r, y_row) after each, with y_row the row's floats in
 // L1, unit strides (y's own row, or the row buffer a strided y goes through).
 template <class Then>
 Status ForEachSoftmaxRow(internal::Workspace& workspace, ConstTensor x, Tensor y,
                          const internal::RowLengths& lens, int64_t first_batch, int64_t first_query,
-                         int threads, float softcap, const float* sink, Then then) {
+                         int threads, const ScoreForm* score_form, Then then) {
   const int64_t queries = y.dims[1], width = y.dims[2];
   const bool unit_columns = x.strides[2] == 1 && y.strides[2] == 1;
   return internal::ForEachRowInParallel(
       workspace, threads, y.dims[0] * queries, internal::ScratchSlot::kRowBuffer,
       static_cast<size_t>(width),
       [&](int64_t r, float* row_buffer) {
+        const int64_t b = first_batch + r / queries, i = first_query + r % queries;
         const kernels::StreamedRow at =
             RowOf(x, y, lens, first_batch, first_query, r / queries, r % queries);
         const auto columns = static_cast<size_t>(width);
-        const auto start = static_cast<size_t>(
-            std::min(lens.start(first_batch + r / queries, first_query + r % queries), width));
+        const auto start = static_cast<size_t>(std::min(lens.start(b, i), width));
+        const RowForm form{score_form, b, i, score_form ? score_form->Sink(0, i) : nullptr};
         if (start > 0) {  // keys [start, valid) of a window: zeros before and after
-          CutRow(x, y, at, start, columns, softcap, sink, row_buffer);
+          CutRow(x, y, at, start, columns, form, row_buffer);
           return then(r, unit_columns ? at.y : row_buffer);
         }
         if (unit_columns) {
           const float* scores = at.x;
-          if (softcap > 0.0f) {
+          if (form.changes_scores()) {
             if (at.x != at.y) std::copy(at.x, at.x + at.valid, at.y);
-            kernels::SoftCap(at.y, at.valid, softcap);
+            form.Shape(at.y, 0, at.valid);
             scores = at.y;
           }
-          RowSoftmax(scores, at.valid, columns, sink, at.y);
+          RowSoftmax(scores, at.valid, columns, form.sink, at.y);
           return then(r, at.y);
         }
         for (size_t j = 0; j < at.valid; ++j) row_buffer[j] = at.x[j * x.strides[2]];
-        if (softcap > 0.0f) kernels::SoftCap(row_buffer, at.valid, softcap);
-        RowSoftmax(row_buffer, at.valid, columns, sink, row_buffer);
+        form.Shape(row_buffer, 0, at.valid);
+        RowSoftmax(row_buffer, at.valid, columns, form.sink, row_buffer);
         for (size_t j = 0; j < columns; ++j) at.y[j * y.strides[2]] = row_buffer[j];
         then(r, row_buffer);
       },
@@ -116,12 +137,11 @@ int SoftmaxThreads(int threads, const Tensor& y) {
 
 Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y,
                    const internal::RowLengths& lens, int64_t first_batch, int64_t first_query,
-                   int threads, bool stream, float softcap, const float* sink) {
+                   int threads, bool stream, const ScoreForm* form) {
   const int64_t queries = y.dims[1], width = y.dims[2];
   const int64_t rows = y.dims[0] * queries;
   threads = SoftmaxThreads(threads, y);
-  if (stream && softcap == 0.0f && sink == nullptr && !lens.has_starts() && x.strides[2] == 1 &&
-      y.strides[2] == 1) {
+  if (stream && form == nullptr && !lens.has_starts() && x.strides[2] == 1 && y.strides[2] == 1) {
     // Chunks split rows only, so their size never changes a result.
     const int64_t chunk_rows =
         std::clamp<int64_t>((rows + threads - 1) / threads, 1, kStreamChunkRows);
@@ -147,17 +167,16 @@ Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y,
         },
         [] { kernels::FlushStreams(); });  // before other threads read y
   }
-  return ForEachSoftmaxRow(workspace, x, y, lens, first_batch, first_query, threads, softcap, sink,
+  return ForEachSoftmaxRow(workspace, x, y, lens, first_batch, first_query, threads, form,
                            [](int64_t, const float*) {});
 }
 
 Status SoftmaxRowsAndBf16(internal::Workspace& workspace, ConstTensor x, Tensor y, uint16_t* words,
                           const internal::RowLengths& lens, int64_t first_batch,
-                          int64_t first_query, int threads, float softcap, const float* sink) {
+                          int64_t first_query, int threads, const ScoreForm* form) {
   const auto width = static_cast<size_t>(y.dims[2]);
   return ForEachSoftmaxRow(workspace, x, y, lens, first_batch, first_query,
-                           SoftmaxThreads(threads, y), softcap, sink,
-                           [&](int64_t r, const float* row) {
+                           SoftmaxThreads(threads, y), form, [&](int64_t r, const float* row) {
                              kernels::RoundNormalsToBf16(row, width,
                                                          words + static_cast<size_t>(r) * width);
                            });

@@ -10,6 +10,7 @@
 #include "attnscore/valid_lens.h"
 #include "base/call_scope.h"
 #include "base/valid_lens.h"
+#include "ops/score_form.h"
 
 namespace attnscore::ops {
 
@@ -25,14 +26,17 @@ Status MaskedSoftmax(const internal::CallContext& call, ConstTensor x, const Val
 // (first_batch + b, first_query + i) of `lens` (lengths past W count as W). Reads only x[b, i, 0:L]
 // (streaming also prefetches whole rows: a hint, whose data is never used).
 // `stream` writes y with non-temporal stores (for outputs nobody reads soon;
-// needs unit column strides). With `softcap` c > 0, each row's scores are
-// first capped, c · tanh(x / c) (kernels::SoftCap), in y, or its row buffer
-// (x is not written; such rows are not streamed). With a `sink`, each row is
-// SinkSoftmaxRow's (not streamed). Fails only if a thread's
-// row buffer cannot be allocated, and then may have written part of y.
+// needs unit column strides). With a `form` (the attention ops' scores,
+// which the factor has already scaled), row (first_batch + b, first_query +
+// i) is row i of group 0 of entry that of the form's place: where the form
+// caps, each row's scores are first capped, c · tanh(x / c)
+// (kernels::SoftCap), then given the form's terms (ALiBi, bias, mask), in y
+// or its row buffer (x is not written); with its sinks each row is
+// SinkSoftmaxRow's. Such rows are not streamed. Fails only if a thread's row
+// buffer cannot be allocated, and then may have written part of y.
 Status SoftmaxRows(internal::Workspace& workspace, ConstTensor x, Tensor y,
                    const internal::RowLengths& lens, int64_t first_batch, int64_t first_query,
-                   int threads, bool stream, float softcap = 0.0f, const float* sink = nullptr);
+                   int threads, bool stream, const ScoreForm* form = nullptr);
 
 // y = the masked softmax of x[0, valid) with a sink logit in its denominator
 // (docs/semantics.md section 5.5): y_j = e^{x_j} / (Σ_{i < valid} e^{x_i} +
@@ -51,8 +55,7 @@ void SinkSoftmaxRow(const float* x, size_t valid, size_t width, float sink, floa
 // separate RoundToBf16 pass over the chunk's weights.
 Status SoftmaxRowsAndBf16(internal::Workspace& workspace, ConstTensor x, Tensor y, uint16_t* words,
                           const internal::RowLengths& lens, int64_t first_batch,
-                          int64_t first_query, int threads, float softcap = 0.0f,
-                          const float* sink = nullptr);
+                          int64_t first_query, int threads, const ScoreForm* form = nullptr);
 
 }  // namespace attnscore::ops
 

@@ -46,21 +46,9 @@ Status CheckInputs(const char* op, const ConstTensor& q, const ConstTensor& k, c
   }
   ATTNSCORE_RETURN_IF_ERROR(CheckScoreOptions(op, multihead.scale, multihead.softcap));
   ATTNSCORE_RETURN_IF_ERROR(CheckWindow(op, multihead.window));
-  ATTNSCORE_RETURN_IF_ERROR(CheckSinks(op, multihead.sinks, heads));
+  ATTNSCORE_RETURN_IF_ERROR(CheckScoreTerms(op, multihead, q.dims[0], heads, q.dims[1], keys));
   return CheckCausal(op, multihead.causal, q, k);
 }
-
-}  // namespace
-
-Status SinksApart(const char* op, const ConstTensor& sinks, const ConstTensor& out,
-                  const ConstTensor& attention) {
-  if (sinks.empty()) return Status::Ok();
-  ATTNSCORE_RETURN_IF_ERROR(internal::CheckDisjoint(op, "out", out, "sinks", sinks));
-  if (attention.empty()) return Status::Ok();
-  return internal::CheckDisjoint(op, "attention_weights", attention, "sinks", sinks);
-}
-
-namespace {
 
 // out (B, N, Hq, Dv) and, when not empty, attention_weights (B, Hq, N, M).
 Status CheckOutputShapes(const char* op, const ConstTensor& q, int64_t keys, int64_t value_dim,
@@ -82,7 +70,7 @@ Status CheckArguments(const char* op, const ConstTensor& q, const ConstTensor& k
   ATTNSCORE_RETURN_IF_ERROR(CheckOutputShapes(op, q, k.dims[1], v.dims[3], out, attention));
   ATTNSCORE_RETURN_IF_ERROR(internal::CheckOutputsApart(
       op, {{"queries", q}, {"keys", k}, {"values", v}}, out, attention, lens, batch, queries));
-  return SinksApart(op, multihead.sinks, out, attention);
+  return OptionsApart(op, multihead, out, attention);
 }
 
 // The lengths the heads run with, (B, N): the caller's, each cut to its
@@ -160,12 +148,13 @@ Status GroupedDecode(const internal::CallContext& call, const ConstTensor& q, co
                      const Tensor& out, const Tensor& attention, const Window* window = nullptr) {
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t kv_heads = k.dims[2], group = heads / kv_heads;  // query heads per K/V head
-  // Row i of group g is query head g · group + i: its sink's.
-  ScoreForm grouped_form = form;
-  grouped_form.sink_group_step = group * form.sink_row_step;
   std::vector<int64_t> query_lengths(static_cast<size_t>(batch));
   for (int64_t n = 0; n < queries; ++n) {
     const int64_t first = window ? WindowFirstKey(*window, n, queries, keys) : 0;
+    // Row i of group g is query head g · group + i, at query n; key j is
+    // key first + j.
+    ScoreForm grouped_form = form;
+    grouped_form.place = {0, 0, group, 1, n, 0, first};
     const int64_t width = keys - first;
     int64_t key_block = dot_product::RowKeyBlock(batch, heads, width, q.dims[3] + v.dims[3]);
     if constexpr (!std::is_same_v<KeyView, ConstTensor>) {  // a cache's keys
@@ -230,37 +219,6 @@ Status CheckMultiHeadAttentionInputs(const ConstTensor& q, const ConstTensor& k,
   shapes->out = {q.dims[0], q.dims[1], q.dims[2], v.dims[3]};
   shapes->attention_weights = {q.dims[0], q.dims[2], q.dims[1], k.dims[1]};
   return Status::Ok();
-}
-
-Status CheckScoreOptions(const char* op, float scale, float softcap) {
-  if (!std::isfinite(scale)) {
-    return Status::InvalidArgument(std::string(op) + ": scale is " + std::to_string(scale) +
-                                   "; it must be finite");
-  }
-  if (!(softcap >= 0.0f) || !std::isfinite(softcap)) {
-    return Status::InvalidArgument(std::string(op) + ": softcap is " + std::to_string(softcap) +
-                                   "; it must be finite and >= 0 (0: no cap)");
-  }
-  return Status::Ok();
-}
-
-Status CheckSinks(const char* op, const ConstTensor& sinks, int64_t heads) {
-  if (sinks.empty()) return Status::Ok();
-  ATTNSCORE_RETURN_IF_ERROR(internal::CheckTensor(op, "sinks", sinks, {heads}, "(Hq,)"));
-  for (int64_t h = 0; h < heads; ++h) {
-    if (std::isnan(sinks.data[h * sinks.strides[0]])) {
-      return Status::InvalidArgument(std::string(op) + ": sinks[" + std::to_string(h) +
-                                     "] is NaN; a sink is a logit (-Inf: none)");
-    }
-  }
-  return Status::Ok();
-}
-
-ScoreForm WithSinks(ScoreForm form, const ConstTensor& sinks) {
-  if (sinks.empty()) return form;
-  form.sinks = sinks.data;
-  form.sink_row_step = sinks.strides[0];
-  return form;
 }
 
 Status CheckCausal(const char* op, Causal causal, const ConstTensor& q, const ConstTensor& k) {
@@ -347,12 +305,7 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
   std::vector<int64_t> lengths;
   ATTNSCORE_RETURN_IF_ERROR(EffectiveLengths(call.workspace, valid_lens, multihead.causal, batch,
                                              queries, keys, &lengths));
-  const ScoreForm form =
-      WithSinks({multihead.scale != 0.0f
-                     ? multihead.scale
-                     : static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3]))),
-                 multihead.softcap},
-                multihead.sinks);
+  const ScoreForm form = FormOf(multihead, q.dims[3], queries, keys);
   // A window's right side cuts the lengths; where its left side cuts too, or
   // it leaves a query no key, the windowed forms below run.
   std::vector<int64_t> starts;
@@ -413,9 +366,8 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
     }
     // A head: the dot product, or with a window that cuts keys the
     // windowed prefill, over the lengths and starts of every head.
-    ScoreForm head_form = form;  // every row's sink is head h's
-    if (form.sinks != nullptr)
-      head_form.sinks += h * form.sink_row_step, head_form.sink_row_step = 0;
+    ScoreForm head_form = form;  // rows are head h's queries
+    head_form.place.head0 = h;
     const auto run_head = [&](const ConstTensor& q_h, const ConstTensor& k_h,
                               const ConstTensor& v_h, const Tensor& out_h) {
       return cut ? WindowedHead(call, q_h, k_h, v_h, lengths, starts, head_form, out_h,

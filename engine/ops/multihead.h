@@ -52,12 +52,24 @@ Status CheckScoreOptions(const char* op, float scale, float softcap);
 
 // The checks of attention sinks: empty, or (Hq,) without NaN.
 Status CheckSinks(const char* op, const ConstTensor& sinks, int64_t heads);
-// The outputs share no memory with the sinks, which are read as they are written.
+// The checks of the options that shape a (B, Hq, N, M) call's scores past
+// the factor and the cap (ops/multihead_options.cc): the sinks, ALiBi's
+// slopes ((Hq,), finite), the bias and the mask ((B, Hq, N, M), each dim
+// that or 1).
+Status CheckScoreTerms(const char* op, const MultiHeadOptions& options, int64_t batch,
+                       int64_t heads, int64_t queries, int64_t keys);
+// The outputs share no memory with the options' views, which are read as
+// the outputs are written.
+Status OptionsApart(const char* op, const MultiHeadOptions& options, const ConstTensor& out,
+                    const ConstTensor& attention);
 Status SinksApart(const char* op, const ConstTensor& sinks, const ConstTensor& out,
                   const ConstTensor& attention);
-// `form` with `sinks` (empty: none): head h's at sinks.data[h · strides[0]],
-// that step in form.sink_row_step, as MultiHeadAttention and
-// CachedAttention take it.
+// The ScoreForm of a checked call of `depth` D, N `queries`, M `keys`:
+// scale 0 made 1/sqrt(D), the bias and the mask broadcast by zero strides,
+// query i at position i + M - N. Its place is head 0's: the caller places
+// each head.
+ScoreForm FormOf(const MultiHeadOptions& options, int64_t depth, int64_t queries, int64_t keys);
+// `form` with `sinks` (empty: none), for a cache's call.
 ScoreForm WithSinks(ScoreForm form, const ConstTensor& sinks);
 
 // The checks a causal mask adds: a known Causal, and M >= N for bottom-right.

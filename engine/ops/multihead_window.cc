@@ -102,7 +102,7 @@ Status WindowedHead(const internal::CallContext& call, const ConstTensor& q, con
           attention.empty() ? Tensor() : part(attention, b, i, rows, lo, width);
       ATTNSCORE_RETURN_IF_ERROR(dot_product::GemmPath(
           call, part(q, b, i, rows, 0, q.dims[2]), part(k, b, lo, width, 0, k.dims[2]),
-          part(v, b, lo, width, 0, v.dims[2]), lens.WithStarts(block_starts), form,
+          part(v, b, lo, width, 0, v.dims[2]), lens.WithStarts(block_starts), form.Part(b, i, lo),
           part(out, b, i, rows, 0, out.dims[2]), attention_block));
       if (!attention.empty()) {  // the keys outside the block's
         FillColumns(attention, b, i, rows, 0, lo, 0.0f);

@@ -203,8 +203,8 @@ typedef enum attnscore_causal {
 } attnscore_causal;
 
 /* Set every field: start from ATTNSCORE_MULTIHEAD_OPTIONS_INIT (or = {0}),
- * since a field left unset (softcap, new in 0.5; the window and sinks, new in 0.6)
- * would be read as given. */
+ * since a field left unset (softcap, new in 0.5; the window, sinks, ALiBi
+ * and bias, new in 0.6) would be read as given. */
 typedef struct attnscore_multihead_options {
   int32_t causal; /* attnscore_causal */
   float scale;    /* 0: 1/sqrt(D) */
@@ -217,9 +217,15 @@ typedef struct attnscore_multihead_options {
   /* Attention sinks: Hq contiguous logits, one per query head, each in its
    * head's softmax denominators; NULL: none. Not NaN. */
   const float* sinks;
+  /* ALiBi: Hq contiguous finite slopes, head h's scores losing
+   * slope_h |p - j|; NULL: none. */
+  const float* alibi_slopes;
+  /* Added to the scores after the cap and ALiBi (-Inf masks a key):
+   * (B, Hq, N, M), each dim that or 1; NULL: none. */
+  const attnscore_tensor_view* bias;
 } attnscore_multihead_options;
 #define ATTNSCORE_MULTIHEAD_OPTIONS_INIT \
-  { ATTNSCORE_CAUSAL_NONE, 0.0f, 0.0f, 0, -1, -1, NULL }
+  { ATTNSCORE_CAUSAL_NONE, 0.0f, 0.0f, 0, -1, -1, NULL, NULL, NULL }
 
 /* Engine::MultiHeadAttention: Q (B, N, Hq, D), K (B, M, Hkv, D),
  * V (B, M, Hkv, Dv), out (B, N, Hq, Dv), attention_weights (B, Hq, N, M) or

@@ -45,6 +45,16 @@ struct MultiHeadOptions {
   // the keys' e^{s_j}, and adds no value: its weights sum to
   // 1 / (1 + e^{z_h} / Σ_j e^{s_j}). Not NaN; read only during the call.
   ConstTensor sinks;
+  // ALiBi (BLOOM's, MPT's; section 5.6): (Hq,) finite slopes, or empty for
+  // none. Head h's score of key j for query i, at p = i + M - N, loses
+  // slope_h · |p - j| after the cap.
+  ConstTensor alibi_slopes;
+  // An additive bias (section 5.7), added after ALiBi: (B, Hq, N, M), each
+  // dim that or 1 (broadcast), -Inf masking its key; or empty.
+  ConstTensor bias;
+  // A boolean mask (section 5.7), as PyTorch's attn_mask: bytes shaped as
+  // the bias, nonzero keeping its key and 0 masking it; or empty.
+  TensorView<const uint8_t> mask;
 };
 
 // The shapes of a multi-head call's outputs, as the Check methods report them.

@@ -16,8 +16,9 @@
 Engine: masked_softmax(x, valid_lens=None, out=None),
 dot_product_attention(q, k, v, valid_lens=None, return_weights=False,
 out=None, weights_out=None) and multihead_attention(q, k, v, valid_lens=None,
-causal="none", scale=0.0, window=None, softcap=0.0, sinks=None,
-return_weights=False, out=None, weights_out=None) on (B, N, H, D) arrays. Models (AdditiveAttention, ConcatAttention,
+causal="none", scale=0.0, window=None, alibi_slopes=None, softcap=0.0,
+sinks=None, bias=None, return_weights=False, out=None, weights_out=None) on
+(B, N, H, D) arrays. Models (AdditiveAttention, ConcatAttention,
 BilinearAttention) are called as model(engine, q, k, v, valid_lens=None,
 return_weights=False, out=None, weights_out=None); d2l's MultiHeadAttention
 takes causal= too. KvCache(batch, capacity, kv_heads, key_dim, value_dim,

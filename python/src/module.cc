@@ -87,6 +87,36 @@ py::object CallModel(const Model& model, const Engine& engine, const py::object&
           Tensor w) { return model.Forward(engine, qv, kv, vv, lens, o, w); });
 }
 
+// Whether obj is a numpy array of bools (multihead_attention's bias as a mask).
+bool IsBoolArray(const py::object& obj) {
+  return py::isinstance<py::array>(obj) &&
+         py::reinterpret_borrow<py::array>(obj).dtype().kind() == 'b';
+}
+
+// A bool array as bytes by strides (nonzero keeps, 0 masks); one with a
+// negative stride as a contiguous copy.
+TensorView<const uint8_t> MaskView(const py::object& obj, py::object* keep) {
+  py::array a = py::reinterpret_borrow<py::array>(obj);
+  for (py::ssize_t d = 0; d < a.ndim(); ++d) {
+    if (a.strides(d) < 0) {
+      a = py::module_::import("numpy").attr("ascontiguousarray")(a);
+      break;
+    }
+  }
+  if (a.ndim() > kMaxRank) {
+    throw py::value_error("bias has rank " + std::to_string(a.ndim()) + "; want (B, Hq, N, M)");
+  }
+  TensorView<const uint8_t> view;
+  view.data = static_cast<const uint8_t*>(a.data());
+  view.rank = static_cast<int>(a.ndim());
+  for (int d = 0; d < view.rank; ++d) {
+    view.dims[d] = a.shape(d);
+    view.strides[d] = a.strides(d);
+  }
+  *keep = a;
+  return view;
+}
+
 // multihead_attention's window: None (every key), or (left, right), two
 // integers (-1: that side unbounded); the op checks their values.
 Window WindowArgument(const py::object& window) {
@@ -188,7 +218,7 @@ Returns out (B, N, Dv), or (out, weights) with weights (B, N, M) when
 return_weights is true or weights_out is given.)";
 
 constexpr const char* kMultiHeadDoc =
-    R"(multihead_attention(q, k, v, valid_lens=None, causal="none", scale=0.0, window=None, softcap=0.0, sinks=None, return_weights=False, out=None, weights_out=None)
+    R"(multihead_attention(q, k, v, valid_lens=None, causal="none", scale=0.0, window=None, alibi_slopes=None, softcap=0.0, sinks=None, bias=None, return_weights=False, out=None, weights_out=None)
 
 Multi-head attention (docs/semantics.md section 5): q (B, N, Hq, D),
 k (B, M, Hkv, D), v (B, M, Hkv, Dv) with Hq a multiple of Hkv (grouped-query
@@ -201,6 +231,9 @@ weights 0 and output 0. softcap
 c > 0 makes each scaled score s c·tanh(s / c) before the masks and the
 softmax (0: none). sinks (Hq,): a logit per query head in each of its
 softmaxes' denominators (attention sinks), so its weights sum to less than 1.
+alibi_slopes (Hq,): head h's score of key j for the query at p loses
+slope_h·|p - j| (ALiBi). bias: float32 added to the scores (-inf masks a
+key), or a bool mask (True keeps a key), broadcastable to (B, Hq, N, M).
 Returns out (B, N, Hq, Dv), or (out, weights) with weights (B, Hq, N, M).)";
 
 constexpr const char* kCallDoc = R"(__call__(engine, q, k, v, valid_lens=None, return_weights=False, out=None, weights_out=None)
@@ -282,15 +315,24 @@ PYBIND11_MODULE(_attnscore, m) {
           "multihead_attention",
           [](const Engine& engine, const py::object& q, const py::object& k, const py::object& v,
              const py::object& valid_lens, const std::string& causal, float scale,
-             const py::object& window, const py::object& softcap, const py::object& sinks,
-             bool return_weights, const py::object& out, const py::object& weights_out) {
+             const py::object& window, const py::object& alibi_slopes, const py::object& softcap,
+             const py::object& sinks, const py::object& bias, bool return_weights,
+             const py::object& out, const py::object& weights_out) {
             MultiHeadOptions options;
             options.causal = CausalArgument(causal);
             options.scale = scale;
             options.window = WindowArgument(window);
             options.softcap = SoftCapArgument(softcap);
-            py::object sinks_keep;
+            py::object sinks_keep, slopes_keep, bias_keep;
             if (!sinks.is_none()) options.sinks = InputView(sinks, "sinks", &sinks_keep);
+            if (!alibi_slopes.is_none()) {
+              options.alibi_slopes = InputView(alibi_slopes, "alibi_slopes", &slopes_keep);
+            }
+            if (IsBoolArray(bias)) {
+              options.mask = MaskView(bias, &bias_keep);
+            } else if (!bias.is_none()) {
+              options.bias = InputView(bias, "bias", &bias_keep);
+            }
             return RunAttention(
                 q, k, v, valid_lens, return_weights, out, weights_out,
                 [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
@@ -310,7 +352,8 @@ PYBIND11_MODULE(_attnscore, m) {
           },
           py::arg("q"), py::arg("k"), py::arg("v"), py::arg("valid_lens") = py::none(),
           py::arg("causal") = "none", py::arg("scale") = 0.0f, py::arg("window") = py::none(),
-          py::arg("softcap") = 0.0, py::arg("sinks") = py::none(),
+          py::arg("alibi_slopes") = py::none(), py::arg("softcap") = 0.0,
+          py::arg("sinks") = py::none(), py::arg("bias") = py::none(),
           py::arg("return_weights") = false, py::arg("out") = py::none(),
           py::arg("weights_out") = py::none(), kMultiHeadDoc)
       .def("__repr__", [](const Engine& e) {

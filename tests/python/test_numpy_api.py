@@ -718,14 +718,19 @@ def test_installed_package_imports_from_its_prefix(tmp_path):
 
 # ---------------------------------------------------- multi-head, cache, bilinear
 
-def ref_multihead(q, k, v, lens, causal, scale, softcap=0.0, window=None, sinks=None):
+def ref_multihead(q, k, v, lens, causal, scale, softcap=0.0, window=None, sinks=None,
+                  alibi=None, bias=None):
     """docs/semantics.md section 5.1 in float64: head h reads K/V head
     h // (Hq // Hkv); each score s capped to softcap * tanh(s / softcap) for
     softcap > 0; positions past a query's (causally cut) length get -1e6;
     with window (left, right), a query of length > 0 at p = i + M - N keeps
     keys p - left <= j <= p + right (-1: unbounded), weights 0 and output 0
     when none is left; sinks (Hq,) add exp(sinks[h]) to the denominators of
-    queries of length > 0."""
+    queries of length > 0; after the cap, alibi (Hq,) subtracts
+    alibi[h] * |p - j| and bias (broadcast to (B, Hq, N, M)) is added, or
+    as bools masks its False keys."""
+    if bias is not None:
+        bias = np.broadcast_to(bias, (q.shape[0], q.shape[2], q.shape[1], k.shape[1]))
     b, n, hq, d = q.shape
     m, hkv = k.shape[1], k.shape[2]
     group = hq // hkv
@@ -742,7 +747,12 @@ def ref_multihead(q, k, v, lens, causal, scale, softcap=0.0, window=None, sinks=
                 s = scale * (k[e, :, h // group].astype(np.float64) @ q[e, i, h].astype(np.float64))
                 if softcap > 0:
                     s = softcap * np.tanh(s / softcap)
-                s[np.arange(m) >= length] = -1e6
+                if alibi is not None:
+                    s = s - np.float64(alibi[h]) * np.abs(i + m - n - np.arange(m))
+                if bias is not None:
+                    s = np.where(bias[e, h, i], s, -np.inf) if bias.dtype == bool else \
+                        s + bias[e, h, i]
+                s[np.arange(m) >= length] = -1e6 if length == 0 else -np.inf
                 if window is not None and length > 0:
                     j, at = np.arange(m), i + m - n
                     outside = (window[0] >= 0) & (j < at - window[0])
@@ -803,6 +813,34 @@ def test_multihead_attention_sinks(engine, rng, n):
         engine.multihead_attention(q, k, v, sinks=sinks[:3])
     with pytest.raises(ValueError, match=r"KvCache: sinks\[0\] is NaN"):
         cache.attend(engine, q, sinks=np.full(4, np.nan, np.float32))
+
+
+@pytest.mark.parametrize("n", [2, 9])
+def test_multihead_attention_alibi_and_bias(engine, rng, n):
+    q = rng.standard_normal((2, n, 4, 8), dtype=np.float32)
+    k = rng.standard_normal((2, 12, 2, 8), dtype=np.float32)
+    v = rng.standard_normal((2, 12, 2, 4), dtype=np.float32)
+    slopes = np.array([0.5, 0.25, 0.125, 0.0625], np.float32)
+    bias = rng.standard_normal((1, 4, 1, 12)).astype(np.float32)  # broadcast over B and N
+    out, w = engine.multihead_attention(q, k, v, causal="bottom-right", alibi_slopes=slopes,
+                                        bias=bias, return_weights=True)
+    want_out, want_w = ref_multihead(q, k, v, None, "bottom-right", 1 / np.sqrt(8),
+                                     alibi=slopes, bias=bias)
+    assert_weights(w, want_w)
+    assert_output(out, want_out, v)
+    # A bool mask keeps its True keys: the bias of -inf at its False ones.
+    keep = rng.random((2, 4, n, 12)) > 0.3
+    keep[..., -1] = True  # every row keeps its last key, which bottom-right always shows
+    got = engine.multihead_attention(q, k, v, causal="bottom-right", bias=keep)
+    as_bias = np.where(keep, 0.0, -np.inf).astype(np.float32)
+    want = engine.multihead_attention(q, k, v, causal="bottom-right", bias=as_bias)
+    assert np.array_equal(got, want)
+    want_out, _ = ref_multihead(q, k, v, None, "bottom-right", 1 / np.sqrt(8), bias=keep)
+    assert_output(got, want_out, v)
+    with pytest.raises(ValueError, match=r"bias has shape \(2, 4, 3\); want \(B, Hq, N, M\)"):
+        engine.multihead_attention(q, k, v, bias=np.zeros((2, 4, 3), np.float32))
+    with pytest.raises(ValueError, match=r"alibi_slopes\[0\] is nan"):
+        engine.multihead_attention(q, k, v, alibi_slopes=np.full(4, np.nan, np.float32))
 
 
 def test_multihead_attention_window_refusals(engine, rng):

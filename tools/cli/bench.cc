@@ -232,14 +232,15 @@ Status CheckInfoWithoutJson(const Args& args) {
 // random weights (num_hiddens H·D, biases with --bias) instead of the op. --softcap C caps the
 // scores of the op or the decode (MultiHeadOptions::softcap, KvCacheAttendOptions::softcap);
 // --window-left L and --window-right R give the op a sliding window (MultiHeadOptions::window);
-// --sinks Z gives every query head the sink logit Z (the op and the decode).
+// --sinks Z gives every query head the sink logit Z (the op and the decode); --alibi gives
+// the op ALiBi with BLOOM's slopes.
 int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry) {
   Status s = CheckFlags(
-      args,
-      {"--batch",      "--queries", "--keys",    "--query-dim",    "--heads",        "--kv-heads",
-       "--causal",     "--decode",  "--pool",    "--kv-precision", "--module",       "--bias",
-       "--valid-lens", "--weights", "--repeat",  "--json",         "--threads",      "--isa",
-       "--precision",  "--info",    "--softcap", "--window-left",  "--window-right", "--sinks"},
+      args, {"--batch",    "--queries",     "--keys",         "--query-dim", "--heads",
+             "--kv-heads", "--causal",      "--decode",       "--pool",      "--kv-precision",
+             "--module",   "--bias",        "--valid-lens",   "--weights",   "--repeat",
+             "--json",     "--threads",     "--isa",          "--precision", "--info",
+             "--softcap",  "--window-left", "--window-right", "--sinks",     "--alibi"},
       {"--batch", "--queries", "--keys"}, "bench " + word);
   if (s.ok()) s = CheckInfoWithoutJson(args);
   BenchShape shape{};
@@ -313,6 +314,17 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
     sinks.assign(static_cast<size_t>(heads), static_cast<float>(value));
   }
   const ConstTensor sinks_view = sinks.empty() ? ConstTensor() : ConstTensor(sinks.data(), {heads});
+  // --alibi: ALiBi with BLOOM's slopes, 2^(-8 (h + 1) / H) for head h of H.
+  std::vector<float> slopes;
+  if (args.has("--alibi")) {
+    if (module || decode) return Fail(Status::InvalidArgument("--alibi is for the op"));
+    for (int64_t h = 0; h < heads; ++h) {
+      slopes.push_back(
+          std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / static_cast<float>(heads)));
+    }
+  }
+  const ConstTensor slopes_view =
+      slopes.empty() ? ConstTensor() : ConstTensor(slopes.data(), {heads});
   const bool pool = args.has("--pool");
   if (pool && !decode) return Fail(Status::InvalidArgument("--pool is for --decode"));
   if (args.has("--kv-precision") && !decode) {
@@ -392,6 +404,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
     options.softcap = softcap;
     options.window = window;
     options.sinks = sinks_view;
+    options.alibi_slopes = slopes_view;
     s = engine->CheckMultiHeadAttention(
         ConstTensor(&stand_in, {B, N, heads, D}), ConstTensor(&stand_in, {B, M, kv_heads, D}),
         ConstTensor(&stand_in, {B, M, kv_heads, D}), lens, options, &checked);
@@ -444,6 +457,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
     options.softcap = softcap;
     options.window = window;
     options.sinks = sinks_view;
+    options.alibi_slopes = slopes_view;
     call = [&, options] {
       return engine->MultiHeadAttention(
           ConstTensor(q.data(), {B, N, heads, D}), ConstTensor(k.data(), {B, M, kv_heads, D}),
@@ -509,6 +523,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
                        {"window_left", window.left},
                        {"window_right", window.right},
                        {"sinks", sinks.empty() ? Json(nullptr) : Json(sinks[0])},
+                       {"alibi", !slopes.empty()},
                        {"valid_lens", mode},
                        {"threads", engine->options().threads},
                        {"isa", isa},
@@ -524,6 +539,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   } else {
     std::string cap = softcap > 0.0f ? " softcap " + std::to_string(softcap) : "";
     if (!sinks.empty()) cap += " sinks " + std::to_string(sinks[0]);
+    if (!slopes.empty()) cap += " alibi";
     if (window.left >= 0 || window.right >= 0) {
       cap += " window (" + std::to_string(window.left) + ", " + std::to_string(window.right) + ")";
     }

@@ -33,7 +33,7 @@ const CommandHelp kCommands[] = {
      "  attnscore bench multihead|multihead_attention|kv_cache_attend --batch B --queries N\n"
      "                        --keys M [--query-dim D] [--heads H] [--kv-heads G]\n"
      "                        [--causal none|top-left|bottom-right] [--softcap C]\n"
-     "                        [--window-left L] [--window-right R]\n"
+     "                        [--window-left L] [--window-right R] [--sinks Z] [--alibi]\n"
      "                        [--decode [--pool] [--kv-precision fp32|bf16|int8] | --module "
      "[--bias]]\n"
      "                        [--valid-lens ...]\n"
@@ -106,7 +106,8 @@ multihead (and multihead_attention) times Engine::MultiHeadAttention on Q (B, N,
 (B, M, G, D) (--heads H, default 8; --kv-heads G, default H; --query-dim D
 per head), with --causal and --softcap (c > 0: each score s becomes c tanh(s / c), in the
 op or --decode), --window-left L and --window-right R (the op's sliding window: query i at
-p = i + M - N sees keys p - L..p + R; -1, the default, is unbounded); --decode (and kv_cache_attend) instead attends with N new queries over
+p = i + M - N sees keys p - L..p + R; -1, the default, is unbounded), --sinks Z (every head's
+sink logit) and --alibi (ALiBi with BLOOM's slopes 2^(-8 (h + 1) / H)); --decode (and kv_cache_attend) instead attends with N new queries over
 a KvCache holding M keys per sequence (--pool: its sequences share a pool
 of just enough blocks, each the fewest positions that are whole pages);
 --module times d2l's MultiHeadAttention (num_hiddens H·D, random weights,
@@ -132,7 +133,7 @@ exit status: 0 success, 2 bad input or usage, 1 internal failure.
 
 // The flags that take no value, and those that take one.
 const std::set<std::string> kSwitches = {"--json",   "--help", "--version", "--weights", "--info",
-                                         "--decode", "--pool", "--module",  "--bias"};
+                                         "--decode", "--pool", "--module",  "--bias",    "--alibi"};
 // `run`'s flags come from the catalogue (cli/flags.h).
 std::set<std::string> ValuedFlags() {
   std::set<std::string> valued = {"--threads",   "--isa",     "--precision", "--batch",

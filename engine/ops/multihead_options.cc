@@ -1,0 +1,164 @@
+// The multi-head op's score options (docs/semantics.md sections 5.1 and 5.5
+// to 5.7): their checks, and the ScoreForm they make.
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "base/checks.h"
+#include "ops/multihead.h"
+
+namespace attnscore::ops {
+namespace {
+
+// (Hq,) logits or slopes, each passing `fine`, else refused naming `what`.
+template <class Fine>
+Status CheckPerHead(const char* op, const char* name, const ConstTensor& view, int64_t heads,
+                    Fine fine, const char* what) {
+  if (view.empty()) return Status::Ok();
+  ATTNSCORE_RETURN_IF_ERROR(internal::CheckTensor(op, name, view, {heads}, "(Hq,)"));
+  for (int64_t h = 0; h < heads; ++h) {
+    const float x = view.data[h * view.strides[0]];
+    if (!fine(x)) {
+      return Status::InvalidArgument(std::string(op) + ": " + name + "[" + std::to_string(h) +
+                                     "] is " + std::to_string(x) + "; " + what);
+    }
+  }
+  return Status::Ok();
+}
+
+// `view` (rank 4, each dim `want`'s or 1) with the strides that broadcast
+// it to `want`: 0 along a dim of 1.
+template <typename T>
+Status Broadcast(const char* op, const char* name, TensorView<const T> view,
+                 const int64_t (&want)[4], TensorView<const T>* out) {
+  if (view.empty()) return Status::Ok();
+  const auto shape = [](const int64_t* dims, int rank) {
+    std::string s = "(";
+    for (int d = 0; d < rank; ++d) s += (d ? ", " : "") + std::to_string(dims[d]);
+    return s + ")";
+  };
+  bool fits = view.rank == 4 && view.data != nullptr;
+  for (int d = 0; fits && d < 4; ++d) fits = view.dims[d] == want[d] || view.dims[d] == 1;
+  for (int d = 0; fits && d < 4; ++d) fits = view.strides[d] >= 0;
+  if (!fits) {
+    return Status::InvalidArgument(std::string(op) + ": " + name + " has shape " +
+                                   shape(view.dims, view.rank) +
+                                   "; want (B, Hq, N, M) = " + shape(want, 4) +
+                                   ", each dim that or 1, and strides >= 0 (a null view is none)");
+  }
+  *out = view;
+  for (int d = 0; d < 4; ++d) {
+    if (view.dims[d] == 1) out->strides[d] = 0;
+    out->dims[d] = want[d];
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckScoreOptions(const char* op, float scale, float softcap) {
+  if (!std::isfinite(scale)) {
+    return Status::InvalidArgument(std::string(op) + ": scale is " + std::to_string(scale) +
+                                   "; it must be finite");
+  }
+  if (!(softcap >= 0.0f) || !std::isfinite(softcap)) {
+    return Status::InvalidArgument(std::string(op) + ": softcap is " + std::to_string(softcap) +
+                                   "; it must be finite and >= 0 (0: no cap)");
+  }
+  return Status::Ok();
+}
+
+Status CheckSinks(const char* op, const ConstTensor& sinks, int64_t heads) {
+  if (sinks.empty()) return Status::Ok();
+  ATTNSCORE_RETURN_IF_ERROR(internal::CheckTensor(op, "sinks", sinks, {heads}, "(Hq,)"));
+  for (int64_t h = 0; h < heads; ++h) {
+    if (std::isnan(sinks.data[h * sinks.strides[0]])) {
+      return Status::InvalidArgument(std::string(op) + ": sinks[" + std::to_string(h) +
+                                     "] is NaN; a sink is a logit (-Inf: none)");
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckScoreTerms(const char* op, const MultiHeadOptions& options, int64_t batch,
+                       int64_t heads, int64_t queries, int64_t keys) {
+  ATTNSCORE_RETURN_IF_ERROR(CheckSinks(op, options.sinks, heads));
+  ATTNSCORE_RETURN_IF_ERROR(CheckPerHead(
+      op, "alibi_slopes", options.alibi_slopes, heads, [](float x) { return std::isfinite(x); },
+      "a slope must be finite"));
+  const int64_t want[4] = {batch, heads, queries, keys};
+  ConstTensor bias;
+  ATTNSCORE_RETURN_IF_ERROR(Broadcast(op, "bias", options.bias, want, &bias));
+  TensorView<const uint8_t> mask;
+  return Broadcast(op, "mask", options.mask, want, &mask);
+}
+
+Status SinksApart(const char* op, const ConstTensor& sinks, const ConstTensor& out,
+                  const ConstTensor& attention) {
+  if (sinks.empty()) return Status::Ok();
+  ATTNSCORE_RETURN_IF_ERROR(internal::CheckDisjoint(op, "out", out, "sinks", sinks));
+  if (attention.empty()) return Status::Ok();
+  return internal::CheckDisjoint(op, "attention_weights", attention, "sinks", sinks);
+}
+
+Status OptionsApart(const char* op, const MultiHeadOptions& options, const ConstTensor& out,
+                    const ConstTensor& attention) {
+  // Byte ranges [first, last] of non-empty views (strides >= 0, checked).
+  const auto bytes = [](const auto& view) {
+    const auto* first = reinterpret_cast<const char*>(view.data);
+    int64_t last = 0;
+    for (int d = 0; d < view.rank; ++d) last += (view.dims[d] - 1) * view.strides[d];
+    return std::pair{first, first + (last + 1) * static_cast<int64_t>(sizeof(*view.data)) - 1};
+  };
+  const auto apart = [&](const char* name, const auto& view) -> Status {
+    if (view.empty()) return Status::Ok();
+    const auto [first, last] = bytes(view);
+    for (const auto& [output, written] :
+         {std::pair<const char*, ConstTensor>{"out", out}, {"attention_weights", attention}}) {
+      if (written.empty()) continue;
+      const auto [begin, end] = bytes(written);
+      if (begin <= last && first <= end) {
+        return Status::InvalidArgument(std::string(op) + ": " + output + " overlaps " + name);
+      }
+    }
+    return Status::Ok();
+  };
+  ATTNSCORE_RETURN_IF_ERROR(apart("sinks", options.sinks));
+  ATTNSCORE_RETURN_IF_ERROR(apart("alibi_slopes", options.alibi_slopes));
+  ATTNSCORE_RETURN_IF_ERROR(apart("bias", options.bias));
+  return apart("mask", options.mask);
+}
+
+ScoreForm FormOf(const MultiHeadOptions& options, int64_t depth, int64_t queries, int64_t keys) {
+  ScoreForm form{options.scale != 0.0f
+                     ? options.scale
+                     : static_cast<float>(1.0 / std::sqrt(static_cast<double>(depth))),
+                 options.softcap};
+  form = WithSinks(form, options.sinks);
+  if (!options.alibi_slopes.empty()) {
+    form.slopes = options.alibi_slopes.data;
+    form.slopes_stride = options.alibi_slopes.strides[0];
+  }
+  // Checked by CheckScoreTerms: the broadcasts hold. The batch and head
+  // dims are read from the views themselves; N and M from the call.
+  const auto broadcast = [&](const auto& view, auto* out) {
+    if (view.empty()) return;
+    *out = view;
+    for (int d = 0; d < 4; ++d) {
+      if (view.dims[d] == 1) out->strides[d] = 0;
+    }
+  };
+  broadcast(options.bias, &form.bias);
+  broadcast(options.mask, &form.mask);
+  form.position_shift = keys - queries;
+  return form;
+}
+
+ScoreForm WithSinks(ScoreForm form, const ConstTensor& sinks) {
+  if (sinks.empty()) return form;
+  form.sinks = sinks.data;
+  form.sinks_stride = sinks.strides[0];
+  return form;
+}
+
+}  // namespace attnscore::ops
