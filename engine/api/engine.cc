@@ -123,6 +123,17 @@ Status Engine::MultiHeadAttention(ConstTensor queries, ConstTensor keys, ConstTe
       });
 }
 
+Status Engine::MultiHeadAttentionPacked(ConstTensor queries, ConstTensor keys, ConstTensor values,
+                                        const SequenceOffsets& cu_seqlens_q,
+                                        const SequenceOffsets& cu_seqlens_k,
+                                        const MultiHeadOptions& options, Tensor out) const {
+  return internal::RunCall(
+      impl_->context, "MultiHeadAttentionPacked", [&](const internal::CallContext& call) {
+        return ops::MultiHeadAttentionPacked(call, queries, keys, values, cu_seqlens_q,
+                                             cu_seqlens_k, options, out);
+      });
+}
+
 namespace {
 
 std::vector<std::string> Words(const std::string& names) {

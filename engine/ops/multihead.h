@@ -30,6 +30,14 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
                           ConstTensor keys, ConstTensor values, const ValidLens& valid_lens,
                           const MultiHeadOptions& multihead, Tensor out, Tensor attention_weights);
 
+// Engine::MultiHeadAttentionPacked without the call scope
+// (ops/multihead_packed.cc).
+Status MultiHeadAttentionPacked(const internal::CallContext& call, const ConstTensor& queries,
+                                const ConstTensor& keys, const ConstTensor& values,
+                                const SequenceOffsets& cu_seqlens_q,
+                                const SequenceOffsets& cu_seqlens_k,
+                                const MultiHeadOptions& options, const Tensor& out);
+
 // MultiHeadAttention over keys and values held in fewer bits (a KvCache's,
 // whose checks the caller has made): bfloat16 words, or int8 codes with
 // their scales (dot_product_paths.h). Q (B, N, Hq, D) any strides, K (B, M,

@@ -76,6 +76,19 @@ class ATTNSCORE_API Engine {
                             const ValidLens& valid_lens, const MultiHeadOptions& options,
                             Tensor out, Tensor attention_weights = Tensor()) const;
 
+  // A packed batch of S sequences of their own lengths (docs/semantics.md
+  // section 5.8), as FlashAttention's varlen call takes them: Q (Tq, Hq, D),
+  // K (Tk, Hkv, D), V (Tk, Hkv, Dv), out (Tq, Hq, Dv); sequence s's queries
+  // are rows cu_seqlens_q[s] .. cu_seqlens_q[s + 1] - 1 of Q and out, its
+  // keys and values rows cu_seqlens_k[s] .. of K and V, and it is its own
+  // (1, N_s, M_s) MultiHeadAttention call with `options` (all but a bias or
+  // a mask, shaped for one batch). Nothing padded is computed: a sequence
+  // of no query is skipped. Every sequence is checked before any is run.
+  Status MultiHeadAttentionPacked(ConstTensor queries, ConstTensor keys, ConstTensor values,
+                                  const SequenceOffsets& cu_seqlens_q,
+                                  const SequenceOffsets& cu_seqlens_k,
+                                  const MultiHeadOptions& options, Tensor out) const;
+
   // Check*: every check the op makes of its inputs (shapes, strides, valid
   // lengths), without running it, and the shapes of its outputs. A caller
   // that allocates the outputs refuses bad input before allocating any.

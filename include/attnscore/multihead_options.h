@@ -57,6 +57,26 @@ struct MultiHeadOptions {
   TensorView<const uint8_t> mask;
 };
 
+// Where a packed batch's sequences begin (FlashAttention's cu_seqlens;
+// docs/semantics.md section 5.8): S + 1 offsets, int32 or int64, the first
+// 0, none smaller than the one before, the last the packed rows' count;
+// sequence s holds rows offsets[s] .. offsets[s + 1] - 1.
+struct SequenceOffsets {
+  const void* data = nullptr;
+  int64_t count = 0;  // S + 1
+  bool is_int64 = false;
+
+  static SequenceOffsets Of(const int32_t* offsets, int64_t count) {
+    return {offsets, count, false};
+  }
+  static SequenceOffsets Of(const int64_t* offsets, int64_t count) {
+    return {offsets, count, true};
+  }
+  int64_t at(int64_t s) const {
+    return is_int64 ? static_cast<const int64_t*>(data)[s] : static_cast<const int32_t*>(data)[s];
+  }
+};
+
 // The shapes of a multi-head call's outputs, as the Check methods report them.
 struct MultiHeadShapes {
   std::array<int64_t, 4> out{};                // (B, N, Hq, Dv); the module's: (B, N, H, unused 0)

@@ -18,7 +18,8 @@ dot_product_attention(q, k, v, valid_lens=None, return_weights=False,
 out=None, weights_out=None) and multihead_attention(q, k, v, valid_lens=None,
 causal="none", scale=0.0, window=None, alibi_slopes=None, softcap=0.0,
 sinks=None, bias=None, return_weights=False, out=None, weights_out=None) on
-(B, N, H, D) arrays. Models (AdditiveAttention, ConcatAttention,
+(B, N, H, D) arrays, and multihead_attention_packed(q, k, v, cu_seqlens_q,
+cu_seqlens_k, ...) on sequences packed row after row. Models (AdditiveAttention, ConcatAttention,
 BilinearAttention) are called as model(engine, q, k, v, valid_lens=None,
 return_weights=False, out=None, weights_out=None); d2l's MultiHeadAttention
 takes causal= too. KvCache(batch, capacity, kv_heads, key_dim, value_dim,

@@ -165,6 +165,25 @@ void OutputSlot::Restore() {
   if (original_) given_[py::ellipsis()] = original_;  // NumPy's copy, through its strides
 }
 
+SequenceOffsets OffsetsView(py::handle obj, const char* name, py::object* keep) {
+  const bool is_int64 = IsNativeArray(obj, 'i', sizeof(int64_t));
+  if (!is_int64 && !IsNativeArray(obj, 'i', sizeof(int32_t))) {
+    throw py::type_error(std::string(name) + " must be an int32 or int64 array, got " +
+                         WhatIs(obj));
+  }
+  py::array a = py::reinterpret_borrow<py::array>(obj);
+  if (a.ndim() != 1) {
+    throw py::value_error(std::string(name) + " has shape " +
+                          py::str(a.attr("shape")).cast<std::string>() +
+                          " but must be (S + 1,), where each sequence begins");
+  }
+  const bool aligned = reinterpret_cast<uintptr_t>(a.data()) % a.itemsize() == 0;
+  if (!aligned || !(a.flags() & py::array::c_style)) a = CopyOf(a);
+  *keep = a;
+  return is_int64 ? SequenceOffsets::Of(static_cast<const int64_t*>(a.data()), a.shape(0))
+                  : SequenceOffsets::Of(static_cast<const int32_t*>(a.data()), a.shape(0));
+}
+
 ValidLens LensView(py::handle obj, py::object* keep) {
   if (obj.is_none()) return ValidLens::None();
   const bool is_int64 = IsNativeArray(obj, 'i', sizeof(int64_t));

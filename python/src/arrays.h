@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "attnscore/multihead_options.h"
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 #include "attnscore/valid_lens.h"
@@ -77,6 +78,9 @@ auto RestoringOnError(std::initializer_list<OutputSlot*> slots, Call call) {
 // order when it is not). Another type is a TypeError, another rank a
 // ValueError; both name valid_lens.
 ValidLens LensView(py::handle obj, py::object* keep);
+// A packed batch's offsets: a 1-D int32 or int64 array, copied if it is not
+// contiguous and aligned; `name` names it in errors.
+SequenceOffsets OffsetsView(py::handle obj, const char* name, py::object* keep);
 
 }  // namespace attnscore::python
 

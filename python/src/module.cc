@@ -157,6 +157,32 @@ Causal CausalArgument(const std::string& name) {
   throw py::value_error("causal is '" + name + "'; want 'none', 'top-left' or 'bottom-right'");
 }
 
+// The arrays a call's options view, kept alive for the call.
+struct OptionArrays {
+  py::object sinks, slopes, bias;
+};
+
+// multihead_attention's keywords as MultiHeadOptions.
+MultiHeadOptions OptionsOf(const std::string& causal, float scale, const py::object& window,
+                           const py::object& alibi_slopes, const py::object& softcap,
+                           const py::object& sinks, const py::object& bias, OptionArrays* keep) {
+  MultiHeadOptions options;
+  options.causal = CausalArgument(causal);
+  options.scale = scale;
+  options.window = WindowArgument(window);
+  options.softcap = SoftCapArgument(softcap);
+  if (!sinks.is_none()) options.sinks = InputView(sinks, "sinks", &keep->sinks);
+  if (!alibi_slopes.is_none()) {
+    options.alibi_slopes = InputView(alibi_slopes, "alibi_slopes", &keep->slopes);
+  }
+  if (IsBoolArray(bias)) {
+    options.mask = MaskView(bias, &keep->bias);
+  } else if (!bias.is_none()) {
+    options.bias = InputView(bias, "bias", &keep->bias);
+  }
+  return options;
+}
+
 // A path argument (str, bytes or os.PathLike) as the bytes the OS takes.
 std::string PathArgument(const py::object& path) {
   std::string bytes = py::module_::import("os").attr("fsencode")(path).cast<std::string>();
@@ -235,6 +261,17 @@ alibi_slopes (Hq,): head h's score of key j for the query at p loses
 slope_h·|p - j| (ALiBi). bias: float32 added to the scores (-inf masks a
 key), or a bool mask (True keeps a key), broadcastable to (B, Hq, N, M).
 Returns out (B, N, Hq, Dv), or (out, weights) with weights (B, Hq, N, M).)";
+
+constexpr const char* kPackedDoc =
+    R"(multihead_attention_packed(q, k, v, cu_seqlens_q, cu_seqlens_k, causal="none", scale=0.0, window=None, alibi_slopes=None, softcap=0.0, sinks=None, bias=None, return_weights=False, out=None, weights_out=None)
+
+A packed batch of S sequences of their own lengths (docs/semantics.md section
+5.8), as FlashAttention's varlen call takes them: q (Tq, Hq, D), k (Tk, Hkv,
+D), v (Tk, Hkv, Dv); sequence s is rows cu_seqlens_q[s]..cu_seqlens_q[s+1]-1
+of q and rows cu_seqlens_k[s].. of k and v (offsets int32 or int64, S + 1 of
+them, from 0), each its own multihead_attention call with these keywords.
+No bias and no weights (each sequence's have their own shape). Returns out
+(Tq, Hq, Dv).)";
 
 constexpr const char* kCallDoc = R"(__call__(engine, q, k, v, valid_lens=None, return_weights=False, out=None, weights_out=None)
 
@@ -318,21 +355,9 @@ PYBIND11_MODULE(_attnscore, m) {
              const py::object& window, const py::object& alibi_slopes, const py::object& softcap,
              const py::object& sinks, const py::object& bias, bool return_weights,
              const py::object& out, const py::object& weights_out) {
-            MultiHeadOptions options;
-            options.causal = CausalArgument(causal);
-            options.scale = scale;
-            options.window = WindowArgument(window);
-            options.softcap = SoftCapArgument(softcap);
-            py::object sinks_keep, slopes_keep, bias_keep;
-            if (!sinks.is_none()) options.sinks = InputView(sinks, "sinks", &sinks_keep);
-            if (!alibi_slopes.is_none()) {
-              options.alibi_slopes = InputView(alibi_slopes, "alibi_slopes", &slopes_keep);
-            }
-            if (IsBoolArray(bias)) {
-              options.mask = MaskView(bias, &bias_keep);
-            } else if (!bias.is_none()) {
-              options.bias = InputView(bias, "bias", &bias_keep);
-            }
+            OptionArrays keep;
+            const MultiHeadOptions options =
+                OptionsOf(causal, scale, window, alibi_slopes, softcap, sinks, bias, &keep);
             return RunAttention(
                 q, k, v, valid_lens, return_weights, out, weights_out,
                 [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens& lens,
@@ -356,6 +381,51 @@ PYBIND11_MODULE(_attnscore, m) {
           py::arg("sinks") = py::none(), py::arg("bias") = py::none(),
           py::arg("return_weights") = false, py::arg("out") = py::none(),
           py::arg("weights_out") = py::none(), kMultiHeadDoc)
+      .def(
+          "multihead_attention_packed",
+          [](const Engine& engine, const py::object& q, const py::object& k, const py::object& v,
+             const py::object& cu_seqlens_q, const py::object& cu_seqlens_k,
+             const std::string& causal, float scale, const py::object& window,
+             const py::object& alibi_slopes, const py::object& softcap, const py::object& sinks,
+             const py::object& bias, bool return_weights, const py::object& out,
+             const py::object& weights_out) {
+            if (!bias.is_none()) {
+              throw py::value_error(
+                  "multihead_attention_packed: bias is shaped (B, Hq, N, M) for one batch; a "
+                  "packed call takes none");
+            }
+            if (return_weights || !weights_out.is_none()) {
+              throw py::value_error(
+                  "multihead_attention_packed returns no weights (each sequence's are its own "
+                  "(Hq, N_s, M_s)); call multihead_attention on a sequence for them");
+            }
+            OptionArrays keep;
+            const MultiHeadOptions options =
+                OptionsOf(causal, scale, window, alibi_slopes, softcap, sinks, bias, &keep);
+            py::object q_keep_offsets, k_keep_offsets;
+            const SequenceOffsets cu_q = OffsetsView(cu_seqlens_q, "cu_seqlens_q", &q_keep_offsets);
+            const SequenceOffsets cu_k = OffsetsView(cu_seqlens_k, "cu_seqlens_k", &k_keep_offsets);
+            return RunAttention(
+                q, k, v, py::none(), false, out, py::none(),
+                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens&, Dims* dims) {
+                  if (qv.rank != 3 || vv.rank != 3) {  // the op names what is wrong
+                    return engine.MultiHeadAttentionPacked(qv, kv, vv, cu_q, cu_k, options,
+                                                           Tensor());
+                  }
+                  dims->out = {qv.dims[0], qv.dims[1], vv.dims[2]};
+                  return Status::Ok();
+                },
+                [&](ConstTensor qv, ConstTensor kv, ConstTensor vv, const ValidLens&, Tensor o,
+                    Tensor) {
+                  return engine.MultiHeadAttentionPacked(qv, kv, vv, cu_q, cu_k, options, o);
+                });
+          },
+          py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens_q"),
+          py::arg("cu_seqlens_k"), py::arg("causal") = "none", py::arg("scale") = 0.0f,
+          py::arg("window") = py::none(), py::arg("alibi_slopes") = py::none(),
+          py::arg("softcap") = 0.0, py::arg("sinks") = py::none(), py::arg("bias") = py::none(),
+          py::arg("return_weights") = false, py::arg("out") = py::none(),
+          py::arg("weights_out") = py::none(), kPackedDoc)
       .def("__repr__", [](const Engine& e) {
         return "attnscore.Engine(threads=" + std::to_string(e.options().threads) + ", isa='" +
                IsaName(e.options().isa) + "', precision='" +

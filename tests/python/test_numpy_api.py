@@ -843,6 +843,40 @@ def test_multihead_attention_alibi_and_bias(engine, rng, n):
         engine.multihead_attention(q, k, v, alibi_slopes=np.full(4, np.nan, np.float32))
 
 
+def test_multihead_attention_packed(engine, rng):
+    """A packed batch (lengths 37, 1, 8, 64, 3; causal, window, sinks): each
+    sequence's rows are its own call's, and float64 math on them."""
+    n, m = [37, 1, 8, 64, 3], [40, 5, 8, 100, 19]
+    cu_q = np.concatenate([[0], np.cumsum(n)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(m)]).astype(np.int64)
+    q = rng.standard_normal((cu_q[-1], 4, 8), dtype=np.float32)
+    k = rng.standard_normal((cu_k[-1], 2, 8), dtype=np.float32)
+    v = rng.standard_normal((cu_k[-1], 2, 4), dtype=np.float32)
+    sinks = np.array([0.5, -1.0, 2.0, 0.0], np.float32)
+    keywords = dict(causal="bottom-right", window=(20, 0), sinks=sinks)
+    out = engine.multihead_attention_packed(q, k, v, cu_q, cu_k, **keywords)
+    assert out.shape == (cu_q[-1], 4, 4)
+    for s in range(len(n)):
+        qs, ks, vs = (x[None, a:b] for x, a, b in ((q, cu_q[s], cu_q[s + 1]),
+                                                 (k, cu_k[s], cu_k[s + 1]),
+                                                 (v, cu_k[s], cu_k[s + 1])))
+        alone = engine.multihead_attention(qs, ks, vs, **keywords)
+        assert np.array_equal(alone[0], out[cu_q[s]:cu_q[s + 1]])
+        want, _ = ref_multihead(qs, ks, vs, None, "bottom-right", 1 / np.sqrt(8), window=(20, 0),
+                                sinks=sinks)
+        assert_output(alone, want, vs)
+    given = np.full_like(out, 7.0)
+    short = cu_k.copy()
+    short[-1] -= 1
+    with pytest.raises(ValueError, match=r"cu_seqlens_k\[5\] is 171; the last offset must be"):
+        engine.multihead_attention_packed(q, k, v, cu_q, short, out=given)
+    assert np.all(given == 7.0)
+    with pytest.raises(ValueError, match="returns no weights"):
+        engine.multihead_attention_packed(q, k, v, cu_q, cu_k, return_weights=True)
+    with pytest.raises(TypeError, match="cu_seqlens_q must be an int32 or int64 array"):
+        engine.multihead_attention_packed(q, k, v, cu_q.astype(np.float32), cu_k)
+
+
 def test_multihead_attention_window_refusals(engine, rng):
     q = rng.standard_normal((1, 3, 2, 8), dtype=np.float32)
     k = rng.standard_normal((1, 5, 2, 8), dtype=np.float32)
