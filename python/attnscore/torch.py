@@ -3,7 +3,8 @@
 tutorial, served by the attnscore engine, with d2l's gradients.
 
     from attnscore.torch import (masked_softmax, DotProductAttention,
-                                 AdditiveAttention, Attn, MultiHeadAttention)
+                                 AdditiveAttention, Attn, MultiHeadAttention,
+                                 scaled_dot_product_attention)
 
 Each class has the constructor, parameters, state_dict keys and
 `attention_weights` attribute of the module it replaces
@@ -61,7 +62,7 @@ from . import Engine as _Engine
 from . import MultiHeadAttention as _MultiHeadModel
 
 __all__ = ["masked_softmax", "DotProductAttention", "AdditiveAttention",
-           "Attn", "MultiHeadAttention", "engine"]
+           "Attn", "MultiHeadAttention", "scaled_dot_product_attention", "engine"]
 
 _engines = {}
 _engines_lock = threading.Lock()
@@ -248,6 +249,93 @@ class DotProductAttention(nn.Module):
         out, self.attention_weights = _dot_product_math(
             queries, keys, values, valid_lens, self.dropout)
         return out
+
+
+def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+               scale=None):
+    """PyTorch 2's scaled_dot_product_attention written from its definition:
+    softmax(Q Kᵀ · scale + mask) V over the last two axes, scale 1/√E by
+    default, is_causal the top-left lower triangle, a bool mask keeping its
+    True keys and a float one added, dropout on the weights."""
+    length, source = query.size(-2), key.size(-2)
+    factor = 1 / math.sqrt(query.size(-1)) if scale is None else scale
+    scores = query @ key.transpose(-2, -1) * factor
+    if is_causal:
+        keep = torch.ones(length, source, dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = torch.softmax(scores, dim=-1)
+    if dropout_p > 0:
+        weights = F.dropout(weights, dropout_p)
+    return weights @ value
+
+
+def _sdpa_views(query, key, value, attn_mask):
+    """The engine's views for scaled_dot_product_attention: Q, K, V as
+    (batch, L or S, 1 head, E) NumPy arrays, each leading index a batch
+    entry, and the mask as (batch, 1, L, S); None where the engine cannot
+    take the call."""
+    tensors = (query, key, value)
+    if (any(not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or not t.is_cpu
+            or t.layout != torch.strided or t.dim() < 3 or t.numel() == 0 for t in tensors)
+            or key.shape[:-2] != query.shape[:-2] or value.shape[:-2] != query.shape[:-2]):
+        return None
+    lead, length, source = query.shape[:-2], query.size(-2), key.size(-2)
+    try:
+        q, k, v = ((t.detach() if t.requires_grad else t).numpy() for t in tensors)
+    except (RuntimeError, TypeError):
+        return None
+    q, k, v = (x.reshape(-1, x.shape[-2], 1, x.shape[-1]) for x in (q, k, v))
+    mask = None
+    if attn_mask is not None:
+        if (not isinstance(attn_mask, torch.Tensor) or not attn_mask.is_cpu
+                or attn_mask.dtype not in (torch.bool, torch.float32)):
+            return None
+        try:
+            full = attn_mask.detach().expand(*lead, length, source)
+        except RuntimeError:
+            return None
+        mask = full.reshape(-1, 1, length, source).numpy()
+    return q, k, v, mask
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None):
+    """torch.nn.functional.scaled_dot_product_attention as PyTorch 2
+    defines it, for PyTorch 1.13: query (..., L, E), key (..., S, E), value
+    (..., S, Ev) with the same leading dims; attn_mask bool (True takes part)
+    or float (added), broadcastable to (..., L, S); is_causal the top-left
+    lower triangle; scale 1/√E by default. Returns (..., L, Ev).
+
+    The engine runs it (each leading index a batch entry of
+    Engine.multihead_attention) when dropout_p is 0 and the tensors are
+    float32 CPU tensors; otherwise, and for the backward, PyTorch math
+    written from the definition (_sdpa_math). A row every key of which is
+    masked is NaN, as in PyTorch."""
+    if attn_mask is not None and is_causal:
+        raise RuntimeError("scaled_dot_product_attention: attn_mask and is_causal=True were "
+                           "both given; PyTorch 2 refuses them together")
+    views = None
+    if dropout_p == 0 and (scale is None or scale != 0):
+        views = _sdpa_views(query, key, value, attn_mask)
+    if views is None:
+        return _sdpa_math(query, key, value, attn_mask, dropout_p, is_causal, scale)
+    q, k, v, mask = views
+    shape = (*query.shape[:-1], value.size(-1))
+
+    def run():
+        out = _run(engine().multihead_attention, q, k, v,
+                   causal="top-left" if is_causal else "none",
+                   scale=0.0 if scale is None else float(scale), bias=mask)
+        return (torch.from_numpy(out).reshape(shape),)
+
+    out, = _forward(run, lambda _, *qkv: (_sdpa_math(*qkv, attn_mask, 0.0, is_causal, scale),),
+                    None, (query, key, value))
+    return out
 
 
 def _libc_memcmp():
