@@ -49,39 +49,6 @@ std::vector<uint8_t> RandomMask(const Shape& s, uint32_t seed) {
   return mask;
 }
 
-MultiHeadOptions OptionsOf(const Shape& s, const Form& form) {
-  MultiHeadOptions options;
-  options.causal = form.causal;
-  options.scale = static_cast<float>(form.scale);
-  options.softcap = static_cast<float>(form.softcap);
-  options.window = {form.window_left, form.window_right};
-  const int64_t full[4] = {s.batch, s.heads, s.queries, s.keys};
-  if (!form.sinks.empty()) options.sinks = ConstTensor(form.sinks.data(), {s.heads});
-  if (!form.alibi_slopes.empty()) {
-    options.alibi_slopes = ConstTensor(form.alibi_slopes.data(), {s.heads});
-  }
-  if (!form.bias.empty()) {
-    options.bias = ConstTensor(form.bias.data(), {full[0], full[1], full[2], full[3]});
-  }
-  if (!form.mask.empty()) {
-    options.mask =
-        TensorView<const uint8_t>(form.mask.data(), {full[0], full[1], full[2], full[3]});
-  }
-  return options;
-}
-
-void ExpectReference(const Shape& s, const Inputs& in, const std::vector<int64_t>& lens,
-                     bool per_query, const Form& form) {
-  const ValidLens valid = LensOf(lens, per_query, s.batch, s.queries);
-  std::vector<double> weights;
-  const std::vector<double> out = Reference(s, in, lens, per_query, form, &weights);
-  const Result r = RunMultiHead(DefaultEngine(), s, in, valid, OptionsOf(s, form));
-  EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
-  EXPECT_LE(MaxAbsDiff(r.out.data(), out), OutTolerance(in.v));
-  const Result alone = RunMultiHead(DefaultEngine(), s, in, valid, OptionsOf(s, form), false);
-  EXPECT_LE(MaxAbsDiff(alone.out.data(), out), OutTolerance(in.v));
-}
-
 // N = 1 to 3: the grouped row path (M 3,000: key blocks); N = 9 and 70: the
 // gemm path (the tile path's shapes).
 const std::vector<Shape> kShapes = {{2, 1, 11, 4, 4, 16, 5},
@@ -97,7 +64,7 @@ TEST_P(MultiHeadBiasTest, AlibiMatchesTheReferenceOnEveryPathLengthKindAndMask) 
          Causal causal) {
         Form form{causal};
         form.alibi_slopes = Slopes(s.heads);
-        ExpectReference(s, in, lens, per_query, form);
+        ExpectMatchesReference(DefaultEngine(), s, in, lens, per_query, form);
       });
 }
 
@@ -108,10 +75,10 @@ TEST_P(MultiHeadBiasTest, BiasAndMaskMatchTheReferenceOnEveryPathLengthKindAndMa
          Causal causal) {
         Form biased{causal};
         biased.bias = RandomBias(s, 5, 7);
-        ExpectReference(s, in, lens, per_query, biased);
+        ExpectMatchesReference(DefaultEngine(), s, in, lens, per_query, biased);
         Form masked{causal};
         masked.mask = RandomMask(s, 6);
-        ExpectReference(s, in, lens, per_query, masked);
+        ExpectMatchesReference(DefaultEngine(), s, in, lens, per_query, masked);
       });
 }
 
@@ -131,8 +98,23 @@ TEST_P(MultiHeadBiasTest, EveryOptionAtOnceMatchesTheReference) {
         form.sinks.assign(static_cast<size_t>(s.heads), 0.5f);
         form.bias = RandomBias(s, 7, 0);
         form.mask = RandomMask(s, 8);
-        ExpectReference(s, in, lens, per_query, form);
+        ExpectMatchesReference(DefaultEngine(), s, in, lens, per_query, form);
       });
+}
+
+// Per-query lengths out of order, where the gemm path would sort an
+// entry's queries by length (saving work) but the terms are read by each
+// query's own position: ALiBi, a bias and a mask still find their query.
+TEST(MultiHeadBiasForms, TermsFollowTheirQueryWhereLengthsAreOutOfOrder) {
+  const Shape s{1, 128, 1024, 1, 1, 16, 8};
+  const Inputs in(s, 29);
+  std::vector<int64_t> lens(static_cast<size_t>(s.queries));
+  for (size_t i = 0; i < lens.size(); ++i) lens[i] = i % 2 == 0 ? 16 : 1024;
+  Form form;
+  form.alibi_slopes = Slopes(s.heads);
+  form.bias = RandomBias(s, 31, 9);
+  form.mask = RandomMask(s, 37);
+  ExpectMatchesReference(DefaultEngine(), s, in, lens, true, form);
 }
 
 // A bias of dims 1 broadcast (zero strides) gives the bits of the bias
@@ -231,17 +213,24 @@ TEST(MultiHeadBiasErrors, RefusesBadTermsNamingThemAndWritesNothing) {
   options.bias = ConstTensor(bias.data(), {s.batch, s.heads, s.queries, s.keys + 1});
   EXPECT_EQ(run(options),
             "MultiHeadAttention: bias has shape (2, 4, 3, 6); want (B, Hq, N, M) = (2, 4, 3, 5), "
-            "each dim that or 1, and strides >= 0 (a null view is none)");
+            "each dim that or 1, and strides >= 0 that address it");
   options.bias = ConstTensor(bias.data(), {s.heads, s.queries, s.keys});
   EXPECT_EQ(run(options),
             "MultiHeadAttention: bias has shape (4, 3, 5); want (B, Hq, N, M) = (2, 4, 3, 5), "
-            "each dim that or 1, and strides >= 0 (a null view is none)");
+            "each dim that or 1, and strides >= 0 that address it");
   std::vector<uint8_t> mask(s.weights(), 1);
   options = MultiHeadOptions();
   options.mask = TensorView<const uint8_t>(mask.data(), {s.batch, 3, s.queries, s.keys});
   EXPECT_EQ(run(options),
             "MultiHeadAttention: mask has shape (2, 3, 3, 5); want (B, Hq, N, M) = (2, 4, 3, 5), "
-            "each dim that or 1, and strides >= 0 (a null view is none)");
+            "each dim that or 1, and strides >= 0 that address it");
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == kSentinel; }));
+  options = MultiHeadOptions();
+  options.bias =
+      ConstTensor(bias.data(), {s.batch, s.heads, s.queries, s.keys}, {int64_t{1} << 62, 0, 0, 1});
+  EXPECT_EQ(run(options),
+            "MultiHeadAttention: bias has shape (2, 4, 3, 5); want (B, Hq, N, M) = (2, 4, 3, 5), "
+            "each dim that or 1, and strides >= 0 that address it");
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == kSentinel; }));
   options = MultiHeadOptions();
   options.bias = ConstTensor(out.data(), {1, 1, 1, s.keys});

@@ -161,6 +161,28 @@ struct Result {
   std::vector<float> out, weights;
 };
 
+// The op's options for `form` on shape s: every option the reference knows,
+// the views over form's own vectors (form must outlive the options).
+inline MultiHeadOptions OptionsOf(const Shape& s, const Form& form) {
+  MultiHeadOptions options;
+  options.causal = form.causal;
+  options.scale = static_cast<float>(form.scale);
+  options.softcap = static_cast<float>(form.softcap);
+  options.window = {form.window_left, form.window_right};
+  if (!form.sinks.empty()) options.sinks = ConstTensor(form.sinks.data(), {s.heads});
+  if (!form.alibi_slopes.empty()) {
+    options.alibi_slopes = ConstTensor(form.alibi_slopes.data(), {s.heads});
+  }
+  if (!form.bias.empty()) {
+    options.bias = ConstTensor(form.bias.data(), {s.batch, s.heads, s.queries, s.keys});
+  }
+  if (!form.mask.empty()) {
+    options.mask =
+        TensorView<const uint8_t>(form.mask.data(), {s.batch, s.heads, s.queries, s.keys});
+  }
+  return options;
+}
+
 // The op on the inputs (out and, when wanted, the weights), expected to succeed.
 inline Result RunMultiHead(const Engine& engine, const Shape& s, const Inputs& in,
                            const ValidLens& lens, const MultiHeadOptions& options,
@@ -172,6 +194,53 @@ inline Result RunMultiHead(const Engine& engine, const Shape& s, const Inputs& i
       want_weights ? Tensor(r.weights.data(), {s.batch, s.heads, s.queries, s.keys}) : Tensor());
   EXPECT_TRUE(status.ok()) << status.message();
   return r;
+}
+
+// The op on the same Q, K and V laid out heads-first, (B, H, N, F), passed
+// as the (B, N, H, F) views the op takes (strides (H·N·F, F, N·F, 1)):
+// its token-major output, or sentinels where the call failed.
+inline std::vector<float> RunHeadsFirst(const Engine& engine, const Shape& s, const Inputs& in,
+                                        const MultiHeadOptions& options) {
+  const auto heads_first = [](const std::vector<float>& x, int64_t n_count, int64_t h_count,
+                              int64_t f_count) {
+    std::vector<float> y(x.size());
+    const int64_t entry = n_count * h_count * f_count;
+    for (size_t at = 0; at < x.size(); ++at) {
+      const auto i = static_cast<int64_t>(at);
+      const int64_t b = i / entry, n = i / (h_count * f_count) % n_count;
+      const int64_t h = i / f_count % h_count, f = i % f_count;
+      y[static_cast<size_t>(b * entry + (h * n_count + n) * f_count + f)] = x[at];
+    }
+    return y;
+  };
+  const auto view = [&](const std::vector<float>& x, int64_t n, int64_t h, int64_t f) {
+    return ConstTensor(x.data(), {s.batch, n, h, f}, {h * n * f, f, n * f, 1});
+  };
+  const std::vector<float> q = heads_first(in.q, s.queries, s.heads, s.depth);
+  const std::vector<float> k = heads_first(in.k, s.keys, s.kv_heads, s.depth);
+  const std::vector<float> v = heads_first(in.v, s.keys, s.kv_heads, s.value_dim);
+  std::vector<float> out(s.out(), kSentinel);
+  const Status status = engine.MultiHeadAttention(
+      view(q, s.queries, s.heads, s.depth), view(k, s.keys, s.kv_heads, s.depth),
+      view(v, s.keys, s.kv_heads, s.value_dim), ValidLens::None(), options,
+      Tensor(out.data(), {s.batch, s.queries, s.heads, s.value_dim}));
+  EXPECT_TRUE(status.ok()) << status.message();
+  return out;
+}
+
+// The op with `form` against Reference, outputs and weights, and its output
+// again without the weights output (the gemm path's weights then in scratch).
+inline void ExpectMatchesReference(const Engine& engine, const Shape& s, const Inputs& in,
+                                   const std::vector<int64_t>& lens, bool per_query,
+                                   const Form& form) {
+  const ValidLens valid = LensOf(lens, per_query, s.batch, s.queries);
+  std::vector<double> weights;
+  const std::vector<double> out = Reference(s, in, lens, per_query, form, &weights);
+  const Result r = RunMultiHead(engine, s, in, valid, OptionsOf(s, form));
+  EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
+  EXPECT_LE(MaxAbsDiff(r.out.data(), out), OutTolerance(in.v));
+  const Result alone = RunMultiHead(engine, s, in, valid, OptionsOf(s, form), false);
+  EXPECT_LE(MaxAbsDiff(alone.out.data(), out), OutTolerance(in.v));
 }
 
 inline const char* CausalName(Causal c) {

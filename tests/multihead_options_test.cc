@@ -26,17 +26,9 @@ ATTNSCORE_INSTANTIATE_PER_TARGET(MultiHeadOptionsTest);
 class SoftCapKernelTest : public PerTarget {};
 ATTNSCORE_INSTANTIATE_PER_TARGET(SoftCapKernelTest);
 
-MultiHeadOptions OptionsOf(const Form& form) {
-  MultiHeadOptions options;
-  options.causal = form.causal;
-  options.scale = static_cast<float>(form.scale);
-  options.softcap = static_cast<float>(form.softcap);
-  return options;
-}
-
 Result RunOp(const Engine& engine, const Shape& s, const Inputs& in, const ValidLens& lens,
              const Form& form, bool want_weights = true) {
-  return RunMultiHead(engine, s, in, lens, OptionsOf(form), want_weights);
+  return RunMultiHead(engine, s, in, lens, OptionsOf(s, form), want_weights);
 }
 
 // Scores of standard deviation 6 (scale 1.5 on D 16 of N(0, 1)) against a
@@ -88,7 +80,7 @@ TEST(MultiHeadOptionsEdges, SoftCapWithStridedWeightsAndAZeroLength) {
                         ConstTensor(in.q.data(), {s.batch, s.queries, s.heads, s.depth}),
                         ConstTensor(in.k.data(), {s.batch, s.keys, s.kv_heads, s.depth}),
                         ConstTensor(in.v.data(), {s.batch, s.keys, s.kv_heads, s.value_dim}),
-                        ValidLens::None(), OptionsOf(form),
+                        ValidLens::None(), OptionsOf(s, form),
                         Tensor(out.data(), {s.batch, s.queries, s.heads, s.value_dim}), w)
                     .ok());
     std::vector<double> want_weights;
@@ -139,34 +131,7 @@ TEST_P(MultiHeadOptionsTest, SoftCapOverHeadsFirstViewsGivesTheTokenMajorBits) {
     const Inputs in(s, 51);
     const Form form{Causal::kBottomRight, kScale, kCap};
     const Result token_major = RunOp(DefaultEngine(), s, in, ValidLens::None(), form);
-    // The same values laid out (B, H, N, F).
-    const auto heads_first = [](const std::vector<float>& x, int64_t b_count, int64_t n_count,
-                                int64_t h_count, int64_t f_count) {
-      std::vector<float> y(x.size());
-      for (int64_t b = 0; b < b_count; ++b)
-        for (int64_t n = 0; n < n_count; ++n)
-          for (int64_t h = 0; h < h_count; ++h)
-            for (int64_t f = 0; f < f_count; ++f)
-              y[static_cast<size_t>(((b * h_count + h) * n_count + n) * f_count + f)] =
-                  x[static_cast<size_t>(((b * n_count + n) * h_count + h) * f_count + f)];
-      return y;
-    };
-    const std::vector<float> q = heads_first(in.q, s.batch, s.queries, s.heads, s.depth);
-    const std::vector<float> k = heads_first(in.k, s.batch, s.keys, s.kv_heads, s.depth);
-    const std::vector<float> v = heads_first(in.v, s.batch, s.keys, s.kv_heads, s.value_dim);
-    const auto view = [](const std::vector<float>& x, int64_t b, int64_t n, int64_t h, int64_t f) {
-      return ConstTensor(x.data(), {b, n, h, f}, {h * n * f, f, n * f, 1});
-    };
-    std::vector<float> out(s.out(), kSentinel);
-    ASSERT_TRUE(
-        DefaultEngine()
-            .MultiHeadAttention(view(q, s.batch, s.queries, s.heads, s.depth),
-                                view(k, s.batch, s.keys, s.kv_heads, s.depth),
-                                view(v, s.batch, s.keys, s.kv_heads, s.value_dim),
-                                ValidLens::None(), OptionsOf(form),
-                                Tensor(out.data(), {s.batch, s.queries, s.heads, s.value_dim}))
-            .ok());
-    EXPECT_EQ(out, token_major.out);
+    EXPECT_EQ(RunHeadsFirst(DefaultEngine(), s, in, OptionsOf(s, form)), token_major.out);
   }
 }
 

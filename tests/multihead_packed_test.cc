@@ -163,6 +163,12 @@ TEST(MultiHeadPacked, RefusesBadOffsetsAndSequencesNamingThemAndWritesNothing) {
             "MultiHeadAttentionPacked: a bias or mask is shaped (B, Hq, N, M) for one batch; a "
             "packed call takes neither");
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == kSentinel; }));
+  // Sinks inside the last sequence's rows of out: refused before sequence 0
+  // is written.
+  MultiHeadOptions sunk;
+  sunk.sinks = ConstTensor(out.data() + out.size() - 2, {p.heads});
+  EXPECT_EQ(run({0, 2, 5}, {0, 4, 9}, sunk), "MultiHeadAttentionPacked: out overlaps sinks");
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == kSentinel; }));
 }
 
 }  // namespace

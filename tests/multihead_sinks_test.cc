@@ -33,31 +33,6 @@ std::vector<float> SinksFor(int64_t heads) {
   return sinks;
 }
 
-MultiHeadOptions OptionsOf(const Form& form) {
-  MultiHeadOptions options;
-  options.causal = form.causal;
-  options.scale = static_cast<float>(form.scale);
-  options.softcap = static_cast<float>(form.softcap);
-  options.window = {form.window_left, form.window_right};
-  if (!form.sinks.empty()) {
-    options.sinks = ConstTensor(form.sinks.data(), {static_cast<int64_t>(form.sinks.size())});
-  }
-  return options;
-}
-
-void ExpectReference(const Engine& engine, const Shape& s, const Inputs& in,
-                     const std::vector<int64_t>& lens, bool per_query, const Form& form,
-                     double out_factor = 1.0) {
-  const ValidLens valid = LensOf(lens, per_query, s.batch, s.queries);
-  std::vector<double> weights;
-  const std::vector<double> out = Reference(s, in, lens, per_query, form, &weights);
-  const Result r = RunMultiHead(engine, s, in, valid, OptionsOf(form));
-  EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
-  EXPECT_LE(MaxAbsDiff(r.out.data(), out), out_factor * OutTolerance(in.v));
-  const Result alone = RunMultiHead(engine, s, in, valid, OptionsOf(form), false);
-  EXPECT_LE(MaxAbsDiff(alone.out.data(), out), out_factor * OutTolerance(in.v));
-}
-
 // N = 1 to 3: the grouped row path (M 3,000: key blocks); N = 9 and 70: the
 // gemm path (the tile path's shapes); with a window, its prefill.
 const std::vector<Shape> kShapes = {{2, 1, 11, 4, 4, 16, 5},
@@ -73,7 +48,7 @@ TEST_P(MultiHeadSinksTest, MatchTheReferenceOnEveryPathLengthKindAndMask) {
          Causal causal) {
         Form form{causal};
         form.sinks = SinksFor(s.heads);
-        ExpectReference(DefaultEngine(), s, in, lens, per_query, form);
+        ExpectMatchesReference(DefaultEngine(), s, in, lens, per_query, form);
       });
 }
 
@@ -89,7 +64,7 @@ TEST_P(MultiHeadSinksTest, AllOptionsTogetherMatchTheReference) {
         form.window_left = 37;
         form.window_right = 2;
         form.sinks = SinksFor(s.heads);
-        ExpectReference(DefaultEngine(), s, in, lens, per_query, form);
+        ExpectMatchesReference(DefaultEngine(), s, in, lens, per_query, form);
       });
 }
 
@@ -106,12 +81,13 @@ TEST(MultiHeadSinksEdges, InfiniteSinksAndAllMinusInfScores) {
     const std::vector<double> plain = Reference(s, in, {}, false, none, &weights);
     Form below;
     below.sinks.assign(static_cast<size_t>(s.heads), -INFINITY);
-    const Result r = RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(below));
+    const Result r = RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(s, below));
     EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
     EXPECT_LE(MaxAbsDiff(r.out.data(), plain), OutTolerance(in.v));
     Form above;
     above.sinks.assign(static_cast<size_t>(s.heads), INFINITY);
-    const Result zero = RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(above));
+    const Result zero =
+        RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(s, above));
     EXPECT_TRUE(std::all_of(zero.out.begin(), zero.out.end(), [](float x) { return x == 0.0f; }));
     EXPECT_TRUE(
         std::all_of(zero.weights.begin(), zero.weights.end(), [](float x) { return x == 0.0f; }));
@@ -120,7 +96,8 @@ TEST(MultiHeadSinksEdges, InfiniteSinksAndAllMinusInfScores) {
     std::fill(in.k.begin(), in.k.end(), 1.0f);
     Form finite;
     finite.sinks.assign(static_cast<size_t>(s.heads), 0.0f);
-    const Result cut = RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(finite));
+    const Result cut =
+        RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(s, finite));
     for (int64_t c = 0; c < s.value_dim; ++c) EXPECT_EQ(cut.out[static_cast<size_t>(c)], 0.0f);
     for (int64_t j = 0; j < s.keys; ++j) EXPECT_EQ(cut.weights[static_cast<size_t>(j)], 0.0f);
   }
@@ -134,13 +111,13 @@ TEST(MultiHeadSinksForms, StridedSinksAndAnyThreadCount) {
     const Inputs in(s, 71);
     Form form{Causal::kBottomRight};
     form.sinks = SinksFor(s.heads);
-    const Result one = RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(form));
-    const Result both = RunMultiHead(*two, s, in, ValidLens::None(), OptionsOf(form));
+    const Result one = RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(s, form));
+    const Result both = RunMultiHead(*two, s, in, ValidLens::None(), OptionsOf(s, form));
     EXPECT_EQ(one.out, both.out);
     EXPECT_EQ(one.weights, both.weights);
     std::vector<float> spread(2 * form.sinks.size(), NAN);
     for (size_t h = 0; h < form.sinks.size(); ++h) spread[2 * h] = form.sinks[h];
-    MultiHeadOptions strided = OptionsOf(form);
+    MultiHeadOptions strided = OptionsOf(s, form);
     strided.sinks = ConstTensor(spread.data(), {s.heads}, {2});
     std::vector<float> out(s.out());
     ASSERT_TRUE(DefaultEngine()
@@ -160,7 +137,7 @@ TEST(MultiHeadSinksKvCache, AttendWeighsTheSinksInEveryPrecision) {
   Form form{Causal::kBottomRight};
   form.sinks = SinksFor(s.heads);
   KvCacheAttendOptions options;
-  options.sinks = OptionsOf(form).sinks;
+  options.sinks = OptionsOf(s, form).sinks;
   for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kInt8}) {
     SCOPED_TRACE(PrecisionName(precision));
     KvCacheShape shape;
@@ -177,7 +154,7 @@ TEST(MultiHeadSinksKvCache, AttendWeighsTheSinksInEveryPrecision) {
                     .ok());
     std::vector<double> weights;
     if (precision == Precision::kFp32) {
-      const Result op = RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(form));
+      const Result op = RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(s, form));
       EXPECT_EQ(r.out, op.out);
       EXPECT_EQ(r.weights, op.weights);
     } else if (precision == Precision::kBf16) {

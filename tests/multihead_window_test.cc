@@ -24,15 +24,6 @@ namespace {
 class MultiHeadWindowTest : public PerTarget {};
 ATTNSCORE_INSTANTIATE_PER_TARGET(MultiHeadWindowTest);
 
-MultiHeadOptions OptionsOf(const Form& form) {
-  MultiHeadOptions options;
-  options.causal = form.causal;
-  options.scale = static_cast<float>(form.scale);
-  options.softcap = static_cast<float>(form.softcap);
-  options.window = {form.window_left, form.window_right};
-  return options;
-}
-
 std::string WindowName(const Form& form) {
   return "window (" + std::to_string(form.window_left) + ", " + std::to_string(form.window_right) +
          ")";
@@ -41,15 +32,7 @@ std::string WindowName(const Form& form) {
 void ExpectReference(const Engine& engine, const Shape& s, const Inputs& in,
                      const std::vector<int64_t>& lens, bool per_query, const Form& form) {
   SCOPED_TRACE(WindowName(form));
-  const ValidLens valid = LensOf(lens, per_query, s.batch, s.queries);
-  std::vector<double> weights;
-  const std::vector<double> out = Reference(s, in, lens, per_query, form, &weights);
-  const Result r = RunMultiHead(engine, s, in, valid, OptionsOf(form));
-  EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
-  EXPECT_LE(MaxAbsDiff(r.out.data(), out), OutTolerance(in.v));
-  // Without the weights output (the gemm path's probabilities in scratch).
-  const Result alone = RunMultiHead(engine, s, in, valid, OptionsOf(form), false);
-  EXPECT_LE(MaxAbsDiff(alone.out.data(), out), OutTolerance(in.v));
+  ExpectMatchesReference(engine, s, in, lens, per_query, form);
 }
 
 // Windows narrow and wide, one-sided and two-sided; (0, 0) sees one key.
@@ -120,7 +103,7 @@ TEST_P(MultiHeadWindowTest, KeysAndValuesOutsideTheWindowNeverReachTheQuery) {
         in.v[static_cast<size_t>((j * s.kv_heads + g) * s.value_dim)] = NAN;
       }
     }
-    const Result r = RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(form));
+    const Result r = RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(s, form));
     for (int64_t i = 0; i < s.queries; ++i) {
       const int64_t p = i + s.keys - s.queries;
       const bool sees = std::any_of(poisoned.begin(), poisoned.end(),
@@ -144,34 +127,8 @@ TEST(MultiHeadWindowForms, CapsHeadsFirstViewsAndBf16Mode) {
   ExpectReference(DefaultEngine(), s, in, {}, false, form);
 
   const Result token_major =
-      RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(form));
-  const auto heads_first = [](const std::vector<float>& x, int64_t b_count, int64_t n_count,
-                              int64_t h_count, int64_t f_count) {
-    std::vector<float> y(x.size());
-    for (int64_t b = 0; b < b_count; ++b)
-      for (int64_t n = 0; n < n_count; ++n)
-        for (int64_t h = 0; h < h_count; ++h)
-          for (int64_t f = 0; f < f_count; ++f)
-            y[static_cast<size_t>(((b * h_count + h) * n_count + n) * f_count + f)] =
-                x[static_cast<size_t>(((b * n_count + n) * h_count + h) * f_count + f)];
-    return y;
-  };
-  const auto view = [](const std::vector<float>& x, int64_t b, int64_t n, int64_t h, int64_t f) {
-    return ConstTensor(x.data(), {b, n, h, f}, {h * n * f, f, n * f, 1});
-  };
-  const std::vector<float> q = heads_first(in.q, s.batch, s.queries, s.heads, s.depth);
-  const std::vector<float> k = heads_first(in.k, s.batch, s.keys, s.kv_heads, s.depth);
-  const std::vector<float> v = heads_first(in.v, s.batch, s.keys, s.kv_heads, s.value_dim);
-  std::vector<float> out(s.out(), kSentinel);
-  ASSERT_TRUE(
-      DefaultEngine()
-          .MultiHeadAttention(view(q, s.batch, s.queries, s.heads, s.depth),
-                              view(k, s.batch, s.keys, s.kv_heads, s.depth),
-                              view(v, s.batch, s.keys, s.kv_heads, s.value_dim), ValidLens::None(),
-                              OptionsOf(form),
-                              Tensor(out.data(), {s.batch, s.queries, s.heads, s.value_dim}))
-          .ok());
-  EXPECT_EQ(out, token_major.out);
+      RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(s, form));
+  EXPECT_EQ(RunHeadsFirst(DefaultEngine(), s, in, OptionsOf(s, form)), token_major.out);
 
   EngineOptions options;
   options.precision = Precision::kBf16;
@@ -183,7 +140,7 @@ TEST(MultiHeadWindowForms, CapsHeadsFirstViewsAndBf16Mode) {
   }
   std::vector<double> weights;
   const std::vector<double> expected = Reference(s, rounded, {}, false, form, &weights);
-  const Result r = RunMultiHead(*bf16, s, rounded, ValidLens::None(), OptionsOf(form));
+  const Result r = RunMultiHead(*bf16, s, rounded, ValidLens::None(), OptionsOf(s, form));
   EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
   EXPECT_LE(MaxAbsDiff(r.out.data(), expected), std::pow(2.0, -9) * (OutTolerance(in.v) / 1e-5));
 }
@@ -196,8 +153,8 @@ TEST(MultiHeadWindowThreads, GivesTheSameBitsForAnyThreadCount) {
     Form form{Causal::kBottomRight};
     form.window_left = 100;
     form.window_right = 0;
-    const Result one = RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(form));
-    const Result both = RunMultiHead(*two, s, in, ValidLens::None(), OptionsOf(form));
+    const Result one = RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(s, form));
+    const Result both = RunMultiHead(*two, s, in, ValidLens::None(), OptionsOf(s, form));
     EXPECT_EQ(one.out, both.out);
     EXPECT_EQ(one.weights, both.weights);
   }
@@ -230,7 +187,7 @@ TEST(MultiHeadWindowErrors, RefusesASideBelowMinusOneNamingItAndWritesNothing) {
   Form form;
   form.window_left = std::numeric_limits<int64_t>::max();
   form.window_right = std::numeric_limits<int64_t>::max();
-  const Result wide = RunMultiHead(DefaultEngine(), t, in_t, ValidLens::None(), OptionsOf(form));
+  const Result wide = RunMultiHead(DefaultEngine(), t, in_t, ValidLens::None(), OptionsOf(t, form));
   const Result none = RunMultiHead(DefaultEngine(), t, in_t, ValidLens::None(), MultiHeadOptions{});
   EXPECT_EQ(wide.out, none.out);
 }

@@ -62,6 +62,10 @@ Status RunDotProduct(const internal::CallContext& call, const ConstTensor& q, co
   if (form.ScaleOnly() && dot_product::UseTilePath(call, q, k, v)) {
     return dot_product::TilePath(call, q, k, v, lens, form, out, attention_weights);
   }
+  // Terms read each row's query from its place: rows must keep their order.
+  if (form.HasTerms()) {
+    return dot_product::GemmPath(call, q, k, v, lens, form, out, attention_weights);
+  }
   return dot_product::SortedGemmPath(call, q, k, v, lens, form, out, attention_weights);
 }
 

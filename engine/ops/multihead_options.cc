@@ -40,11 +40,19 @@ Status Broadcast(const char* op, const char* name, TensorView<const T> view,
   bool fits = view.rank == 4 && view.data != nullptr;
   for (int d = 0; fits && d < 4; ++d) fits = view.dims[d] == want[d] || view.dims[d] == 1;
   for (int d = 0; fits && d < 4; ++d) fits = view.strides[d] >= 0;
+  // Its extent, Σ (dim - 1) · stride elements, must not overflow.
+  int64_t extent = 0;
+  for (int d = 0; fits && d < 4; ++d) {
+    int64_t step = 0;
+    fits = !__builtin_mul_overflow(view.dims[d] - 1, view.strides[d], &step) &&
+           !__builtin_add_overflow(extent, step, &extent) &&
+           !__builtin_mul_overflow(extent, static_cast<int64_t>(sizeof(T)), &step);
+  }
   if (!fits) {
     return Status::InvalidArgument(std::string(op) + ": " + name + " has shape " +
                                    shape(view.dims, view.rank) +
                                    "; want (B, Hq, N, M) = " + shape(want, 4) +
-                                   ", each dim that or 1, and strides >= 0 (a null view is none)");
+                                   ", each dim that or 1, and strides >= 0 that address it");
   }
   *out = view;
   for (int d = 0; d < 4; ++d) {

@@ -312,15 +312,18 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     lower triangle; scale 1/√E by default. Returns (..., L, Ev).
 
     The engine runs it (each leading index a batch entry of
-    Engine.multihead_attention) when dropout_p is 0 and the tensors are
-    float32 CPU tensors; otherwise, and for the backward, PyTorch math
+    Engine.multihead_attention) when dropout_p is 0, the tensors are float32
+    CPU tensors and a float mask needs no gradient; otherwise, and for the
+    backward, PyTorch math
     written from the definition (_sdpa_math). A row every key of which is
     masked is NaN, as in PyTorch."""
     if attn_mask is not None and is_causal:
         raise RuntimeError("scaled_dot_product_attention: attn_mask and is_causal=True were "
                            "both given; PyTorch 2 refuses them together")
     views = None
-    if dropout_p == 0 and (scale is None or scale != 0):
+    # A mask that wants its gradient goes through PyTorch's math, which has it.
+    mask_grad = isinstance(attn_mask, torch.Tensor) and attn_mask.requires_grad
+    if dropout_p == 0 and (scale is None or scale != 0) and not mask_grad:
         views = _sdpa_views(query, key, value, attn_mask)
     if views is None:
         return _sdpa_math(query, key, value, attn_mask, dropout_p, is_causal, scale)

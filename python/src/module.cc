@@ -259,7 +259,8 @@ softmax (0: none). sinks (Hq,): a logit per query head in each of its
 softmaxes' denominators (attention sinks), so its weights sum to less than 1.
 alibi_slopes (Hq,): head h's score of key j for the query at p loses
 slope_h·|p - j| (ALiBi). bias: float32 added to the scores (-inf masks a
-key), or a bool mask (True keeps a key), broadcastable to (B, Hq, N, M).
+key), or a bool mask (True keeps a key): rank 4, (B, Hq, N, M) with each dim
+that or 1 (np.broadcast_to views pass in place).
 Returns out (B, N, Hq, Dv), or (out, weights) with weights (B, Hq, N, M).)";
 
 constexpr const char* kPackedDoc =

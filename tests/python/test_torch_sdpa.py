@@ -122,6 +122,18 @@ def test_gradients_are_the_definitions(calls):
         assert torch.allclose(g, t.grad, rtol=1e-4, atol=1e-5)
 
 
+def test_a_mask_that_wants_its_gradient_gets_it(calls):
+    gen = torch.Generator().manual_seed(17)
+    q, k, v = (torch.randn(2, 5, 8, generator=gen) for _ in range(3))
+    mask = torch.randn(5, 5, generator=gen, requires_grad=True)
+    at.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum().backward()
+    got = mask.grad.clone()
+    mask.grad = None
+    at._sdpa_math(q.double(), k.double(), v.double(), attn_mask=mask.double()).sum().backward()
+    assert torch.allclose(got, mask.grad.float(), rtol=1e-4, atol=1e-5)
+    assert calls == []  # PyTorch's math, which differentiates the mask
+
+
 def test_refusals():
     q = torch.randn(1, 2, 4)
     with pytest.raises(RuntimeError, match="attn_mask and is_causal=True were both given"):
