@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -194,6 +195,20 @@ inline Result RunMultiHead(const Engine& engine, const Shape& s, const Inputs& i
       want_weights ? Tensor(r.weights.data(), {s.batch, s.heads, s.queries, s.keys}) : Tensor());
   EXPECT_TRUE(status.ok()) << status.message();
   return r;
+}
+
+// A KvCache of `precision` holding all of the inputs' K and V (null if it
+// could not be made).
+inline std::unique_ptr<KvCache> FilledCache(const Shape& s, const Inputs& in, Precision precision) {
+  KvCacheShape shape;
+  shape.batch = s.batch, shape.capacity = s.keys, shape.kv_heads = s.kv_heads;
+  shape.key_dim = s.depth, shape.value_dim = s.value_dim, shape.precision = precision;
+  std::unique_ptr<KvCache> cache;
+  EXPECT_TRUE(KvCache::Create(shape, &cache).ok());
+  if (cache) {
+    EXPECT_TRUE(cache->Append(KeysOf(s, in.k), ValuesOf(s, in.v)).ok());
+  }
+  return cache;
 }
 
 // The op on the same Q, K and V laid out heads-first, (B, H, N, F), passed

@@ -227,19 +227,9 @@ TEST(MultiHeadOptionsKvCache, AttendCapsItsScoresInEveryPrecision) {
   const auto reference = [&](const Inputs& held, const Form& f, std::vector<double>* weights) {
     return Reference(s, held, {}, false, f, weights);
   };
-  // A cache of `precision` holding all of K and V.
-  const auto filled = [&](Precision precision) {
-    KvCacheShape shape;
-    shape.batch = s.batch, shape.capacity = s.keys, shape.kv_heads = s.kv_heads;
-    shape.key_dim = s.depth, shape.value_dim = s.value_dim, shape.precision = precision;
-    std::unique_ptr<KvCache> cache;
-    EXPECT_TRUE(KvCache::Create(shape, &cache).ok());
-    EXPECT_TRUE(cache->Append(KeysOf(s, in.k), ValuesOf(s, in.v)).ok());
-    return cache;
-  };
   for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kInt8}) {
     SCOPED_TRACE(PrecisionName(precision));
-    const std::unique_ptr<KvCache> cache = filled(precision);
+    const std::unique_ptr<KvCache> cache = FilledCache(s, in, precision);
     Result r{std::vector<float>(s.out(), kSentinel), std::vector<float>(s.weights(), kSentinel)};
     ASSERT_TRUE(cache
                     ->Attend(DefaultEngine(),
@@ -273,7 +263,7 @@ TEST(MultiHeadOptionsKvCache, AttendCapsItsScoresInEveryPrecision) {
     }
   }
   // A bad cap is refused by name, nothing written.
-  const std::unique_ptr<KvCache> cache = filled(Precision::kFp32);
+  const std::unique_ptr<KvCache> cache = FilledCache(s, in, Precision::kFp32);
   options.softcap = -1.0f;
   std::vector<float> out(s.out(), kSentinel);
   const Status refused = cache->Attend(

@@ -140,12 +140,8 @@ TEST(MultiHeadSinksKvCache, AttendWeighsTheSinksInEveryPrecision) {
   options.sinks = OptionsOf(s, form).sinks;
   for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kInt8}) {
     SCOPED_TRACE(PrecisionName(precision));
-    KvCacheShape shape;
-    shape.batch = s.batch, shape.capacity = s.keys, shape.kv_heads = s.kv_heads;
-    shape.key_dim = s.depth, shape.value_dim = s.value_dim, shape.precision = precision;
-    std::unique_ptr<KvCache> cache;
-    ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
-    ASSERT_TRUE(cache->Append(KeysOf(s, in.k), ValuesOf(s, in.v)).ok());
+    const std::unique_ptr<KvCache> cache = FilledCache(s, in, precision);
+    ASSERT_TRUE(cache);
     Result r{std::vector<float>(s.out(), kSentinel), std::vector<float>(s.weights(), kSentinel)};
     ASSERT_TRUE(cache
                     ->Attend(DefaultEngine(), QueriesOf(s, in.q), options,
@@ -199,12 +195,8 @@ TEST(MultiHeadSinksErrors, RefusesBadSinksNamingThemAndWritesNothing) {
   std::fill(out.begin(), out.end(), 0.0f);
   EXPECT_EQ(run(ConstTensor(out.data(), {4})), "MultiHeadAttention: out overlaps sinks");
   std::fill(out.begin(), out.end(), kSentinel);
-  KvCacheShape shape;
-  shape.batch = s.batch, shape.capacity = s.keys, shape.kv_heads = s.kv_heads;
-  shape.key_dim = s.depth, shape.value_dim = s.value_dim;
-  std::unique_ptr<KvCache> cache;
-  ASSERT_TRUE(KvCache::Create(shape, &cache).ok());
-  ASSERT_TRUE(cache->Append(KeysOf(s, in.k), ValuesOf(s, in.v)).ok());
+  const std::unique_ptr<KvCache> cache = FilledCache(s, in, Precision::kFp32);
+  ASSERT_TRUE(cache);
   KvCacheAttendOptions options;
   options.sinks = ConstTensor(sinks.data(), {4});
   EXPECT_EQ(cache->Attend(DefaultEngine(), QueriesOf(s, in.q), options, out_view).message(),

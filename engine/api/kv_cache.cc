@@ -263,7 +263,7 @@ Status KvCache::Attend(const Engine& engine, ConstTensor queries,
   ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "queries", queries,
                                         {s.batch, kAnyDim, kAnyDim, s.key_dim}, "(B, N, Hq, D)"));
   ATTNSCORE_RETURN_IF_ERROR(ops::CheckSinks(kOp, options.sinks, queries.dims[2]));
-  ATTNSCORE_RETURN_IF_ERROR(ops::SinksApart(kOp, options.sinks, out, attention_weights));
+  ATTNSCORE_RETURN_IF_ERROR(ops::ReadApart(kOp, "sinks", options.sinks, out, attention_weights));
   if (queries.dims[2] % s.kv_heads != 0) {
     return Status::InvalidArgument(std::string(kOp) + ": queries " + ShapeString(queries) +
                                    " have " + std::to_string(queries.dims[2]) +

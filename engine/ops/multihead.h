@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnscore/multihead_options.h"
@@ -70,8 +71,30 @@ Status CheckScoreTerms(const char* op, const MultiHeadOptions& options, int64_t 
 // the outputs are written.
 Status OptionsApart(const char* op, const MultiHeadOptions& options, const ConstTensor& out,
                     const ConstTensor& attention);
-Status SinksApart(const char* op, const ConstTensor& sinks, const ConstTensor& out,
-                  const ConstTensor& attention);
+// One such view (`name`'s, strides >= 0, its extent checked) shares no
+// byte with out nor, when not empty, with attention; OK when it is empty.
+template <typename T>
+Status ReadApart(const char* op, const char* name, const TensorView<T>& view,
+                 const ConstTensor& out, const ConstTensor& attention) {
+  if (view.empty()) return Status::Ok();
+  // The bytes [first, last] a view spans.
+  const auto span = [](const auto& t) {
+    const auto* first = reinterpret_cast<const char*>(t.data);
+    int64_t last = 0;
+    for (int d = 0; d < t.rank; ++d) last += (t.dims[d] - 1) * t.strides[d];
+    return std::pair{first, first + (last + 1) * static_cast<int64_t>(sizeof(*t.data)) - 1};
+  };
+  const auto [first, last] = span(view);
+  for (const auto& [output, written] :
+       {std::pair<const char*, ConstTensor>{"out", out}, {"attention_weights", attention}}) {
+    if (written.empty()) continue;
+    const auto [begin, end] = span(written);
+    if (begin <= last && first <= end) {
+      return Status::InvalidArgument(std::string(op) + ": " + output + " overlaps " + name);
+    }
+  }
+  return Status::Ok();
+}
 // The ScoreForm of a checked call of `depth` D, N `queries`, M `keys`:
 // scale 0 made 1/sqrt(D), the bias and the mask broadcast by zero strides,
 // query i at position i + M - N. Its place is head 0's: the caller places

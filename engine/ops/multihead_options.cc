@@ -26,11 +26,11 @@ Status CheckPerHead(const char* op, const char* name, const ConstTensor& view, i
   return Status::Ok();
 }
 
-// `view` (rank 4, each dim `want`'s or 1) with the strides that broadcast
-// it to `want`: 0 along a dim of 1.
+// The checks of a view broadcast to `want`: rank 4, each dim `want`'s or
+// 1, strides >= 0 and an extent that does not overflow.
 template <typename T>
-Status Broadcast(const char* op, const char* name, TensorView<const T> view,
-                 const int64_t (&want)[4], TensorView<const T>* out) {
+Status CheckBroadcast(const char* op, const char* name, const TensorView<const T>& view,
+                      const int64_t (&want)[4]) {
   if (view.empty()) return Status::Ok();
   const auto shape = [](const int64_t* dims, int rank) {
     std::string s = "(";
@@ -54,12 +54,17 @@ Status Broadcast(const char* op, const char* name, TensorView<const T> view,
                                    "; want (B, Hq, N, M) = " + shape(want, 4) +
                                    ", each dim that or 1, and strides >= 0 that address it");
   }
-  *out = view;
-  for (int d = 0; d < 4; ++d) {
-    if (view.dims[d] == 1) out->strides[d] = 0;
-    out->dims[d] = want[d];
-  }
   return Status::Ok();
+}
+
+// A checked view with stride 0 along each dim of 1, so that indexing it by
+// the call's (b, h, i, j) reads the broadcast value.
+template <typename T>
+TensorView<T> Broadcast(TensorView<T> view) {
+  for (int d = 0; d < 4 && !view.empty(); ++d) {
+    if (view.dims[d] == 1) view.strides[d] = 0;
+  }
+  return view;
 }
 
 }  // namespace
@@ -95,46 +100,16 @@ Status CheckScoreTerms(const char* op, const MultiHeadOptions& options, int64_t 
       op, "alibi_slopes", options.alibi_slopes, heads, [](float x) { return std::isfinite(x); },
       "a slope must be finite"));
   const int64_t want[4] = {batch, heads, queries, keys};
-  ConstTensor bias;
-  ATTNSCORE_RETURN_IF_ERROR(Broadcast(op, "bias", options.bias, want, &bias));
-  TensorView<const uint8_t> mask;
-  return Broadcast(op, "mask", options.mask, want, &mask);
-}
-
-Status SinksApart(const char* op, const ConstTensor& sinks, const ConstTensor& out,
-                  const ConstTensor& attention) {
-  if (sinks.empty()) return Status::Ok();
-  ATTNSCORE_RETURN_IF_ERROR(internal::CheckDisjoint(op, "out", out, "sinks", sinks));
-  if (attention.empty()) return Status::Ok();
-  return internal::CheckDisjoint(op, "attention_weights", attention, "sinks", sinks);
+  ATTNSCORE_RETURN_IF_ERROR(CheckBroadcast(op, "bias", options.bias, want));
+  return CheckBroadcast(op, "mask", options.mask, want);
 }
 
 Status OptionsApart(const char* op, const MultiHeadOptions& options, const ConstTensor& out,
                     const ConstTensor& attention) {
-  // Byte ranges [first, last] of non-empty views (strides >= 0, checked).
-  const auto bytes = [](const auto& view) {
-    const auto* first = reinterpret_cast<const char*>(view.data);
-    int64_t last = 0;
-    for (int d = 0; d < view.rank; ++d) last += (view.dims[d] - 1) * view.strides[d];
-    return std::pair{first, first + (last + 1) * static_cast<int64_t>(sizeof(*view.data)) - 1};
-  };
-  const auto apart = [&](const char* name, const auto& view) -> Status {
-    if (view.empty()) return Status::Ok();
-    const auto [first, last] = bytes(view);
-    for (const auto& [output, written] :
-         {std::pair<const char*, ConstTensor>{"out", out}, {"attention_weights", attention}}) {
-      if (written.empty()) continue;
-      const auto [begin, end] = bytes(written);
-      if (begin <= last && first <= end) {
-        return Status::InvalidArgument(std::string(op) + ": " + output + " overlaps " + name);
-      }
-    }
-    return Status::Ok();
-  };
-  ATTNSCORE_RETURN_IF_ERROR(apart("sinks", options.sinks));
-  ATTNSCORE_RETURN_IF_ERROR(apart("alibi_slopes", options.alibi_slopes));
-  ATTNSCORE_RETURN_IF_ERROR(apart("bias", options.bias));
-  return apart("mask", options.mask);
+  ATTNSCORE_RETURN_IF_ERROR(ReadApart(op, "sinks", options.sinks, out, attention));
+  ATTNSCORE_RETURN_IF_ERROR(ReadApart(op, "alibi_slopes", options.alibi_slopes, out, attention));
+  ATTNSCORE_RETURN_IF_ERROR(ReadApart(op, "bias", options.bias, out, attention));
+  return ReadApart(op, "mask", options.mask, out, attention);
 }
 
 ScoreForm FormOf(const MultiHeadOptions& options, int64_t depth, int64_t queries, int64_t keys) {
@@ -147,17 +122,8 @@ ScoreForm FormOf(const MultiHeadOptions& options, int64_t depth, int64_t queries
     form.slopes = options.alibi_slopes.data;
     form.slopes_stride = options.alibi_slopes.strides[0];
   }
-  // Checked by CheckScoreTerms: the broadcasts hold. The batch and head
-  // dims are read from the views themselves; N and M from the call.
-  const auto broadcast = [&](const auto& view, auto* out) {
-    if (view.empty()) return;
-    *out = view;
-    for (int d = 0; d < 4; ++d) {
-      if (view.dims[d] == 1) out->strides[d] = 0;
-    }
-  };
-  broadcast(options.bias, &form.bias);
-  broadcast(options.mask, &form.mask);
+  form.bias = Broadcast(options.bias);  // checked by CheckScoreTerms
+  form.mask = Broadcast(options.mask);
   form.position_shift = keys - queries;
   return form;
 }

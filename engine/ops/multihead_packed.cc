@@ -43,18 +43,10 @@ Status CheckOffsets(const char* name, const SequenceOffsets& offsets, int64_t ro
   return Status::Ok();
 }
 
-// The offsets share no byte with out (checked: strides >= 0, no overflow).
-Status OffsetsApart(const char* name, const SequenceOffsets& offsets, const ConstTensor& out) {
-  const auto* first = static_cast<const char*>(offsets.data);
-  const char* last = first + offsets.count * (offsets.is_int64 ? 8 : 4) - 1;
-  int64_t extent = 0;
-  for (int d = 0; d < out.rank; ++d) extent += (out.dims[d] - 1) * out.strides[d];
-  const auto* begin = reinterpret_cast<const char*>(out.data);
-  const char* end = begin + (extent + 1) * static_cast<int64_t>(sizeof(float)) - 1;
-  if (first <= end && begin <= last) {
-    return Status::InvalidArgument(std::string(kOp) + ": out overlaps " + name);
-  }
-  return Status::Ok();
+// The offsets' bytes, for ReadApart.
+TensorView<const char> BytesOf(const SequenceOffsets& offsets) {
+  return TensorView<const char>(static_cast<const char*>(offsets.data),
+                                {offsets.count * (offsets.is_int64 ? 8 : 4)});
 }
 
 // Rows [first, first + count) of a packed (T, H, F) view as (1, count, H, F).
@@ -95,8 +87,8 @@ Status MultiHeadAttentionPacked(const internal::CallContext& call, const ConstTe
   // The options' views and the offsets, read while out is written, apart
   // from all of out (each sequence's own call checks only its rows).
   ATTNSCORE_RETURN_IF_ERROR(OptionsApart(kOp, options, out, Tensor()));
-  ATTNSCORE_RETURN_IF_ERROR(OffsetsApart("cu_seqlens_q", cu_q, out));
-  ATTNSCORE_RETURN_IF_ERROR(OffsetsApart("cu_seqlens_k", cu_k, out));
+  ATTNSCORE_RETURN_IF_ERROR(ReadApart(kOp, "cu_seqlens_q", BytesOf(cu_q), out, Tensor()));
+  ATTNSCORE_RETURN_IF_ERROR(ReadApart(kOp, "cu_seqlens_k", BytesOf(cu_k), out, Tensor()));
   // Every sequence checked as its own call before any is run, so that a bad
   // one leaves out untouched; messages name the sequence.
   const int64_t sequences = cu_q.count - 1;

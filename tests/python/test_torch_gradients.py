@@ -26,20 +26,6 @@ B, N, M = 3, 5, 7
 OPS = ("softmax", "dot", "additive", "concat", "multihead", "multihead_bias")
 
 
-@pytest.fixture
-def calls(monkeypatch):
-    """How many engine calls attnscore.torch._run made."""
-    recorded = []
-    real = at._run
-
-    def spy(fn, *args, **kwargs):
-        recorded.append(fn)
-        return real(fn, *args, **kwargs)
-
-    monkeypatch.setattr(at, "_run", spy)
-    return recorded
-
-
 def make(op, seed_value=0):
     """(seed module or function, drop-in, inputs) in eval mode, the same
     parameters in both."""

@@ -14,20 +14,6 @@ import torch
 import attnscore.torch as at
 
 
-@pytest.fixture
-def calls(monkeypatch):
-    """The engine calls made through attnscore.torch._run."""
-    recorded = []
-    real = at._run
-
-    def spy(fn, *args, **kwargs):
-        recorded.append(fn)
-        return real(fn, *args, **kwargs)
-
-    monkeypatch.setattr(at, "_run", spy)
-    return recorded
-
-
 def sdpa_float64(q, k, v, attn_mask=None, is_causal=False, scale=None):
     """The definition itself, in float64, written out here: softmax(Q Kᵀ ·
     scale + mask) V, -inf where a bool mask is False or above the causal

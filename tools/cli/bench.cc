@@ -225,6 +225,13 @@ Status CheckInfoWithoutJson(const Args& args) {
       "onednn_implementations");
 }
 
+// Whether all of `text` is a number (Inf included, NaN not), into *value.
+bool ParseNumber(const std::string& text, double* value) {
+  char* end = nullptr;
+  *value = std::strtod(text.c_str(), &end);
+  return !text.empty() && *end == '\0' && !std::isnan(*value);
+}
+
 // bench multihead: Engine::MultiHeadAttention on token-major Q (B, N, H, D)
 // and K, V (B, M, Hkv, D); --decode attends over a KvCache of M keys per
 // sequence instead (with --pool, one whose sequences share a pool of just
@@ -279,9 +286,8 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   if (args.has("--softcap")) {
     if (module) return Fail(Status::InvalidArgument("--softcap is for the op and --decode"));
     const std::string text = args.get("--softcap");
-    char* end = nullptr;
-    const double value = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != '\0' || !std::isfinite(value) || value < 0 ||
+    double value = 0;
+    if (!ParseNumber(text, &value) || !std::isfinite(value) || value < 0 ||
         value > std::numeric_limits<float>::max()) {
       return Fail(Status::InvalidArgument("--softcap is '" + text +
                                           "'; want a finite number >= 0 (0: no cap)"));
@@ -306,9 +312,8 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   if (args.has("--sinks")) {
     if (module) return Fail(Status::InvalidArgument("--sinks is for the op and --decode"));
     const std::string text = args.get("--sinks");
-    char* end = nullptr;
-    const double value = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != '\0' || std::isnan(value)) {
+    double value = 0;
+    if (!ParseNumber(text, &value)) {
       return Fail(Status::InvalidArgument("--sinks is '" + text + "'; want a number (a logit)"));
     }
     sinks.assign(static_cast<size_t>(heads), static_cast<float>(value));
