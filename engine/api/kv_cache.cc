@@ -1,9 +1,8 @@
 // KvCache: each sequence's keys and values kept heads-first, (Hkv, capacity,
 // D) per sequence, so that a head's cached keys are one contiguous block
-// (read in one stream by decoding), and attention over them by the
-// multi-head op on a strided view of the whole cache: floats, bfloat16
-// words (rounded once, as they are appended), or int8 codes with their
-// scales, that the op's decode form reads as they are.
+// (read in one stream by decoding): floats, bfloat16 words (rounded once,
+// as they are appended), or int8 codes with their scales, that the
+// multi-head op's decode form reads as they are (kv_cache_attend.cc).
 #include "attnscore/kv_cache.h"
 
 #include <algorithm>
@@ -192,9 +191,37 @@ Status KvCache::Append(ConstTensor keys, ConstTensor values) {
       kOp, "values", values, {s.batch, rows, s.kv_heads, s.value_dim}, "(B, T, Hkv, Dv)"));
   for (int64_t b = 0; b < s.batch; ++b) ATTNSCORE_RETURN_IF_ERROR(storage_->CheckRoom(b, rows));
   ATTNSCORE_RETURN_IF_ERROR(storage_->CheckCodable(keys, values));
-  ATTNSCORE_RETURN_IF_ERROR(storage_->TakeBlocks(rows, /*only=*/-1));
+  ATTNSCORE_RETURN_IF_ERROR(storage_->TakeBlocks(
+      [rows](int64_t) { return rows; }, std::to_string(rows) + " positions to every sequence"));
   for (int64_t b = 0; b < s.batch; ++b) {
     storage_->Copy(b, keys, values, b * keys.strides[0], b * values.strides[0]);
+  }
+  return Status::Ok();
+}
+
+Status KvCache::AppendPacked(ConstTensor keys, ConstTensor values,
+                             TensorView<const int64_t> counts) {
+  const KvCacheShape& s = storage_->shape;
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "keys", keys, {kAnyDim, s.kv_heads, s.key_dim}, "(T, Hkv, D)"));
+  const int64_t rows = keys.dims[0];
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "values", values, {rows, s.kv_heads, s.value_dim}, "(T, Hkv, Dv)"));
+  ATTNSCORE_RETURN_IF_ERROR(storage_->CheckCounts("counts", counts, rows, /*held=*/false));
+  ATTNSCORE_RETURN_IF_ERROR(storage_->CheckCodable(keys, values));
+  const auto count = [&](int64_t b) { return counts.data[b * counts.strides[0]]; };
+  ATTNSCORE_RETURN_IF_ERROR(
+      storage_->TakeBlocks(count, std::to_string(rows) + " packed positions"));
+  // Sequence b's rows, from the packed row after those of the ones before
+  // it (counts read before any length changes: they may not alias the cache).
+  for (int64_t b = 0, row = 0; b < s.batch; row += count(b), ++b) {
+    if (count(b) == 0) continue;
+    const ConstTensor k_b(keys.data + row * keys.strides[0], {count(b), s.kv_heads, s.key_dim},
+                          {keys.strides[0], keys.strides[1], keys.strides[2]});
+    const ConstTensor v_b(values.data + row * values.strides[0],
+                          {count(b), s.kv_heads, s.value_dim},
+                          {values.strides[0], values.strides[1], values.strides[2]});
+    storage_->Copy(b, k_b, v_b, 0, 0);
   }
   return Status::Ok();
 }
@@ -212,7 +239,9 @@ Status KvCache::AppendTo(int64_t sequence, ConstTensor keys, ConstTensor values)
       CheckTensor(kOp, "values", values, {rows, s.kv_heads, s.value_dim}, "(T, Hkv, Dv)"));
   ATTNSCORE_RETURN_IF_ERROR(storage_->CheckRoom(sequence, rows));
   ATTNSCORE_RETURN_IF_ERROR(storage_->CheckCodable(keys, values));
-  ATTNSCORE_RETURN_IF_ERROR(storage_->TakeBlocks(rows, sequence));
+  ATTNSCORE_RETURN_IF_ERROR(storage_->TakeBlocks(
+      [rows, sequence](int64_t b) { return b == sequence ? rows : 0; },
+      std::to_string(rows) + " positions to sequence " + std::to_string(sequence)));
   storage_->Copy(sequence, keys, values, 0, 0);
   return Status::Ok();
 }
@@ -248,75 +277,6 @@ Status KvCache::Clear(int64_t sequence) {
   }
   s.lengths[static_cast<size_t>(sequence)] = 0;
   return Status::Ok();
-}
-
-Status KvCache::Attend(const Engine& engine, ConstTensor queries, Tensor out,
-                       Tensor attention_weights) const {
-  return Attend(engine, queries, KvCacheAttendOptions(), out, attention_weights);
-}
-
-Status KvCache::Attend(const Engine& engine, ConstTensor queries,
-                       const KvCacheAttendOptions& options, Tensor out,
-                       Tensor attention_weights) const {
-  const KvCacheShape& s = storage_->shape;
-  ATTNSCORE_RETURN_IF_ERROR(ops::CheckScoreOptions(kOp, options.scale, options.softcap));
-  ATTNSCORE_RETURN_IF_ERROR(CheckTensor(kOp, "queries", queries,
-                                        {s.batch, kAnyDim, kAnyDim, s.key_dim}, "(B, N, Hq, D)"));
-  ATTNSCORE_RETURN_IF_ERROR(ops::CheckSinks(kOp, options.sinks, queries.dims[2]));
-  ATTNSCORE_RETURN_IF_ERROR(ops::ReadApart(kOp, "sinks", options.sinks, out, attention_weights));
-  if (queries.dims[2] % s.kv_heads != 0) {
-    return Status::InvalidArgument(std::string(kOp) + ": queries " + ShapeString(queries) +
-                                   " have " + std::to_string(queries.dims[2]) +
-                                   " heads; the cache's " + std::to_string(s.kv_heads) +
-                                   " key-value heads must divide them");
-  }
-  const int64_t queries_per_sequence = queries.dims[1];
-  int64_t longest = 0;
-  for (int64_t b = 0; b < s.batch; ++b) {
-    const int64_t held = storage_->lengths[static_cast<size_t>(b)];
-    if (held < queries_per_sequence) {
-      return Status::InvalidArgument(
-          std::string(kOp) + ": sequence " + std::to_string(b) + " holds " + std::to_string(held) +
-          " positions but queries " + ShapeString(queries) + " are its newest " +
-          std::to_string(queries_per_sequence) + "; append their keys and values first");
-    }
-    longest = std::max(longest, held);
-  }
-  // Query i of sequence b sees its keys 0 .. L_b − N + i: per-query lengths.
-  return internal::RunCall(
-      internal::EngineAccess::Context(engine), kOp, [&](const internal::CallContext& call) {
-        int64_t* const lengths =
-            call.workspace.Words(internal::IndexSlot::kCacheLengths,
-                                 static_cast<size_t>(s.batch * queries_per_sequence));
-        for (int64_t b = 0; b < s.batch; ++b) {
-          for (int64_t i = 0; i < queries_per_sequence; ++i) {
-            lengths[b * queries_per_sequence + i] =
-                storage_->lengths[static_cast<size_t>(b)] - queries_per_sequence + i + 1;
-          }
-        }
-        const ValidLens lens = ValidLens::PerQuery(lengths, s.batch, queries_per_sequence);
-        const ops::ScoreForm form =  // scale 0: 1/sqrt(D)
-            ops::WithSinks({options.scale, options.softcap}, options.sinks);
-        if (s.precision == Precision::kInt8) {
-          return ops::CachedAttention(call, kOp, queries, storage_->Int8Keys(longest),
-                                      storage_->Int8Values(longest), lens, form, out,
-                                      attention_weights);
-        }
-        if (s.precision == Precision::kBf16) {
-          return ops::CachedAttention(
-              call, kOp, queries, storage_->Bf16Keys(longest),
-              storage_->View<uint16_t>(storage_->values, longest, s.value_dim), lens, form, out,
-              attention_weights);
-        }
-        MultiHeadOptions multihead;
-        multihead.scale = options.scale;
-        multihead.softcap = options.softcap;
-        multihead.sinks = options.sinks;
-        return ops::MultiHeadAttention(
-            call, kOp, queries, storage_->View<float>(storage_->keys, longest, s.key_dim),
-            storage_->View<float>(storage_->values, longest, s.value_dim), lens, multihead, out,
-            attention_weights);
-      });
 }
 
 std::vector<std::pair<const void*, size_t>> internal::KvCacheBytes::Held(const KvCache& cache) {

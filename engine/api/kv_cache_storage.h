@@ -13,6 +13,8 @@
 
 #include "attnscore/kv_cache.h"
 #include "base/aligned_floats.h"
+#include "base/call_scope.h"
+#include "base/checks.h"
 #include "kernels/attention_row.h"
 #include "kernels/bf16.h"
 #include "kernels/int8.h"
@@ -247,6 +249,51 @@ struct KvCache::Storage {
     }
     lengths[static_cast<size_t>(b)] += rows;
   }
+  // Sequences [first, first + count) attended by queries (count, N, Hq, D)
+  // in one op call, out (count, N, Hq, Dv) and weights (count, Hq, N, L) or
+  // empty, all checked (kv_cache_attend.cc).
+  Status AttendRun(const internal::CallContext& call, int64_t first, int64_t count,
+                   const ConstTensor& queries, const KvCacheAttendOptions& options,
+                   const Tensor& out, const Tensor& weights) const;
+  // The checks of Attend's options and of its queries' heads, (..., Hq, D).
+  Status CheckAttend(const ConstTensor& queries, const KvCacheAttendOptions& options) const;
+  // The checks of a packed call's per-sequence counts (`name`): (B,), each
+  // >= 0, summing to the packed `rows`; where `held`, each at most its
+  // sequence's length (queries are its newest positions), else each fitting
+  // its capacity. Messages name the sequence.
+  Status CheckCounts(const char* name, const TensorView<const int64_t>& counts, int64_t rows,
+                     bool held) const {
+    const std::string prefix = std::string(kv_cache_storage::kOp) + ": " + name;
+    if (counts.rank != 1 || counts.data == nullptr || counts.dims[0] != shape.batch ||
+        counts.strides[0] < 0 || counts.strides[0] > INT64_MAX / 8 / shape.batch) {
+      return Status::InvalidArgument(
+          prefix + (counts.data == nullptr ? " is null" : " has shape " + ShapeString(counts)) +
+          "; want (B,) = (" + std::to_string(shape.batch) +
+          ",) integers, one per sequence, by a stride >= 0");
+    }
+    int64_t total = 0;
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      const int64_t count = counts.data[b * counts.strides[0]];
+      const int64_t length = lengths[static_cast<size_t>(b)];
+      if (count < 0) {
+        return Status::InvalidArgument(prefix + "[" + std::to_string(b) + "] is " +
+                                       std::to_string(count) + "; a count is >= 0");
+      }
+      if (held && count > length) {
+        return Status::InvalidArgument(
+            prefix + "[" + std::to_string(b) + "] is " + std::to_string(count) + " but sequence " +
+            std::to_string(b) + " holds " + std::to_string(length) +
+            " positions; its queries are its newest, so append their keys and values first");
+      }
+      if (!held) ATTNSCORE_RETURN_IF_ERROR(CheckRoom(b, count));
+      total += count;  // each count below capacity or length: no overflow
+    }
+    if (total != rows) {
+      return Status::InvalidArgument(prefix + " sum to " + std::to_string(total) +
+                                     "; the packed rows are " + std::to_string(rows));
+    }
+    return Status::Ok();
+  }
   // An int8 cache codes finite elements only: the first other one is refused.
   Status CheckCodable(const ConstTensor& k, const ConstTensor& v) const {
     if (!int8()) return Status::Ok();
@@ -273,24 +320,22 @@ struct KvCache::Storage {
     }
     return Status::Ok();
   }
-  // Takes from the pool the blocks `rows` more positions need, for every
-  // sequence or for `only` (>= 0) alone, once CheckRoom has found they fit
-  // each capacity; or, where too few are free, refuses, taking none.
-  Status TakeBlocks(int64_t rows, int64_t only) {
-    const int64_t first = only < 0 ? 0 : only, last = only < 0 ? shape.batch : only + 1;
+  // Takes from the pool the blocks rows(b) more positions need for each
+  // sequence b, once CheckRoom has found they fit each capacity; or, where
+  // too few are free, refuses, taking none. `what` names the append.
+  template <class Rows>
+  Status TakeBlocks(Rows rows, const std::string& what) {
     int64_t needed = 0;
-    for (int64_t b = first; b < last; ++b) {
+    for (int64_t b = 0; b < shape.batch; ++b) {
       const int64_t held = lengths[static_cast<size_t>(b)];
-      needed += BlocksFor(held + rows) - BlocksFor(held);
+      needed += BlocksFor(held + rows(b)) - BlocksFor(held);
     }
     if (needed > shape.blocks - blocks_in_use) {
       return Status::InvalidArgument(
           std::string(kv_cache_storage::kOp) + ": the pool has " +
           std::to_string(shape.blocks - blocks_in_use) + " of its " + std::to_string(shape.blocks) +
           " blocks of " + std::to_string(shape.block_positions) + " positions free; appending " +
-          std::to_string(rows) + " positions to " +
-          (only < 0 ? std::string("every sequence") : "sequence " + std::to_string(only)) +
-          " needs " + std::to_string(needed));
+          what + " needs " + std::to_string(needed));
     }
     blocks_in_use += needed;
     return Status::Ok();

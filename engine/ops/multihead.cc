@@ -131,6 +131,41 @@ View HeadsOuter(const View& t) {
   return outer;
 }
 
+// Keys or values from key `first` on: a float view's exactly; a cache's from
+// the start of the key group that holds `first` (its rows lie by groups,
+// int8's scales per group), which `from` returns.
+ConstTensor KeysFrom(const ConstTensor& t, int64_t first, int64_t* from) {
+  *from = first;
+  return ConstTensor(t.data + first * t.strides[1],
+                     {t.dims[0], t.dims[1] - first, t.dims[2], t.dims[3]},
+                     {t.strides[0], t.strides[1], t.strides[2], t.strides[3]});
+}
+template <class View>
+View CachedFrom(View t, int64_t first, int64_t* from) {
+  *from = first / kernels::kCachedKeyGroup * kernels::kCachedKeyGroup;
+  t.data += *from * t.strides[1];
+  t.dims[1] -= *from;
+  return t;
+}
+dot_product::Bf16KeyView KeysFrom(const dot_product::Bf16KeyView& t, int64_t first, int64_t* from) {
+  return CachedFrom(t, first, from);
+}
+TensorView<const uint16_t> KeysFrom(const TensorView<const uint16_t>& t, int64_t first,
+                                    int64_t* from) {
+  return CachedFrom(t, first, from);
+}
+dot_product::Int8KeyView KeysFrom(const dot_product::Int8KeyView& t, int64_t first, int64_t* from) {
+  dot_product::Int8KeyView keys = CachedFrom(t, first, from);
+  keys.params += *from / kernels::kCachedKeyGroup * 2 * t.dims[3];  // a group's lo and step
+  return keys;
+}
+dot_product::Int8ValueView KeysFrom(const dot_product::Int8ValueView& t, int64_t first,
+                                    int64_t* from) {
+  dot_product::Int8ValueView values = CachedFrom(t, first, from);
+  values.scales += *from;  // a scale per position
+  return values;
+}
+
 // For each query position, one row-path call whose groups are the K/V
 // heads, each with its query heads as rows, so each of a head's keys is
 // read once for all of them (and token-major heads go through the keys side
@@ -139,9 +174,11 @@ View HeadsOuter(const View& t) {
 // the bits of the same call with K and V repeated per head. `lengths`:
 // (B, N), each query's. K and V floats, bf16 words or int8 codes (a
 // KvCache's), whose key blocks are then whole int8 key groups. With a
-// `window` (floats only), query n runs over the keys from its window's
-// first on, each row's length counted from there, the weights before it 0;
-// rows of length 0 or of no key are left to FixUncoveredRows.
+// `window`, query n runs over the keys from its window's first on (a
+// cache's from that key's group, the few keys before the first masked by
+// the form's window_left), each row's length counted from there, the
+// weights before it 0; rows of length 0 or of no key are left to
+// FixUncoveredRows.
 template <class KeyView, class ValueView>
 Status GroupedDecode(const internal::CallContext& call, const ConstTensor& q, const KeyView& k,
                      const ValueView& v, const std::vector<int64_t>& lengths, const ScoreForm& form,
@@ -150,11 +187,21 @@ Status GroupedDecode(const internal::CallContext& call, const ConstTensor& q, co
   const int64_t kv_heads = k.dims[2], group = heads / kv_heads;  // query heads per K/V head
   std::vector<int64_t> query_lengths(static_cast<size_t>(batch));
   for (int64_t n = 0; n < queries; ++n) {
-    const int64_t first = window ? WindowFirstKey(*window, n, queries, keys) : 0;
+    int64_t first = 0;
+    KeyView k_n = k;
+    ValueView v_n = v;
+    if (window) {
+      const int64_t visible = WindowFirstKey(*window, n, queries, keys);
+      k_n = KeysFrom(k, visible, &first);
+      v_n = KeysFrom(v, visible, &first);
+    }
     // Row i of group g is query head g · group + i, at query n; key j is
     // key first + j.
     ScoreForm grouped_form = form;
     grouped_form.place = {0, 0, group, 1, n, 0, first};
+    if (window && first < WindowFirstKey(*window, n, queries, keys)) {
+      grouped_form.window_left = window->left;
+    }
     const int64_t width = keys - first;
     int64_t key_block = dot_product::RowKeyBlock(batch, heads, width, q.dims[3] + v.dims[3]);
     if constexpr (!std::is_same_v<KeyView, ConstTensor>) {  // a cache's keys
@@ -177,14 +224,6 @@ Status GroupedDecode(const internal::CallContext& call, const ConstTensor& q, co
                  {attention.strides[0], group * attention.strides[1], attention.strides[1],
                   attention.strides[3]});
       ZeroColumns(attention, n, first);
-    }
-    KeyView k_n = k;
-    ValueView v_n = v;
-    if constexpr (std::is_same_v<KeyView, ConstTensor>) {
-      k_n = ConstTensor(k.data + first * k.strides[1], {batch, width, kv_heads, k.dims[3]},
-                        {k.strides[0], k.strides[1], k.strides[2], k.strides[3]});
-      v_n = ConstTensor(v.data + first * v.strides[1], {batch, width, kv_heads, v.dims[3]},
-                        {v.strides[0], v.strides[1], v.strides[2], v.strides[3]});
     }
     ATTNSCORE_RETURN_IF_ERROR(dot_product::GroupedRowPath(
         call, GroupsAtQuery(q, n, group), HeadsOuter(k_n), HeadsOuter(v_n), lens, grouped_form,
@@ -245,7 +284,7 @@ Status CheckCausal(const char* op, Causal causal, const ConstTensor& q, const Co
 template <class KeyView, class ValueView>
 Status CachedRowsAttention(const internal::CallContext& call, const char* op, ConstTensor q,
                            const KeyView& k, const ValueView& v, const ValidLens& valid_lens,
-                           ScoreForm form, Tensor out, Tensor attention) {
+                           const MultiHeadOptions& options, Tensor out, Tensor attention) {
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t value_dim = v.dims[3];
   ATTNSCORE_RETURN_IF_ERROR(CheckOutputShapes(op, q, keys, value_dim, out, attention));
@@ -254,12 +293,18 @@ Status CachedRowsAttention(const internal::CallContext& call, const char* op, Co
   std::vector<int64_t> lengths;
   ATTNSCORE_RETURN_IF_ERROR(
       EffectiveLengths(call.workspace, valid_lens, Causal::kNone, batch, queries, keys, &lengths));
-  if (form.scale == 0.0f) {
-    form.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dims[3])));
-  }
-  if (q.strides[3] == 1 && out.strides[3] == 1) {
-    return GroupedDecode(call, q, k, v, lengths, form, out, attention);
-  }
+  const ScoreForm form = FormOf(options, q.dims[3], queries, keys);
+  // A cache's query at p sees its own key p (length p + 1 >= 1, and p in
+  // its window), so no row is left uncovered (FixUncoveredRows).
+  std::vector<int64_t> starts;
+  const bool cut = CutByWindow(options.window, batch, queries, keys, &lengths, &starts);
+  // The decode form, a query position at a time, on Q and out as they lie
+  // or, where their rows are strided, on dense copies.
+  const auto decode = [&](const ConstTensor& q_rows, const Tensor& out_rows) {
+    return GroupedDecode(call, q_rows, k, v, lengths, form, out_rows, attention,
+                         cut ? &options.window : nullptr);
+  };
+  if (q.strides[3] == 1 && out.strides[3] == 1) return decode(q, out);
   // Rows the kernels cannot read in place go through dense copies.
   const int64_t depth = q.dims[3];
   const int64_t q_floats = batch * queries * heads * depth;
@@ -274,25 +319,24 @@ Status CachedRowsAttention(const internal::CallContext& call, const char* op, Co
   const Tensor q_copy(copies, {batch, queries, heads, depth});
   const Tensor out_copy(copies + q_floats, {batch, queries, heads, value_dim});
   for (int64_t h = 0; h < heads; ++h) CopyRows(OneHead(q, h), OneHead(q_copy, h));
-  ATTNSCORE_RETURN_IF_ERROR(
-      GroupedDecode(call, ConstTensor(q_copy), k, v, lengths, form, out_copy, attention));
+  ATTNSCORE_RETURN_IF_ERROR(decode(ConstTensor(q_copy), out_copy));
   for (int64_t h = 0; h < heads; ++h) CopyRows(OneHead(ConstTensor(out_copy), h), OneHead(out, h));
   return Status::Ok();
 }
 
 Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
                        const dot_product::Bf16KeyView& keys, TensorView<const uint16_t> values,
-                       const ValidLens& valid_lens, const ScoreForm& form, Tensor out,
+                       const ValidLens& valid_lens, const MultiHeadOptions& options, Tensor out,
                        Tensor attention_weights) {
-  return CachedRowsAttention(call, op, queries, keys, values, valid_lens, form, out,
+  return CachedRowsAttention(call, op, queries, keys, values, valid_lens, options, out,
                              attention_weights);
 }
 
 Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
                        const dot_product::Int8KeyView& keys,
                        const dot_product::Int8ValueView& values, const ValidLens& valid_lens,
-                       const ScoreForm& form, Tensor out, Tensor attention_weights) {
-  return CachedRowsAttention(call, op, queries, keys, values, valid_lens, form, out,
+                       const MultiHeadOptions& options, Tensor out, Tensor attention_weights) {
+  return CachedRowsAttention(call, op, queries, keys, values, valid_lens, options, out,
                              attention_weights);
 }
 

@@ -43,18 +43,19 @@ Status MultiHeadAttentionPacked(const internal::CallContext& call, const ConstTe
 // whose checks the caller has made): bfloat16 words, or int8 codes with
 // their scales (dot_product_paths.h). Q (B, N, Hq, D) any strides, K (B, M,
 // Hkv, D) and V (B, M, Hkv, Dv) by strides with each row's elements
-// contiguous, per-query `valid_lens` (they carry the cache's causal bound),
-// scores as `form` says (its scale 0: 1/sqrt(D); checked by
-// CheckScoreOptions; sinks as WithSinks gives them). Runs the decode form of the op (the grouped
-// row path), a query position at a time. Messages name `op`.
+// contiguous, per-query `valid_lens` carrying the cache's causal bound
+// (query i sees keys 0 .. M - N + i at most: its own position is always
+// among them), scores as `options` say (checked; causal unused). Runs the
+// decode form of the op (the grouped row path), a query position at a
+// time. Messages name `op`.
 Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
                        const dot_product::Bf16KeyView& keys, TensorView<const uint16_t> values,
-                       const ValidLens& valid_lens, const ScoreForm& form, Tensor out,
+                       const ValidLens& valid_lens, const MultiHeadOptions& options, Tensor out,
                        Tensor attention_weights);
 Status CachedAttention(const internal::CallContext& call, const char* op, ConstTensor queries,
                        const dot_product::Int8KeyView& keys,
                        const dot_product::Int8ValueView& values, const ValidLens& valid_lens,
-                       const ScoreForm& form, Tensor out, Tensor attention_weights);
+                       const MultiHeadOptions& options, Tensor out, Tensor attention_weights);
 
 // The checks of a call's scale (finite) and soft cap (finite and >= 0).
 Status CheckScoreOptions(const char* op, float scale, float softcap);
@@ -100,8 +101,6 @@ Status ReadApart(const char* op, const char* name, const TensorView<T>& view,
 // query i at position i + M - N. Its place is head 0's: the caller places
 // each head.
 ScoreForm FormOf(const MultiHeadOptions& options, int64_t depth, int64_t queries, int64_t keys);
-// `form` with `sinks` (empty: none), for a cache's call.
-ScoreForm WithSinks(ScoreForm form, const ConstTensor& sinks);
 
 // The checks a causal mask adds: a known Causal, and M >= N for bottom-right.
 Status CheckCausal(const char* op, Causal causal, const ConstTensor& queries,

@@ -117,7 +117,10 @@ ScoreForm FormOf(const MultiHeadOptions& options, int64_t depth, int64_t queries
                      ? options.scale
                      : static_cast<float>(1.0 / std::sqrt(static_cast<double>(depth))),
                  options.softcap};
-  form = WithSinks(form, options.sinks);
+  if (!options.sinks.empty()) {
+    form.sinks = options.sinks.data;
+    form.sinks_stride = options.sinks.strides[0];
+  }
   if (!options.alibi_slopes.empty()) {
     form.slopes = options.alibi_slopes.data;
     form.slopes_stride = options.alibi_slopes.strides[0];
@@ -125,13 +128,6 @@ ScoreForm FormOf(const MultiHeadOptions& options, int64_t depth, int64_t queries
   form.bias = Broadcast(options.bias);  // checked by CheckScoreTerms
   form.mask = Broadcast(options.mask);
   form.position_shift = keys - queries;
-  return form;
-}
-
-ScoreForm WithSinks(ScoreForm form, const ConstTensor& sinks) {
-  if (sinks.empty()) return form;
-  form.sinks = sinks.data;
-  form.sinks_stride = sinks.strides[0];
   return form;
 }
 

@@ -1,6 +1,7 @@
 // The score terms: see score_form.h.
 #include "ops/score_form.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace attnscore::ops {
@@ -22,6 +23,10 @@ void ScoreForm::AddTerms(int64_t b, int64_t g, int64_t i, int64_t first_key, flo
     const float* row = bias.data + batch * bias.strides[0] + head * bias.strides[1] +
                        query * bias.strides[2] + key * bias.strides[3];
     for (int64_t t = 0; t < count; ++t) x[t] += row[t * bias.strides[3]];
+  }
+  if (window_left >= 0) {
+    const int64_t before = query + position_shift - window_left - key;  // keys x[0, before)
+    for (int64_t t = 0; t < std::min(before, count); ++t) x[t] = -INFINITY;
   }
   if (!mask.empty()) {
     const uint8_t* row = mask.data + batch * mask.strides[0] + head * mask.strides[1] +

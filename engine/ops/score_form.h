@@ -35,6 +35,10 @@ struct ScoreForm {
   TensorView<const float> bias = {};    // empty: none
   TensorView<const uint8_t> mask = {};  // empty: none
   int64_t position_shift = 0;
+  // A window's left side as a term, where a path's keys start before it (a
+  // cache's, read by whole key groups): keys j < p - window_left become
+  // -Inf. -1: none.
+  int64_t window_left = -1;
   // Each row's softmax with head h's sink logit at sinks[h · sinks_stride].
   const float* sinks = nullptr;  // none
   int64_t sinks_stride = 0;
@@ -43,7 +47,9 @@ struct ScoreForm {
   // Whether the tile kernels, which keep their scores in registers, can run
   // this form: the factor alone.
   bool ScaleOnly() const { return softcap == 0.0f && sinks == nullptr && !HasTerms(); }
-  bool HasTerms() const { return slopes != nullptr || !bias.empty() || !mask.empty(); }
+  bool HasTerms() const {
+    return slopes != nullptr || !bias.empty() || !mask.empty() || window_left >= 0;
+  }
   // Row (g, i)'s sink, or null.
   const float* Sink(int64_t g, int64_t i) const {
     return sinks ? sinks + Head(g, i) * sinks_stride : nullptr;

@@ -31,6 +31,7 @@
 
 #include "attnscore/engine.h"
 #include "attnscore/export.h"
+#include "attnscore/multihead_options.h"
 #include "attnscore/status.h"
 #include "attnscore/tensor.h"
 
@@ -41,11 +42,21 @@ struct KvCacheBytes;
 }  // namespace internal
 
 // How KvCache::Attend makes its scores, beyond the cache's own causal mask:
-// MultiHeadOptions' factor, soft cap and sinks (docs/semantics.md section 5).
+// MultiHeadOptions' (docs/semantics.md section 5), with query i of N at
+// position p = L_b - N + i of its sequence b of L_b positions.
 struct KvCacheAttendOptions {
   float scale = 0.0f;    // what q·k is multiplied by; 0 means 1/sqrt(D). Finite.
   float softcap = 0.0f;  // c > 0: each score s becomes c · tanh(s / c); 0: none
   ConstTensor sinks;     // (Hq,) sink logits, or empty: none (MultiHeadOptions::sinks)
+  // A sliding window: keys p - left <= j (right has nothing to cut, the
+  // cache being causal); left -1: unbounded. Keys before it are not read.
+  Window window;
+  ConstTensor alibi_slopes;  // (Hq,) or empty (MultiHeadOptions::alibi_slopes)
+  // A bias or a mask as MultiHeadOptions', shaped (B, Hq, N, L), L the
+  // longest sequence's length (the weights' shape), each dim that or 1;
+  // columns past a sequence's own length are not read. Attend only.
+  ConstTensor bias;
+  TensorView<const uint8_t> mask;
 };
 
 struct KvCacheShape {
@@ -103,6 +114,11 @@ class ATTNSCORE_API KvCache {
   Status Append(ConstTensor keys, ConstTensor values);
   // Appends T positions to sequence b alone: keys (T, Hkv, D), values (T, Hkv, Dv).
   Status AppendTo(int64_t sequence, ConstTensor keys, ConstTensor values);
+  // A server step's positions, packed: keys (T, Hkv, D) and values (T, Hkv,
+  // Dv), sequence b taking the next counts[b] >= 0 rows in order (T = Σ
+  // counts, counts (B,)), so that sequences prefilling, decoding and idle
+  // (0) append in one call. Fails, changing nothing, as Append does.
+  Status AppendPacked(ConstTensor keys, ConstTensor values, TensorView<const int64_t> counts);
   // Empties sequence b, for a new sequence to take its place; with a pool,
   // its blocks go back to the pool and their memory to the system.
   Status Clear(int64_t sequence);
@@ -115,10 +131,18 @@ class ATTNSCORE_API KvCache {
   // with L the longest sequence's length, zero past each sequence's own.
   Status Attend(const Engine& engine, ConstTensor queries, Tensor out,
                 Tensor attention_weights = Tensor()) const;
-  // The same with the scores' factor and soft cap of `options`; a scale
-  // that is not finite, or a cap that is negative or not finite, is refused.
+  // The same with the scores as `options` make them, each checked as
+  // Engine::MultiHeadAttention checks its own.
   Status Attend(const Engine& engine, ConstTensor queries, const KvCacheAttendOptions& options,
                 Tensor out, Tensor attention_weights = Tensor()) const;
+  // A server step's queries, packed (T, Hq, D): sequence b's are the next
+  // query_counts[b] >= 0 rows (its newest positions), T = Σ counts, and out
+  // (T, Hq, Dv) gets their rows as Attend gives them for that sequence alone.
+  // A sequence of count 0 is idle: none of its keys is read. No weights, bias
+  // or mask (shaped for one N); the other options as Attend's.
+  Status AttendPacked(const Engine& engine, ConstTensor queries,
+                      TensorView<const int64_t> query_counts, const KvCacheAttendOptions& options,
+                      Tensor out) const;
 
  private:
   struct Storage;

@@ -23,10 +23,12 @@ cu_seqlens_k, ...) on sequences packed row after row. Models (AdditiveAttention,
 BilinearAttention) are called as model(engine, q, k, v, valid_lens=None,
 return_weights=False, out=None, weights_out=None); d2l's MultiHeadAttention
 takes causal= too. KvCache(batch, capacity, kv_heads, key_dim, value_dim,
-block_positions=0, blocks=0) holds keys and values for decoding, its
-sequences sharing a pool of blocks where block_positions and blocks are set:
-append, append_to, clear, length, blocks_in_use and
-attend(engine, q, return_weights=False, scale=0.0, softcap=0.0, sinks=None);
+precision="fp32", block_positions=0, blocks=0) holds keys and values for
+decoding, its sequences sharing a pool of blocks where block_positions and
+blocks are set: append(keys, values, counts=None), append_to, clear, length,
+blocks_in_use and attend(engine, q, query_counts=None, return_weights=False,
+...multihead_attention's score keywords), packed with a count per sequence
+when counts are given;
 KvCache.block_positions_multiple(key_dim, value_dim) is the multiple
 block_positions must be. What each op computes, with its valid lengths and
 tolerances, is docs/semantics.md.
