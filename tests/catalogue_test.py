@@ -219,14 +219,14 @@ class CatalogueTest(unittest.TestCase):
                 self.assertIn("median_us", json.loads(result.stdout))
 
     def test_call_parameters_reach_every_front_end(self):
-        """A call's parameters (scale, softcap and, for the op, the window)
+        """A call's parameters (scale, softcap and the window)
         through Python's Op, the typed Python call, the C op handle,
         `attnscore run` and, for a stateless entry, the server: one set of
         bits, not the defaults'."""
         a = self.attnscore
         scores = {"scale": 0.5, "softcap": 0.75}
         calls = {"multihead_attention": dict(scores, window_left=2, window_right=0),
-                 "kv_cache_attend": scores}
+                 "kv_cache_attend": dict(scores, window_left=2)}
         lib = ctypes.CDLL(os.path.join(BUILD, "libattnscore.so"))
         lib.attnscore_status_message.restype = ctypes.c_char_p
         for f in ("attnscore_op_create", "attnscore_op_run", "attnscore_engine_create"):
@@ -252,8 +252,10 @@ class CatalogueTest(unittest.TestCase):
                     cache = a.KvCache(params["batch"], params["capacity"], params["kv_heads"],
                                       params["key_dim"], params["value_dim"])
                     cache.append(k, v)
-                    typed = cache.attend(self.engine, q, return_weights=True,
-                                         sinks=inputs.get("sinks"), **call)
+                    typed = cache.attend(self.engine, q, return_weights=True, window=(2, -1),
+                                         sinks=inputs.get("sinks"),
+                                         alibi_slopes=inputs.get("alibi_slopes"),
+                                         bias=inputs.get("attention_bias"), **scores)
                 for got, w in zip(typed, want):
                     np.testing.assert_array_equal(bits(got), bits(w))
                 # The C op handle, the parameters as text.

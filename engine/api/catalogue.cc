@@ -126,27 +126,32 @@ OpSpec KvCacheSpec() {
       "holds (causal, bottom-right)",
       {Floats("queries", {"B", "N", "Hq", "D"}, "each sequence's N newest positions"),
        Floats("keys", {"B", "T", "Hkv", "D"}, "keys to append first", true),
-       Floats("values", {"B", "T", "Hkv", "Dv"}, "values to append first", true), SinksSpec()},
+       Floats("values", {"B", "T", "Hkv", "Dv"}, "values to append first", true), SinksSpec(),
+       Floats("alibi_slopes", {"Hq"}, "ALiBi: head h's scores lose slope_h |p - j|", true),
+       Floats("attention_bias", {"B", "Hq", "N", "L"},
+              "added to the scores after the cap and ALiBi; -inf masks a key", true)},
       {"B", "N", "Hq", "Dv"}, {"B", "Hq", "N", "L"});
   auto size = [](const char* name, const char* default_value, const char* doc) {
     return ParamSpec{name, Kind::kModel, Type::kInt, {}, default_value, doc};
   };
-  op.params = {size("batch", "1", "B sequences"),
-               size("capacity", "", "positions each sequence may hold"),
-               size("kv_heads", "1", "Hkv"),
-               size("key_dim", "", "D"),
-               size("value_dim", "", "Dv"),
-               size("block_positions", "0", "a pool's block size in positions (0: no pool)"),
-               size("blocks", "0", "the pool's blocks (0: no pool)"),
-               ParamSpec{"kv_precision",
-                         Kind::kModel,
-                         Type::kChoice,
-                         {"fp32", "bf16", "int8"},
-                         "fp32",
-                         "how keys and values are held (bf16: rounded once, as appended; int8: "
-                         "codes with their scales)"},
-               ScaleParam(),
-               SoftCapParam()};
+  op.params = {
+      size("batch", "1", "B sequences"),
+      size("capacity", "", "positions each sequence may hold"),
+      size("kv_heads", "1", "Hkv"),
+      size("key_dim", "", "D"),
+      size("value_dim", "", "Dv"),
+      size("block_positions", "0", "a pool's block size in positions (0: no pool)"),
+      size("blocks", "0", "the pool's blocks (0: no pool)"),
+      ParamSpec{"kv_precision",
+                Kind::kModel,
+                Type::kChoice,
+                {"fp32", "bf16", "int8"},
+                "fp32",
+                "how keys and values are held (bf16: rounded once, as appended; int8: "
+                "codes with their scales)"},
+      ScaleParam(),
+      SoftCapParam(),
+      WindowParam("window_left", "left side: query i at p = L - N + i sees keys from p - left")};
   op.stateful = true;
   return op;
 }

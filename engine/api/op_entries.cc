@@ -17,6 +17,7 @@
 #include "attnscore/kv_cache.h"
 #include "attnscore/multihead.h"
 #include "ops/multihead.h"
+#include "ops/multihead_window.h"
 
 namespace attnscore {
 namespace internal {
@@ -183,24 +184,31 @@ class KvCacheEntry : public Op::Impl {
     if (call.inputs[1] != nullptr) {
       ATTNSCORE_RETURN_IF_ERROR(cache_->Append(call.Floats(1), call.Floats(2)));
     }
-    KvCacheAttendOptions options;
-    options.scale = call.options.scale;
-    options.softcap = call.options.softcap;
-    options.sinks = call.Floats(3);
-    return cache_->Attend(engine, call.Floats(0), options, call.outputs[0], call.outputs[1]);
+    return cache_->Attend(engine, call.Floats(0), Options(call), call.outputs[0], call.outputs[1]);
   }
 
  private:
+  // The call's options, its sinks, ALiBi slopes and bias inputs 3 to 5.
+  static KvCacheAttendOptions Options(const BoundCall& call) {
+    KvCacheAttendOptions options;
+    options.scale = call.options.scale;
+    options.softcap = call.options.softcap;
+    options.window = call.options.window;
+    options.sinks = call.Floats(3);
+    options.alibi_slopes = call.Floats(4);
+    options.bias = call.Floats(5);
+    return options;
+  }
+
   // The step's shapes, checked before anything is appended: keys and values
-  // come together, and the queries are (B, N, Hq, D) with N at most what
-  // every sequence will hold.
+  // come together, the queries are (B, N, Hq, D) with N at most what every
+  // sequence will hold, and the options are as Attend will find them.
   Status CheckStep(const BoundCall& call, Shapes* shapes) const {
     const KvCacheShape& s = cache_->shape();
     ATTNSCORE_RETURN_IF_ERROR(
         ops::CheckScoreOptions("KvCache", call.options.scale, call.options.softcap));
+    ATTNSCORE_RETURN_IF_ERROR(ops::CheckWindow("KvCache", call.options.window));
     const ConstTensor q = call.Floats(0), k = call.Floats(1);
-    if (q.rank == 4)
-      ATTNSCORE_RETURN_IF_ERROR(ops::CheckSinks("KvCache", call.Floats(3), q.dims[2]));
     if ((call.inputs[1] == nullptr) != (call.inputs[2] == nullptr)) {
       return Status::InvalidArgument("KvCache: keys and values are appended together; got one");
     }
@@ -221,6 +229,12 @@ class KvCacheEntry : public Op::Impl {
       }
       longest = std::max(longest, held);
     }
+    MultiHeadOptions terms;
+    terms.sinks = call.Floats(3);
+    terms.alibi_slopes = call.Floats(4);
+    terms.bias = call.Floats(5);
+    ATTNSCORE_RETURN_IF_ERROR(
+        ops::CheckScoreTerms("KvCache", terms, s.batch, q.dims[2], q.dims[1], longest));
     *shapes = {{s.batch, q.dims[1], q.dims[2], s.value_dim},
                {s.batch, q.dims[2], q.dims[1], longest}};
     return Status::Ok();
