@@ -645,6 +645,67 @@ TEST_F(CApi, AShapedKvCacheGivesTheCppBitsInEachPrecision) {
             "KvCache::Create: precision is 9, not a Precision (fp32, bf16 or int8)");
 }
 
+// A server step through C: packed appends and packed queries with every
+// cache option, and a packed multi-head batch, each the C++ call's bits;
+// null counts and a bad `windowed` refused by name.
+TEST_F(CApi, PackedStepsAndBatchesGiveTheCppBits) {
+  const int64_t b = 3, hkv = 2, hq = 4, d = 16, rows = 31;
+  const std::vector<float> k = RandomFloats(rows * hkv * d, 31), v = RandomFloats(k.size(), 32),
+                           q = RandomFloats(rows * hq * d, 33);
+  const std::vector<float> slopes = {0.25f, 0.125f, 0.5f, 1.0f}, sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  const int64_t counts[] = {30, 1, 0};
+  attnscore_kv_cache* cache = nullptr;
+  ASSERT_EQ(Message(attnscore_kv_cache_create(b, 64, hkv, d, d, &cache)), "");
+  const attnscore_tensor_view kv = CView(k, rows, hkv, d), vv = CView(v, rows, hkv, d),
+                              qv = CView(q, rows, hq, d);
+  ASSERT_EQ(Message(attnscore_kv_cache_append_packed(cache, &kv, &vv, counts)), "");
+  attnscore_kv_cache_attend_options options = ATTNSCORE_KV_CACHE_ATTEND_OPTIONS_INIT;
+  options.softcap = 2.5f, options.sinks = sinks.data(), options.alibi_slopes = slopes.data();
+  options.windowed = 1, options.window_left = 8;
+  std::vector<float> out_c(rows * hq * d), out_cpp(out_c.size());
+  const attnscore_tensor ov = COut(out_c, rows, hq, d);
+  ASSERT_EQ(Message(attnscore_kv_cache_attend_packed(cache, engine_, &qv, counts, &options, &ov)),
+            "");
+  std::unique_ptr<KvCache> own;
+  ASSERT_TRUE(KvCache::Create(KvCacheShape{b, 64, hkv, d, d}, &own).ok());
+  const TensorView<const int64_t> per(counts, {b});
+  ASSERT_TRUE(own->AppendPacked(ConstTensor(k.data(), {rows, hkv, d}),
+                                ConstTensor(v.data(), {rows, hkv, d}), per)
+                  .ok());
+  KvCacheAttendOptions cpp;
+  cpp.softcap = 2.5f, cpp.window = {8, -1};
+  cpp.sinks = ConstTensor(sinks.data(), {hq}), cpp.alibi_slopes = ConstTensor(slopes.data(), {hq});
+  ASSERT_TRUE(own->AttendPacked(DefaultEngine(), ConstTensor(q.data(), {rows, hq, d}), per, cpp,
+                                Tensor(out_cpp.data(), {rows, hq, d}))
+                  .ok());
+  EXPECT_EQ(out_c, out_cpp);
+  EXPECT_EQ(attnscore_kv_cache_length(cache, 0), 30);
+  EXPECT_EQ(Message(attnscore_kv_cache_append_packed(cache, &kv, &vv, nullptr)),
+            "attnscore_kv_cache_append_packed: cache, keys, values and counts must not be null");
+  options.windowed = 2;
+  EXPECT_EQ(Message(attnscore_kv_cache_attend_packed(cache, engine_, &qv, counts, &options, &ov)),
+            "attnscore_kv_cache_attend_packed: options->windowed is 2; want 0 or 1");
+  attnscore_kv_cache_destroy(cache);
+
+  // Two sequences of 30 and 1 queries, against 30 and 1 of the same keys.
+  const int64_t offsets[] = {0, 30, 31};
+  attnscore_multihead_options mh = ATTNSCORE_MULTIHEAD_OPTIONS_INIT;
+  mh.causal = ATTNSCORE_CAUSAL_BOTTOM_RIGHT, mh.sinks = sinks.data();
+  ASSERT_EQ(Message(attnscore_multihead_attention_packed(engine_, &qv, &kv, &vv, offsets, offsets,
+                                                         3, &mh, &ov)),
+            "");
+  MultiHeadOptions multihead;
+  multihead.causal = Causal::kBottomRight, multihead.sinks = ConstTensor(sinks.data(), {hq});
+  ASSERT_TRUE(DefaultEngine()
+                  .MultiHeadAttentionPacked(
+                      ConstTensor(q.data(), {rows, hq, d}), ConstTensor(k.data(), {rows, hkv, d}),
+                      ConstTensor(v.data(), {rows, hkv, d}), SequenceOffsets::Of(offsets, 3),
+                      SequenceOffsets::Of(offsets, 3), multihead,
+                      Tensor(out_cpp.data(), {rows, hq, d}))
+                  .ok());
+  EXPECT_EQ(out_c, out_cpp);
+}
+
 // The multi-head *_check twins: the C++ checks' shapes for a good call; for
 // a bad one the forward call's refusal, shapes untouched.
 TEST_F(CApi, MultiHeadChecksReportShapesAndRefuseAsTheOps) {

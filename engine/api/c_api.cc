@@ -1,6 +1,7 @@
-// The C API (attnscore/c_api.h) over the C++ API: the engine, its ops and
-// the KV cache; api/c_api_op.cc has the catalogue's generic call. Plain
-// structs become views, statuses heap objects, and no exception crosses.
+// The C API (attnscore/c_api.h) over the C++ API: the engine and its ops;
+// api/c_api_kv_cache.cc has the KV cache, api/c_api_op.cc the catalogue's
+// generic call. Plain structs become views, statuses heap objects, and no
+// exception crosses.
 #include "attnscore/c_api.h"
 
 #include <algorithm>
@@ -13,12 +14,7 @@
 
 #include "api/c_api_internal.h"
 #include "attnscore/engine.h"
-#include "attnscore/kv_cache.h"
 #include "attnscore/version.h"
-
-struct attnscore_kv_cache {
-  std::unique_ptr<attnscore::KvCache> cache;
-};
 
 namespace {
 
@@ -89,26 +85,6 @@ bool OptionsOf(const attnscore_engine_options& in, attnscore::EngineOptions* out
   out->isa = static_cast<attnscore::Isa>(in.isa);
   out->precision = static_cast<attnscore::Precision>(in.precision);
   return true;
-}
-
-// Both create calls, each refusing under its own name.
-attnscore_status* CreateKvCache(const char* call, const attnscore::KvCacheShape& shape,
-                                attnscore_kv_cache** cache) {
-  if (cache == nullptr) return Invalid(call, "cache is null");
-  return Guarded(call, [&] {
-    auto handle = std::make_unique<attnscore_kv_cache>();
-    ATTNSCORE_RETURN_IF_ERROR(attnscore::KvCache::Create(shape, &handle->cache));
-    *cache = handle.release();
-    return Status::Ok();
-  });
-}
-
-attnscore::KvCacheShape KvCacheShapeOf(int64_t batch, int64_t capacity, int64_t kv_heads,
-                                       int64_t key_dim, int64_t value_dim) {
-  attnscore::KvCacheShape shape;
-  shape.batch = batch, shape.capacity = capacity, shape.kv_heads = kv_heads;
-  shape.key_dim = key_dim, shape.value_dim = value_dim;
-  return shape;
 }
 
 }  // namespace
@@ -279,6 +255,26 @@ attnscore_status* attnscore_multihead_attention(
   });
 }
 
+attnscore_status* attnscore_multihead_attention_packed(
+    const attnscore_engine* engine, const attnscore_tensor_view* queries,
+    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
+    const int64_t* cu_seqlens_q, const int64_t* cu_seqlens_k, int64_t offsets,
+    const attnscore_multihead_options* options, const attnscore_tensor* out) {
+  constexpr const char* kCall = "attnscore_multihead_attention_packed";
+  if (engine == nullptr) return Invalid(kCall, "engine is null");
+  if (queries == nullptr || keys == nullptr || values == nullptr || out == nullptr) {
+    return Invalid(kCall, "queries, keys, values and out must not be null");
+  }
+  attnscore::MultiHeadOptions multihead;
+  const Status options_ok = MultiHeadOptionsOf(kCall, options, queries, &multihead);
+  if (!options_ok.ok()) return ToC(options_ok);
+  return Guarded(kCall, [&] {
+    return engine->engine->MultiHeadAttentionPacked(
+        In(queries), In(keys), In(values), attnscore::SequenceOffsets::Of(cu_seqlens_q, offsets),
+        attnscore::SequenceOffsets::Of(cu_seqlens_k, offsets), multihead, Out(out));
+  });
+}
+
 attnscore_status* attnscore_check_multihead_attention(const attnscore_engine* engine,
                                                       const attnscore_tensor_view* queries,
                                                       const attnscore_tensor_view* keys,
@@ -297,111 +293,6 @@ attnscore_status* attnscore_check_multihead_attention(const attnscore_engine* en
         ATTNSCORE_RETURN_IF_ERROR(MultiHeadOptionsOf(kCall, options, queries, &multihead));
         return engine->engine->CheckMultiHeadAttention(q, k, v, lens, multihead, found);
       });
-}
-
-attnscore_status* attnscore_kv_cache_create(int64_t batch, int64_t capacity, int64_t kv_heads,
-                                            int64_t key_dim, int64_t value_dim,
-                                            attnscore_kv_cache** cache) {
-  return CreateKvCache("attnscore_kv_cache_create",
-                       KvCacheShapeOf(batch, capacity, kv_heads, key_dim, value_dim), cache);
-}
-
-attnscore_status* attnscore_kv_cache_create_pooled(int64_t batch, int64_t capacity,
-                                                   int64_t kv_heads, int64_t key_dim,
-                                                   int64_t value_dim, int64_t block_positions,
-                                                   int64_t blocks, attnscore_kv_cache** cache) {
-  attnscore::KvCacheShape shape = KvCacheShapeOf(batch, capacity, kv_heads, key_dim, value_dim);
-  shape.block_positions = block_positions, shape.blocks = blocks;
-  return CreateKvCache("attnscore_kv_cache_create_pooled", shape, cache);
-}
-
-int64_t attnscore_kv_cache_block_positions_multiple(int64_t key_dim, int64_t value_dim) {
-  return attnscore::KvCache::BlockPositionsMultiple(key_dim, value_dim);
-}
-
-attnscore_status* attnscore_kv_cache_create_shaped(const attnscore_kv_cache_shape* shape,
-                                                   attnscore_kv_cache** cache) {
-  if (shape == nullptr) return Invalid("attnscore_kv_cache_create_shaped", "shape is null");
-  attnscore::KvCacheShape cpp = KvCacheShapeOf(shape->batch, shape->capacity, shape->kv_heads,
-                                               shape->key_dim, shape->value_dim);
-  cpp.block_positions = shape->block_positions, cpp.blocks = shape->blocks;
-  cpp.precision = static_cast<attnscore::Precision>(shape->precision);  // Create checks it
-  return CreateKvCache("attnscore_kv_cache_create_shaped", cpp, cache);
-}
-
-int64_t attnscore_kv_cache_block_positions_multiple_in(int64_t key_dim, int64_t value_dim,
-                                                       int32_t precision) {
-  if (precision < ATTNSCORE_FP32 || precision > ATTNSCORE_INT8) return 0;
-  return attnscore::KvCache::BlockPositionsMultiple(key_dim, value_dim,
-                                                    static_cast<attnscore::Precision>(precision));
-}
-
-void attnscore_kv_cache_destroy(attnscore_kv_cache* cache) { delete cache; }
-
-int64_t attnscore_kv_cache_blocks_in_use(const attnscore_kv_cache* cache) {
-  return cache == nullptr ? 0 : cache->cache->blocks_in_use();
-}
-
-int64_t attnscore_kv_cache_length(const attnscore_kv_cache* cache, int64_t sequence) {
-  return cache ? cache->cache->length(sequence) : 0;
-}
-
-attnscore_status* attnscore_kv_cache_append(attnscore_kv_cache* cache,
-                                            const attnscore_tensor_view* keys,
-                                            const attnscore_tensor_view* values) {
-  constexpr const char* kCall = "attnscore_kv_cache_append";
-  if (cache == nullptr || keys == nullptr || values == nullptr) {
-    return Invalid(kCall, "cache, keys and values must not be null");
-  }
-  return Guarded(kCall, [&] { return cache->cache->Append(In(keys), In(values)); });
-}
-
-attnscore_status* attnscore_kv_cache_append_to(attnscore_kv_cache* cache, int64_t sequence,
-                                               const attnscore_tensor_view* keys,
-                                               const attnscore_tensor_view* values) {
-  constexpr const char* kCall = "attnscore_kv_cache_append_to";
-  if (cache == nullptr || keys == nullptr || values == nullptr) {
-    return Invalid(kCall, "cache, keys and values must not be null");
-  }
-  return Guarded(kCall, [&] { return cache->cache->AppendTo(sequence, In(keys), In(values)); });
-}
-
-attnscore_status* attnscore_kv_cache_clear(attnscore_kv_cache* cache, int64_t sequence) {
-  if (cache == nullptr) return Invalid("attnscore_kv_cache_clear", "cache is null");
-  return Guarded("attnscore_kv_cache_clear", [&] { return cache->cache->Clear(sequence); });
-}
-
-attnscore_status* attnscore_kv_cache_attend(const attnscore_kv_cache* cache,
-                                            const attnscore_engine* engine,
-                                            const attnscore_tensor_view* queries,
-                                            const attnscore_tensor* out,
-                                            const attnscore_tensor* attention_weights) {
-  constexpr const char* kCall = "attnscore_kv_cache_attend";
-  if (cache == nullptr || engine == nullptr) return Invalid(kCall, "cache and engine must not be null");
-  if (queries == nullptr || out == nullptr) return Invalid(kCall, "queries and out must not be null");
-  return Guarded(kCall, [&] {
-    return cache->cache->Attend(*engine->engine, In(queries), Out(out), Out(attention_weights));
-  });
-}
-
-attnscore_status* attnscore_kv_cache_attend_with_options(
-    const attnscore_kv_cache* cache, const attnscore_engine* engine,
-    const attnscore_tensor_view* queries, const attnscore_kv_cache_attend_options* options,
-    const attnscore_tensor* out, const attnscore_tensor* attention_weights) {
-  constexpr const char* kCall = "attnscore_kv_cache_attend_with_options";
-  if (cache == nullptr || engine == nullptr)
-    return Invalid(kCall, "cache and engine must not be null");
-  if (queries == nullptr || out == nullptr)
-    return Invalid(kCall, "queries and out must not be null");
-  attnscore::KvCacheAttendOptions cpp;
-  if (options != nullptr) {
-    cpp.scale = options->scale, cpp.softcap = options->softcap;
-    cpp.sinks = attnscore::c_api::HeadFloats(options->sinks, queries);
-  }
-  return Guarded(kCall, [&] {
-    return cache->cache->Attend(*engine->engine, In(queries), cpp, Out(out),
-                                Out(attention_weights));
-  });
 }
 
 }  // extern "C"

@@ -50,8 +50,8 @@ inline ConstTensor In(const attnscore_tensor_view* t) { return ViewOf<ConstTenso
 inline Tensor Out(const attnscore_tensor* t) { return ViewOf<Tensor>(t); }
 
 // Hq contiguous floats (sinks, ALiBi slopes) or NULL as a (Hq,) view, Hq
-// from the queries (B, N, Hq, D); for queries of another rank (0,), which
-// the op's check of the queries refuses first.
+// from the queries (B, N, Hq, D) or, packed, (T, Hq, D); for queries of
+// another rank (0,), which the op's check of the queries refuses first.
 ConstTensor HeadFloats(const float* floats, const attnscore_tensor_view* queries);
 
 // `call`'s multi-head options as the C++ ones (NULL: the defaults); a

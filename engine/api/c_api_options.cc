@@ -22,7 +22,8 @@ Status CausalOf(const char* call, const char* name, int32_t value, attnscore::Ca
 
 ConstTensor HeadFloats(const float* floats, const attnscore_tensor_view* queries) {
   if (floats == nullptr) return ConstTensor();
-  return ConstTensor(floats, {queries != nullptr && queries->rank == 4 ? queries->dims[2] : 0});
+  const int rank = queries != nullptr ? queries->rank : 0;
+  return ConstTensor(floats, {rank == 4 ? queries->dims[2] : rank == 3 ? queries->dims[1] : 0});
 }
 
 Status MultiHeadOptionsOf(const char* call, const attnscore_multihead_options* options,

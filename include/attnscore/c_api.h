@@ -236,6 +236,19 @@ ATTNSCORE_API attnscore_status* attnscore_multihead_attention(
     const attnscore_valid_lens* valid_lens, const attnscore_multihead_options* options,
     const attnscore_tensor* out, const attnscore_tensor* attention_weights);
 
+/* Engine::MultiHeadAttentionPacked (docs/semantics.md section 5.8): S
+ * sequences packed row after row, Q (Tq, Hq, D), K (Tk, Hkv, D),
+ * V (Tk, Hkv, Dv); sequence s holds rows cu_seqlens_q[s]..cu_seqlens_q[s+1]-1
+ * of Q and cu_seqlens_k[s].. of K and V (`offsets` = S + 1 int64 each, from
+ * 0 to the rows); out (Tq, Hq, Dv). Each sequence is its own
+ * attnscore_multihead_attention call; options NULL: the defaults; its bias
+ * must be NULL. */
+ATTNSCORE_API attnscore_status* attnscore_multihead_attention_packed(
+    const attnscore_engine* engine, const attnscore_tensor_view* queries,
+    const attnscore_tensor_view* keys, const attnscore_tensor_view* values,
+    const int64_t* cu_seqlens_q, const int64_t* cu_seqlens_k, int64_t offsets,
+    const attnscore_multihead_options* options, const attnscore_tensor* out);
+
 /* The shapes a multi-head call's outputs must have: out (B, N, Hq, Dv) and
  * attention_weights (B, Hq, N, M). */
 typedef struct attnscore_multihead_shapes {
@@ -311,18 +324,47 @@ ATTNSCORE_API attnscore_status* attnscore_kv_cache_attend(const attnscore_kv_cac
                                                           const attnscore_tensor* out,
                                                           const attnscore_tensor* attention_weights);
 
-/* KvCache::Attend's options (attnscore::KvCacheAttendOptions). */
+/* KvCache::Attend's options (attnscore::KvCacheAttendOptions). Set every
+ * field: start from ATTNSCORE_KV_CACHE_ATTEND_OPTIONS_INIT (or = {0}), since
+ * a field left unset (the window, ALiBi and bias, new in 0.7) would be read
+ * as given. Query i of N of sequence b, which holds L_b positions, sits at
+ * p = L_b - N + i. */
 typedef struct attnscore_kv_cache_attend_options {
   float scale;        /* 0: 1/sqrt(D) */
   float softcap;      /* 0: none; c > 0: each score s becomes c tanh(s / c) */
-  const float* sinks; /* Hq logits or NULL, as attnscore_multihead_options' (new in 0.6) */
+  const float* sinks; /* Hq logits or NULL, as attnscore_multihead_options' */
+  /* A sliding window when `windowed` is 1 (0: none): keys from
+   * p - window_left on (-1: unbounded, else >= 0); keys before are not read. */
+  int32_t windowed;
+  int64_t window_left;
+  const float* alibi_slopes; /* Hq finite slopes or NULL, as attnscore_multihead_options' */
+  /* Added to the scores: (B, Hq, N, L), L the longest sequence's length,
+   * each dim that or 1; NULL: none. Not with the packed call. */
+  const attnscore_tensor_view* bias;
 } attnscore_kv_cache_attend_options;
+#define ATTNSCORE_KV_CACHE_ATTEND_OPTIONS_INIT \
+  { 0.0f, 0.0f, NULL, 0, -1, NULL, NULL }
 
 /* attnscore_kv_cache_attend with options; NULL options are the defaults. */
 ATTNSCORE_API attnscore_status* attnscore_kv_cache_attend_with_options(
     const attnscore_kv_cache* cache, const attnscore_engine* engine,
     const attnscore_tensor_view* queries, const attnscore_kv_cache_attend_options* options,
     const attnscore_tensor* out, const attnscore_tensor* attention_weights);
+
+/* One call per server step (KvCache::AppendPacked): keys (T, Hkv, D) and
+ * values (T, Hkv, Dv) packed, sequence b taking the next counts[b] >= 0
+ * rows; `counts` is B int64, summing to T. Nothing is appended on failure. */
+ATTNSCORE_API attnscore_status* attnscore_kv_cache_append_packed(
+    attnscore_kv_cache* cache, const attnscore_tensor_view* keys,
+    const attnscore_tensor_view* values, const int64_t* counts);
+/* KvCache::AttendPacked: queries (T, Hq, D) packed, sequence b's the next
+ * query_counts[b] rows (B int64 summing to T; 0: the sequence is idle), each
+ * attended as attnscore_kv_cache_attend would attend it alone; out
+ * (T, Hq, Dv). options NULL: the defaults; its bias must be NULL. */
+ATTNSCORE_API attnscore_status* attnscore_kv_cache_attend_packed(
+    const attnscore_kv_cache* cache, const attnscore_engine* engine,
+    const attnscore_tensor_view* queries, const int64_t* query_counts,
+    const attnscore_kv_cache_attend_options* options, const attnscore_tensor* out);
 
 /* ---- The catalogue: every op and model by name (attnscore/catalogue.h) ---- */
 
