@@ -857,11 +857,11 @@ TEST_F(CliTest, BenchMultiHeadTimesEachModeAndRefusesWhatDoesNotApply) {
   r = Run(shape + "--softcap 2.5 --repeat 2");  // the cap named on the first line
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find(" causal none softcap 2.500000 valid-lens "), std::string::npos) << r.out;
-  // The op's sliding window: each side from -1 (unbounded), for the op alone.
+  // The sliding window: each side from -1 (unbounded); the decode's left side alone.
   ExpectBadInput(Run(shape + "--window-left -2"), "--window-left is -2");
   ExpectBadInput(Run(shape + "--window-right x"), "--window-right");
-  ExpectBadInput(Run(shape + "--decode --window-left 3"),
-                 "--window-left and --window-right are for the op");
+  ExpectBadInput(Run(shape + "--decode --window-right 3"),
+                 "--window-right is for the op: a cache's queries see no key past their own");
   ExpectBadInput(Run(shape + "--module --window-right 0"),
                  "--window-left and --window-right are for the op");
   r = Run(shape + "--window-left 1 --window-right 0 --repeat 2 --json");
@@ -879,11 +879,16 @@ TEST_F(CliTest, BenchMultiHeadTimesEachModeAndRefusesWhatDoesNotApply) {
   r = Run(shape + "--sinks -2 --repeat 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find(" causal none sinks -2.000000 valid-lens "), std::string::npos) << r.out;
-  // ALiBi with BLOOM's slopes, for the op alone.
-  ExpectBadInput(Run(shape + "--decode --alibi"), "--alibi is for the op");
-  r = Run(shape + "--alibi --repeat 2 --json");
+  // ALiBi with BLOOM's slopes and a random bias, the op's and the decode's.
+  ExpectBadInput(Run(shape + "--module --alibi"), "--alibi is for the op and --decode");
+  ExpectBadInput(Run(shape + "--module --attention-bias"),
+                 "--attention-bias is for the op and --decode");
+  r = Run(shape + "--alibi --attention-bias --repeat 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("\"alibi\": true"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"alibi\": true, \"attention_bias\": true"), std::string::npos) << r.out;
+  r = Run(shape + "--decode --window-left 3 --alibi --attention-bias --repeat 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(" alibi attention-bias window (3, -1) "), std::string::npos) << r.out;
 }
 
 // run --info prints info after the outputs are written; the softmax makes

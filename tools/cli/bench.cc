@@ -238,16 +238,18 @@ bool ParseNumber(const std::string& text, double* value) {
 // enough blocks; --kv-precision, the cache's); --module times d2l's MultiHeadAttention module with
 // random weights (num_hiddens H·D, biases with --bias) instead of the op. --softcap C caps the
 // scores of the op or the decode (MultiHeadOptions::softcap, KvCacheAttendOptions::softcap);
-// --window-left L and --window-right R give the op a sliding window (MultiHeadOptions::window);
-// --sinks Z gives every query head the sink logit Z (the op and the decode); --alibi gives
-// the op ALiBi with BLOOM's slopes.
+// --window-left L and --window-right R give the op a sliding window (MultiHeadOptions::window;
+// the decode takes --window-left); --sinks Z gives every query head the sink logit Z; --alibi
+// gives ALiBi with BLOOM's slopes; --attention-bias adds a random (B, Hq, N, M) bias (the op
+// and the decode, each of these).
 int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry) {
   Status s = CheckFlags(
-      args, {"--batch",    "--queries",     "--keys",         "--query-dim", "--heads",
-             "--kv-heads", "--causal",      "--decode",       "--pool",      "--kv-precision",
-             "--module",   "--bias",        "--valid-lens",   "--weights",   "--repeat",
-             "--json",     "--threads",     "--isa",          "--precision", "--info",
-             "--softcap",  "--window-left", "--window-right", "--sinks",     "--alibi"},
+      args, {"--batch",         "--queries",     "--keys",         "--query-dim", "--heads",
+             "--kv-heads",      "--causal",      "--decode",       "--pool",      "--kv-precision",
+             "--module",        "--bias",        "--valid-lens",   "--weights",   "--repeat",
+             "--json",          "--threads",     "--isa",          "--precision", "--info",
+             "--softcap",       "--window-left", "--window-right", "--sinks",     "--alibi",
+             "--attention-bias"},
       {"--batch", "--queries", "--keys"}, "bench " + word);
   if (s.ok()) s = CheckInfoWithoutJson(args);
   BenchShape shape{};
@@ -296,8 +298,13 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   }
   Window window;
   if (args.has("--window-left") || args.has("--window-right")) {
-    if (module || decode)
+    if (module) {
       return Fail(Status::InvalidArgument("--window-left and --window-right are for the op"));
+    }
+    if (decode && args.has("--window-right")) {
+      return Fail(Status::InvalidArgument(
+          "--window-right is for the op: a cache's queries see no key past their own"));
+    }
     if (!(s = ParseInt(args, "--window-left", -1, -1, std::numeric_limits<int64_t>::max(),
                        &window.left))
              .ok() ||
@@ -322,7 +329,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   // --alibi: ALiBi with BLOOM's slopes, 2^(-8 (h + 1) / H) for head h of H.
   std::vector<float> slopes;
   if (args.has("--alibi")) {
-    if (module || decode) return Fail(Status::InvalidArgument("--alibi is for the op"));
+    if (module) return Fail(Status::InvalidArgument("--alibi is for the op and --decode"));
     for (int64_t h = 0; h < heads; ++h) {
       slopes.push_back(
           std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / static_cast<float>(heads)));
@@ -330,6 +337,10 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   }
   const ConstTensor slopes_view =
       slopes.empty() ? ConstTensor() : ConstTensor(slopes.data(), {heads});
+  const bool attention_bias = args.has("--attention-bias");
+  if (attention_bias && module) {
+    return Fail(Status::InvalidArgument("--attention-bias is for the op and --decode"));
+  }
   const bool pool = args.has("--pool");
   if (pool && !decode) return Fail(Status::InvalidArgument("--pool is for --decode"));
   if (args.has("--kv-precision") && !decode) {
@@ -354,6 +365,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
                           {"values", {B, M, kv_heads, D}},
                           {"out", {B, N, heads, D}}};
   if (weights) buffers.push_back({"attention weights", {B, heads, N, M}});
+  if (attention_bias) buffers.push_back({"attention bias", {B, heads, N, M}});
   if (module) buffers.push_back({"parameters", {4, hidden, hidden}});
   // --pool: blocks of the fewest positions that are whole pages, just
   // enough of them; each sequence's positions rounded up to whole blocks.
@@ -399,6 +411,8 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   // so that the call's own checks refuse bad input before any is allocated.
   // Decode's are the op's with the mask it applies.
   const float stand_in = 0.0f;
+  const ConstTensor bias_stand_in =
+      attention_bias ? ConstTensor(&stand_in, {B, heads, N, M}, {0, 0, 0, 0}) : ConstTensor();
   MultiHeadShapes checked;
   if (module) {
     s = model->Check(ConstTensor(&stand_in, {B, N, hidden}), ConstTensor(&stand_in, {B, M, hidden}),
@@ -410,6 +424,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
     options.window = window;
     options.sinks = sinks_view;
     options.alibi_slopes = slopes_view;
+    options.bias = bias_stand_in;
     s = engine->CheckMultiHeadAttention(
         ConstTensor(&stand_in, {B, N, heads, D}), ConstTensor(&stand_in, {B, M, kv_heads, D}),
         ConstTensor(&stand_in, {B, M, kv_heads, D}), lens, options, &checked);
@@ -425,6 +440,10 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   const std::vector<float> q = random_vector(B * N * heads * D);
   const std::vector<float> k = random_vector(B * M * kv_heads * D);
   const std::vector<float> v = random_vector(B * M * kv_heads * D);
+  const std::vector<float> bias =
+      attention_bias ? random_vector(B * heads * N * M) : std::vector<float>();
+  const ConstTensor bias_view =
+      attention_bias ? ConstTensor(bias.data(), {B, heads, N, M}) : ConstTensor();
   std::vector<float> out(static_cast<size_t>(B * N * heads * D)), attention;
   if (weights) attention.resize(static_cast<size_t>(B * heads * N * M));
   const Tensor weights_view = weights ? Tensor(attention.data(), {B, heads, N, M}) : Tensor();
@@ -451,7 +470,10 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
     }
     KvCacheAttendOptions attend;
     attend.softcap = softcap;
+    attend.window = window;
     attend.sinks = sinks_view;
+    attend.alibi_slopes = slopes_view;
+    attend.bias = bias_view;
     call = [&, attend] {
       return cache->Attend(*engine, ConstTensor(q.data(), {B, N, heads, D}), attend,
                            Tensor(out.data(), {B, N, heads, D}), weights_view);
@@ -463,6 +485,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
     options.window = window;
     options.sinks = sinks_view;
     options.alibi_slopes = slopes_view;
+    options.bias = bias_view;
     call = [&, options] {
       return engine->MultiHeadAttention(
           ConstTensor(q.data(), {B, N, heads, D}), ConstTensor(k.data(), {B, M, kv_heads, D}),
@@ -529,6 +552,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
                        {"window_right", window.right},
                        {"sinks", sinks.empty() ? Json(nullptr) : Json(sinks[0])},
                        {"alibi", !slopes.empty()},
+                       {"attention_bias", attention_bias},
                        {"valid_lens", mode},
                        {"threads", engine->options().threads},
                        {"isa", isa},
@@ -545,6 +569,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
     std::string cap = softcap > 0.0f ? " softcap " + std::to_string(softcap) : "";
     if (!sinks.empty()) cap += " sinks " + std::to_string(sinks[0]);
     if (!slopes.empty()) cap += " alibi";
+    if (attention_bias) cap += " attention-bias";
     if (window.left >= 0 || window.right >= 0) {
       cap += " window (" + std::to_string(window.left) + ", " + std::to_string(window.right) + ")";
     }
