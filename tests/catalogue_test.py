@@ -31,7 +31,10 @@ MAX_RANK = 4
 
 # A size for each dim name the catalogue uses; a new name fails loudly.
 SIZES = {"B": 2, "N": 3, "M": 5, "T": 5, "D": 4, "Dv": 3, "Dq": 6, "Dk": 5, "H": 8,
-         "heads": 2, "Hq": 4, "Hkv": 2, "O": 4, "L": 5, "1": 1}
+         "heads": 2, "Hq": 4, "Hkv": 2, "O": 4, "L": 5, "1": 1, "S": 3, "Tq": 7, "Tk": 9}
+# A packed batch's offsets (S + 1 each): sequences of 3, 0 and 4 queries
+# over 4, 1 and 4 keys.
+OFFSETS = {"cu_seqlens_q": [0, 3, 3, 7], "cu_seqlens_k": [0, 4, 5, 9]}
 # A value for each model parameter an entry requires.
 MODEL_PARAMS = {"num_heads": SIZES["heads"], "query_size": SIZES["Dq"], "capacity": SIZES["T"],
                 "key_dim": SIZES["D"], "value_dim": SIZES["Dv"], "batch": SIZES["B"],
@@ -48,6 +51,8 @@ def random_tensors(specs, rng, skip_optional_ints=False):
         shape = [size(d) for d in spec["dims"]]
         if spec["dtypes"][0] == "float32":
             arrays[spec["name"]] = rng.standard_normal(shape).astype(np.float32)
+        elif spec["name"] in OFFSETS:
+            arrays[spec["name"]] = np.array(OFFSETS[spec["name"]], np.int64)
         elif not skip_optional_ints:  # valid lengths per query, some past M, some 0
             arrays[spec["name"]] = rng.integers(0, SIZES["M"] + 2, shape).astype(np.int64)
     return arrays
@@ -129,7 +134,8 @@ class CatalogueTest(unittest.TestCase):
     def test_the_catalogue_has_every_op_and_model(self):
         self.assertEqual([e["name"] for e in self.entries],
                          ["masked_softmax", "dot_product_attention", "multihead_attention",
-                          "kv_cache_attend", "additive", "concat", "bilinear", "multihead"])
+                          "multihead_attention_packed", "kv_cache_attend", "additive", "concat",
+                          "bilinear", "multihead"])
 
     def test_python_generic_calls_match_the_typed_ones(self):
         a = self.attnscore
@@ -141,6 +147,11 @@ class CatalogueTest(unittest.TestCase):
                                                   x["valid_lens"], return_weights=True)
         for got, expect in zip(typed, want):
             np.testing.assert_array_equal(bits(got), bits(expect))
+        _, x, _, _, want = self.cases["multihead_attention_packed"]
+        typed = self.engine.multihead_attention_packed(
+            x["queries"], x["keys"], x["values"], x["cu_seqlens_q"], x["cu_seqlens_k"],
+            sinks=x["sinks"], alibi_slopes=x["alibi_slopes"])
+        np.testing.assert_array_equal(bits(typed), bits(want[0]))
         _, x, w, _, want = self.cases["bilinear"]
         typed = a.BilinearAttention.from_state_dict(w)(self.engine, x["queries"], x["keys"],
                                                   x["values"], x["valid_lens"],
@@ -206,11 +217,19 @@ class CatalogueTest(unittest.TestCase):
                 if weights:
                     flags += ["--model", os.path.join(self.dir, "models", name + ".safetensors")]
                 out, w = (os.path.join(self.dir, "%s_%s.npy" % (name, o)) for o in ("o", "w"))
-                result = self.cli("run", word, *flags, "--out", out, "--weights-out", w)
+                # The masked softmax's output is its weights: written again; a
+                # packed batch gives no weights, and takes no --weights-out.
+                packed = name == "multihead_attention_packed"
+                weights_out = [] if packed else ["--weights-out", w]
+                result = self.cli("run", word, *flags, "--out", out, *weights_out)
                 self.assertEqual(result.returncode, 0, result.stderr)
                 np.testing.assert_array_equal(bits(np.load(out)), bits(want[0]))
-                # The masked softmax's output is its weights: written again.
-                np.testing.assert_array_equal(bits(np.load(w)), bits(want[-1]))
+                if packed:
+                    refused = self.cli("run", word, *flags, "--out", out, "--weights-out", w)
+                    self.assertEqual(refused.returncode, 2, refused.stderr)
+                    self.assertIn("--weights-out", refused.stderr)
+                else:
+                    np.testing.assert_array_equal(bits(np.load(w)), bits(want[-1]))
                 help_text = self.cli("run", word, "--help").stdout
                 self.assertIn("attnscore run " + word, help_text)
                 result = self.cli("bench", word, "--batch", "2", "--queries", "2", "--keys", "4",

@@ -881,14 +881,13 @@ TEST_F(CliTest, BenchMultiHeadTimesEachModeAndRefusesWhatDoesNotApply) {
   EXPECT_NE(r.out.find(" causal none sinks -2.000000 valid-lens "), std::string::npos) << r.out;
   // ALiBi with BLOOM's slopes and a random bias, the op's and the decode's.
   ExpectBadInput(Run(shape + "--module --alibi"), "--alibi is for the op and --decode");
-  ExpectBadInput(Run(shape + "--module --attention-bias"),
-                 "--attention-bias is for the op and --decode");
-  r = Run(shape + "--alibi --attention-bias --repeat 2 --json");
+  ExpectBadInput(Run(shape + "--module --random-bias"), "--random-bias is for the op and --decode");
+  r = Run(shape + "--alibi --random-bias --repeat 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("\"alibi\": true, \"attention_bias\": true"), std::string::npos) << r.out;
-  r = Run(shape + "--decode --window-left 3 --alibi --attention-bias --repeat 2");
+  EXPECT_NE(r.out.find("\"alibi\": true, \"random_bias\": true"), std::string::npos) << r.out;
+  r = Run(shape + "--decode --window-left 3 --alibi --random-bias --repeat 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find(" alibi attention-bias window (3, -1) "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" alibi random-bias window (3, -1) "), std::string::npos) << r.out;
 }
 
 // run --info prints info after the outputs are written; the softmax makes
@@ -908,7 +907,9 @@ TEST_F(CliTest, RunInfoFollowsTheRun) {
 TEST_F(CliTest, UsageErrors) {
   ExpectBadInput(Run("frobnicate"), "unknown command 'frobnicate'");
   ExpectBadInput(Run("run"), "run wants an op");
-  ExpectBadInput(Run("run attn --out x.npy"), "run wants an op: softmax, dot, multihead_attention, kv_cache_attend, additive, concat, "
+  ExpectBadInput(Run("run attn --out x.npy"),
+                 "run wants an op: softmax, dot, multihead_attention, multihead_attention_packed, "
+                 "kv_cache_attend, additive, concat, "
                  "bilinear or multihead, got 'attn'");
   ExpectBadInput(Run("run concat --queries q.npy --keys k.npy --values v.npy --out x.npy"),
                  "'run concat' needs --model");

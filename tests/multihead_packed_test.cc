@@ -5,6 +5,7 @@
 // same bits); sequences of no query; the same bits for any thread count;
 // the refusals, with nothing written.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -119,21 +120,38 @@ TEST(MultiHeadPacked, IdleSequencesAndThreads) {
 // Offsets that do not begin at 0, decrease, miss the rows' count or differ
 // in number; a sequence with queries and no key; a sequence its own call
 // would refuse (bottom-right, fewer keys than queries); a bias: each
-// refused by name, nothing written.
+// refused by name, nothing written, and by CheckMultiHeadAttentionPacked
+// alike, which reports out's shape for a good call.
 TEST(MultiHeadPacked, RefusesBadOffsetsAndSequencesNamingThemAndWritesNothing) {
   const Packed p({2, 3}, {4, 5}, 2, 1, 8, 4, 31);
   std::vector<float> out(static_cast<size_t>(p.tq() * p.heads * p.value_dim), kSentinel);
+  // The call's refusal, which its Check twin must make too (but for out's
+  // own, which Check has no out to see).
   const auto run = [&](std::vector<int64_t> cu_q, std::vector<int64_t> cu_k,
                        const MultiHeadOptions& options) {
-    return DefaultEngine()
-        .MultiHeadAttentionPacked(
-            p.Q(), p.K(), p.V(),
-            SequenceOffsets::Of(cu_q.data(), static_cast<int64_t>(cu_q.size())),
-            SequenceOffsets::Of(cu_k.data(), static_cast<int64_t>(cu_k.size())), options,
-            Tensor(out.data(), {p.tq(), p.heads, p.value_dim}))
-        .message();
+    const SequenceOffsets offsets_q =
+        SequenceOffsets::Of(cu_q.data(), static_cast<int64_t>(cu_q.size()));
+    const SequenceOffsets offsets_k =
+        SequenceOffsets::Of(cu_k.data(), static_cast<int64_t>(cu_k.size()));
+    const std::string message =
+        DefaultEngine()
+            .MultiHeadAttentionPacked(p.Q(), p.K(), p.V(), offsets_q, offsets_k, options,
+                                      Tensor(out.data(), {p.tq(), p.heads, p.value_dim}))
+            .message();
+    std::array<int64_t, 3> shape{};
+    const Status checked = DefaultEngine().CheckMultiHeadAttentionPacked(
+        p.Q(), p.K(), p.V(), offsets_q, offsets_k, options, &shape);
+    if (message.find("out overlaps") == std::string::npos) {
+      EXPECT_EQ(checked.message(), message);
+    } else {
+      EXPECT_TRUE(checked.ok()) << checked.message();
+    }
+    if (checked.ok()) EXPECT_EQ(shape, (std::array<int64_t, 3>{p.tq(), p.heads, p.value_dim}));
+    return message;
   };
   const MultiHeadOptions plain;
+  EXPECT_EQ(run({0, 2, 5}, {0, 4, 9}, plain), "");
+  std::fill(out.begin(), out.end(), kSentinel);
   EXPECT_EQ(run({1, 2, 5}, {0, 4, 9}, plain),
             "MultiHeadAttentionPacked: cu_seqlens_q[0] is 1; the first sequence begins at row 0");
   EXPECT_EQ(run({0, 3, 2, 5}, {0, 4, 4, 9}, plain),

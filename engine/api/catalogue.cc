@@ -119,6 +119,36 @@ OpSpec MultiHeadOpSpec() {
   return op;
 }
 
+OpSpec MultiHeadPackedSpec() {
+  const auto offsets = [](const char* name, const char* rows) {
+    return TensorSpec{name,
+                      {DataType::kInt32, DataType::kInt64},
+                      {"S+1"},
+                      1,
+                      /*optional=*/false,
+                      std::string("where each sequence's ") + rows +
+                          " begin, from 0, and the packed rows' count last"};
+  };
+  OpSpec op;
+  op.name = "multihead_attention_packed";
+  op.summary =
+      "multihead_attention on S sequences of their own lengths, packed row after row "
+      "(FlashAttention's cu_seqlens), each sequence its own call";
+  op.inputs = {Floats("queries", {"Tq", "Hq", "D"}, "the sequences' queries, packed"),
+               Floats("keys", {"Tk", "Hkv", "D"}, "their keys, packed; Hkv divides Hq"),
+               Floats("values", {"Tk", "Hkv", "Dv"}, "their values, packed"),
+               offsets("cu_seqlens_q", "queries"),
+               offsets("cu_seqlens_k", "keys and values"),
+               SinksSpec(),
+               Floats("alibi_slopes", {"Hq"}, "ALiBi: head h's scores lose slope_h |p - j|", true)};
+  op.outputs = {Floats("output", {"Tq", "Hq", "Dv"}, "the attention output, packed")};
+  op.params = {
+      CausalParam(), ScaleParam(), SoftCapParam(),
+      WindowParam("window_left", "left side: query i at p = i + M - N sees keys from p - left"),
+      WindowParam("window_right", "right side: keys up to p + right")};
+  return op;
+}
+
 OpSpec KvCacheSpec() {
   OpSpec op = AttentionSpec(
       "kv_cache_attend",
@@ -234,8 +264,9 @@ const ParamSpec* OpSpec::param(const std::string& param_name) const {
 
 const std::vector<OpSpec>& Catalogue() {
   static const std::vector<OpSpec> entries = {
-      MaskedSoftmaxSpec(), DotProductSpec(), MultiHeadOpSpec(), KvCacheSpec(),
-      AdditiveSpec(),      ConcatSpec(),     BilinearSpec(),    MultiHeadModelSpec()};
+      MaskedSoftmaxSpec(),   DotProductSpec(), MultiHeadOpSpec(),
+      MultiHeadPackedSpec(), KvCacheSpec(),    AdditiveSpec(),
+      ConcatSpec(),          BilinearSpec(),   MultiHeadModelSpec()};
   return entries;
 }
 

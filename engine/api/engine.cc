@@ -95,6 +95,21 @@ Status Engine::CheckMultiHeadAttention(ConstTensor queries, ConstTensor keys, Co
   });
 }
 
+Status Engine::CheckMultiHeadAttentionPacked(ConstTensor queries, ConstTensor keys,
+                                             ConstTensor values,
+                                             const SequenceOffsets& cu_seqlens_q,
+                                             const SequenceOffsets& cu_seqlens_k,
+                                             const MultiHeadOptions& options,
+                                             std::array<int64_t, 3>* out_shape) const {
+  if (out_shape == nullptr) {
+    return Status::InvalidArgument("MultiHeadAttentionPacked: out_shape is null");
+  }
+  return internal::Guarded("MultiHeadAttentionPacked", [&] {
+    return ops::CheckMultiHeadAttentionPacked(queries, keys, values, cu_seqlens_q, cu_seqlens_k,
+                                              options, out_shape);
+  });
+}
+
 const EngineOptions& Engine::options() const { return impl_->context.options; }
 
 Status Engine::MaskedSoftmax(ConstTensor x, const ValidLens& valid_lens, Tensor y) const {

@@ -248,6 +248,12 @@ ValidLens BoundCall::Lens(size_t input) const {
               : ValidLens::PerQuery(static_cast<const int32_t*>(t->data), t->dims[0], t->dims[1]);
 }
 
+SequenceOffsets BoundCall::Offsets(size_t input) const {
+  const NamedTensor* t = inputs[input];
+  if (t == nullptr) return SequenceOffsets();
+  return {t->data, t->dims[0], t->dtype == DataType::kInt64};
+}
+
 Op::Op(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Op::~Op() = default;
 

@@ -129,6 +129,33 @@ class MultiHeadOpEntry : public Op::Impl {
   }
 };
 
+class MultiHeadPackedEntry : public Op::Impl {
+ public:
+  using Op::Impl::Impl;
+  Status Check(const Engine& engine, const BoundCall& call, Shapes* shapes) const override {
+    std::array<int64_t, 3> out{};
+    ATTNSCORE_RETURN_IF_ERROR(engine.CheckMultiHeadAttentionPacked(
+        call.Floats(0), call.Floats(1), call.Floats(2), call.Offsets(3), call.Offsets(4),
+        Options(call), &out));
+    *shapes = {{out[0], out[1], out[2]}};
+    return Status::Ok();
+  }
+  Status Run(const Engine& engine, const BoundCall& call) const override {
+    return engine.MultiHeadAttentionPacked(call.Floats(0), call.Floats(1), call.Floats(2),
+                                           call.Offsets(3), call.Offsets(4), Options(call),
+                                           call.outputs[0]);
+  }
+
+ private:
+  // The call's options with its sinks and ALiBi slopes, inputs 5 and 6.
+  static MultiHeadOptions Options(const BoundCall& call) {
+    MultiHeadOptions options = call.options;
+    options.sinks = call.Floats(5);
+    options.alibi_slopes = call.Floats(6);
+    return options;
+  }
+};
+
 class MultiHeadModelEntry : public Op::Impl {
  public:
   MultiHeadModelEntry(const OpSpec& entry, std::unique_ptr<MultiHeadAttention> model)
@@ -287,6 +314,8 @@ Status MakeOpImpl(const OpSpec& spec, const ModelSizes& sizes, const WeightMap& 
     *impl = DotProductEntry(spec);
   } else if (name == "multihead_attention") {
     *impl = std::make_unique<MultiHeadOpEntry>(spec);
+  } else if (name == "multihead_attention_packed") {
+    *impl = std::make_unique<MultiHeadPackedEntry>(spec);
   } else if (name == "kv_cache_attend") {
     KvCacheShape shape;
     shape.batch = SizeOr(sizes, "batch", 1);

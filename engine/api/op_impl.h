@@ -23,8 +23,9 @@ struct BoundCall {
   std::vector<Tensor> outputs;
   MultiHeadOptions options;  // causal and scale, where the entry takes them
 
-  ConstTensor Floats(size_t input) const;  // empty when absent
-  ValidLens Lens(size_t input) const;      // None when absent
+  ConstTensor Floats(size_t input) const;       // empty when absent
+  ValidLens Lens(size_t input) const;           // None when absent
+  SequenceOffsets Offsets(size_t input) const;  // none when absent
 };
 
 using Shapes = std::vector<std::vector<int64_t>>;

@@ -3,6 +3,7 @@
 #ifndef ATTNSCORE_OPS_MULTIHEAD_H_
 #define ATTNSCORE_OPS_MULTIHEAD_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -31,6 +32,13 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
                           ConstTensor keys, ConstTensor values, const ValidLens& valid_lens,
                           const MultiHeadOptions& multihead, Tensor out, Tensor attention_weights);
 
+// Engine::CheckMultiHeadAttentionPacked: Q, K, V, the offsets, the options
+// and each sequence as its own call, and out's shape (Tq, Hq, Dv).
+Status CheckMultiHeadAttentionPacked(const ConstTensor& queries, const ConstTensor& keys,
+                                     const ConstTensor& values, const SequenceOffsets& cu_seqlens_q,
+                                     const SequenceOffsets& cu_seqlens_k,
+                                     const MultiHeadOptions& options,
+                                     std::array<int64_t, 3>* out_shape);
 // Engine::MultiHeadAttentionPacked without the call scope
 // (ops/multihead_packed.cc).
 Status MultiHeadAttentionPacked(const internal::CallContext& call, const ConstTensor& queries,

@@ -1,7 +1,8 @@
 // Packed variable-length batches of the multi-head op (docs/semantics.md
 // section 5.8): each sequence its own call on views of the packed rows.
+#include <array>
+#include <cstdint>
 #include <string>
-#include <vector>
 
 #include "base/checks.h"
 #include "ops/multihead.h"
@@ -58,18 +59,16 @@ TensorView<T> Sequence(const TensorView<T>& t, int64_t first, int64_t count) {
 
 }  // namespace
 
-Status MultiHeadAttentionPacked(const internal::CallContext& call, const ConstTensor& q,
-                                const ConstTensor& k, const ConstTensor& v,
-                                const SequenceOffsets& cu_q, const SequenceOffsets& cu_k,
-                                const MultiHeadOptions& options, const Tensor& out) {
+Status CheckMultiHeadAttentionPacked(const ConstTensor& q, const ConstTensor& k,
+                                     const ConstTensor& v, const SequenceOffsets& cu_q,
+                                     const SequenceOffsets& cu_k, const MultiHeadOptions& options,
+                                     std::array<int64_t, 3>* out_shape) {
   ATTNSCORE_RETURN_IF_ERROR(
       CheckTensor(kOp, "queries", q, {kAnyDim, kAnyDim, kAnyDim}, "(Tq, Hq, D)"));
   ATTNSCORE_RETURN_IF_ERROR(
       CheckTensor(kOp, "keys", k, {kAnyDim, kAnyDim, q.dims[2]}, "(Tk, Hkv, D)"));
   ATTNSCORE_RETURN_IF_ERROR(
       CheckTensor(kOp, "values", v, {k.dims[0], k.dims[1], kAnyDim}, "(Tk, Hkv, Dv)"));
-  ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(kOp, "out", out, {q.dims[0], q.dims[1], v.dims[2]}, "(Tq, Hq, Dv)"));
   ATTNSCORE_RETURN_IF_ERROR(CheckOffsets("cu_seqlens_q", cu_q, q.dims[0]));
   ATTNSCORE_RETURN_IF_ERROR(CheckOffsets("cu_seqlens_k", cu_k, k.dims[0]));
   if (cu_q.count != cu_k.count) {
@@ -82,17 +81,8 @@ Status MultiHeadAttentionPacked(const internal::CallContext& call, const ConstTe
                                    ": a bias or mask is shaped (B, Hq, N, M) for one batch; a "
                                    "packed call takes neither");
   }
-  ATTNSCORE_RETURN_IF_ERROR(internal::CheckOutputsApart(
-      kOp, {{"queries", q}, {"keys", k}, {"values", v}}, out, Tensor(), ValidLens::None(), 1, 1));
-  // The options' views and the offsets, read while out is written, apart
-  // from all of out (each sequence's own call checks only its rows).
-  ATTNSCORE_RETURN_IF_ERROR(OptionsApart(kOp, options, out, Tensor()));
-  ATTNSCORE_RETURN_IF_ERROR(ReadApart(kOp, "cu_seqlens_q", BytesOf(cu_q), out, Tensor()));
-  ATTNSCORE_RETURN_IF_ERROR(ReadApart(kOp, "cu_seqlens_k", BytesOf(cu_k), out, Tensor()));
-  // Every sequence checked as its own call before any is run, so that a bad
-  // one leaves out untouched; messages name the sequence.
-  const int64_t sequences = cu_q.count - 1;
-  for (int64_t s = 0; s < sequences; ++s) {
+  // Every sequence checked as its own call, messages naming the sequence.
+  for (int64_t s = 0; s + 1 < cu_q.count; ++s) {
     const int64_t n = cu_q.at(s + 1) - cu_q.at(s), m = cu_k.at(s + 1) - cu_k.at(s);
     if (n == 0) continue;
     if (m == 0) {
@@ -112,7 +102,27 @@ Status MultiHeadAttentionPacked(const internal::CallContext& call, const ConstTe
                                      message);
     }
   }
-  for (int64_t s = 0; s < sequences; ++s) {
+  *out_shape = {q.dims[0], q.dims[1], v.dims[2]};
+  return Status::Ok();
+}
+
+Status MultiHeadAttentionPacked(const internal::CallContext& call, const ConstTensor& q,
+                                const ConstTensor& k, const ConstTensor& v,
+                                const SequenceOffsets& cu_q, const SequenceOffsets& cu_k,
+                                const MultiHeadOptions& options, const Tensor& out) {
+  std::array<int64_t, 3> out_shape{};
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckMultiHeadAttentionPacked(q, k, v, cu_q, cu_k, options, &out_shape));
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckTensor(kOp, "out", out, {out_shape[0], out_shape[1], out_shape[2]}, "(Tq, Hq, Dv)"));
+  ATTNSCORE_RETURN_IF_ERROR(internal::CheckOutputsApart(
+      kOp, {{"queries", q}, {"keys", k}, {"values", v}}, out, Tensor(), ValidLens::None(), 1, 1));
+  // The options' views and the offsets, read while out is written, apart
+  // from all of out (each sequence's own call checks only its rows).
+  ATTNSCORE_RETURN_IF_ERROR(OptionsApart(kOp, options, out, Tensor()));
+  ATTNSCORE_RETURN_IF_ERROR(ReadApart(kOp, "cu_seqlens_q", BytesOf(cu_q), out, Tensor()));
+  ATTNSCORE_RETURN_IF_ERROR(ReadApart(kOp, "cu_seqlens_k", BytesOf(cu_k), out, Tensor()));
+  for (int64_t s = 0; s + 1 < cu_q.count; ++s) {
     const int64_t n = cu_q.at(s + 1) - cu_q.at(s), m = cu_k.at(s + 1) - cu_k.at(s);
     if (n == 0) continue;
     ATTNSCORE_RETURN_IF_ERROR(MultiHeadAttention(call, kOp, Sequence(q, cu_q.at(s), n),

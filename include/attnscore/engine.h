@@ -103,6 +103,12 @@ class ATTNSCORE_API Engine {
                                  ConstTensor values, const ValidLens& valid_lens,
                                  const MultiHeadOptions& options,
                                  MultiHeadShapes* shapes) const;
+  // out_shape: (Tq, Hq, Dv).
+  Status CheckMultiHeadAttentionPacked(ConstTensor queries, ConstTensor keys, ConstTensor values,
+                                       const SequenceOffsets& cu_seqlens_q,
+                                       const SequenceOffsets& cu_seqlens_k,
+                                       const MultiHeadOptions& options,
+                                       std::array<int64_t, 3>* out_shape) const;
 
   // The options in force: isa is the cap applied (after $ATTNSCORE_ISA).
   const EngineOptions& options() const;

@@ -19,14 +19,13 @@
 #include <vector>
 
 #include "attnscore/attnscore.h"
+#include "cli/bench_common.h"
 #include "cli/common.h"
 #include "cli/flags.h"
 #include "npy/npy.h"
 
 namespace attnscore::cli {
 namespace {
-
-using Json = nlohmann::ordered_json;  // keeps the keys in insertion order
 
 struct BenchShape {
   int64_t batch, queries, keys, depth, value_dim;
@@ -91,63 +90,6 @@ Status MakeBenchLens(const std::string& mode, const BenchShape& s, std::mt19937*
   return Status::Ok();
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// `x` rounded to `decimals` places, so that the JSON number has at most
-// that many (it is printed in its shortest form: 12.5, not 12.500).
-double Rounded(double x, int decimals) {
-  const double scale = std::pow(10.0, decimals);
-  return std::round(x * scale) / scale;
-}
-
-// `j` as JSON on one line with ", " between items and ": " after keys
-// (nlohmann's compact dump has no spaces; tests and scripts look for
-// `"key": `). Invalid UTF-8 in a string (a --valid-lens path) becomes U+FFFD.
-std::string OneLine(const Json& j) {
-  const auto dump = [](const Json& scalar) {
-    return scalar.dump(-1, ' ', false, Json::error_handler_t::replace);
-  };
-  std::string s;
-  if (j.is_object()) {
-    for (const auto& [key, value] : j.items()) {
-      s += (s.empty() ? "{" : ", ") + dump(Json(key)) + ": " + OneLine(value);
-    }
-    return s.empty() ? "{}" : s + "}";
-  }
-  if (j.is_array()) {
-    for (const Json& value : j) s += (s.empty() ? "[" : ", ") + OneLine(value);
-    return s.empty() ? "[]" : s + "]";
-  }
-  return dump(j);
-}
-
-// The distinct implementations oneDNN chose for the process's matmuls,
-// sorted by name.
-Json OnednnImplementations(const RuntimeInfo& info) {
-  std::set<std::string> names;
-  for (const MatmulInfo& matmul : info.matmuls) names.insert(matmul.implementation);
-  Json list = Json::array();
-  for (const std::string& name : names) list.push_back(name);
-  return list;
-}
-
-// Runs `call` 3 times, then `repeat` times timed: each run's µs.
-Status TimeCalls(const std::function<Status()>& call, int64_t repeat, std::vector<double>* times_us) {
-  for (int w = 0; w < 3; ++w) ATTNSCORE_RETURN_IF_ERROR(call());
-  for (int64_t r = 0; r < repeat; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    const Status s = call();
-    const auto stop = std::chrono::steady_clock::now();
-    ATTNSCORE_RETURN_IF_ERROR(s);
-    times_us->push_back(std::chrono::duration<double, std::micro>(stop - start).count());
-  }
-  return Status::Ok();
-}
-
 // Parses the shape flags.
 Status ParseBenchShape(const Args& args, BenchShape* shape) {
   constexpr int64_t kMaxDim = int64_t{1} << 20;
@@ -159,38 +101,6 @@ Status ParseBenchShape(const Args& args, BenchShape* shape) {
   ATTNSCORE_RETURN_IF_ERROR(ParseInt(args, "--key-dim", shape->depth, 1, kMaxDim, &shape->key_dim));
   ATTNSCORE_RETURN_IF_ERROR(ParseInt(args, "--hidden", 64, 1, kMaxDim, &shape->hidden));
   return ParseInt(args, "--out-dim", shape->value_dim, 1, kMaxDim, &shape->out_dim);
-}
-
-// The bytes of memory this machine has; 0 if it cannot tell.
-double PhysicalMemoryBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size)
-                                    : 0;
-}
-
-// A bench's tensors, by name and dims.
-using BenchBuffers = std::vector<std::pair<std::string, std::vector<int64_t>>>;
-
-// Each of bench `op`'s tensors within CheckOutputSize's bounds, and all of
-// them within this machine's memory.
-Status CheckBenchBuffers(const std::string& op, const BenchBuffers& buffers) {
-  double total_bytes = 0;
-  for (const auto& [name, dims] : buffers) {
-    ATTNSCORE_RETURN_IF_ERROR(CheckOutputSize("bench " + name, dims));
-    double floats = 1;
-    for (int64_t n : dims) floats *= static_cast<double>(n);
-    total_bytes += 4 * floats;
-  }
-  const double memory = PhysicalMemoryBytes();
-  if (memory > 0 && total_bytes > memory) {
-    char text[160];
-    std::snprintf(text, sizeof text,
-                  "bench %s would allocate %.1f GiB of tensors, more than this machine's %.1f GiB "
-                  "of memory",
-                  op.c_str(), total_bytes / (1 << 30), memory / (1 << 30));
-    return Status::InvalidArgument(text);
-  }
-  return Status::Ok();
 }
 
 // Checks the tensors the bench allocates for `op` on `s` (CheckBenchBuffers).
@@ -217,21 +127,6 @@ Status CheckBenchSizes(const std::string& op, const BenchShape& s, bool weights)
   return CheckBenchBuffers(op, buffers);
 }
 
-// --info prints after the results, so not with --json's one line.
-Status CheckInfoWithoutJson(const Args& args) {
-  if (!args.has("--json") || !args.has("--info")) return Status::Ok();
-  return Status::InvalidArgument(
-      "--info and --json both print to stdout; the JSON already has highway_target and "
-      "onednn_implementations");
-}
-
-// Whether all of `text` is a number (Inf included, NaN not), into *value.
-bool ParseNumber(const std::string& text, double* value) {
-  char* end = nullptr;
-  *value = std::strtod(text.c_str(), &end);
-  return !text.empty() && *end == '\0' && !std::isnan(*value);
-}
-
 // bench multihead: Engine::MultiHeadAttention on token-major Q (B, N, H, D)
 // and K, V (B, M, Hkv, D); --decode attends over a KvCache of M keys per
 // sequence instead (with --pool, one whose sequences share a pool of just
@@ -240,16 +135,16 @@ bool ParseNumber(const std::string& text, double* value) {
 // scores of the op or the decode (MultiHeadOptions::softcap, KvCacheAttendOptions::softcap);
 // --window-left L and --window-right R give the op a sliding window (MultiHeadOptions::window;
 // the decode takes --window-left); --sinks Z gives every query head the sink logit Z; --alibi
-// gives ALiBi with BLOOM's slopes; --attention-bias adds a random (B, Hq, N, M) bias (the op
+// gives ALiBi with BLOOM's slopes; --random-bias adds a random (B, Hq, N, M) bias (the op
 // and the decode, each of these).
 int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry) {
   Status s = CheckFlags(
-      args, {"--batch",         "--queries",     "--keys",         "--query-dim", "--heads",
-             "--kv-heads",      "--causal",      "--decode",       "--pool",      "--kv-precision",
-             "--module",        "--bias",        "--valid-lens",   "--weights",   "--repeat",
-             "--json",          "--threads",     "--isa",          "--precision", "--info",
-             "--softcap",       "--window-left", "--window-right", "--sinks",     "--alibi",
-             "--attention-bias"},
+      args, {"--batch",      "--queries",     "--keys",         "--query-dim", "--heads",
+             "--kv-heads",   "--causal",      "--decode",       "--pool",      "--kv-precision",
+             "--module",     "--bias",        "--valid-lens",   "--weights",   "--repeat",
+             "--json",       "--threads",     "--isa",          "--precision", "--info",
+             "--softcap",    "--window-left", "--window-right", "--sinks",     "--alibi",
+             "--random-bias"},
       {"--batch", "--queries", "--keys"}, "bench " + word);
   if (s.ok()) s = CheckInfoWithoutJson(args);
   BenchShape shape{};
@@ -337,9 +232,9 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   }
   const ConstTensor slopes_view =
       slopes.empty() ? ConstTensor() : ConstTensor(slopes.data(), {heads});
-  const bool attention_bias = args.has("--attention-bias");
-  if (attention_bias && module) {
-    return Fail(Status::InvalidArgument("--attention-bias is for the op and --decode"));
+  const bool random_bias = args.has("--random-bias");
+  if (random_bias && module) {
+    return Fail(Status::InvalidArgument("--random-bias is for the op and --decode"));
   }
   const bool pool = args.has("--pool");
   if (pool && !decode) return Fail(Status::InvalidArgument("--pool is for --decode"));
@@ -365,7 +260,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
                           {"values", {B, M, kv_heads, D}},
                           {"out", {B, N, heads, D}}};
   if (weights) buffers.push_back({"attention weights", {B, heads, N, M}});
-  if (attention_bias) buffers.push_back({"attention bias", {B, heads, N, M}});
+  if (random_bias) buffers.push_back({"attention bias", {B, heads, N, M}});
   if (module) buffers.push_back({"parameters", {4, hidden, hidden}});
   // --pool: blocks of the fewest positions that are whole pages, just
   // enough of them; each sequence's positions rounded up to whole blocks.
@@ -412,7 +307,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   // Decode's are the op's with the mask it applies.
   const float stand_in = 0.0f;
   const ConstTensor bias_stand_in =
-      attention_bias ? ConstTensor(&stand_in, {B, heads, N, M}, {0, 0, 0, 0}) : ConstTensor();
+      random_bias ? ConstTensor(&stand_in, {B, heads, N, M}, {0, 0, 0, 0}) : ConstTensor();
   MultiHeadShapes checked;
   if (module) {
     s = model->Check(ConstTensor(&stand_in, {B, N, hidden}), ConstTensor(&stand_in, {B, M, hidden}),
@@ -441,9 +336,9 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
   const std::vector<float> k = random_vector(B * M * kv_heads * D);
   const std::vector<float> v = random_vector(B * M * kv_heads * D);
   const std::vector<float> bias =
-      attention_bias ? random_vector(B * heads * N * M) : std::vector<float>();
+      random_bias ? random_vector(B * heads * N * M) : std::vector<float>();
   const ConstTensor bias_view =
-      attention_bias ? ConstTensor(bias.data(), {B, heads, N, M}) : ConstTensor();
+      random_bias ? ConstTensor(bias.data(), {B, heads, N, M}) : ConstTensor();
   std::vector<float> out(static_cast<size_t>(B * N * heads * D)), attention;
   if (weights) attention.resize(static_cast<size_t>(B * heads * N * M));
   const Tensor weights_view = weights ? Tensor(attention.data(), {B, heads, N, M}) : Tensor();
@@ -552,7 +447,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
                        {"window_right", window.right},
                        {"sinks", sinks.empty() ? Json(nullptr) : Json(sinks[0])},
                        {"alibi", !slopes.empty()},
-                       {"attention_bias", attention_bias},
+                       {"random_bias", random_bias},
                        {"valid_lens", mode},
                        {"threads", engine->options().threads},
                        {"isa", isa},
@@ -569,7 +464,7 @@ int BenchMultiHead(const Args& args, const std::string& word, bool decode_entry)
     std::string cap = softcap > 0.0f ? " softcap " + std::to_string(softcap) : "";
     if (!sinks.empty()) cap += " sinks " + std::to_string(sinks[0]);
     if (!slopes.empty()) cap += " alibi";
-    if (attention_bias) cap += " attention-bias";
+    if (random_bias) cap += " random-bias";
     if (window.left >= 0 || window.right >= 0) {
       cap += " window (" + std::to_string(window.left) + ", " + std::to_string(window.right) + ")";
     }
@@ -600,6 +495,7 @@ int BenchCommand(const Args& args) {
   // The multi-head entries share one bench: the op (multihead_attention,
   // and `bench multihead` unless --module), the module (--module) and
   // decoding from a KvCache (kv_cache_attend, or --decode).
+  if (spec->name == "multihead_attention_packed") return BenchPacked(args, word);
   if (spec->name == "multihead_attention" || spec->name == "multihead" ||
       spec->name == "kv_cache_attend") {
     return BenchMultiHead(args, word, spec->name == "kv_cache_attend");

@@ -34,11 +34,16 @@ const CommandHelp kCommands[] = {
      "                        --keys M [--query-dim D] [--heads H] [--kv-heads G]\n"
      "                        [--causal none|top-left|bottom-right] [--softcap C]\n"
      "                        [--window-left L] [--window-right R] [--sinks Z] [--alibi]\n"
-     "                        [--attention-bias]\n"
+     "                        [--random-bias]\n"
      "                        [--decode [--pool] [--kv-precision fp32|bf16|int8] | --module "
      "[--bias]]\n"
      "                        [--valid-lens ...]\n"
-     "                        [--weights] [--repeat R] [--json]\n"},
+     "                        [--weights] [--repeat R] [--json]\n"
+     "  attnscore bench multihead_attention_packed --batch S --queries N --keys M\n"
+     "                        [--query-dim D] [--heads H] [--kv-heads G]\n"
+     "                        [--causal none|top-left|bottom-right] [--softcap C]\n"
+     "                        [--window-left L] [--window-right R] [--sinks Z] [--alibi]\n"
+     "                        [--repeat R] [--json]\n"},
 };
 
 const char kCommonFlags[] =
@@ -133,9 +138,9 @@ exit status: 0 success, 2 bad input or usage, 1 internal failure.
 )";
 
 // The flags that take no value, and those that take one.
-const std::set<std::string> kSwitches = {"--json", "--help",   "--version",       "--weights",
-                                         "--info", "--decode", "--pool",          "--module",
-                                         "--bias", "--alibi",  "--attention-bias"};
+const std::set<std::string> kSwitches = {"--json", "--help",   "--version",    "--weights",
+                                         "--info", "--decode", "--pool",       "--module",
+                                         "--bias", "--alibi",  "--random-bias"};
 // `run`'s flags come from the catalogue (cli/flags.h).
 std::set<std::string> ValuedFlags() {
   std::set<std::string> valued = {"--threads",   "--isa",     "--precision", "--batch",

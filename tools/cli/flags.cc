@@ -113,6 +113,10 @@ bool RunNeeds(const OpSpec& spec, const TensorSpec& input) {
   return spec.stateful && input.dims.size() > 1 && input.dims[1] == "T";
 }
 
+bool RunWritesWeights(const OpSpec& spec) {
+  return spec.output("attention_weights") != nullptr || spec.name == "masked_softmax";
+}
+
 std::string RunSynopsis(const OpSpec& spec) {
   const std::string head = "  attnscore run " + EntryWord(spec);
   std::vector<std::string> words;
@@ -142,7 +146,7 @@ std::string RunSynopsis(const OpSpec& spec) {
                     value_of(p, p.type == ParamSpec::Type::kInt ? "N" : "X") + "]");
   }
   words.push_back("--out O.npy");
-  words.push_back("[--weights-out W.npy]");
+  if (RunWritesWeights(spec)) words.push_back("[--weights-out W.npy]");
   // Wrapped at 78 columns, continuation lines under the first flag.
   std::string text = head, line = head;
   const std::string indent(24, ' ');

@@ -31,6 +31,9 @@ std::string TensorFlag(const std::string& tensor);
 // cache made for one run (which starts empty) what it appends, the inputs
 // over its new positions T.
 bool RunNeeds(const OpSpec& spec, const TensorSpec& input);
+// Whether `run` takes --weights-out for `spec`: an entry that gives the
+// attention weights, or the masked softmax, whose output is its weights.
+bool RunWritesWeights(const OpSpec& spec);
 // "--causal" for causal; num_heads is --heads.
 std::string ParamFlag(const std::string& param);
 // Every flag of every entry that takes a value.

@@ -66,8 +66,14 @@ Status ReadInput(const Args& args, const std::string& flag, const TensorSpec& sp
                                    npy::DTypeName(array->dtype) + "; want int32 or int64");
   }
   if (rank < static_cast<size_t>(spec.min_rank) || rank > max_rank) {
+    std::string want;  // "(B,) or (B, N)", from the spec's dims
+    for (size_t r = static_cast<size_t>(spec.min_rank); r <= max_rank; ++r) {
+      std::string dims;
+      for (size_t d = 0; d < r; ++d) dims += (d ? ", " : "") + spec.dims[d];
+      want += (want.empty() ? "(" : " or (") + dims + (r == 1 ? ",)" : ")");
+    }
     return Status::InvalidArgument(flag + " " + path + ": shape " + ShapeOf(*array) + " has rank " +
-                                   std::to_string(rank) + "; want (B,) or (B, N)");
+                                   std::to_string(rank) + "; want " + want);
   }
   ATTNSCORE_RETURN_IF_ERROR(CheckNoEmptyDim(flag, path, *array));
   *tensor = is64 ? NamedTensor(spec.name, array->data<int64_t>(), array->shape)
@@ -77,7 +83,8 @@ Status ReadInput(const Args& args, const std::string& flag, const TensorSpec& sp
 
 // The flags `run OP` takes and needs, from the entry's spec.
 void RunFlags(const OpSpec& spec, std::set<std::string>* allowed, std::set<std::string>* required) {
-  *allowed = {"--out", "--weights-out", "--threads", "--isa", "--precision", "--info"};
+  *allowed = {"--out", "--threads", "--isa", "--precision", "--info"};
+  if (RunWritesWeights(spec)) allowed->insert("--weights-out");
   *required = {"--out"};
   for (const TensorSpec& input : spec.inputs) {
     allowed->insert(TensorFlag(input.name));
