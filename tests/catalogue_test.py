@@ -31,10 +31,13 @@ MAX_RANK = 4
 
 # A size for each dim name the catalogue uses; a new name fails loudly.
 SIZES = {"B": 2, "N": 3, "M": 5, "T": 5, "D": 4, "Dv": 3, "Dq": 6, "Dk": 5, "H": 8,
-         "heads": 2, "Hq": 4, "Hkv": 2, "O": 4, "L": 5, "1": 1, "S": 3, "Tq": 7, "Tk": 9}
-# A packed batch's offsets (S + 1 each): sequences of 3, 0 and 4 queries
-# over 4, 1 and 4 keys.
-OFFSETS = {"cu_seqlens_q": [0, 3, 3, 7], "cu_seqlens_k": [0, 4, 5, 9]}
+         "heads": 2, "Hq": 4, "Hkv": 2, "O": 4, "L": 5, "1": 1, "S": 3, "Tq": 5, "Tk": 9}
+# Packed rows' offsets and counts: a batch of sequences of 2, 0 and 3
+# queries over 4, 1 and 4 keys (S + 1 offsets each); a cache step appending
+# 2 and 3 positions (T) to its B sequences, which then attend with as many
+# queries (Tq).
+PACKED = {"cu_seqlens_q": [0, 2, 2, 5], "cu_seqlens_k": [0, 4, 5, 9], "counts": [2, 3],
+          "query_counts": [2, 3]}
 # A value for each model parameter an entry requires.
 MODEL_PARAMS = {"num_heads": SIZES["heads"], "query_size": SIZES["Dq"], "capacity": SIZES["T"],
                 "key_dim": SIZES["D"], "value_dim": SIZES["Dv"], "batch": SIZES["B"],
@@ -51,8 +54,8 @@ def random_tensors(specs, rng, skip_optional_ints=False):
         shape = [size(d) for d in spec["dims"]]
         if spec["dtypes"][0] == "float32":
             arrays[spec["name"]] = rng.standard_normal(shape).astype(np.float32)
-        elif spec["name"] in OFFSETS:
-            arrays[spec["name"]] = np.array(OFFSETS[spec["name"]], np.int64)
+        elif spec["name"] in PACKED:
+            arrays[spec["name"]] = np.array(PACKED[spec["name"]], np.int64)
         elif not skip_optional_ints:  # valid lengths per query, some past M, some 0
             arrays[spec["name"]] = rng.integers(0, SIZES["M"] + 2, shape).astype(np.int64)
     return arrays
@@ -134,8 +137,8 @@ class CatalogueTest(unittest.TestCase):
     def test_the_catalogue_has_every_op_and_model(self):
         self.assertEqual([e["name"] for e in self.entries],
                          ["masked_softmax", "dot_product_attention", "multihead_attention",
-                          "multihead_attention_packed", "kv_cache_attend", "additive", "concat",
-                          "bilinear", "multihead"])
+                          "multihead_attention_packed", "kv_cache_attend", "kv_cache_step",
+                          "additive", "concat", "bilinear", "multihead"])
 
     def test_python_generic_calls_match_the_typed_ones(self):
         a = self.attnscore
@@ -151,6 +154,12 @@ class CatalogueTest(unittest.TestCase):
         typed = self.engine.multihead_attention_packed(
             x["queries"], x["keys"], x["values"], x["cu_seqlens_q"], x["cu_seqlens_k"],
             sinks=x["sinks"], alibi_slopes=x["alibi_slopes"])
+        np.testing.assert_array_equal(bits(typed), bits(want[0]))
+        _, x, _, p, want = self.cases["kv_cache_step"]
+        cache = a.KvCache(p["batch"], p["capacity"], p["kv_heads"], p["key_dim"], p["value_dim"])
+        cache.append(x["keys"], x["values"], counts=x["counts"])
+        typed = cache.attend(self.engine, x["queries"], query_counts=x["query_counts"],
+                             sinks=x["sinks"], alibi_slopes=x["alibi_slopes"])
         np.testing.assert_array_equal(bits(typed), bits(want[0]))
         _, x, w, _, want = self.cases["bilinear"]
         typed = a.BilinearAttention.from_state_dict(w)(self.engine, x["queries"], x["keys"],
@@ -219,7 +228,7 @@ class CatalogueTest(unittest.TestCase):
                 out, w = (os.path.join(self.dir, "%s_%s.npy" % (name, o)) for o in ("o", "w"))
                 # The masked softmax's output is its weights: written again; a
                 # packed batch gives no weights, and takes no --weights-out.
-                packed = name == "multihead_attention_packed"
+                packed = name in ("multihead_attention_packed", "kv_cache_step")
                 weights_out = [] if packed else ["--weights-out", w]
                 result = self.cli("run", word, *flags, "--out", out, *weights_out)
                 self.assertEqual(result.returncode, 0, result.stderr)

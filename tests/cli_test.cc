@@ -909,7 +909,7 @@ TEST_F(CliTest, UsageErrors) {
   ExpectBadInput(Run("run"), "run wants an op");
   ExpectBadInput(Run("run attn --out x.npy"),
                  "run wants an op: softmax, dot, multihead_attention, multihead_attention_packed, "
-                 "kv_cache_attend, additive, concat, "
+                 "kv_cache_attend, kv_cache_step, additive, concat, "
                  "bilinear or multihead, got 'attn'");
   ExpectBadInput(Run("run concat --queries q.npy --keys k.npy --values v.npy --out x.npy"),
                  "'run concat' needs --model");

@@ -149,22 +149,12 @@ OpSpec MultiHeadPackedSpec() {
   return op;
 }
 
-OpSpec KvCacheSpec() {
-  OpSpec op = AttentionSpec(
-      "kv_cache_attend",
-      "appends each sequence's new keys and values, then its newest N queries attend to all it "
-      "holds (causal, bottom-right)",
-      {Floats("queries", {"B", "N", "Hq", "D"}, "each sequence's N newest positions"),
-       Floats("keys", {"B", "T", "Hkv", "D"}, "keys to append first", true),
-       Floats("values", {"B", "T", "Hkv", "Dv"}, "values to append first", true), SinksSpec(),
-       Floats("alibi_slopes", {"Hq"}, "ALiBi: head h's scores lose slope_h |p - j|", true),
-       Floats("attention_bias", {"B", "Hq", "N", "L"},
-              "added to the scores after the cap and ALiBi; -inf masks a key", true)},
-      {"B", "N", "Hq", "Dv"}, {"B", "Hq", "N", "L"});
+// A KV cache entry's parameters: its sizes (model), and the scores' (call).
+std::vector<ParamSpec> CacheParams() {
   auto size = [](const char* name, const char* default_value, const char* doc) {
     return ParamSpec{name, Kind::kModel, Type::kInt, {}, default_value, doc};
   };
-  op.params = {
+  return {
       size("batch", "1", "B sequences"),
       size("capacity", "", "positions each sequence may hold"),
       size("kv_heads", "1", "Hkv"),
@@ -182,6 +172,44 @@ OpSpec KvCacheSpec() {
       ScaleParam(),
       SoftCapParam(),
       WindowParam("window_left", "left side: query i at p = L - N + i sees keys from p - left")};
+}
+
+OpSpec KvCacheSpec() {
+  OpSpec op = AttentionSpec(
+      "kv_cache_attend",
+      "appends each sequence's new keys and values, then its newest N queries attend to all it "
+      "holds (causal, bottom-right)",
+      {Floats("queries", {"B", "N", "Hq", "D"}, "each sequence's N newest positions"),
+       Floats("keys", {"B", "T", "Hkv", "D"}, "keys to append first", true),
+       Floats("values", {"B", "T", "Hkv", "Dv"}, "values to append first", true), SinksSpec(),
+       Floats("alibi_slopes", {"Hq"}, "ALiBi: head h's scores lose slope_h |p - j|", true),
+       Floats("attention_bias", {"B", "Hq", "N", "L"},
+              "added to the scores after the cap and ALiBi; -inf masks a key", true)},
+      {"B", "N", "Hq", "Dv"}, {"B", "Hq", "N", "L"});
+  op.params = CacheParams();
+  op.stateful = true;
+  return op;
+}
+
+OpSpec KvCacheStepSpec() {
+  const auto counts = [](const char* name, bool optional, const char* doc) {
+    return TensorSpec{name, {DataType::kInt32, DataType::kInt64}, {"B"}, 1, optional, doc};
+  };
+  OpSpec op;
+  op.name = "kv_cache_step";
+  op.summary =
+      "one server step: packed keys and values appended with a count per sequence, then packed "
+      "queries, a count per sequence (0: idle), attend to all each holds (causal)";
+  op.inputs = {
+      Floats("queries", {"Tq", "Hq", "D"}, "each sequence's newest query_counts[b], packed"),
+      counts("query_counts", false, "each sequence's queries this step (0: idle)"),
+      Floats("keys", {"T", "Hkv", "D"}, "keys to append first, packed", true),
+      Floats("values", {"T", "Hkv", "Dv"}, "values to append first, packed", true),
+      counts("counts", true, "each sequence's appended rows"),
+      SinksSpec(),
+      Floats("alibi_slopes", {"Hq"}, "ALiBi: head h's scores lose slope_h |p - j|", true)};
+  op.outputs = {Floats("output", {"Tq", "Hq", "Dv"}, "the attention output, packed")};
+  op.params = CacheParams();
   op.stateful = true;
   return op;
 }
@@ -264,9 +292,9 @@ const ParamSpec* OpSpec::param(const std::string& param_name) const {
 
 const std::vector<OpSpec>& Catalogue() {
   static const std::vector<OpSpec> entries = {
-      MaskedSoftmaxSpec(),   DotProductSpec(), MultiHeadOpSpec(),
-      MultiHeadPackedSpec(), KvCacheSpec(),    AdditiveSpec(),
-      ConcatSpec(),          BilinearSpec(),   MultiHeadModelSpec()};
+      MaskedSoftmaxSpec(), DotProductSpec(),    MultiHeadOpSpec(), MultiHeadPackedSpec(),
+      KvCacheSpec(),       KvCacheStepSpec(),   AdditiveSpec(),    ConcatSpec(),
+      BilinearSpec(),      MultiHeadModelSpec()};
   return entries;
 }
 

@@ -5,7 +5,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,10 +13,8 @@
 #include "attnscore/additive.h"
 #include "attnscore/bilinear.h"
 #include "attnscore/concat.h"
-#include "attnscore/kv_cache.h"
 #include "attnscore/multihead.h"
 #include "ops/multihead.h"
-#include "ops/multihead_window.h"
 
 namespace attnscore {
 namespace internal {
@@ -183,94 +180,6 @@ class MultiHeadModelEntry : public Op::Impl {
   std::unique_ptr<MultiHeadAttention> model_;
 };
 
-// The cache and a lock: Run appends, then attends, as one step.
-class KvCacheEntry : public Op::Impl {
- public:
-  KvCacheEntry(const OpSpec& entry, std::unique_ptr<KvCache> cache)
-      : Op::Impl(entry), cache_(std::move(cache)) {
-    const KvCacheShape& s = cache_->shape();
-    for (const auto& [name, value] :
-         {std::pair{"batch", s.batch}, std::pair{"capacity", s.capacity},
-          std::pair{"kv_heads", s.kv_heads}, std::pair{"key_dim", s.key_dim},
-          std::pair{"value_dim", s.value_dim}, std::pair{"block_positions", s.block_positions},
-          std::pair{"blocks", s.blocks}}) {
-      model_params[name] = std::to_string(value);
-    }
-    fixed_dims = {{"B", s.batch}, {"Hkv", s.kv_heads}, {"D", s.key_dim}, {"Dv", s.value_dim}};
-  }
-
-  Status Check(const Engine&, const BoundCall& call, Shapes* shapes) const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return CheckStep(call, shapes);
-  }
-
-  Status Run(const Engine& engine, const BoundCall& call) const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    Shapes shapes;
-    ATTNSCORE_RETURN_IF_ERROR(CheckStep(call, &shapes));
-    if (call.inputs[1] != nullptr) {
-      ATTNSCORE_RETURN_IF_ERROR(cache_->Append(call.Floats(1), call.Floats(2)));
-    }
-    return cache_->Attend(engine, call.Floats(0), Options(call), call.outputs[0], call.outputs[1]);
-  }
-
- private:
-  // The call's options, its sinks, ALiBi slopes and bias inputs 3 to 5.
-  static KvCacheAttendOptions Options(const BoundCall& call) {
-    KvCacheAttendOptions options;
-    options.scale = call.options.scale;
-    options.softcap = call.options.softcap;
-    options.window = call.options.window;
-    options.sinks = call.Floats(3);
-    options.alibi_slopes = call.Floats(4);
-    options.bias = call.Floats(5);
-    return options;
-  }
-
-  // The step's shapes, checked before anything is appended: keys and values
-  // come together, the queries are (B, N, Hq, D) with N at most what every
-  // sequence will hold, and the options are as Attend will find them.
-  Status CheckStep(const BoundCall& call, Shapes* shapes) const {
-    const KvCacheShape& s = cache_->shape();
-    ATTNSCORE_RETURN_IF_ERROR(
-        ops::CheckScoreOptions("KvCache", call.options.scale, call.options.softcap));
-    ATTNSCORE_RETURN_IF_ERROR(ops::CheckWindow("KvCache", call.options.window));
-    const ConstTensor q = call.Floats(0), k = call.Floats(1);
-    if ((call.inputs[1] == nullptr) != (call.inputs[2] == nullptr)) {
-      return Status::InvalidArgument("KvCache: keys and values are appended together; got one");
-    }
-    const int64_t appended = call.inputs[1] != nullptr && k.rank == 4 ? k.dims[1] : 0;
-    if (q.rank != 4 || q.dims[0] != s.batch || q.dims[2] < 1 || q.dims[3] != s.key_dim) {
-      return Status::InvalidArgument("KvCache: queries has shape " + ShapeString(q) + "; want (" +
-                                     std::to_string(s.batch) + ", N, Hq, " +
-                                     std::to_string(s.key_dim) + ")");
-    }
-    int64_t longest = 0;
-    for (int64_t b = 0; b < s.batch; ++b) {
-      const int64_t held = cache_->length(b) + appended;
-      if (held < q.dims[1]) {
-        return Status::InvalidArgument("KvCache: sequence " + std::to_string(b) + " will hold " +
-                                       std::to_string(held) + " positions but queries " +
-                                       ShapeString(q) + " are its newest " +
-                                       std::to_string(q.dims[1]));
-      }
-      longest = std::max(longest, held);
-    }
-    MultiHeadOptions terms;
-    terms.sinks = call.Floats(3);
-    terms.alibi_slopes = call.Floats(4);
-    terms.bias = call.Floats(5);
-    ATTNSCORE_RETURN_IF_ERROR(
-        ops::CheckScoreTerms("KvCache", terms, s.batch, q.dims[2], q.dims[1], longest));
-    *shapes = {{s.batch, q.dims[1], q.dims[2], s.value_dim},
-               {s.batch, q.dims[2], q.dims[1], longest}};
-    return Status::Ok();
-  }
-
-  mutable std::mutex mutex_;
-  std::unique_ptr<KvCache> cache_;
-};
-
 // The sizes a model's weights fix, by the dim names of its spec.
 void FixDims(const AdditiveAttention& model, Op::Impl* impl) {
   impl->fixed_dims = {
@@ -316,21 +225,8 @@ Status MakeOpImpl(const OpSpec& spec, const ModelSizes& sizes, const WeightMap& 
     *impl = std::make_unique<MultiHeadOpEntry>(spec);
   } else if (name == "multihead_attention_packed") {
     *impl = std::make_unique<MultiHeadPackedEntry>(spec);
-  } else if (name == "kv_cache_attend") {
-    KvCacheShape shape;
-    shape.batch = SizeOr(sizes, "batch", 1);
-    shape.capacity = SizeOr(sizes, "capacity", 0);
-    shape.kv_heads = SizeOr(sizes, "kv_heads", 1);
-    shape.key_dim = SizeOr(sizes, "key_dim", 0);
-    shape.value_dim = SizeOr(sizes, "value_dim", 0);
-    shape.block_positions = SizeOr(sizes, "block_positions", 0);
-    shape.blocks = SizeOr(sizes, "blocks", 0);
-    // kv_precision's index among its choices: fp32, bf16, int8.
-    constexpr Precision kChoices[] = {Precision::kFp32, Precision::kBf16, Precision::kInt8};
-    shape.precision = kChoices[std::clamp<int64_t>(SizeOr(sizes, "kv_precision", 0), 0, 2)];
-    std::unique_ptr<KvCache> cache;
-    ATTNSCORE_RETURN_IF_ERROR(KvCache::Create(shape, &cache));
-    *impl = std::make_unique<KvCacheEntry>(spec, std::move(cache));
+  } else if (name == "kv_cache_attend" || name == "kv_cache_step") {
+    return MakeKvCacheImpl(spec, sizes, impl);
   } else if (name == "additive") {
     return MakeModel<AdditiveAttention>(
         spec,

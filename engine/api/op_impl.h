@@ -54,6 +54,10 @@ using ModelSizes = std::map<std::string, int64_t>;
 Status MakeOpImpl(const OpSpec& spec, const ModelSizes& sizes,
                   const std::map<std::string, ConstTensor>& weights,
                   std::unique_ptr<Op::Impl>* impl);
+// A KV cache entry (kv_cache_attend, kv_cache_step) with a cache of the
+// sizes its model parameters give (api/op_entries_kv_cache.cc).
+Status MakeKvCacheImpl(const OpSpec& spec, const ModelSizes& sizes,
+                       std::unique_ptr<Op::Impl>* impl);
 // The model `spec` loaded from a .safetensors file by its typed Load.
 Status LoadOpImpl(const OpSpec& spec, const std::string& path, const ModelSizes& sizes,
                   std::unique_ptr<Op::Impl>* impl);

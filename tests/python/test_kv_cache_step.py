@@ -120,3 +120,27 @@ def test_bad_counts_are_refused_changing_nothing(engine):
         cache.attend(engine, q, True)
     with pytest.raises(ValueError, match="packed queries take neither"):
         cache.attend(engine, q[:1], query_counts=[1, 0], bias=np.zeros((1, 1, 1, 4), np.float32))
+
+
+def test_the_catalogues_step_appends_and_attends_or_refuses_changing_nothing(engine):
+    """Op("kv_cache_step") is append(counts=) then attend(query_counts=) on a
+    cache of its own; a refused step appends nothing, as the next step shows."""
+    rng = np.random.default_rng(5)
+    op = attnscore.Op("kv_cache_step", batch=2, capacity=8, kv_heads=HKV, key_dim=D, value_dim=D)
+    twin = attnscore.KvCache(2, 8, HKV, D, D)
+    k = rng.standard_normal((5, HKV, D), dtype=np.float32)
+    v = rng.standard_normal((5, HKV, D), dtype=np.float32)
+    q = rng.standard_normal((3, HQ, D), dtype=np.float32)
+    counts, query_counts = np.array([4, 1]), np.array([2, 1])
+    with pytest.raises(ValueError, match="keys, values and counts are appended together"):
+        op(engine, queries=q, query_counts=query_counts, keys=k, values=v)
+    with pytest.raises(ValueError, match="sequence 0 holds 0 of its 8 positions; 9 more"):
+        op(engine, queries=q, query_counts=query_counts, keys=np.zeros((9, HKV, D), np.float32),
+           values=np.zeros((9, HKV, D), np.float32), counts=np.array([9, 0]))
+    with pytest.raises(ValueError, match=r"query_counts\[1\] is 2 but sequence 1 will hold 1"):
+        op(engine, queries=q, query_counts=np.array([1, 2]), keys=k, values=v, counts=counts)
+    got = op(engine, queries=q, query_counts=query_counts, keys=k, values=v, counts=counts,
+             window_left=2)
+    twin.append(k, v, counts=counts)
+    want = twin.attend(engine, q, query_counts=query_counts, window=(2, -1))
+    assert np.array_equal(got, want)

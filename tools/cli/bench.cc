@@ -496,6 +496,7 @@ int BenchCommand(const Args& args) {
   // and `bench multihead` unless --module), the module (--module) and
   // decoding from a KvCache (kv_cache_attend, or --decode).
   if (spec->name == "multihead_attention_packed") return BenchPacked(args, word);
+  if (spec->name == "kv_cache_step") return BenchStep(args, word);
   if (spec->name == "multihead_attention" || spec->name == "multihead" ||
       spec->name == "kv_cache_attend") {
     return BenchMultiHead(args, word, spec->name == "kv_cache_attend");

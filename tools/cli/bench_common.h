@@ -43,6 +43,9 @@ bool ParseNumber(const std::string& text, double* value);
 // bench multihead_attention_packed (tools/cli/bench_packed.cc); `word` is
 // the entry's name as given.
 int BenchPacked(const Args& args, const std::string& word);
+// bench kv_cache_step (tools/cli/bench_packed.cc): AttendPacked on a step
+// of one prefill and B - 1 decodes over a filled cache.
+int BenchStep(const Args& args, const std::string& word);
 
 }  // namespace attnscore::cli
 

@@ -1,5 +1,7 @@
-// bench multihead_attention_packed: Engine::MultiHeadAttentionPacked on S
-// sequences of ragged lengths, packed row after row (docs/cli.md).
+// The packed benches (docs/cli.md): bench multihead_attention_packed,
+// Engine::MultiHeadAttentionPacked on S sequences of ragged lengths packed
+// row after row, and bench kv_cache_step, KvCache::AttendPacked on a step
+// where one sequence prefills and the others decode.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -57,6 +59,49 @@ double VisiblePairs(const std::vector<int64_t>& cu_q, const std::vector<int64_t>
   return visible;
 }
 
+// The score options both benches take: --softcap, --window-left and
+// --window-right, --sinks Z (every head's logit), --alibi (BLOOM's slopes);
+// the views over *sinks and *slopes.
+Status ParseScoreFlags(const Args& args, int64_t heads, MultiHeadOptions* options,
+                       std::vector<float>* sinks, std::vector<float>* slopes) {
+  ATTNSCORE_RETURN_IF_ERROR(ParseInt(args, "--window-left", -1, -1,
+                                     std::numeric_limits<int64_t>::max(), &options->window.left));
+  ATTNSCORE_RETURN_IF_ERROR(ParseInt(args, "--window-right", -1, -1,
+                                     std::numeric_limits<int64_t>::max(), &options->window.right));
+  double number = 0;
+  if (args.has("--softcap")) {
+    if (!ParseNumber(args.get("--softcap"), &number) || !std::isfinite(number) || number < 0 ||
+        number > std::numeric_limits<float>::max()) {
+      return Status::InvalidArgument("--softcap is '" + args.get("--softcap") +
+                                     "'; want a finite number >= 0 (0: no cap)");
+    }
+    options->softcap = static_cast<float>(number);
+  }
+  if (args.has("--sinks")) {
+    if (!ParseNumber(args.get("--sinks"), &number)) {
+      return Status::InvalidArgument("--sinks is '" + args.get("--sinks") +
+                                     "'; want a number (a logit)");
+    }
+    sinks->assign(static_cast<size_t>(heads), static_cast<float>(number));
+    options->sinks = ConstTensor(sinks->data(), {heads});
+  }
+  if (args.has("--alibi")) {  // BLOOM's slopes, 2^(-8 (h + 1) / H)
+    for (int64_t h = 0; h < heads; ++h) {
+      slopes->push_back(
+          std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / static_cast<float>(heads)));
+    }
+    options->alibi_slopes = ConstTensor(slopes->data(), {heads});
+  }
+  return Status::Ok();
+}
+
+std::vector<float> RandomVector(std::mt19937* rng, int64_t n) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = normal(*rng);
+  return v;
+}
+
 }  // namespace
 
 int BenchPacked(const Args& args, const std::string& word) {
@@ -70,6 +115,7 @@ int BenchPacked(const Args& args, const std::string& word) {
   constexpr int64_t kMaxDim = int64_t{1} << 20;
   int64_t sequences = 0, queries = 0, keys = 0, depth = 0, heads = 0, kv_heads = 0, repeat = 0;
   MultiHeadOptions options;
+  std::vector<float> sinks, slopes;
   if (!s.ok() || !(s = ParseInt(args, "--batch", 1, 1, kMaxDim, &sequences)).ok() ||
       !(s = ParseInt(args, "--queries", 1, 1, kMaxDim, &queries)).ok() ||
       !(s = ParseInt(args, "--keys", 1, 1, kMaxDim, &keys)).ok() ||
@@ -77,12 +123,7 @@ int BenchPacked(const Args& args, const std::string& word) {
       !(s = ParseInt(args, "--heads", 8, 1, kMaxDim, &heads)).ok() ||
       !(s = ParseInt(args, "--kv-heads", heads, 1, kMaxDim, &kv_heads)).ok() ||
       !(s = ParseInt(args, "--repeat", 20, 1, 1000000, &repeat)).ok() ||
-      !(s = ParseInt(args, "--window-left", -1, -1, std::numeric_limits<int64_t>::max(),
-                     &options.window.left))
-           .ok() ||
-      !(s = ParseInt(args, "--window-right", -1, -1, std::numeric_limits<int64_t>::max(),
-                     &options.window.right))
-           .ok()) {
+      !(s = ParseScoreFlags(args, heads, &options, &sinks, &slopes)).ok()) {
     return Fail(s);
   }
   const std::string causal_name = args.get("--causal", "none");
@@ -93,31 +134,6 @@ int BenchPacked(const Args& args, const std::string& word) {
   } else if (causal_name != "none") {
     return Fail(Status::InvalidArgument("--causal wants none, top-left or bottom-right, got '" +
                                         causal_name + "'"));
-  }
-  double number = 0;
-  if (args.has("--softcap")) {
-    if (!ParseNumber(args.get("--softcap"), &number) || !std::isfinite(number) || number < 0 ||
-        number > std::numeric_limits<float>::max()) {
-      return Fail(Status::InvalidArgument("--softcap is '" + args.get("--softcap") +
-                                          "'; want a finite number >= 0 (0: no cap)"));
-    }
-    options.softcap = static_cast<float>(number);
-  }
-  std::vector<float> sinks, slopes;
-  if (args.has("--sinks")) {
-    if (!ParseNumber(args.get("--sinks"), &number)) {
-      return Fail(Status::InvalidArgument("--sinks is '" + args.get("--sinks") +
-                                          "'; want a number (a logit)"));
-    }
-    sinks.assign(static_cast<size_t>(heads), static_cast<float>(number));
-    options.sinks = ConstTensor(sinks.data(), {heads});
-  }
-  if (args.has("--alibi")) {  // BLOOM's slopes, 2^(-8 (h + 1) / H)
-    for (int64_t h = 0; h < heads; ++h) {
-      slopes.push_back(
-          std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / static_cast<float>(heads)));
-    }
-    options.alibi_slopes = ConstTensor(slopes.data(), {heads});
   }
   std::vector<int64_t> cu_q, cu_k;
   RaggedLengths(sequences, queries, keys, &cu_q, &cu_k);
@@ -145,15 +161,9 @@ int BenchPacked(const Args& args, const std::string& word) {
     return Fail(s);
   }
   std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const auto random_vector = [&](int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = normal(rng);
-    return v;
-  };
-  const std::vector<float> q = random_vector(rows_q * heads * depth);
-  const std::vector<float> k = random_vector(rows_k * kv_heads * depth);
-  const std::vector<float> v = random_vector(rows_k * kv_heads * depth);
+  const std::vector<float> q = RandomVector(&rng, rows_q * heads * depth);
+  const std::vector<float> k = RandomVector(&rng, rows_k * kv_heads * depth);
+  const std::vector<float> v = RandomVector(&rng, rows_k * kv_heads * depth);
   std::vector<float> out(static_cast<size_t>(rows_q * heads * depth));
   const auto call = [&] {
     return engine->MultiHeadAttentionPacked(ConstTensor(q.data(), {rows_q, heads, depth}),
@@ -210,6 +220,125 @@ int BenchPacked(const Args& args, const std::string& word) {
       engine->options().threads, isa.c_str());
   std::printf("median %.2f us, min %.2f us over %lld runs; %.2f GFLOP/s, %.2f GB/s\n", median, min,
               static_cast<long long>(repeat), flops / (median * 1e3), bytes / (median * 1e3));
+  if (args.has("--info")) PrintInfo(*engine);
+  return kExitOk;
+}
+
+int BenchStep(const Args& args, const std::string& word) {
+  Status s = CheckFlags(args,
+                        {"--batch", "--queries", "--keys", "--query-dim", "--heads", "--kv-heads",
+                         "--kv-precision", "--softcap", "--window-left", "--sinks", "--alibi",
+                         "--repeat", "--json", "--threads", "--isa", "--precision", "--info"},
+                        {"--batch", "--queries", "--keys"}, "bench " + word);
+  if (s.ok()) s = CheckInfoWithoutJson(args);
+  constexpr int64_t kMaxDim = int64_t{1} << 20;
+  int64_t batch = 0, queries = 0, keys = 0, depth = 0, heads = 0, kv_heads = 0, repeat = 0;
+  MultiHeadOptions options;
+  std::vector<float> sinks, slopes;
+  if (!s.ok() || !(s = ParseInt(args, "--batch", 1, 1, kMaxDim, &batch)).ok() ||
+      !(s = ParseInt(args, "--queries", 1, 1, kMaxDim, &queries)).ok() ||
+      !(s = ParseInt(args, "--keys", 1, 1, kMaxDim, &keys)).ok() ||
+      !(s = ParseInt(args, "--query-dim", 64, 1, kMaxDim, &depth)).ok() ||
+      !(s = ParseInt(args, "--heads", 8, 1, kMaxDim, &heads)).ok() ||
+      !(s = ParseInt(args, "--kv-heads", heads, 1, kMaxDim, &kv_heads)).ok() ||
+      !(s = ParseInt(args, "--repeat", 20, 1, 1000000, &repeat)).ok() ||
+      !(s = ParseScoreFlags(args, heads, &options, &sinks, &slopes)).ok()) {
+    return Fail(s);
+  }
+  const std::string precision_name = args.get("--kv-precision", "fp32");
+  KvCacheShape shape;
+  if (!ParsePrecision(precision_name, &shape.precision)) {
+    return Fail(Status::InvalidArgument("--kv-precision wants fp32, bf16 or int8, got '" +
+                                        precision_name + "'"));
+  }
+  if (queries > keys) {
+    return Fail(Status::InvalidArgument("bench " + word + ": sequence 0's " +
+                                        std::to_string(queries) + " queries must be among its " +
+                                        std::to_string(keys) + " keys (--queries <= --keys)"));
+  }
+  // Every sequence holds M positions; sequence 0's N newest are its
+  // prefill's queries, every other sequence decodes its newest one.
+  std::vector<int64_t> counts(static_cast<size_t>(batch), keys),
+      query_counts(static_cast<size_t>(batch), 1);
+  query_counts[0] = queries;
+  const int64_t rows_q = queries + batch - 1;
+  if (!(s = CheckBenchBuffers("kv_cache_step", {{"queries", {rows_q, heads, depth}},
+                                                {"cache", {2, batch, keys, kv_heads, depth}},
+                                                {"out", {rows_q, heads, depth}}}))
+           .ok()) {
+    return Fail(s);
+  }
+  std::unique_ptr<Engine> engine;
+  if (!(s = MakeEngine(args, "kv_cache_step", &engine)).ok()) return Fail(s);
+  shape.batch = batch, shape.capacity = keys, shape.kv_heads = kv_heads;
+  shape.key_dim = depth, shape.value_dim = depth;
+  std::unique_ptr<KvCache> cache;
+  std::mt19937 rng(7);
+  const std::vector<float> k = RandomVector(&rng, batch * keys * kv_heads * depth);
+  const std::vector<float> v = RandomVector(&rng, batch * keys * kv_heads * depth);
+  const std::vector<float> q = RandomVector(&rng, rows_q * heads * depth);
+  std::vector<float> out(static_cast<size_t>(rows_q * heads * depth));
+  KvCacheAttendOptions attend;
+  attend.softcap = options.softcap, attend.window = options.window;
+  attend.sinks = options.sinks, attend.alibi_slopes = options.alibi_slopes;
+  if (!(s = KvCache::Create(shape, &cache)).ok() ||
+      !(s = cache->AppendPacked(ConstTensor(k.data(), {batch * keys, kv_heads, depth}),
+                                ConstTensor(v.data(), {batch * keys, kv_heads, depth}),
+                                TensorView<const int64_t>(counts.data(), {batch})))
+           .ok()) {
+    return Fail(s);
+  }
+  const auto call = [&] {
+    return cache->AttendPacked(*engine, ConstTensor(q.data(), {rows_q, heads, depth}),
+                               TensorView<const int64_t>(query_counts.data(), {batch}), attend,
+                               Tensor(out.data(), {rows_q, heads, depth}));
+  };
+  std::vector<double> times_us;
+  if (!(s = TimeCalls(call, repeat, &times_us)).ok()) return Fail(s);
+  const double median = Median(times_us);
+  const double min = *std::min_element(times_us.begin(), times_us.end());
+  std::vector<int64_t> cu_q(1, 0), cu_k(1, 0);
+  for (int64_t b = 0; b < batch; ++b) {
+    cu_q.push_back(cu_q.back() + query_counts[static_cast<size_t>(b)]);
+    cu_k.push_back(cu_k.back() + keys);
+  }
+  const double flops = 2.0 * static_cast<double>(heads * 2 * depth) *
+                       VisiblePairs(cu_q, cu_k, Causal::kBottomRight, options.window);
+  const std::string isa = IsaName(engine->options().isa);
+  if (args.has("--json")) {
+    const RuntimeInfo info = engine->Info();
+    const Json json = {{"op", "kv_cache_step"},
+                       {"batch", batch},
+                       {"queries", queries},
+                       {"keys", keys},
+                       {"query_dim", depth},
+                       {"heads", heads},
+                       {"kv_heads", kv_heads},
+                       {"kv_precision", precision_name},
+                       {"softcap", options.softcap},
+                       {"window_left", options.window.left},
+                       {"sinks", sinks.empty() ? Json(nullptr) : Json(sinks[0])},
+                       {"alibi", !slopes.empty()},
+                       {"threads", engine->options().threads},
+                       {"isa", isa},
+                       {"repeat", repeat},
+                       {"median_us", Rounded(median, 3)},
+                       {"min_us", Rounded(min, 3)},
+                       {"gflops", Rounded(flops / (median * 1e3), 6)},
+                       {"highway_target", info.target_in_use},
+                       {"onednn_implementations", OnednnImplementations(info)}};
+    std::printf("%s\n", OneLine(json).c_str());
+    return kExitOk;
+  }
+  std::printf(
+      "kv_cache_step %lld sequences of %lld keys, %s: sequence 0 prefills %lld, the others "
+      "decode 1; heads %lld kv-heads %lld D %lld, %d thread(s), isa %s\n",
+      static_cast<long long>(batch), static_cast<long long>(keys), precision_name.c_str(),
+      static_cast<long long>(queries), static_cast<long long>(heads),
+      static_cast<long long>(kv_heads), static_cast<long long>(depth), engine->options().threads,
+      isa.c_str());
+  std::printf("median %.2f us, min %.2f us over %lld runs; %.2f GFLOP/s\n", median, min,
+              static_cast<long long>(repeat), flops / (median * 1e3));
   if (args.has("--info")) PrintInfo(*engine);
   return kExitOk;
 }

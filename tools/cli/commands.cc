@@ -43,6 +43,10 @@ const CommandHelp kCommands[] = {
      "                        [--query-dim D] [--heads H] [--kv-heads G]\n"
      "                        [--causal none|top-left|bottom-right] [--softcap C]\n"
      "                        [--window-left L] [--window-right R] [--sinks Z] [--alibi]\n"
+     "                        [--repeat R] [--json]\n"
+     "  attnscore bench kv_cache_step --batch B --queries N --keys M [--query-dim D]\n"
+     "                        [--heads H] [--kv-heads G] [--kv-precision fp32|bf16|int8]\n"
+     "                        [--softcap C] [--window-left L] [--sinks Z] [--alibi]\n"
      "                        [--repeat R] [--json]\n"},
 };
 

@@ -77,7 +77,12 @@ const DerivedFrom* DerivedParam(const OpSpec& spec, const std::string& param) {
       {{"kv_cache_attend", "capacity"}, {"keys", 1, "T"}},
       {{"kv_cache_attend", "kv_heads"}, {"keys", 2, "Hkv"}},
       {{"kv_cache_attend", "key_dim"}, {"keys", 3, "D"}},
-      {{"kv_cache_attend", "value_dim"}, {"values", 3, "Dv"}}};
+      {{"kv_cache_attend", "value_dim"}, {"values", 3, "Dv"}},
+      {{"kv_cache_step", "batch"}, {"query_counts", 0, "B"}},
+      {{"kv_cache_step", "capacity"}, {"keys", 0, "T"}},
+      {{"kv_cache_step", "kv_heads"}, {"keys", 1, "Hkv"}},
+      {{"kv_cache_step", "key_dim"}, {"keys", 2, "D"}},
+      {{"kv_cache_step", "value_dim"}, {"values", 2, "Dv"}}};
   const auto found = derived.find({spec.name, param});
   return found == derived.end() ? nullptr : &found->second;
 }
@@ -110,7 +115,9 @@ Status FlagParams(const Args& args, const OpSpec& spec, ParamSpec::Kind kind, Pa
 
 bool RunNeeds(const OpSpec& spec, const TensorSpec& input) {
   if (!input.optional) return true;
-  return spec.stateful && input.dims.size() > 1 && input.dims[1] == "T";
+  const bool over_new_positions =
+      std::find(input.dims.begin(), input.dims.end(), "T") != input.dims.end();
+  return spec.stateful && (over_new_positions || input.name == "counts");
 }
 
 bool RunWritesWeights(const OpSpec& spec) {

@@ -29,7 +29,7 @@ std::string TensorFlag(const std::string& tensor);
 
 // Whether `run` needs `input` of `spec`: a required input, or for a KV
 // cache made for one run (which starts empty) what it appends, the inputs
-// over its new positions T.
+// over its new positions T and (packed) their counts.
 bool RunNeeds(const OpSpec& spec, const TensorSpec& input);
 // Whether `run` takes --weights-out for `spec`: an entry that gives the
 // attention weights, or the masked softmax, whose output is its weights.
