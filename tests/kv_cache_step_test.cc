@@ -273,6 +273,88 @@ TEST_P(KvCacheStepTest, AttendPlacesEachSequencesQueriesAtItsOwnLength) {
   }
 }
 
+// Runs of more than one sequence that share a count and a length, from a
+// sequence past the first, with a window and ALiBi: each against its own
+// math (lengths 10, 30, 30, 30 and 12; 1, 2, 2, 0 and 3 queries).
+TEST_P(KvCacheStepTest, RunsOfSequencesOfOneLengthPlaceTheirQueries) {
+  const std::vector<float> slopes = {0.25f, 0.125f, 0.0625f, 0.5f};
+  const int64_t lengths[5] = {10, 30, 30, 30, 12};
+  const std::vector<int64_t> query_counts = {1, 2, 2, 0, 3};
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    SCOPED_TRACE(PrecisionName(precision));
+    std::unique_ptr<KvCache> cache = MakeCache(5, precision);
+    ASSERT_TRUE(cache);
+    std::vector<History> history(5);
+    for (int64_t b = 0; b < 5; ++b) {
+      const auto seed = static_cast<uint32_t>(300 + 5 * b);
+      history[b].Add(RandomFloats(lengths[b] * kPosition, seed),
+                     RandomFloats(lengths[b] * kKvHeads * kValueDim, seed + 1, 3.0f));
+      ASSERT_TRUE(
+          cache
+              ->AppendTo(b, ConstTensor(history[b].k.data(), {lengths[b], kKvHeads, kDepth}),
+                         ConstTensor(history[b].v.data(), {lengths[b], kKvHeads, kValueDim}))
+              .ok());
+    }
+    const std::vector<float> q = RandomFloats(8 * kHeads * kDepth, 331);
+    KvCacheAttendOptions options;
+    options.window = {6, -1};
+    options.alibi_slopes = ConstTensor(slopes.data(), {kHeads});
+    std::vector<float> out(8 * kHeads * kValueDim, kSentinel);
+    ASSERT_TRUE(cache
+                    ->AttendPacked(DefaultEngine(), ConstTensor(q.data(), {8, kHeads, kDepth}),
+                                   TensorView<const int64_t>(query_counts.data(), {5}), options,
+                                   Tensor(out.data(), {8, kHeads, kValueDim}))
+                    .ok());
+    Form form{Causal::kNone, 0, 0, 6, -1, {}, slopes};
+    for (int64_t b = 0, row = 0; b < 5; row += query_counts[static_cast<size_t>(b)], ++b) {
+      const int64_t n = query_counts[static_cast<size_t>(b)];
+      if (n == 0) continue;
+      SCOPED_TRACE("sequence " + std::to_string(b));
+      std::vector<double> weights;
+      const std::vector<double> expected = SequenceReference(
+          history[b], {q.begin() + row * kHeads * kDepth, q.begin() + (row + n) * kHeads * kDepth},
+          n, form, precision, &weights);
+      EXPECT_LE(MaxAbsDiff(out.data() + row * kHeads * kValueDim, expected),
+                Tolerance(precision, history[b].v));
+    }
+  }
+}
+
+// The catalogue's step refuses an output of the wrong shape before it
+// appends: with room for the step's rows once (capacity 2), the next step
+// still fits.
+TEST(KvCacheStep, TheCataloguesStepChecksItsOutputBeforeAppending) {
+  std::unique_ptr<Op> op;
+  ASSERT_TRUE(Op::Create("kv_cache_step",
+                         {{"batch", "2"},
+                          {"capacity", "2"},
+                          {"kv_heads", "2"},
+                          {"key_dim", "16"},
+                          {"value_dim", "16"}},
+                         {}, &op)
+                  .ok());
+  const std::vector<float> k = RandomFloats(3 * kPosition, 1),
+                           q = RandomFloats(3 * kHeads * kDepth, 2);
+  const std::vector<int64_t> counts = {2, 1};
+  std::vector<float> out(3 * kHeads * kValueDim, kSentinel);
+  const std::vector<NamedTensor> inputs = {{"queries", q.data(), {3, kHeads, kDepth}},
+                                           {"query_counts", counts.data(), {2}},
+                                           {"keys", k.data(), {3, kKvHeads, kDepth}},
+                                           {"values", k.data(), {3, kKvHeads, kValueDim}},
+                                           {"counts", counts.data(), {2}}};
+  EXPECT_EQ(
+      op->Run(DefaultEngine(), inputs, {}, {{"output", out.data(), {3, kHeads, kValueDim - 1}}})
+          .message(),
+      "KvCache: out has shape (3, 4, 15) but must be (T, Hq, Dv) = (3, 4, 16)");
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == kSentinel; }));
+  ASSERT_EQ(op->Run(DefaultEngine(), inputs, {}, {{"output", out.data(), {3, kHeads, kValueDim}}})
+                .message(),
+            "");
+  EXPECT_EQ(op->Run(DefaultEngine(), inputs, {}, {{"output", out.data(), {3, kHeads, kValueDim}}})
+                .message(),
+            "KvCache: sequence 0 holds 2 of its 2 positions; 2 more do not fit");
+}
+
 // Refusals name the argument; nothing is appended or written.
 TEST(KvCacheStep, RefusesBadCountsChangingNothing) {
   std::unique_ptr<KvCache> cache = MakeCache(2, Precision::kFp32);

@@ -209,11 +209,15 @@ Status KvCache::AppendPacked(ConstTensor keys, ConstTensor values,
       CheckTensor(kOp, "values", values, {rows, s.kv_heads, s.value_dim}, "(T, Hkv, Dv)"));
   ATTNSCORE_RETURN_IF_ERROR(storage_->CheckCounts("counts", counts, rows, /*held=*/false));
   ATTNSCORE_RETURN_IF_ERROR(storage_->CheckCodable(keys, values));
-  const auto count = [&](int64_t b) { return counts.data[b * counts.strides[0]]; };
+  // The counts as checked, read once (whatever memory they lie in).
+  std::vector<int64_t> per_sequence(static_cast<size_t>(s.batch));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    per_sequence[static_cast<size_t>(b)] = counts.data[b * counts.strides[0]];
+  }
+  const auto count = [&](int64_t b) { return per_sequence[static_cast<size_t>(b)]; };
   ATTNSCORE_RETURN_IF_ERROR(
       storage_->TakeBlocks(count, std::to_string(rows) + " packed positions"));
-  // Sequence b's rows, from the packed row after those of the ones before
-  // it (counts read before any length changes: they may not alias the cache).
+  // Sequence b's rows, from the packed row after those of the ones before it.
   for (int64_t b = 0, row = 0; b < s.batch; row += count(b), ++b) {
     if (count(b) == 0) continue;
     const ConstTensor k_b(keys.data + row * keys.strides[0], {count(b), s.kv_heads, s.key_dim},

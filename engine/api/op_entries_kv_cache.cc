@@ -10,12 +10,16 @@
 
 #include "api/op_impl.h"
 #include "attnscore/kv_cache.h"
+#include "base/checks.h"
 #include "ops/multihead.h"
 #include "ops/multihead_window.h"
 
 namespace attnscore {
 namespace internal {
 namespace {
+
+using internal::CheckTensor;
+using internal::kAnyDim;
 
 // A cache of its own and a lock: each Run appends, then attends, as one
 // step (kv_cache_attend: every sequence the same count; kv_cache_step:
@@ -54,6 +58,38 @@ class CacheEntry : public Op::Impl {
         ops::CheckScoreOptions("KvCache", call.options.scale, call.options.softcap));
     return ops::CheckWindow("KvCache", call.options.window);
   }
+  // Queries with `heads` query heads, a multiple of the cache's.
+  Status CheckHeads(const ConstTensor& queries, int64_t heads) const {
+    if (heads % cache_->shape().kv_heads == 0) return Status::Ok();
+    return Status::InvalidArgument("KvCache: queries " + ShapeString(queries) + " have " +
+                                   std::to_string(heads) + " heads; the cache's " +
+                                   std::to_string(cache_->shape().kv_heads) +
+                                   " key-value heads must divide them");
+  }
+  // What the attend would refuse of the outputs, checked before anything is
+  // appended: each given output of the shape Check found (its dims named by
+  // `layouts`), writable, and sharing no memory with the queries or the
+  // views `read`.
+  static Status CheckOutputs(const BoundCall& call, const Shapes& shapes,
+                             const std::vector<const char*>& layouts,
+                             const MultiHeadOptions& read) {
+    static const char* const kNames[] = {"out", "attention_weights"};
+    Tensor given[2];
+    for (size_t o = 0; o < call.outputs.size() && o < 2; ++o) {
+      const Tensor& out = call.outputs[o];
+      if (out.empty()) continue;
+      const std::vector<int64_t>& want = shapes[o];  // rank 3 or 4
+      ATTNSCORE_RETURN_IF_ERROR(
+          want.size() == 3
+              ? CheckTensor("KvCache", kNames[o], out, {want[0], want[1], want[2]}, layouts[o])
+              : CheckTensor("KvCache", kNames[o], out, {want[0], want[1], want[2], want[3]},
+                            layouts[o]));
+      given[o] = out;
+    }
+    ATTNSCORE_RETURN_IF_ERROR(internal::CheckOutputsApart(
+        "KvCache", {{"queries", call.Floats(0)}}, given[0], given[1], ValidLens::None(), 1, 1));
+    return ops::OptionsApart("KvCache", read, given[0], given[1]);
+  }
 
   mutable std::mutex mutex_;
   std::unique_ptr<KvCache> cache_;
@@ -72,6 +108,8 @@ class KvCacheEntry : public CacheEntry {
     std::lock_guard<std::mutex> lock(mutex_);
     Shapes shapes;
     ATTNSCORE_RETURN_IF_ERROR(CheckStep(call, &shapes));
+    ATTNSCORE_RETURN_IF_ERROR(
+        CheckOutputs(call, shapes, {"(B, N, Hq, Dv)", "(B, Hq, N, L)"}, Terms(call)));
     if (call.inputs[1] != nullptr) {
       ATTNSCORE_RETURN_IF_ERROR(cache_->Append(call.Floats(1), call.Floats(2)));
     }
@@ -91,11 +129,8 @@ class KvCacheEntry : public CacheEntry {
       return Status::InvalidArgument("KvCache: keys and values are appended together; got one");
     }
     const int64_t appended = call.inputs[1] != nullptr && k.rank == 4 ? k.dims[1] : 0;
-    if (q.rank != 4 || q.dims[0] != s.batch || q.dims[2] < 1 || q.dims[3] != s.key_dim) {
-      return Status::InvalidArgument("KvCache: queries has shape " + ShapeString(q) + "; want (" +
-                                     std::to_string(s.batch) + ", N, Hq, " +
-                                     std::to_string(s.key_dim) + ")");
-    }
+    ATTNSCORE_RETURN_IF_ERROR(CheckTensor("KvCache", "queries", q,
+                                          {s.batch, kAnyDim, kAnyDim, s.key_dim}, "(B, N, Hq, D)"));
     int64_t longest = 0;
     for (int64_t b = 0; b < s.batch; ++b) {
       const int64_t held = cache_->length(b) + appended;
@@ -107,15 +142,20 @@ class KvCacheEntry : public CacheEntry {
       }
       longest = std::max(longest, held);
     }
+    ATTNSCORE_RETURN_IF_ERROR(CheckHeads(q, q.dims[2]));
+    ATTNSCORE_RETURN_IF_ERROR(
+        ops::CheckScoreTerms("KvCache", Terms(call), s.batch, q.dims[2], q.dims[1], longest));
+    *shapes = {{s.batch, q.dims[1], q.dims[2], s.value_dim},
+               {s.batch, q.dims[2], q.dims[1], longest}};
+    return Status::Ok();
+  }
+  // The views the options read: sinks, ALiBi slopes, bias (inputs 3 to 5).
+  static MultiHeadOptions Terms(const BoundCall& call) {
     MultiHeadOptions terms;
     terms.sinks = call.Floats(3);
     terms.alibi_slopes = call.Floats(4);
     terms.bias = call.Floats(5);
-    ATTNSCORE_RETURN_IF_ERROR(
-        ops::CheckScoreTerms("KvCache", terms, s.batch, q.dims[2], q.dims[1], longest));
-    *shapes = {{s.batch, q.dims[1], q.dims[2], s.value_dim},
-               {s.batch, q.dims[2], q.dims[1], longest}};
-    return Status::Ok();
+    return terms;
   }
 };
 
@@ -137,6 +177,7 @@ class KvCacheStepEntry : public CacheEntry {
     std::vector<int64_t> counts, query_counts;
     Shapes shapes;
     ATTNSCORE_RETURN_IF_ERROR(CheckStep(call, &counts, &query_counts, &shapes));
+    ATTNSCORE_RETURN_IF_ERROR(CheckOutputs(call, shapes, {"(T, Hq, Dv)"}, Terms(call)));
     const auto view = [&](const std::vector<int64_t>& per) {
       return TensorView<const int64_t>(per.data(), {cache_->shape().batch});
     };
@@ -185,10 +226,10 @@ class KvCacheStepEntry : public CacheEntry {
     if (appends) ATTNSCORE_RETURN_IF_ERROR(CountsOf(call.inputs[4], "counts", counts));
     ATTNSCORE_RETURN_IF_ERROR(CountsOf(call.inputs[1], "query_counts", query_counts));
     const ConstTensor q = call.Floats(0);
-    if (q.rank != 3 || q.dims[1] < 1 || q.dims[2] != s.key_dim) {
-      return Status::InvalidArgument("KvCache: queries has shape " + ShapeString(q) +
-                                     "; want (Tq, Hq, " + std::to_string(s.key_dim) + ")");
-    }
+    ATTNSCORE_RETURN_IF_ERROR(
+        CheckTensor("KvCache", "queries", q, {kAnyDim, kAnyDim, s.key_dim}, "(Tq, Hq, D)"));
+    ATTNSCORE_RETURN_IF_ERROR(CheckHeads(q, q.dims[1]));
+    int64_t total = 0;  // each count below capacity: no overflow
     for (int64_t b = 0; b < s.batch; ++b) {
       const int64_t held = cache_->length(b), added = (*counts)[static_cast<size_t>(b)];
       if (added > s.capacity - held) {
@@ -203,13 +244,23 @@ class KvCacheStepEntry : public CacheEntry {
                                        " but sequence " + std::to_string(b) + " will hold " +
                                        std::to_string(held + added) + " positions");
       }
+      total += (*query_counts)[static_cast<size_t>(b)];
     }
+    if (total != q.dims[0]) {
+      return Status::InvalidArgument("KvCache: query_counts sum to " + std::to_string(total) +
+                                     "; the packed rows are " + std::to_string(q.dims[0]));
+    }
+    ATTNSCORE_RETURN_IF_ERROR(
+        ops::CheckScoreTerms("KvCache", Terms(call), s.batch, q.dims[1], 1, 1));
+    *shapes = {{q.dims[0], q.dims[1], s.value_dim}};
+    return Status::Ok();
+  }
+  // The views the options read: sinks and ALiBi slopes (inputs 5 and 6).
+  static MultiHeadOptions Terms(const BoundCall& call) {
     MultiHeadOptions terms;
     terms.sinks = call.Floats(5);
     terms.alibi_slopes = call.Floats(6);
-    ATTNSCORE_RETURN_IF_ERROR(ops::CheckScoreTerms("KvCache", terms, s.batch, q.dims[1], 1, 1));
-    *shapes = {{q.dims[0], q.dims[1], s.value_dim}};
-    return Status::Ok();
+    return terms;
   }
 };
 

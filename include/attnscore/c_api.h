@@ -339,7 +339,8 @@ typedef struct attnscore_kv_cache_attend_options {
   int64_t window_left;
   const float* alibi_slopes; /* Hq finite slopes or NULL, as attnscore_multihead_options' */
   /* Added to the scores: (B, Hq, N, L), L the longest sequence's length,
-   * each dim that or 1; NULL: none. Not with the packed call. */
+   * each dim that or 1; NULL: none. Not with the packed call. A mask is a
+   * bias of -INFINITY where a key is masked, 0 elsewhere. */
   const attnscore_tensor_view* bias;
 } attnscore_kv_cache_attend_options;
 #define ATTNSCORE_KV_CACHE_ATTEND_OPTIONS_INIT \

@@ -49,7 +49,8 @@ struct KvCacheAttendOptions {
   float softcap = 0.0f;  // c > 0: each score s becomes c · tanh(s / c); 0: none
   ConstTensor sinks;     // (Hq,) sink logits, or empty: none (MultiHeadOptions::sinks)
   // A sliding window: keys p - left <= j (right has nothing to cut, the
-  // cache being causal); left -1: unbounded. Keys before it are not read.
+  // cache being causal); left -1: unbounded. Keys before it are not read
+  // (in bf16 and int8, but for those of its first key's group of 16).
   Window window;
   ConstTensor alibi_slopes;  // (Hq,) or empty (MultiHeadOptions::alibi_slopes)
   // A bias or a mask as MultiHeadOptions', shaped (B, Hq, N, L), L the

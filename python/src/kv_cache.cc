@@ -193,7 +193,7 @@ void BindKvCache(py::module_& m) {
 q (B, N, Hq, D): each sequence's N newest positions (appended first), query
 i of sequence b at position p = L_b - N + i attending causally to its keys.
 With query_counts (B,) integers, q is packed (T, Hq, D): sequence b's are
-the next query_counts[b] rows, 0 leaving it idle, and out is (T, Hq, D).
+the next query_counts[b] rows, 0 leaving it idle, and out is (T, Hq, Dv).
 The keywords as multihead_attention's: scale (0: 1/sqrt(D)); window (left,
 right), keys p - left..p (the cache is causal); alibi_slopes (Hq,);
 softcap; sinks (Hq,); bias (B, Hq, N, L) float32 or bool (True keeps), L

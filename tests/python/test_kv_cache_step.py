@@ -139,6 +139,11 @@ def test_the_catalogues_step_appends_and_attends_or_refuses_changing_nothing(eng
            values=np.zeros((9, HKV, D), np.float32), counts=np.array([9, 0]))
     with pytest.raises(ValueError, match=r"query_counts\[1\] is 2 but sequence 1 will hold 1"):
         op(engine, queries=q, query_counts=np.array([1, 2]), keys=k, values=v, counts=counts)
+    # What only the attend would see, refused before the append too.
+    with pytest.raises(ValueError, match="query_counts sum to 2; the packed rows are 3"):
+        op(engine, queries=q, query_counts=np.array([1, 1]), keys=k, values=v, counts=counts)
+    with pytest.raises(ValueError, match="have 3 heads; the cache's 2 key-value heads"):
+        op(engine, queries=q[:, :3], query_counts=query_counts, keys=k, values=v, counts=counts)
     got = op(engine, queries=q, query_counts=query_counts, keys=k, values=v, counts=counts,
              window_left=2)
     twin.append(k, v, counts=counts)
