@@ -43,6 +43,24 @@ std::unique_ptr<KvCache> MakeCache(int64_t batch, Precision precision) {
   return cache;
 }
 
+// A cache of B = lengths.size() sequences, sequence b holding lengths[b]
+// random positions (seeds from `seed`), and their histories.
+std::vector<History> FilledSequences(KvCache* cache, const std::vector<int64_t>& lengths,
+                                     uint32_t seed) {
+  std::vector<History> history(lengths.size());
+  for (size_t b = 0; b < lengths.size(); ++b) {
+    const auto own = static_cast<uint32_t>(seed + 7 * b);
+    history[b].Add(RandomFloats(lengths[b] * kPosition, own),
+                   RandomFloats(lengths[b] * kKvHeads * kValueDim, own + 1, 3.0f));
+    EXPECT_TRUE(cache
+                    ->AppendTo(static_cast<int64_t>(b),
+                               ConstTensor(history[b].k.data(), {lengths[b], kKvHeads, kDepth}),
+                               ConstTensor(history[b].v.data(), {lengths[b], kKvHeads, kValueDim}))
+                    .ok());
+  }
+  return history;
+}
+
 // Float64 attention of sequence `history`'s newest n positions by queries
 // (n, Hq, D), causal, with `form` (its bias and mask (1, Hq, n, L)): out (n,
 // Hq, Dv) and weights (1, Hq, n, L). K and V as the precision holds them
@@ -95,18 +113,7 @@ TEST_P(KvCacheStepTest, PackedStepGivesEachSequenceItsOwnAnswer) {
       std::unique_ptr<KvCache> cache = MakeCache(3, precision);
       ASSERT_TRUE(cache);
       // The histories before the step: 5, 40 and 20 positions.
-      std::vector<History> history(3);
-      const int64_t before[3] = {5, 40, 20};
-      for (int64_t b = 0; b < 3; ++b) {
-        const uint32_t seed = static_cast<uint32_t>(10 * b + 1);
-        history[b].Add(RandomFloats(before[b] * kPosition, seed),
-                       RandomFloats(before[b] * kKvHeads * kValueDim, seed + 1, 3.0f));
-        ASSERT_TRUE(
-            cache
-                ->AppendTo(b, ConstTensor(history[b].k.data(), {before[b], kKvHeads, kDepth}),
-                           ConstTensor(history[b].v.data(), {before[b], kKvHeads, kValueDim}))
-                .ok());
-      }
+      std::vector<History> history = FilledSequences(cache.get(), {5, 40, 20}, 1);
       // The step's packed rows: 30 of sequence 0, then 1 of sequence 1.
       const std::vector<int64_t> counts = {30, 1, 0};
       const std::vector<float> k = RandomFloats(31 * kPosition, 51),
@@ -205,22 +212,13 @@ TEST_P(KvCacheStepTest, EqualCountsGiveAttendsBits) {
 TEST_P(KvCacheStepTest, AttendPlacesEachSequencesQueriesAtItsOwnLength) {
   const std::vector<float> slopes = {0.25f, 0.125f, 0.0625f, 0.5f},
                            sinks = {0.5f, -1.0f, 2.0f, 0.0f};
-  const int64_t lengths[3] = {23, 40, 9}, n = 3, longest = 40;
+  const std::vector<int64_t> lengths = {23, 40, 9};
+  const int64_t n = 3, longest = 40;
   for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kInt8}) {
     SCOPED_TRACE(PrecisionName(precision));
     std::unique_ptr<KvCache> cache = MakeCache(3, precision);
     ASSERT_TRUE(cache);
-    std::vector<History> history(3);
-    for (int64_t b = 0; b < 3; ++b) {
-      const auto seed = static_cast<uint32_t>(100 + 7 * b);
-      history[b].Add(RandomFloats(lengths[b] * kPosition, seed),
-                     RandomFloats(lengths[b] * kKvHeads * kValueDim, seed + 1, 3.0f));
-      ASSERT_TRUE(
-          cache
-              ->AppendTo(b, ConstTensor(history[b].k.data(), {lengths[b], kKvHeads, kDepth}),
-                         ConstTensor(history[b].v.data(), {lengths[b], kKvHeads, kValueDim}))
-              .ok());
-    }
+    std::vector<History> history = FilledSequences(cache.get(), lengths, 100);
     const std::vector<float> q = RandomFloats(3 * n * kHeads * kDepth, 131);
     // A bias per (b, h, i, j) and a mask on every fifth key of head 1.
     const std::vector<float> bias = RandomFloats(3 * kHeads * n * longest, 132, 0.5f);
@@ -240,7 +238,7 @@ TEST_P(KvCacheStepTest, AttendPlacesEachSequencesQueriesAtItsOwnLength) {
                     .ok());
     for (int64_t b = 0; b < 3; ++b) {
       SCOPED_TRACE("sequence " + std::to_string(b));
-      const int64_t length = lengths[b];
+      const int64_t length = lengths[static_cast<size_t>(b)];
       Form form{Causal::kNone, 0, 2.5, 8, -1, sinks, slopes};
       form.bias.clear(), form.mask.clear();
       for (int64_t h = 0; h < kHeads; ++h) {
@@ -278,23 +276,13 @@ TEST_P(KvCacheStepTest, AttendPlacesEachSequencesQueriesAtItsOwnLength) {
 // math (lengths 10, 30, 30, 30 and 12; 1, 2, 2, 0 and 3 queries).
 TEST_P(KvCacheStepTest, RunsOfSequencesOfOneLengthPlaceTheirQueries) {
   const std::vector<float> slopes = {0.25f, 0.125f, 0.0625f, 0.5f};
-  const int64_t lengths[5] = {10, 30, 30, 30, 12};
+  const std::vector<int64_t> lengths = {10, 30, 30, 30, 12};
   const std::vector<int64_t> query_counts = {1, 2, 2, 0, 3};
   for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
     SCOPED_TRACE(PrecisionName(precision));
     std::unique_ptr<KvCache> cache = MakeCache(5, precision);
     ASSERT_TRUE(cache);
-    std::vector<History> history(5);
-    for (int64_t b = 0; b < 5; ++b) {
-      const auto seed = static_cast<uint32_t>(300 + 5 * b);
-      history[b].Add(RandomFloats(lengths[b] * kPosition, seed),
-                     RandomFloats(lengths[b] * kKvHeads * kValueDim, seed + 1, 3.0f));
-      ASSERT_TRUE(
-          cache
-              ->AppendTo(b, ConstTensor(history[b].k.data(), {lengths[b], kKvHeads, kDepth}),
-                         ConstTensor(history[b].v.data(), {lengths[b], kKvHeads, kValueDim}))
-              .ok());
-    }
+    std::vector<History> history = FilledSequences(cache.get(), lengths, 300);
     const std::vector<float> q = RandomFloats(8 * kHeads * kDepth, 331);
     KvCacheAttendOptions options;
     options.window = {6, -1};

@@ -95,6 +95,40 @@ Status ParseScoreFlags(const Args& args, int64_t heads, MultiHeadOptions* option
   return Status::Ok();
 }
 
+// The shape flags both benches take: --batch, --queries, --keys (required),
+// --query-dim, --heads, --kv-heads, --repeat.
+struct PackedShape {
+  int64_t batch = 0, queries = 0, keys = 0, depth = 0, heads = 0, kv_heads = 0, repeat = 0;
+};
+Status ParsePackedShape(const Args& args, PackedShape* shape) {
+  constexpr int64_t kMaxDim = int64_t{1} << 20;
+  ATTNSCORE_RETURN_IF_ERROR(ParseInt(args, "--batch", 1, 1, kMaxDim, &shape->batch));
+  ATTNSCORE_RETURN_IF_ERROR(ParseInt(args, "--queries", 1, 1, kMaxDim, &shape->queries));
+  ATTNSCORE_RETURN_IF_ERROR(ParseInt(args, "--keys", 1, 1, kMaxDim, &shape->keys));
+  ATTNSCORE_RETURN_IF_ERROR(ParseInt(args, "--query-dim", 64, 1, kMaxDim, &shape->depth));
+  ATTNSCORE_RETURN_IF_ERROR(ParseInt(args, "--heads", 8, 1, kMaxDim, &shape->heads));
+  ATTNSCORE_RETURN_IF_ERROR(
+      ParseInt(args, "--kv-heads", shape->heads, 1, kMaxDim, &shape->kv_heads));
+  return ParseInt(args, "--repeat", 20, 1, 1000000, &shape->repeat);
+}
+
+// A bench's JSON line: `fields`, then the run's threads, ISA, timing and
+// rates (GB/s where bytes > 0) and what ran.
+void PrintJson(Json fields, const Engine& engine, int64_t repeat, double median, double min,
+               double flops, double bytes) {
+  const RuntimeInfo info = engine.Info();
+  fields["threads"] = engine.options().threads;
+  fields["isa"] = IsaName(engine.options().isa);
+  fields["repeat"] = repeat;
+  fields["median_us"] = Rounded(median, 3);
+  fields["min_us"] = Rounded(min, 3);
+  fields["gflops"] = Rounded(flops / (median * 1e3), 6);
+  if (bytes > 0) fields["gbytes_per_s"] = Rounded(bytes / (median * 1e3), 3);
+  fields["highway_target"] = info.target_in_use;
+  fields["onednn_implementations"] = OnednnImplementations(info);
+  std::printf("%s\n", OneLine(fields).c_str());
+}
+
 std::vector<float> RandomVector(std::mt19937* rng, int64_t n) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> v(static_cast<size_t>(n));
@@ -112,20 +146,16 @@ int BenchPacked(const Args& args, const std::string& word) {
                   "--repeat", "--json", "--threads", "--isa", "--precision", "--info"},
                  {"--batch", "--queries", "--keys"}, "bench " + word);
   if (s.ok()) s = CheckInfoWithoutJson(args);
-  constexpr int64_t kMaxDim = int64_t{1} << 20;
-  int64_t sequences = 0, queries = 0, keys = 0, depth = 0, heads = 0, kv_heads = 0, repeat = 0;
+  PackedShape shape;
   MultiHeadOptions options;
   std::vector<float> sinks, slopes;
-  if (!s.ok() || !(s = ParseInt(args, "--batch", 1, 1, kMaxDim, &sequences)).ok() ||
-      !(s = ParseInt(args, "--queries", 1, 1, kMaxDim, &queries)).ok() ||
-      !(s = ParseInt(args, "--keys", 1, 1, kMaxDim, &keys)).ok() ||
-      !(s = ParseInt(args, "--query-dim", 64, 1, kMaxDim, &depth)).ok() ||
-      !(s = ParseInt(args, "--heads", 8, 1, kMaxDim, &heads)).ok() ||
-      !(s = ParseInt(args, "--kv-heads", heads, 1, kMaxDim, &kv_heads)).ok() ||
-      !(s = ParseInt(args, "--repeat", 20, 1, 1000000, &repeat)).ok() ||
-      !(s = ParseScoreFlags(args, heads, &options, &sinks, &slopes)).ok()) {
+  if (!s.ok() || !(s = ParsePackedShape(args, &shape)).ok() ||
+      !(s = ParseScoreFlags(args, shape.heads, &options, &sinks, &slopes)).ok()) {
     return Fail(s);
   }
+  const int64_t sequences = shape.batch, queries = shape.queries, keys = shape.keys;
+  const int64_t depth = shape.depth, heads = shape.heads, kv_heads = shape.kv_heads;
+  const int64_t repeat = shape.repeat;
   const std::string causal_name = args.get("--causal", "none");
   if (causal_name == "top-left") {
     options.causal = Causal::kTopLeft;
@@ -183,32 +213,22 @@ int BenchPacked(const Args& args, const std::string& word) {
       4.0 * static_cast<double>(2 * rows_q * heads * depth + 2 * rows_k * kv_heads * depth);
   const std::string isa = IsaName(engine->options().isa);
   if (args.has("--json")) {
-    const RuntimeInfo info = engine->Info();
-    const Json json = {{"op", "multihead_attention_packed"},
-                       {"sequences", sequences},
-                       {"queries", queries},
-                       {"keys", keys},
-                       {"packed_queries", rows_q},
-                       {"packed_keys", rows_k},
-                       {"query_dim", depth},
-                       {"heads", heads},
-                       {"kv_heads", kv_heads},
-                       {"causal", causal_name},
-                       {"softcap", options.softcap},
-                       {"window_left", options.window.left},
-                       {"window_right", options.window.right},
-                       {"sinks", sinks.empty() ? Json(nullptr) : Json(sinks[0])},
-                       {"alibi", !slopes.empty()},
-                       {"threads", engine->options().threads},
-                       {"isa", isa},
-                       {"repeat", repeat},
-                       {"median_us", Rounded(median, 3)},
-                       {"min_us", Rounded(min, 3)},
-                       {"gflops", Rounded(flops / (median * 1e3), 6)},
-                       {"gbytes_per_s", Rounded(bytes / (median * 1e3), 3)},
-                       {"highway_target", info.target_in_use},
-                       {"onednn_implementations", OnednnImplementations(info)}};
-    std::printf("%s\n", OneLine(json).c_str());
+    PrintJson({{"op", "multihead_attention_packed"},
+               {"sequences", sequences},
+               {"queries", queries},
+               {"keys", keys},
+               {"packed_queries", rows_q},
+               {"packed_keys", rows_k},
+               {"query_dim", depth},
+               {"heads", heads},
+               {"kv_heads", kv_heads},
+               {"causal", causal_name},
+               {"softcap", options.softcap},
+               {"window_left", options.window.left},
+               {"window_right", options.window.right},
+               {"sinks", sinks.empty() ? Json(nullptr) : Json(sinks[0])},
+               {"alibi", !slopes.empty()}},
+              *engine, repeat, median, min, flops, bytes);
     return kExitOk;
   }
   std::printf(
@@ -231,20 +251,16 @@ int BenchStep(const Args& args, const std::string& word) {
                          "--repeat", "--json", "--threads", "--isa", "--precision", "--info"},
                         {"--batch", "--queries", "--keys"}, "bench " + word);
   if (s.ok()) s = CheckInfoWithoutJson(args);
-  constexpr int64_t kMaxDim = int64_t{1} << 20;
-  int64_t batch = 0, queries = 0, keys = 0, depth = 0, heads = 0, kv_heads = 0, repeat = 0;
+  PackedShape dims;
   MultiHeadOptions options;
   std::vector<float> sinks, slopes;
-  if (!s.ok() || !(s = ParseInt(args, "--batch", 1, 1, kMaxDim, &batch)).ok() ||
-      !(s = ParseInt(args, "--queries", 1, 1, kMaxDim, &queries)).ok() ||
-      !(s = ParseInt(args, "--keys", 1, 1, kMaxDim, &keys)).ok() ||
-      !(s = ParseInt(args, "--query-dim", 64, 1, kMaxDim, &depth)).ok() ||
-      !(s = ParseInt(args, "--heads", 8, 1, kMaxDim, &heads)).ok() ||
-      !(s = ParseInt(args, "--kv-heads", heads, 1, kMaxDim, &kv_heads)).ok() ||
-      !(s = ParseInt(args, "--repeat", 20, 1, 1000000, &repeat)).ok() ||
-      !(s = ParseScoreFlags(args, heads, &options, &sinks, &slopes)).ok()) {
+  if (!s.ok() || !(s = ParsePackedShape(args, &dims)).ok() ||
+      !(s = ParseScoreFlags(args, dims.heads, &options, &sinks, &slopes)).ok()) {
     return Fail(s);
   }
+  const int64_t batch = dims.batch, queries = dims.queries, keys = dims.keys;
+  const int64_t depth = dims.depth, heads = dims.heads, kv_heads = dims.kv_heads;
+  const int64_t repeat = dims.repeat;
   const std::string precision_name = args.get("--kv-precision", "fp32");
   KvCacheShape shape;
   if (!ParsePrecision(precision_name, &shape.precision)) {
@@ -306,28 +322,19 @@ int BenchStep(const Args& args, const std::string& word) {
                        VisiblePairs(cu_q, cu_k, Causal::kBottomRight, options.window);
   const std::string isa = IsaName(engine->options().isa);
   if (args.has("--json")) {
-    const RuntimeInfo info = engine->Info();
-    const Json json = {{"op", "kv_cache_step"},
-                       {"batch", batch},
-                       {"queries", queries},
-                       {"keys", keys},
-                       {"query_dim", depth},
-                       {"heads", heads},
-                       {"kv_heads", kv_heads},
-                       {"kv_precision", precision_name},
-                       {"softcap", options.softcap},
-                       {"window_left", options.window.left},
-                       {"sinks", sinks.empty() ? Json(nullptr) : Json(sinks[0])},
-                       {"alibi", !slopes.empty()},
-                       {"threads", engine->options().threads},
-                       {"isa", isa},
-                       {"repeat", repeat},
-                       {"median_us", Rounded(median, 3)},
-                       {"min_us", Rounded(min, 3)},
-                       {"gflops", Rounded(flops / (median * 1e3), 6)},
-                       {"highway_target", info.target_in_use},
-                       {"onednn_implementations", OnednnImplementations(info)}};
-    std::printf("%s\n", OneLine(json).c_str());
+    PrintJson({{"op", "kv_cache_step"},
+               {"batch", batch},
+               {"queries", queries},
+               {"keys", keys},
+               {"query_dim", depth},
+               {"heads", heads},
+               {"kv_heads", kv_heads},
+               {"kv_precision", precision_name},
+               {"softcap", options.softcap},
+               {"window_left", options.window.left},
+               {"sinks", sinks.empty() ? Json(nullptr) : Json(sinks[0])},
+               {"alibi", !slopes.empty()}},
+              *engine, repeat, median, min, flops, 0.0);
     return kExitOk;
   }
   std::printf(
