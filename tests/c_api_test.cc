@@ -396,13 +396,14 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
               "");
     std::vector<float> cached(out_c.size()), cached_w(w_c.size());
     const attnscore_tensor co = COut4(cached, b, n, hq, d), cw = COut4(cached_w, b, hq, n, m);
-    const attnscore_kv_cache_attend_options attend = {2.0f, 0.75f, nullptr};
+    const attnscore_kv_cache_attend_options attend = {2.0f, 0.75f,   nullptr, 0,
+                                                      -1,   nullptr, nullptr};
     ASSERT_EQ(Message(attnscore_kv_cache_attend_with_options(capped_cache, engine_, &qv, &attend,
                                                              &co, &cw)),
               "");
     EXPECT_EQ(cached, out_c);
     EXPECT_EQ(cached_w, w_c);
-    const attnscore_kv_cache_attend_options bad = {0.0f, -1.0f, nullptr};
+    const attnscore_kv_cache_attend_options bad = {0.0f, -1.0f, nullptr, 0, -1, nullptr, nullptr};
     EXPECT_EQ(
         Message(attnscore_kv_cache_attend_with_options(capped_cache, engine_, &qv, &bad, &co, &cw)),
         "KvCache: softcap is -1.000000; it must be finite and >= 0 (0: no cap)");
@@ -472,7 +473,7 @@ TEST_F(CApi, MultiHeadAndTheKvCacheGiveTheCppBits) {
     ASSERT_EQ(Message(attnscore_kv_cache_append(sunk_cache, &kv, &vv)), "");
     std::vector<float> cached(out_c.size()), cached_w(w_c.size());
     const attnscore_tensor co = COut4(cached, b, n, hq, d), cw = COut4(cached_w, b, hq, n, m);
-    const attnscore_kv_cache_attend_options attend = {0.0f, 0.0f, sinks};
+    const attnscore_kv_cache_attend_options attend = {0.0f, 0.0f, sinks, 0, -1, nullptr, nullptr};
     ASSERT_EQ(Message(attnscore_kv_cache_attend_with_options(sunk_cache, engine_, &qv, &attend, &co,
                                                              &cw)),
               "");

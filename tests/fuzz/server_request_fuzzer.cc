@@ -63,11 +63,11 @@ const Served& Models() {
     if (!attnscore::server::LoadModels(folder.string(), &s.models).ok()) std::abort();
     fs::remove_all(folder);
     for (const auto& [name, model] : s.models) s.list.push_back(model.get());
-    // Three built-in ops and the four model files, every one ready.
+    // Four built-in ops and the four model files, every one ready.
     for (const Model* model : s.list) {
       if (!model->ready()) std::abort();
     }
-    if (s.list.size() != 7) std::abort();
+    if (s.list.size() != 8) std::abort();
     return s;
   }();
   return served;
