@@ -12,6 +12,9 @@
 //            BM_OnednnMatmulHeads is one oneDNN matmul of the heads' Q Kᵀ;
 //            BM_MultiHeadAgainstMatmul times it alternated with the matmul
 //            limit.
+//   window   (B 1, N = M = 16,384, H 1, D 64), causal, window (1,024, 0):
+//            BM_MultiHeadWindowAgainstMatmul, alternated with the matmul
+//            limit, credited with the pairs the window leaves visible.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -55,14 +58,17 @@ struct MultiHeadCall {
     return s;
   }
 
-  // 2·(D + Dv) per visible (query, key) pair per head.
+  // 2·(D + Dv) per visible (query, key) pair per head: query i at p = i +
+  // M - N sees keys [p - left, min(its causal bound, M)) with a window.
   double Flops() const {
     double visible = 0;  // summed over queries; each head sees the same
     for (int64_t i = 0; i < queries; ++i) {
       const int64_t bound = options.causal == Causal::kTopLeft       ? i + 1
                             : options.causal == Causal::kBottomRight ? keys - queries + i + 1
                                                                      : keys;
-      visible += static_cast<double>(std::min(bound, keys));
+      const int64_t left = options.window.left;
+      const int64_t first = left < 0 ? 0 : std::max<int64_t>(0, keys - queries + i - left);
+      visible += static_cast<double>(std::max<int64_t>(0, std::min(bound, keys) - first));
     }
     return 2.0 * static_cast<double>(batch * heads * 2 * depth) * visible;
   }
@@ -111,6 +117,27 @@ BENCHMARK(BM_MultiHeadAgainstMatmul)
     ->ArgNames({"batch", "queries", "keys", "heads", "kv_heads", "dim", "causal"})
     ->Args({1, 1024, 1024, 16, 16, 64, 1})  // prefill, causal
     ->Iterations(15)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Causal prefill of N = M tokens with a window (left, 0), one head, against
+// the matmul limit as above: the work should follow the window's pairs.
+void BM_MultiHeadWindowAgainstMatmul(benchmark::State& state) {
+  const int64_t tokens = state.range(0);
+  MultiHeadCall call(1, tokens, tokens, 1, 1, state.range(1), Causal::kBottomRight);
+  call.options.window = {state.range(2), 0};
+  const std::unique_ptr<Engine> engine = EngineOrSkip(state, 1);
+  if (!engine) return;
+  const ImplementationLabel label;
+  AgainstLimitMatmul(
+      state, [&] { return SecondsOf(state, [&] { return call.Run(*engine); }); }, call.Flops());
+  label.Apply(state);
+}
+
+BENCHMARK(BM_MultiHeadWindowAgainstMatmul)
+    ->ArgNames({"tokens", "dim", "window_left"})
+    ->Args({16384, 64, 1024})
+    ->Iterations(9)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

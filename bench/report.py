@@ -652,7 +652,8 @@ def threads_section(runs, pairs):
 
 
 ALTERNATED_FAMILIES = ("BM_DotProductAgainstLimit", "BM_DotProductBf16AgainstLimit",
-                       "BM_MultiHeadAgainstMatmul", "BM_KvCacheDecodeAgainstRead")
+                       "BM_MultiHeadAgainstMatmul", "BM_MultiHeadWindowAgainstMatmul",
+                       "BM_KvCacheDecodeAgainstRead")
 
 
 def limit_matmul(bf16):
@@ -683,6 +684,10 @@ def alternated_section(runs, pairs, bf16, skipped_runs):
                 a["batch"], a["queries"], a["keys"], a["heads"], a["kv_heads"], a["dim"],
                 {0: "", 1: ", causal top-left", 2: ", causal bottom-right"}[a["causal"]])
             limit = matmul
+        elif f == "BM_MultiHeadWindowAgainstMatmul":
+            shape = "multi-head, N = M = %d, 1 head, D %d, causal, window (%d, 0)" % (
+                a["tokens"], a["dim"], a["window_left"])
+            limit = matmul
         else:
             shape = "KvCache decode, B %d, Hq %d, Hkv %d, D %d, %d keys%s" % (
                 a["batch"], a["heads"], a["kv_heads"], a["dim"], a["keys"],
@@ -708,7 +713,8 @@ def alternated_section(runs, pairs, bf16, skipped_runs):
             "its longest length, from the call's own buffers; for a KvCache, the K and V it "
             "holds, where it holds them. Its share is read time ÷ call time. The others' limit is a matmul of the "
             "limits table's shape, also on 1 thread, and the share is of GFLOP/s, the workload "
-            "credited with 2·(D + Dv) FLOPs per valid (query, key) pair, per head. The limits "
+            "credited with 2·(D + Dv) FLOPs per valid (query, key) pair, per head (with a "
+            "window, the pairs it leaves). The limits "
             "table above sets the same workloads against limits timed apart from them.")
     return "Against their limits, alternated", text, t if names else None
 

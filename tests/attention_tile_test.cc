@@ -2,8 +2,8 @@
 // query tile's scores, exps and mixed outputs match sums in double, a
 // query's bits do not depend on the tile, half or lane it takes, the tile's
 // flags name exactly the queries without a softmax, MixTile flags exactly
-// the rows it made non-finite, and MixPackedTile gives MixTile's bits for
-// any panel width.
+// the rows it made non-finite, MixPackedTile gives MixTile's bits for any
+// panel width, and lanes with starts keep to their own keys.
 #include "kernels/attention_tile.h"
 
 #include <algorithm>
@@ -49,15 +49,16 @@ struct TileRun {
     scores.assign(tile * width, -1.0f);
     row_max.assign(tile, -1.0f);
     inv_sum.assign(tile, -1.0f);
-    kernels::ScoreQueryTile(packed.data(), depth, k, k_stride, widths, scale, valid.data(),
+    kernels::ScoreQueryTile(packed.data(), depth, k, k_stride, widths, scale, nullptr, valid.data(),
                             row_max.data(), scores.data());
     // What the op keeps of the scores before the exps overwrite them.
     raw = scores;
     for (size_t half = 0; half * lanes < count; ++half) {
-      undefined |= kernels::QueryTileExps(
-                       valid.data() + half * lanes, row_max.data() + half * lanes, widths[half],
-                       tile, scores.data() + half * lanes, inv_sum.data() + half * lanes)
-                   << (half * lanes);
+      undefined |=
+          kernels::QueryTileExps(nullptr, valid.data() + half * lanes,
+                                 row_max.data() + half * lanes, widths[half], tile,
+                                 scores.data() + half * lanes, inv_sum.data() + half * lanes)
+          << (half * lanes);
     }
     for (size_t j = widths[0]; j < widths[1]; ++j) {
       std::fill_n(scores.begin() + static_cast<std::ptrdiff_t>(j * tile), lanes, 0.0f);
@@ -229,6 +230,62 @@ TEST_P(AttentionTileTest, AQueryGetsTheSameBitsInAnyTileHalfOrLane) {
   EXPECT_EQ(
       std::memcmp(full.out.data() + mine * value_dim, alone.out.data(), value_dim * sizeof(float)),
       0);
+}
+
+// Lanes with starts (a sliding window's rows): each lane's max, exps and
+// sum run over its own keys [start, valid) alone, in double's values, with
+// exact zeros before its start; a NaN score before a lane's start does not
+// reach it, nor flag it.
+TEST_P(AttentionTileTest, StartsKeepEachLaneToItsOwnKeys) {
+  const size_t lanes = kernels::QueryTileLanes(), tile = 2 * lanes;
+  const size_t depth = 24, keys = 3 * tile;
+  const std::vector<float> q = RandomFloats(tile * depth, 21);
+  std::vector<float> k = RandomFloats(keys * depth, 22, 2.0f);
+  k[0] = NAN;  // key 0: before every lane's start but lane 0's
+  std::vector<const float*> q_rows(tile);
+  std::vector<int32_t> starts(tile), valid(tile);
+  for (size_t r = 0; r < tile; ++r) {
+    q_rows[r] = q.data() + r * depth;
+    starts[r] = static_cast<int32_t>(r == 0 ? 1 : r);  // lane 0 past key 0 too
+    valid[r] = static_cast<int32_t>(r + 1 + tile + r % 3);
+  }
+  std::vector<float> packed(tile * depth), row_max(tile), inv_sum(tile);
+  kernels::PackQueries(tile, q_rows.data(), 1, depth, packed.data());
+  const size_t widths[2] = {
+      static_cast<size_t>(*std::max_element(valid.begin(), valid.begin() + lanes)),
+      static_cast<size_t>(*std::max_element(valid.begin(), valid.end()))};
+  std::vector<float> scores(tile * widths[1], -1.0f);
+  const float scale = 0.25f;
+  kernels::ScoreQueryTile(packed.data(), depth, k.data(), depth, widths, scale, starts.data(),
+                          valid.data(), row_max.data(), scores.data());
+  uint32_t undefined = 0;
+  for (size_t half = 0; half < 2; ++half) {
+    undefined |= kernels::QueryTileExps(starts.data() + half * lanes, valid.data() + half * lanes,
+                                        row_max.data() + half * lanes, widths[half], tile,
+                                        scores.data() + half * lanes, inv_sum.data() + half * lanes)
+                 << (half * lanes);
+  }
+  EXPECT_EQ(undefined, 0u);
+  for (size_t r = 0; r < tile; ++r) {
+    const auto start = static_cast<size_t>(starts[r]), own = static_cast<size_t>(valid[r]);
+    std::vector<double> score(own);
+    double max = -INFINITY, sum = 0;
+    for (size_t j = start; j < own; ++j) {
+      for (size_t d = 0; d < depth; ++d) score[j] += double{q[r * depth + d]} * k[j * depth + d];
+      score[j] *= scale;
+      max = std::max(max, score[j]);
+    }
+    EXPECT_NEAR(row_max[r], max, 1e-5 * (1 + std::abs(max))) << r;
+    for (size_t j = start; j < own; ++j) sum += std::exp(score[j] - max);
+    for (size_t j = 0; j < widths[r < lanes ? 0 : 1]; ++j) {
+      const float e = scores[j * tile + r];
+      if (j < start || j >= own) {
+        ASSERT_EQ(e, 0.0f) << r << " " << j;
+      } else {
+        ASSERT_NEAR(double{e} * inv_sum[r], std::exp(score[j] - max) / sum, 2e-6) << r << " " << j;
+      }
+    }
+  }
 }
 
 // The tile's flags name the queries without a softmax (a NaN or +Inf among

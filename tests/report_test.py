@@ -188,6 +188,8 @@ class ShortRun(unittest.TestCase):
             ("dot product long (1, 1024, 4096), D 64, bf16",
              "bf16 matmul (1024, 256) · (256, 1024)"),
             ("multi-head, B 1, N 1024, M 1024, Hq 16, Hkv 16, D 64, causal top-left",
+             "fp32 matmul (1024, 256) · (256, 1024)"),
+            ("multi-head, N = M = 16384, 1 head, D 64, causal, window (1024, 0)",
              "fp32 matmul (1024, 256) · (256, 1024)")])
         # Times only: how fast they are is the benchmarks' to say, not a
         # test's (ctest runs two tests at once on this 2-core machine).

@@ -130,12 +130,13 @@ void PackValues(const float* HWY_RESTRICT v, int64_t v_row_stride, int64_t v_col
 // queries, the tile's from lane `lane` on: each query vector of a feature
 // loaded once for all keys, each key's feature broadcast once for all query
 // vectors. The scores go to scores + j · 2L + lane; each vector's max over
-// the keys below its lanes' lengths `lens` folds into `max`.
+// the keys in its lanes' [starts, lens) folds into `max`.
 template <size_t kKeys, size_t kVecs, class D, class VI>
 HWY_INLINE void ScoreKeys(D d, const float* HWY_RESTRICT packed_q, size_t depth,
                           const float* HWY_RESTRICT k, int64_t k_row_stride, size_t first,
-                          size_t lane, float scale, const VI (&lens)[kVecs],
-                          hn::Vec<D> (&max)[kVecs], float* HWY_RESTRICT scores) {
+                          size_t lane, float scale, const VI (&starts)[kVecs],
+                          const VI (&lens)[kVecs], hn::Vec<D> (&max)[kVecs],
+                          float* HWY_RESTRICT scores) {
   using V = hn::Vec<D>;
   const hn::RebindToSigned<D> di;
   const size_t lanes = hn::Lanes(d), tile = 2 * lanes;
@@ -159,7 +160,8 @@ HWY_INLINE void ScoreKeys(D d, const float* HWY_RESTRICT packed_q, size_t depth,
     const auto key = hn::Set(di, static_cast<int32_t>(first + j));
     for (size_t vec = 0; vec < kVecs; ++vec) {
       const V y = hn::Mul(acc[j][vec], s);
-      const auto valid = hn::RebindMask(d, hn::Lt(key, lens[vec]));
+      const auto valid =
+          hn::RebindMask(d, hn::And(hn::Not(hn::Lt(key, starts[vec])), hn::Lt(key, lens[vec])));
       max[vec] = hn::IfThenElse(valid, hn::Max(max[vec], y), max[vec]);
       hn::StoreU(y, d, scores + (first + j) * tile + lane + vec * lanes);
     }
@@ -177,16 +179,17 @@ constexpr size_t kScoreStepKeys = kVecs == 2 ? 6 : 10;
 template <size_t kVecs, size_t kKeys = 1, class D, class VI>
 HWY_INLINE void ScoreKeysOf(D d, size_t keys, const float* HWY_RESTRICT packed_q, size_t depth,
                             const float* HWY_RESTRICT k, int64_t k_row_stride, size_t first,
-                            size_t lane, float scale, const VI (&lens)[kVecs],
-                            hn::Vec<D> (&max)[kVecs], float* HWY_RESTRICT scores) {
+                            size_t lane, float scale, const VI (&starts)[kVecs],
+                            const VI (&lens)[kVecs], hn::Vec<D> (&max)[kVecs],
+                            float* HWY_RESTRICT scores) {
   if constexpr (kKeys < kScoreStepKeys<kVecs>) {
     if (keys != kKeys) {
       return ScoreKeysOf<kVecs, kKeys + 1>(d, keys, packed_q, depth, k, k_row_stride, first, lane,
-                                           scale, lens, max, scores);
+                                           scale, starts, lens, max, scores);
     }
   }
-  ScoreKeys<kKeys, kVecs>(d, packed_q, depth, k, k_row_stride, first, lane, scale, lens, max,
-                          scores);
+  ScoreKeys<kKeys, kVecs>(d, packed_q, depth, k, k_row_stride, first, lane, scale, starts, lens,
+                          max, scores);
 }
 
 // Keys [from, to) against kVecs query vectors from lane `lane`, in steps as
@@ -195,64 +198,75 @@ HWY_INLINE void ScoreKeysOf(D d, size_t keys, const float* HWY_RESTRICT packed_q
 template <size_t kVecs, class D, class VI>
 HWY_INLINE void ScoreKeyRange(D d, size_t from, size_t to, const float* HWY_RESTRICT packed_q,
                               size_t depth, const float* HWY_RESTRICT k, int64_t k_row_stride,
-                              size_t lane, float scale, const VI (&lens)[kVecs],
-                              hn::Vec<D> (&max)[kVecs], float* HWY_RESTRICT scores) {
+                              size_t lane, float scale, const VI (&starts)[kVecs],
+                              const VI (&lens)[kVecs], hn::Vec<D> (&max)[kVecs],
+                              float* HWY_RESTRICT scores) {
   constexpr size_t kStep = kScoreStepKeys<kVecs>;
   const size_t steps = (to - from + kStep - 1) / kStep;
   for (size_t step = 0, first = from; step < steps; ++step) {
     const size_t keys = (to - first) / (steps - step);
-    ScoreKeysOf<kVecs>(d, keys, packed_q, depth, k, k_row_stride, first, lane, scale, lens, max,
-                       scores);
+    ScoreKeysOf<kVecs>(d, keys, packed_q, depth, k, k_row_stride, first, lane, scale, starts, lens,
+                       max, scores);
     first += keys;
   }
 }
 
 // Both halves over the first half's keys, then the second over the rest.
+// Lanes without starts begin at key 0.
 void ScoreQueryTile(const float* HWY_RESTRICT packed_q, size_t depth, const float* HWY_RESTRICT k,
                     int64_t k_row_stride, const size_t (&widths)[2], float scale,
-                    const int32_t* HWY_RESTRICT valid, float* HWY_RESTRICT row_max,
-                    float* HWY_RESTRICT scores) {
+                    const int32_t* HWY_RESTRICT starts, const int32_t* HWY_RESTRICT valid,
+                    float* HWY_RESTRICT row_max, float* HWY_RESTRICT scores) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   using V = hn::Vec<decltype(d)>;
   using VI = hn::Vec<decltype(di)>;
   const size_t lanes = hn::Lanes(d);
   const V none = hn::Set(d, -std::numeric_limits<float>::infinity());
+  const auto start_of = [&](size_t lane) HWY_ATTR {
+    return starts == nullptr ? hn::Zero(di) : hn::LoadU(di, starts + lane);
+  };
   if (widths[1] == 0) {
+    const VI first[1] = {start_of(0)};
     const VI lens[1] = {hn::LoadU(di, valid)};
     V max[1] = {none};
-    ScoreKeyRange<1>(d, 0, widths[0], packed_q, depth, k, k_row_stride, 0, scale, lens, max,
+    ScoreKeyRange<1>(d, 0, widths[0], packed_q, depth, k, k_row_stride, 0, scale, first, lens, max,
                      scores);
     hn::StoreU(max[0], d, row_max);
     hn::StoreU(none, d, row_max + lanes);
     return;
   }
   HWY_DASSERT(widths[0] <= widths[1]);
+  const VI first[2] = {start_of(0), start_of(lanes)};
   const VI lens[2] = {hn::LoadU(di, valid), hn::LoadU(di, valid + lanes)};
   V max[2] = {none, none};
-  ScoreKeyRange<2>(d, 0, widths[0], packed_q, depth, k, k_row_stride, 0, scale, lens, max, scores);
+  ScoreKeyRange<2>(d, 0, widths[0], packed_q, depth, k, k_row_stride, 0, scale, first, lens, max,
+                   scores);
+  const VI second_first[1] = {first[1]};
   const VI second_lens[1] = {lens[1]};
   V second_max[1] = {max[1]};
   ScoreKeyRange<1>(d, widths[0], widths[1], packed_q, depth, k, k_row_stride, lanes, scale,
-                   second_lens, second_max, scores);
+                   second_first, second_lens, second_max, scores);
   hn::StoreU(max[0], d, row_max);
   hn::StoreU(second_max[0], d, row_max + lanes);
 }
 
 // Down each lane: e, the sum, and where a lane's softmax is undefined.
-uint32_t QueryTileExps(const int32_t* HWY_RESTRICT valid, const float* HWY_RESTRICT row_max,
-                       size_t width, size_t row_step, float* HWY_RESTRICT scores,
-                       float* HWY_RESTRICT inv_sum) {
+uint32_t QueryTileExps(const int32_t* HWY_RESTRICT starts, const int32_t* HWY_RESTRICT valid,
+                       const float* HWY_RESTRICT row_max, size_t width, size_t row_step,
+                       float* HWY_RESTRICT scores, float* HWY_RESTRICT inv_sum) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   using V = hn::Vec<decltype(d)>;
+  const auto first = starts == nullptr ? hn::Zero(di) : hn::LoadU(di, starts);
   const auto lens = hn::LoadU(di, valid);
   const V max = hn::LoadU(d, row_max);
   V sum = hn::Zero(d);
   auto nan_seen = hn::FirstN(d, 0);
   float* row = scores;
   for (size_t j = 0; j < width; ++j, row += row_step) {
-    const auto in = hn::RebindMask(d, hn::Lt(hn::Set(di, static_cast<int32_t>(j)), lens));
+    const auto key = hn::Set(di, static_cast<int32_t>(j));
+    const auto in = hn::RebindMask(d, hn::And(hn::Not(hn::Lt(key, first)), hn::Lt(key, lens)));
     const V x = hn::LoadU(d, row);
     if constexpr (!kExpKeepsNaN) {
       // The clamp in ExpOfDifference would hide a NaN score.

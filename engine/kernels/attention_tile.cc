@@ -29,15 +29,16 @@ void PackQueries(size_t rows, const float* const* q, int64_t q_column_stride, si
 }
 
 void ScoreQueryTile(const float* packed_q, size_t depth, const float* k, int64_t k_row_stride,
-                    const size_t (&widths)[2], float scale, const int32_t* valid, float* row_max,
-                    float* scores) {
+                    const size_t (&widths)[2], float scale, const int32_t* starts,
+                    const int32_t* valid, float* row_max, float* scores) {
   ATTNSCORE_DISPATCH(ScoreQueryTile)
-  (packed_q, depth, k, k_row_stride, widths, scale, valid, row_max, scores);
+  (packed_q, depth, k, k_row_stride, widths, scale, starts, valid, row_max, scores);
 }
 
-uint32_t QueryTileExps(const int32_t* valid, const float* row_max, size_t width, size_t row_step,
-                       float* scores, float* inv_sum) {
-  return ATTNSCORE_DISPATCH(QueryTileExps)(valid, row_max, width, row_step, scores, inv_sum);
+uint32_t QueryTileExps(const int32_t* starts, const int32_t* valid, const float* row_max,
+                       size_t width, size_t row_step, float* scores, float* inv_sum) {
+  return ATTNSCORE_DISPATCH(QueryTileExps)(starts, valid, row_max, width, row_step, scores,
+                                           inv_sum);
 }
 
 uint32_t MixTile(size_t rows, const TileWeights& weights, size_t width, const float* v,

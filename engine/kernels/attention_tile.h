@@ -35,20 +35,22 @@ void PackQueries(size_t rows, const float* const* q, int64_t q_column_stride, si
 // features are contiguous at k + j · k_row_stride; keys at or past
 // widths[1] (widths[0] for one half) are never read. Lanes of the first half
 // past widths[0] are not written. Also row_max[r] for r < 2L: the max of
-// row r's scores at keys j < valid[r] (-Inf where there are none).
+// row r's scores at its keys starts[r] <= j < valid[r] (-Inf where there
+// are none); null `starts` means every lane's keys start at 0.
 void ScoreQueryTile(const float* packed_q, size_t depth, const float* k, int64_t k_row_stride,
-                    const size_t (&widths)[2], float scale, const int32_t* valid, float* row_max,
-                    float* scores);
+                    const size_t (&widths)[2], float scale, const int32_t* starts,
+                    const int32_t* valid, float* row_max, float* scores);
 
 // One half's softmax but for its normalisation: for its L lanes r from
 // `scores` (key j's scores at scores + j · row_step), e = exp(s - row_max[r])
-// at keys j < valid[r] and 0 at valid[r] <= j < width, in place, and
-// inv_sum[r] = 1 / Σ_j e, summed over j in order (so the same bits in any
-// tile); row r's weights are e · inv_sum[r]. Returns bit r set where row r
-// has no softmax: no valid key, or a NaN or +Inf among its valid scores, or
-// all of them -Inf (the reference gives it uniform weights, or NaN).
-uint32_t QueryTileExps(const int32_t* valid, const float* row_max, size_t width, size_t row_step,
-                       float* scores, float* inv_sum);
+// at keys starts[r] <= j < valid[r] (from 0 where `starts` is null) and 0 at
+// the others below `width`, in place, and inv_sum[r] = 1 / Σ_j e, summed over
+// j in order (so the same bits in any tile); row r's weights are e ·
+// inv_sum[r]. Returns bit r set where row r has no softmax: no key, or a NaN
+// or +Inf among its scores, or all of them -Inf (the reference gives it
+// uniform weights, or NaN).
+uint32_t QueryTileExps(const int32_t* starts, const int32_t* valid, const float* row_max,
+                       size_t width, size_t row_step, float* scores, float* inv_sum);
 
 // Rows per MixTile on the CPU's target: 8 with AVX-512, 6 on others; at
 // most kMaxMixTileRows.

@@ -339,12 +339,12 @@ class TileRun {
     const float* entry_k = copy_keys_ ? packed_ + b * entry_keys_ : k_.data + b * k_.strides[0];
     const int64_t k_row_stride = copy_keys_ ? depth_ : k_.strides[1];
     kernels::ScoreQueryTile(q_packed, static_cast<size_t>(depth_), entry_k, k_row_stride, t->widths,
-                            scale_, t->valid, t->row_max, scores);
+                            scale_, nullptr, t->valid, t->row_max, scores);
     for (int64_t half = 0; half * lanes_ < t->count; ++half) {
       const int64_t lane = half * lanes_;
-      t->undefined |= kernels::QueryTileExps(t->valid + lane, t->row_max + lane, t->widths[half],
-                                             static_cast<size_t>(tile_queries_), scores + lane,
-                                             t->inv_sum + lane)
+      t->undefined |= kernels::QueryTileExps(nullptr, t->valid + lane, t->row_max + lane,
+                                             t->widths[half], static_cast<size_t>(tile_queries_),
+                                             scores + lane, t->inv_sum + lane)
                       << lane;
     }
   }
