@@ -131,7 +131,7 @@ void PackValues(const float* HWY_RESTRICT v, int64_t v_row_stride, int64_t v_col
 // loaded once for all keys, each key's feature broadcast once for all query
 // vectors. The scores go to scores + j · 2L + lane; each vector's max over
 // the keys in its lanes' [starts, lens) folds into `max`.
-template <size_t kKeys, size_t kVecs, class D, class VI>
+template <size_t kKeys, size_t kVecs, bool kStarts, class D, class VI>
 HWY_INLINE void ScoreKeys(D d, const float* HWY_RESTRICT packed_q, size_t depth,
                           const float* HWY_RESTRICT k, int64_t k_row_stride, size_t first,
                           size_t lane, float scale, const VI (&starts)[kVecs],
@@ -160,8 +160,8 @@ HWY_INLINE void ScoreKeys(D d, const float* HWY_RESTRICT packed_q, size_t depth,
     const auto key = hn::Set(di, static_cast<int32_t>(first + j));
     for (size_t vec = 0; vec < kVecs; ++vec) {
       const V y = hn::Mul(acc[j][vec], s);
-      const auto valid =
-          hn::RebindMask(d, hn::And(hn::Not(hn::Lt(key, starts[vec])), hn::Lt(key, lens[vec])));
+      auto valid = hn::RebindMask(d, hn::Lt(key, lens[vec]));
+      if constexpr (kStarts) valid = hn::AndNot(hn::RebindMask(d, hn::Lt(key, starts[vec])), valid);
       max[vec] = hn::IfThenElse(valid, hn::Max(max[vec], y), max[vec]);
       hn::StoreU(y, d, scores + (first + j) * tile + lane + vec * lanes);
     }
@@ -176,7 +176,7 @@ template <size_t kVecs>
 constexpr size_t kScoreStepKeys = kVecs == 2 ? 6 : 10;
 
 // ScoreKeys over `keys` (1 to kScoreStepKeys) keys: a case per count.
-template <size_t kVecs, size_t kKeys = 1, class D, class VI>
+template <size_t kVecs, bool kStarts, size_t kKeys = 1, class D, class VI>
 HWY_INLINE void ScoreKeysOf(D d, size_t keys, const float* HWY_RESTRICT packed_q, size_t depth,
                             const float* HWY_RESTRICT k, int64_t k_row_stride, size_t first,
                             size_t lane, float scale, const VI (&starts)[kVecs],
@@ -184,18 +184,18 @@ HWY_INLINE void ScoreKeysOf(D d, size_t keys, const float* HWY_RESTRICT packed_q
                             float* HWY_RESTRICT scores) {
   if constexpr (kKeys < kScoreStepKeys<kVecs>) {
     if (keys != kKeys) {
-      return ScoreKeysOf<kVecs, kKeys + 1>(d, keys, packed_q, depth, k, k_row_stride, first, lane,
-                                           scale, starts, lens, max, scores);
+      return ScoreKeysOf<kVecs, kStarts, kKeys + 1>(d, keys, packed_q, depth, k, k_row_stride,
+                                                    first, lane, scale, starts, lens, max, scores);
     }
   }
-  ScoreKeys<kKeys, kVecs>(d, packed_q, depth, k, k_row_stride, first, lane, scale, starts, lens,
-                          max, scores);
+  ScoreKeys<kKeys, kVecs, kStarts>(d, packed_q, depth, k, k_row_stride, first, lane, scale, starts,
+                                   lens, max, scores);
 }
 
 // Keys [from, to) against kVecs query vectors from lane `lane`, in steps as
 // even as kScoreStepKeys allows: a step of fewer keys keeps fewer sums in
 // flight than the FMA's latency wants.
-template <size_t kVecs, class D, class VI>
+template <size_t kVecs, bool kStarts, class D, class VI>
 HWY_INLINE void ScoreKeyRange(D d, size_t from, size_t to, const float* HWY_RESTRICT packed_q,
                               size_t depth, const float* HWY_RESTRICT k, int64_t k_row_stride,
                               size_t lane, float scale, const VI (&starts)[kVecs],
@@ -205,18 +205,20 @@ HWY_INLINE void ScoreKeyRange(D d, size_t from, size_t to, const float* HWY_REST
   const size_t steps = (to - from + kStep - 1) / kStep;
   for (size_t step = 0, first = from; step < steps; ++step) {
     const size_t keys = (to - first) / (steps - step);
-    ScoreKeysOf<kVecs>(d, keys, packed_q, depth, k, k_row_stride, first, lane, scale, starts, lens,
-                       max, scores);
+    ScoreKeysOf<kVecs, kStarts>(d, keys, packed_q, depth, k, k_row_stride, first, lane, scale,
+                                starts, lens, max, scores);
     first += keys;
   }
 }
 
 // Both halves over the first half's keys, then the second over the rest.
-// Lanes without starts begin at key 0.
-void ScoreQueryTile(const float* HWY_RESTRICT packed_q, size_t depth, const float* HWY_RESTRICT k,
-                    int64_t k_row_stride, const size_t (&widths)[2], float scale,
-                    const int32_t* HWY_RESTRICT starts, const int32_t* HWY_RESTRICT valid,
-                    float* HWY_RESTRICT row_max, float* HWY_RESTRICT scores) {
+// Without kStarts, every lane's keys begin at key 0 and `starts` is unread.
+template <bool kStarts>
+HWY_INLINE void ScoreTileOf(const float* HWY_RESTRICT packed_q, size_t depth,
+                            const float* HWY_RESTRICT k, int64_t k_row_stride,
+                            const size_t (&widths)[2], float scale,
+                            const int32_t* HWY_RESTRICT starts, const int32_t* HWY_RESTRICT valid,
+                            float* HWY_RESTRICT row_max, float* HWY_RESTRICT scores) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   using V = hn::Vec<decltype(d)>;
@@ -224,14 +226,14 @@ void ScoreQueryTile(const float* HWY_RESTRICT packed_q, size_t depth, const floa
   const size_t lanes = hn::Lanes(d);
   const V none = hn::Set(d, -std::numeric_limits<float>::infinity());
   const auto start_of = [&](size_t lane) HWY_ATTR {
-    return starts == nullptr ? hn::Zero(di) : hn::LoadU(di, starts + lane);
+    return kStarts ? hn::LoadU(di, starts + lane) : hn::Zero(di);
   };
   if (widths[1] == 0) {
     const VI first[1] = {start_of(0)};
     const VI lens[1] = {hn::LoadU(di, valid)};
     V max[1] = {none};
-    ScoreKeyRange<1>(d, 0, widths[0], packed_q, depth, k, k_row_stride, 0, scale, first, lens, max,
-                     scores);
+    ScoreKeyRange<1, kStarts>(d, 0, widths[0], packed_q, depth, k, k_row_stride, 0, scale, first,
+                              lens, max, scores);
     hn::StoreU(max[0], d, row_max);
     hn::StoreU(none, d, row_max + lanes);
     return;
@@ -240,25 +242,40 @@ void ScoreQueryTile(const float* HWY_RESTRICT packed_q, size_t depth, const floa
   const VI first[2] = {start_of(0), start_of(lanes)};
   const VI lens[2] = {hn::LoadU(di, valid), hn::LoadU(di, valid + lanes)};
   V max[2] = {none, none};
-  ScoreKeyRange<2>(d, 0, widths[0], packed_q, depth, k, k_row_stride, 0, scale, first, lens, max,
-                   scores);
+  ScoreKeyRange<2, kStarts>(d, 0, widths[0], packed_q, depth, k, k_row_stride, 0, scale, first,
+                            lens, max, scores);
   const VI second_first[1] = {first[1]};
   const VI second_lens[1] = {lens[1]};
   V second_max[1] = {max[1]};
-  ScoreKeyRange<1>(d, widths[0], widths[1], packed_q, depth, k, k_row_stride, lanes, scale,
-                   second_first, second_lens, second_max, scores);
+  ScoreKeyRange<1, kStarts>(d, widths[0], widths[1], packed_q, depth, k, k_row_stride, lanes, scale,
+                            second_first, second_lens, second_max, scores);
   hn::StoreU(max[0], d, row_max);
   hn::StoreU(second_max[0], d, row_max + lanes);
 }
 
+// Lanes with starts (a window's rows) take the masks' extra test; others
+// do not pay for it.
+void ScoreQueryTile(const float* HWY_RESTRICT packed_q, size_t depth, const float* HWY_RESTRICT k,
+                    int64_t k_row_stride, const size_t (&widths)[2], float scale,
+                    const int32_t* HWY_RESTRICT starts, const int32_t* HWY_RESTRICT valid,
+                    float* HWY_RESTRICT row_max, float* HWY_RESTRICT scores) {
+  if (starts != nullptr) {
+    return ScoreTileOf<true>(packed_q, depth, k, k_row_stride, widths, scale, starts, valid,
+                             row_max, scores);
+  }
+  ScoreTileOf<false>(packed_q, depth, k, k_row_stride, widths, scale, starts, valid, row_max,
+                     scores);
+}
+
 // Down each lane: e, the sum, and where a lane's softmax is undefined.
-uint32_t QueryTileExps(const int32_t* HWY_RESTRICT starts, const int32_t* HWY_RESTRICT valid,
-                       const float* HWY_RESTRICT row_max, size_t width, size_t row_step,
-                       float* HWY_RESTRICT scores, float* HWY_RESTRICT inv_sum) {
+template <bool kStarts>
+HWY_INLINE uint32_t ExpsOf(const int32_t* HWY_RESTRICT starts, const int32_t* HWY_RESTRICT valid,
+                           const float* HWY_RESTRICT row_max, size_t width, size_t row_step,
+                           float* HWY_RESTRICT scores, float* HWY_RESTRICT inv_sum) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   using V = hn::Vec<decltype(d)>;
-  const auto first = starts == nullptr ? hn::Zero(di) : hn::LoadU(di, starts);
+  const auto first = kStarts ? hn::LoadU(di, starts) : hn::Zero(di);
   const auto lens = hn::LoadU(di, valid);
   const V max = hn::LoadU(d, row_max);
   V sum = hn::Zero(d);
@@ -266,7 +283,8 @@ uint32_t QueryTileExps(const int32_t* HWY_RESTRICT starts, const int32_t* HWY_RE
   float* row = scores;
   for (size_t j = 0; j < width; ++j, row += row_step) {
     const auto key = hn::Set(di, static_cast<int32_t>(j));
-    const auto in = hn::RebindMask(d, hn::And(hn::Not(hn::Lt(key, first)), hn::Lt(key, lens)));
+    auto in = hn::RebindMask(d, hn::Lt(key, lens));
+    if constexpr (kStarts) in = hn::AndNot(hn::RebindMask(d, hn::Lt(key, first)), in);
     const V x = hn::LoadU(d, row);
     if constexpr (!kExpKeepsNaN) {
       // The clamp in ExpOfDifference would hide a NaN score.
@@ -287,6 +305,14 @@ uint32_t QueryTileExps(const int32_t* HWY_RESTRICT starts, const int32_t* HWY_RE
   uint32_t flags = 0;
   for (size_t i = 0; i < sizeof(bits); ++i) flags |= uint32_t{bits[i]} << (8 * i);
   return flags;
+}
+
+uint32_t QueryTileExps(const int32_t* HWY_RESTRICT starts, const int32_t* HWY_RESTRICT valid,
+                       const float* HWY_RESTRICT row_max, size_t width, size_t row_step,
+                       float* HWY_RESTRICT scores, float* HWY_RESTRICT inv_sum) {
+  return starts != nullptr
+             ? ExpsOf<true>(starts, valid, row_max, width, row_step, scores, inv_sum)
+             : ExpsOf<false>(starts, valid, row_max, width, row_step, scores, inv_sum);
 }
 
 // Columns [c, c + kVecs vectors) of kRows rows' out, the last vector `rest`
