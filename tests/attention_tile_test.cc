@@ -357,8 +357,8 @@ TEST_P(AttentionTileTest, FlagsExactlyTheQueriesWithoutASoftmax) {
 
 // MixTile's sums against sums in double, with the weights `step` floats
 // apart and each row's output scaled, and MixPackedTile over V packed in
-// panels of any width gives MixTile's bits and flags, with NaN and Inf in
-// the values among them.
+// panels of any width, from key 0 or key 1, gives MixTile's bits and flags,
+// with NaN and Inf in the values among them.
 TEST_P(AttentionTileTest, MixPackedTileGivesMixTileBitsForAnyPanelWidth) {
   const size_t step = 3;
   for (const Case& c : kCases) {
@@ -406,12 +406,25 @@ TEST_P(AttentionTileTest, MixPackedTileGivesMixTileBitsForAnyPanelWidth) {
           std::fill(got.begin(), got.end(), -1.0f);
           const uint32_t want_flags = kernels::MixTile(rows, weights, width, v.data(), v_stride,
                                                        c.value_dim, want_rows.data());
-          EXPECT_EQ(kernels::MixPackedTile(rows, weights, width, packed.data(), c.keys, c.value_dim,
-                                           panel, got_rows.data()),
+          EXPECT_EQ(kernels::MixPackedTile(rows, weights, width, packed.data(), c.keys, 0,
+                                           c.value_dim, panel, got_rows.data()),
                     want_flags)
               << width;
           ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << width;
         }
+        // From key 1 on: the panels read from their second key, as MixTile
+        // from V's second row with each row's weights a step on.
+        if (c.keys < 2) continue;
+        std::vector<const float*> later(w_rows);
+        for (const float*& row : later) row += step;
+        const kernels::TileWeights from_second{later.data(), step, scales.data()};
+        const uint32_t want_flags =
+            kernels::MixTile(rows, from_second, c.keys - 1, v.data() + v_stride, v_stride,
+                             c.value_dim, want_rows.data());
+        EXPECT_EQ(kernels::MixPackedTile(rows, from_second, c.keys - 1, packed.data(), c.keys, 1,
+                                         c.value_dim, panel, got_rows.data()),
+                  want_flags);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
       }
     }
   }

@@ -49,6 +49,40 @@ TEST_P(MultiHeadTest, MatchesTheReferenceForEveryHeadGroupingLengthKindAndMask) 
       });
 }
 
+// On 2 threads the prefill runs every head's tiles at once
+// (ops/multihead_tiles.h): against the reference, and with one thread's bits
+// (a head at a time there), for tiles whole and partial, grouped heads,
+// every length kind and mask, with the weights and without.
+TEST_P(MultiHeadTest, HeadsAtOnceMatchTheReferenceAndOneThreadsBits) {
+  const std::unique_ptr<Engine> two = EngineWithThreads(2);
+  const std::vector<Shape> shapes = {{2, 9, 13, 4, 2, 16, 8},
+                                     {1, 33, 40, 4, 4, 16, 8},
+                                     {2, 70, 70, 6, 2, 8, 12},
+                                     {1, 64, 100, 2, 1, 64, 64}};
+  ForEachShapeLengthKindAndMask(
+      shapes, 300,
+      [&](const Shape& s, const Inputs& in, const std::vector<int64_t>& lens, bool per_query,
+          Causal causal) {
+        MultiHeadOptions options;
+        options.causal = causal;
+        const ValidLens valid = LensOf(lens, per_query, s.batch, s.queries);
+        const Result r = RunMultiHead(*two, s, in, valid, options);
+        std::vector<double> weights;
+        const std::vector<double> out = Reference(s, in, lens, per_query, Form{causal}, &weights);
+        EXPECT_LE(MaxAbsDiff(r.weights.data(), weights), kWeightTolerance);
+        EXPECT_LE(MaxAbsDiff(r.out.data(), out), OutTolerance(in.v));
+        const Result one = RunMultiHead(DefaultEngine(), s, in, valid, options);
+        EXPECT_EQ(r.out, one.out);
+        EXPECT_EQ(r.weights, one.weights);
+        std::vector<float> alone(s.out(), kSentinel);
+        ASSERT_TRUE(two->MultiHeadAttention(
+                           QueriesOf(s, in.q), KeysOf(s, in.k), ValuesOf(s, in.v), valid, options,
+                           Tensor(alone.data(), {s.batch, s.queries, s.heads, s.value_dim}))
+                        .ok());
+        EXPECT_EQ(alone, one.out);
+      });
+}
+
 TEST_P(MultiHeadTest, AGivenScaleReplacesOneOverRootD) {
   const Shape s{2, 4, 10, 2, 1, 8, 4};
   const Inputs in(s, 7);

@@ -412,16 +412,16 @@ size_t ValuePanelColumns() { return 2 * hn::Lanes(hn::ScalableTag<float>()); }
 // Panel by panel (attention_tile.h): each a dense (packed_keys, its
 // columns) matrix, read front to back once per strip of it.
 uint32_t MixPackedTile(size_t rows, const kernels::TileWeights& weights, size_t width,
-                       const float* HWY_RESTRICT packed, size_t packed_keys, size_t value_dim,
-                       size_t panel_columns, float* const* HWY_RESTRICT out) {
+                       const float* HWY_RESTRICT packed, size_t packed_keys, size_t first_key,
+                       size_t value_dim, size_t panel_columns, float* const* HWY_RESTRICT out) {
   HWY_DASSERT(panel_columns > 0);
   return WithRowCount(rows, [&](auto count) HWY_ATTR {
     uint32_t non_finite = 0;
     for (size_t first = 0; first < value_dim; first += panel_columns) {
       const size_t columns = value_dim - first < panel_columns ? value_dim - first : panel_columns;
       non_finite |= MixColumnsOfTile<decltype(count)::value>(
-          weights, width, packed + first * packed_keys, static_cast<int64_t>(columns), first,
-          columns, out);
+          weights, width, packed + first * packed_keys + first_key * columns,
+          static_cast<int64_t>(columns), first, columns, out);
     }
     return non_finite;
   });

@@ -47,10 +47,10 @@ uint32_t MixTile(size_t rows, const TileWeights& weights, size_t width, const fl
 }
 
 uint32_t MixPackedTile(size_t rows, const TileWeights& weights, size_t width, const float* packed,
-                       size_t packed_keys, size_t value_dim, size_t panel_columns,
+                       size_t packed_keys, size_t first_key, size_t value_dim, size_t panel_columns,
                        float* const* out) {
-  return ATTNSCORE_DISPATCH(MixPackedTile)(rows, weights, width, packed, packed_keys, value_dim,
-                                           panel_columns, out);
+  return ATTNSCORE_DISPATCH(MixPackedTile)(rows, weights, width, packed, packed_keys, first_key,
+                                           value_dim, panel_columns, out);
 }
 
 size_t MixTileRows() { return ATTNSCORE_DISPATCH(MixTileRows)(); }

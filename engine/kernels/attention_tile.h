@@ -89,11 +89,12 @@ void PackValues(const float* v, int64_t v_row_stride, int64_t v_column_stride, s
 // panel width at which MixPackedTile reads each panel once, front to back.
 size_t ValuePanelColumns();
 
-// MixTile over V as PackValues packed it (`packed_keys` >= width keys, in
-// panels of `panel_columns`): the same sums in the same order, so the same
-// bits and the same flags, for any panel width.
+// MixTile over V as PackValues packed it (`packed_keys` >= first_key +
+// width keys, in panels of `panel_columns`), from key `first_key` on: the
+// same sums in the same order, so the same bits and the same flags, for any
+// panel width.
 uint32_t MixPackedTile(size_t rows, const TileWeights& weights, size_t width, const float* packed,
-                       size_t packed_keys, size_t value_dim, size_t panel_columns,
+                       size_t packed_keys, size_t first_key, size_t value_dim, size_t panel_columns,
                        float* const* out);
 
 }  // namespace attnscore::kernels

@@ -291,7 +291,7 @@ class TileRun {
     if (pack_values_) {
       return kernels::MixPackedTile(tile_rows, weights, static_cast<size_t>(width),
                                     packed_values_ + b * keys_ * value_dim_,
-                                    static_cast<size_t>(lens_.entry(b).mix),
+                                    static_cast<size_t>(lens_.entry(b).mix), 0,
                                     static_cast<size_t>(value_dim_), panel_columns_, out_rows);
     }
     return kernels::MixTile(tile_rows, weights, static_cast<size_t>(width),

@@ -19,6 +19,7 @@
 #include "kernels/attention_row.h"
 #include "ops/dot_product.h"
 #include "ops/dot_product_paths.h"
+#include "ops/multihead_tiles.h"
 #include "ops/multihead_window.h"
 
 namespace attnscore::ops {
@@ -362,6 +363,13 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
     ATTNSCORE_RETURN_IF_ERROR(
         GroupedDecode(call, q, k, v, lengths, form, out, attention, &multihead.window));
     FixUncoveredRows(v, lengths, starts, out, attention);
+    return Status::Ok();
+  }
+  // Prefill through the tile kernels, every head at once, where they run it.
+  Status tiled;
+  if (MultiHeadTiles(call, q, k, v, lengths, starts, cut, form, out, attention, &tiled)) {
+    ATTNSCORE_RETURN_IF_ERROR(tiled);
+    if (cut) FixUncoveredRows(v, lengths, starts, out, attention);
     return Status::Ok();
   }
   // Otherwise one dot-product call per query head. Every head has the same

@@ -67,8 +67,6 @@ Status WindowedHead(const internal::CallContext& call, const ConstTensor& q, con
                     const ConstTensor& v, const std::vector<int64_t>& ends,
                     const std::vector<int64_t>& starts, const ScoreForm& form, const Tensor& out,
                     const Tensor& attention) {
-  Status tiled;
-  if (WindowTiles(call, q, k, v, ends, starts, form, out, attention, &tiled)) return tiled;
   const int64_t batch = q.dims[0], queries = q.dims[1], keys = k.dims[1];
   int64_t block_ends[kWindowQueryBlock], block_starts[kWindowQueryBlock];
   // Rows [i, i + rows) of entry b of a (B, R, C) view, columns from `column`.

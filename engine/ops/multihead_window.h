@@ -34,10 +34,11 @@ int64_t WindowFirstKey(const Window& window, int64_t n, int64_t queries, int64_t
 
 // One query head's prefill with a window: q (B, N, D), k (B, M, D), v (B,
 // M, Dv), out (B, N, Dv), attention (B, N, M) or empty, checked; `ends` and
-// `starts` (B, N) from CutByWindow. Through WindowTiles where it runs; else
-// in blocks of kWindowQueryBlock queries, each through the gemm path over
-// only the keys its rows' windows cover, each row masked to its own [start,
-// end). Leaves rows of length 0 or of no key to FixUncoveredRows.
+// `starts` (B, N) from CutByWindow. Blocks of kWindowQueryBlock queries,
+// each through the gemm path over only the keys its rows' windows cover,
+// each row masked to its own [start, end), for the calls the tile kernels
+// do not run (ops/multihead_tiles.h: a cap, terms, sinks, the bf16 mode).
+// Leaves rows of length 0 or of no key to FixUncoveredRows.
 //
 // A block's keys are the union of its rows' windows, so each row scores up
 // to kWindowQueryBlock keys outside its own (masked, then zeros): 12% more
@@ -48,22 +49,6 @@ Status WindowedHead(const internal::CallContext& call, const ConstTensor& q, con
                     const ConstTensor& v, const std::vector<int64_t>& ends,
                     const std::vector<int64_t>& starts, const ScoreForm& form, const Tensor& out,
                     const Tensor& attention);
-
-// WindowedHead's form for fp32 scores of the factor alone, over rows whose
-// features are contiguous (multihead_window_tiles.cc): tiles of 2L
-// consecutive queries (kernels::QueryTileLanes()) through the tile kernels,
-// each over the keys from the first its rows see to the last, each row
-// masked to its own [start, end): its rows score up to 2L - 1 keys beside
-// their own, not kWindowQueryBlock. (Causal prefill of 16,384 tokens with
-// window (1,024, 0), D 64, 1 thread, Zen 5: 86% of the fp32 matmul's
-// GFLOP/s per visible pair, against 61-64% in the gemm path's blocks;
-// BM_MultiHeadWindowAgainstMatmul.) Returns false, having written nothing,
-// where it cannot run the call (or its widest tile's scores would not fit
-// the tile path's scratch); else runs it and sets *status.
-bool WindowTiles(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-                 const ConstTensor& v, const std::vector<int64_t>& ends,
-                 const std::vector<int64_t>& starts, const ScoreForm& form, const Tensor& out,
-                 const Tensor& attention, Status* status);
 
 // The rows the windowed paths leave to be written whole: a row of length 0
 // gets weights 1/M over all M keys and their mean of V (d2l's rule); a row
