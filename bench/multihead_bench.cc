@@ -11,7 +11,7 @@
 //            half only, 2 (D + Dv) per (query, visible key) per head;
 //            BM_OnednnMatmulHeads is one oneDNN matmul of the heads' Q Kᵀ;
 //            BM_MultiHeadAgainstMatmul times it alternated with the matmul
-//            limit.
+//            limit, BM_MultiHeadTwoThreads on 2 threads against 1.
 //   window   (B 1, N = M = 16,384, H 1, D 64), causal, window (1,024, 0):
 //            BM_MultiHeadWindowAgainstMatmul, alternated with the matmul
 //            limit, credited with the pairs the window leaves visible.
@@ -114,6 +114,27 @@ void BM_MultiHeadAgainstMatmul(benchmark::State& state) {
 }
 
 BENCHMARK(BM_MultiHeadAgainstMatmul)
+    ->ArgNames({"batch", "queries", "keys", "heads", "kv_heads", "dim", "causal"})
+    ->Args({1, 1024, 1024, 16, 16, 64, 1})  // prefill, causal
+    ->Iterations(15)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// BM_MultiHead's prefill on 2 threads against 1, alternated in one process
+// (TwoThreadsAgainstOne): every head's tiles shared among the threads.
+void BM_MultiHeadTwoThreads(benchmark::State& state) {
+  MultiHeadCall call(state.range(0), state.range(1), state.range(2), state.range(3), state.range(4),
+                     state.range(5), static_cast<Causal>(state.range(6)));
+  const std::unique_ptr<Engine> engines[2] = {EngineOrSkip(state, 1), EngineOrSkip(state, 2)};
+  if (!engines[0] || !engines[1]) return;
+  const ImplementationLabel label;
+  TwoThreadsAgainstOne(state, [&](int threads) {
+    return SecondsOf(state, [&] { return call.Run(*engines[threads - 1]); });
+  });
+  label.Apply(state);
+}
+
+BENCHMARK(BM_MultiHeadTwoThreads)
     ->ArgNames({"batch", "queries", "keys", "heads", "kv_heads", "dim", "causal"})
     ->Args({1, 1024, 1024, 16, 16, 64, 1})  // prefill, causal
     ->Iterations(15)

@@ -616,12 +616,19 @@ def multihead_section(runs, pairs):
 def threads_section(runs, pairs):
     t = Table(["workload", "1 thread µs", "2 threads µs", "speed-up", "peer",
                "peer speed-up"], "lrrrlr")
-    names = [n for n in runs if family(n) == "BM_DotProductTwoThreads"]
+    names = [n for n in runs if family(n) in ("BM_DotProductTwoThreads", "BM_MultiHeadTwoThreads")]
     names.sort(key=lambda n: runs[n]["one_thread_us"])
     read = {args_of(n)["bytes"]: n for n in runs if family(n) == "BM_CachedReadTwoThreads"}
     for name in names:
         b, a = runs[name], args_of(name)
         pairs.op(name)
+        if family(name) == "BM_MultiHeadTwoThreads":
+            t.add("multi-head prefill (%d, %d, %d), %d heads of %d%s" % (
+                      a["batch"], a["queries"], a["keys"], a["heads"], a["dim"],
+                      ", causal" if a["causal"] else ""),
+                  us_text(b["one_thread_us"]), us_text(b["two_threads_us"]),
+                  ratio(b["speedup"]), "—", "—")
+            continue
         dims = (a["batch"], a["queries"], a["keys"])
         shape = "(%d, %d, %d), %d" % (dims + (a["dim"],))
         if dims in DOT_SHAPES:
@@ -639,7 +646,7 @@ def threads_section(runs, pairs):
         t.add(*cells, "read of %g MiB" % (args_of(peer)["bytes"] / 2**20),
               ratio(runs[peer]["speedup"]))
     text = ("The dot product on 2 threads against 1, on some shapes of its table above with "
-            "the same valid lengths, timed in one process: each round makes about 2 ms of "
+            "the same valid lengths, and the multi-head causal prefill, timed in one process: each round makes about 2 ms of "
             "calls on an engine of 1 thread, then about 2 ms on an engine of 2 (at least three "
             "calls each; which goes first alternates), and the speed-up is the median over the "
             "rounds of 1-thread median ÷ 2-thread median (above 1×: 2 threads are faster); the "

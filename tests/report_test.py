@@ -206,7 +206,8 @@ class ShortRun(unittest.TestCase):
         self.assertEqual(sorted(r[0] for r in rows), [
             "decode (8, 1, 1024), 64", "decode, one sequence (1, 1, 4096), 64",
             "encoder (4, 128, 128), 64", "encoder (4, 128, 128), 64, per-query lengths",
-            "long (1, 1024, 4096), 64"])
+            "long (1, 1024, 4096), 64",
+            "multi-head prefill (1, 1024, 1024), 16 heads of 64, causal"])
         peers = {"decode (8, 1, 1024), 64": "read of 4 MiB",
                  "decode, one sequence (1, 1, 4096), 64": "read of 2 MiB"}
         for row in rows:

@@ -2,19 +2,22 @@
 // multihead_tiles.h.
 //
 // K/V heads go a group at a time, two parallel loops each. The first packs
-// each K/V head of the group: its K rows dense, its V in panels
-// (kernels::PackValues' layout), its query heads' Q rows dense, a run of
-// keys and queries a task. The second takes the
-// tiles of the group's query heads from one counter, one at a time: a tile
-// is 2L consecutive queries (L =
-// kernels::QueryTileLanes()), one to a vector lane. It scores from the
-// first key any of its rows sees to the last, each lane masked to its own
-// [start, end) in the scores' max and the exps; then W V in sub-tiles of
-// MixTileRows() rows, each from its own rows' first key to their last. A
-// row's weights outside its keys are exact zeros, which add nothing to a
-// finite sum; a row whose mix read a NaN or an Inf there is mixed again over
-// its own keys alone. Each row's bits are the tile path's (the same sums in
-// the same order) and depend on nothing but its own inputs.
+// the V of each K/V head of the group in panels (kernels::PackValues'
+// layout), a run of keys a task; K and Q are read in place. The second
+// takes the tiles of the group's query heads from one counter, one at a
+// time: a tile is 2L consecutive queries (L = kernels::QueryTileLanes()),
+// one to a vector lane. It scores from the first key any of its rows sees to
+// the last, each lane masked to its own [start, end) in the scores' max and
+// the exps; then W V in sub-tiles of MixTileRows() rows, each from its own
+// rows' first key to their last. A row's weights outside its keys are exact
+// zeros, which add nothing to a finite sum; a row whose mix read a NaN or
+// an Inf there is mixed again over its own keys alone. Each row's bits are
+// the tile path's (the same sums in the same order) and depend on nothing
+// but its own inputs.
+//
+// Packing K and Q as well (dense rows, not 4 KiB apart as token-major
+// heads lie) changed nothing measurable on 2 threads (causal (1, 1024,
+// 1024) x 16 heads, BM_MultiHeadTwoThreads, alternated on a Zen 5).
 #include "ops/multihead_tiles.h"
 
 #include <algorithm>
@@ -93,27 +96,25 @@ class HeadTileRun {
   }
 
   // K/V heads a group at a time, as many as fit the workspace's kept
-  // buffer (at least one): each group's K and V packed, then its query
-  // heads' tiles. (Packing every head at once into a buffer mapped for the
-  // call cost 9% of causal prefill (1, 1024, 1024) x 16 heads in page
-  // clearing.)
+  // buffer (at least one): each group's V packed, then its query heads'
+  // tiles. (Packing every head at once into a buffer mapped for the call
+  // cost 9% of causal prefill (1, 1024, 1024) x 16 heads in page clearing,
+  // and made some 2-thread runs 4x slower.)
   Status Run() {
     const int64_t entries = batch_ * kv_heads_;
-    const int64_t per_entry = keys_ * (depth_ + value_dim_) + group_ * queries_ * depth_;
+    const int64_t per_entry = keys_ * value_dim_;
     const int64_t kept = static_cast<int64_t>(internal::kKeptScratchBytes / sizeof(float));
     const int64_t group_entries = std::clamp<int64_t>(kept / per_entry, 1, entries);
     try {
-      packed_k_ = call_.workspace.Floats(internal::ScratchSlot::kPackedKeys,
+      packed_v_ = call_.workspace.Floats(internal::ScratchSlot::kPackedKeys,
                                          static_cast<size_t>(group_entries * per_entry));
     } catch (const std::bad_alloc&) {
-      return Status::Internal("out of memory for the packed keys and values of the heads");
+      return Status::Internal("out of memory for the packed values of the heads");
     }
-    packed_v_ = packed_k_ + group_entries * keys_ * depth_;
-    packed_q_ = packed_v_ + group_entries * keys_ * value_dim_;
     const double flops = 2.0 * static_cast<double>(batch_ * heads_ * queries_) *
                          static_cast<double>(width_ * (depth_ + value_dim_));
     const int threads = internal::ThreadsFor(call_.threads(), flops);
-    const int64_t runs = dot_product::CeilDiv(std::max(keys_, queries_), kPackKeys);
+    const int64_t runs = dot_product::CeilDiv(keys_, kPackKeys);
     const int64_t tiles = dot_product::CeilDiv(queries_, tile_);
     for (first_entry_ = 0; first_entry_ < entries; first_entry_ += group_entries) {
       const int64_t count = std::min(group_entries, entries - first_entry_);
@@ -146,36 +147,17 @@ class HeadTileRun {
       }
     }
   }
-  // K/V head `entry` (b · Hkv + g) of the packed copies: its group's.
-  float* PackedKeys(int64_t entry) const {
-    return packed_k_ + (entry - first_entry_) * keys_ * depth_;
-  }
+  // K/V head `entry` (b · Hkv + g)'s packed V: its group's.
   float* PackedValues(int64_t entry) const {
     return packed_v_ + (entry - first_entry_) * keys_ * value_dim_;
   }
-  // Query head h's rows (of entry b), in its K/V head's group.
-  float* PackedQueries(int64_t b, int64_t h) const {
-    return packed_q_ +
-           ((b * kv_heads_ + h / group_ - first_entry_) * group_ + h % group_) * queries_ * depth_;
-  }
-  // Keys [from, from + kPackKeys) of K/V head `entry`: K rows dense, V
-  // into each panel's slots (panel p holds columns [pP, pP + P_p) of every
-  // key, P_p floats a key, from PackedValues + pP · M); and the same
-  // queries of its query heads, dense (rows a head apart share cache sets
-  // and pages: packing the tiles from them in place cost 3%).
+  // Keys [from, from + kPackKeys) of K/V head `entry`'s V into each panel's
+  // slots: panel p holds columns [pP, pP + P_p) of every key, P_p floats a
+  // key, from PackedValues + pP · M.
   void Pack(int64_t entry, int64_t from) const {
     const int64_t b = entry / kv_heads_, g = entry % kv_heads_;
-    for (int64_t h = g * group_; h < (g + 1) * group_; ++h) {
-      for (int64_t i = from; i < std::min(queries_, from + kPackKeys); ++i) {
-        dot_product::CopyRow(q_.data + b * q_.strides[0] + i * q_.strides[1] + h * q_.strides[2],
-                             q_.strides[3], PackedQueries(b, h) + i * depth_, 1, depth_);
-      }
-    }
-    const int64_t to = std::min(keys_, from + kPackKeys);
     const auto panel = static_cast<int64_t>(panel_columns_);
-    for (int64_t j = from; j < to; ++j) {
-      dot_product::CopyRow(k_.data + b * k_.strides[0] + j * k_.strides[1] + g * k_.strides[2],
-                           k_.strides[3], PackedKeys(entry) + j * depth_, 1, depth_);
+    for (int64_t j = from; j < std::min(keys_, from + kPackKeys); ++j) {
       const float* row = v_.data + b * v_.strides[0] + j * v_.strides[1] + g * v_.strides[2];
       for (int64_t c = 0; c < value_dim_; c += panel) {
         const int64_t columns = std::min(panel, value_dim_ - c);
@@ -208,7 +190,7 @@ class HeadTileRun {
         t->starts[r] = static_cast<int32_t>(starts_[row] - t->lo);
         t->ends[r] = static_cast<int32_t>(ends_[row] - t->lo);
       }
-      t->q_rows[r] = PackedQueries(t->b, t->h) + i * depth_;
+      t->q_rows[r] = q_.data + t->b * q_.strides[0] + i * q_.strides[1] + t->h * q_.strides[2];
       t->out_rows[r] =
           out_.data + t->b * out_.strides[0] + i * out_.strides[1] + t->h * out_.strides[2];
     }
@@ -222,14 +204,17 @@ class HeadTileRun {
     return true;
   }
   int64_t Entry(const HeadTile& t) const { return t.b * kv_heads_ + t.h / group_; }
+  // The tile's K rows from its first key, in place.
+  const float* KeysFrom(const HeadTile& t) const {
+    return k_.data + t.b * k_.strides[0] + t.lo * k_.strides[1] + t.h / group_ * k_.strides[2];
+  }
   void Score(float* q_packed, float* scores, HeadTile* t) const {
-    kernels::PackQueries(static_cast<size_t>(t->count), t->q_rows, 1, static_cast<size_t>(depth_),
-                         q_packed);
+    kernels::PackQueries(static_cast<size_t>(t->count), t->q_rows, q_.strides[3],
+                         static_cast<size_t>(depth_), q_packed);
     // Without a window every row's keys begin at 0: the kernels' plain form.
     const int32_t* starts = cut_ ? t->starts : nullptr;
-    kernels::ScoreQueryTile(q_packed, static_cast<size_t>(depth_),
-                            PackedKeys(Entry(*t)) + t->lo * depth_, depth_, t->widths, scale_,
-                            starts, t->ends, t->row_max, scores);
+    kernels::ScoreQueryTile(q_packed, static_cast<size_t>(depth_), KeysFrom(*t), k_.strides[1],
+                            t->widths, scale_, starts, t->ends, t->row_max, scores);
     for (int64_t half = 0; half * lanes_ < t->count; ++half) {
       const int64_t lane = half * lanes_;
       t->undefined |=
@@ -318,7 +303,7 @@ class HeadTileRun {
   const int64_t mix_rows_ = static_cast<int64_t>(kernels::MixTileRows());
   const size_t panel_columns_ = kernels::ValuePanelColumns();
   int64_t width_ = 0;  // the widest tile's keys
-  float *packed_k_ = nullptr, *packed_v_ = nullptr, *packed_q_ = nullptr;
+  float* packed_v_ = nullptr;
   int64_t first_entry_ = 0;  // the packed group's first K/V head
 };
 
@@ -333,7 +318,7 @@ bool MultiHeadTiles(const internal::CallContext& call, const ConstTensor& q, con
   // heads and (1, 1024, 1024) x 16 took 3-8% less time so than here.
   const bool heads_at_once = cut || call.threads() > 1;
   if (!heads_at_once || call.options.precision != Precision::kFp32 || !form.ScaleOnly() ||
-      q.dims[3] == 0 || k.dims[1] == 0 || out.strides[3] != 1) {
+      q.dims[3] == 0 || k.dims[1] == 0 || k.strides[3] != 1 || out.strides[3] != 1) {
     return false;
   }
   HeadTileRun run(call, q, k, v, ends, starts, cut, form.scale, out, attention);
