@@ -146,7 +146,9 @@ TEST(MultiHeadPacked, RefusesBadOffsetsAndSequencesNamingThemAndWritesNothing) {
     } else {
       EXPECT_TRUE(checked.ok()) << checked.message();
     }
-    if (checked.ok()) EXPECT_EQ(shape, (std::array<int64_t, 3>{p.tq(), p.heads, p.value_dim}));
+    if (checked.ok()) {
+      EXPECT_EQ(shape, (std::array<int64_t, 3>{p.tq(), p.heads, p.value_dim}));
+    }
     return message;
   };
   const MultiHeadOptions plain;
