@@ -171,8 +171,33 @@ class OnednnMatmulCall {
 // OnednnMatmulCall timed over the state's iterations: the matmul rate a
 // workload's products could reach. Labels the state with oneDNN's
 // implementation and sets its GFLOPS counter.
-void OnednnMatmul(benchmark::State& state, int64_t batch, int64_t rows, int64_t inner,
-                  int64_t cols, bool bf16 = false);
+void OnednnMatmul(benchmark::State& state, int64_t batch, int64_t rows, int64_t inner, int64_t cols,
+                  bool bf16 = false);
+
+// TwoThreadsAgainstOne of call.Run(engine) on engines of 1 and 2 threads,
+// labelled with the implementation; skipped where an engine is not made.
+template <class Call>
+void CallTwoThreadsAgainstOne(benchmark::State& state, Call& call) {
+  const std::unique_ptr<Engine> engines[2] = {EngineOrSkip(state, 1), EngineOrSkip(state, 2)};
+  if (!engines[0] || !engines[1]) return;
+  const ImplementationLabel label;
+  TwoThreadsAgainstOne(state, [&](int threads) {
+    return SecondsOf(state, [&] { return call.Run(*engines[threads - 1]); });
+  });
+  label.Apply(state);
+}
+
+// AgainstLimitMatmul of call.Run(engine) on a 1-thread engine, credited
+// with call.Flops(), labelled with the implementation.
+template <class Call>
+void CallAgainstLimitMatmul(benchmark::State& state, Call& call) {
+  const std::unique_ptr<Engine> engine = EngineOrSkip(state, 1);
+  if (!engine) return;
+  const ImplementationLabel label;
+  AgainstLimitMatmul(
+      state, [&] { return SecondsOf(state, [&] { return call.Run(*engine); }); }, call.Flops());
+  label.Apply(state);
+}
 
 }  // namespace attnscore::bench
 

@@ -109,13 +109,7 @@ BENCHMARK(BM_DotProductPerQuery)
 void BM_DotProductTwoThreads(benchmark::State& state) {
   DotProductCall call(state.range(0), state.range(1), state.range(2), state.range(3),
                       state.range(4) != 0);
-  const std::unique_ptr<Engine> engines[2] = {EngineOrSkip(state, 1), EngineOrSkip(state, 2)};
-  if (!engines[0] || !engines[1]) return;
-  const ImplementationLabel label;
-  TwoThreadsAgainstOne(state, [&](int threads) {
-    return SecondsOf(state, [&] { return call.Run(*engines[threads - 1]); });
-  });
-  label.Apply(state);
+  CallTwoThreadsAgainstOne(state, call);
 }
 
 BENCHMARK(BM_DotProductTwoThreads)
@@ -202,10 +196,10 @@ void BM_DotProductToy(benchmark::State& state) {
   const int64_t lens[] = {2, 6};
   const ImplementationLabel label;
   for (auto _ : state) {
-    Status s = engine.DotProductAttention(ConstTensor(q.data(), {2, 1, 2}),
-                                          ConstTensor(k.data(), {2, 10, 2}),
-                                          ConstTensor(v.data(), {2, 10, 4}),
-                                          ValidLens::PerBatch(lens, 2), Tensor(out.data(), {2, 1, 4}));
+    Status s = engine.DotProductAttention(
+        ConstTensor(q.data(), {2, 1, 2}), ConstTensor(k.data(), {2, 10, 2}),
+        ConstTensor(v.data(), {2, 10, 4}), ValidLens::PerBatch(lens, 2),
+        Tensor(out.data(), {2, 1, 4}));
     if (!s.ok()) state.SkipWithError(s.message().c_str());
     benchmark::DoNotOptimize(out.data());
   }

@@ -105,12 +105,7 @@ BENCHMARK(BM_MultiHead)
 void BM_MultiHeadAgainstMatmul(benchmark::State& state) {
   MultiHeadCall call(state.range(0), state.range(1), state.range(2), state.range(3), state.range(4),
                      state.range(5), static_cast<Causal>(state.range(6)));
-  const std::unique_ptr<Engine> engine = EngineOrSkip(state, 1);
-  if (!engine) return;
-  const ImplementationLabel label;
-  AgainstLimitMatmul(
-      state, [&] { return SecondsOf(state, [&] { return call.Run(*engine); }); }, call.Flops());
-  label.Apply(state);
+  CallAgainstLimitMatmul(state, call);
 }
 
 BENCHMARK(BM_MultiHeadAgainstMatmul)
@@ -125,13 +120,7 @@ BENCHMARK(BM_MultiHeadAgainstMatmul)
 void BM_MultiHeadTwoThreads(benchmark::State& state) {
   MultiHeadCall call(state.range(0), state.range(1), state.range(2), state.range(3), state.range(4),
                      state.range(5), static_cast<Causal>(state.range(6)));
-  const std::unique_ptr<Engine> engines[2] = {EngineOrSkip(state, 1), EngineOrSkip(state, 2)};
-  if (!engines[0] || !engines[1]) return;
-  const ImplementationLabel label;
-  TwoThreadsAgainstOne(state, [&](int threads) {
-    return SecondsOf(state, [&] { return call.Run(*engines[threads - 1]); });
-  });
-  label.Apply(state);
+  CallTwoThreadsAgainstOne(state, call);
 }
 
 BENCHMARK(BM_MultiHeadTwoThreads)
@@ -147,12 +136,7 @@ void BM_MultiHeadWindowAgainstMatmul(benchmark::State& state) {
   const int64_t tokens = state.range(0);
   MultiHeadCall call(1, tokens, tokens, 1, 1, state.range(1), Causal::kBottomRight);
   call.options.window = {state.range(2), 0};
-  const std::unique_ptr<Engine> engine = EngineOrSkip(state, 1);
-  if (!engine) return;
-  const ImplementationLabel label;
-  AgainstLimitMatmul(
-      state, [&] { return SecondsOf(state, [&] { return call.Run(*engine); }); }, call.Flops());
-  label.Apply(state);
+  CallAgainstLimitMatmul(state, call);
 }
 
 BENCHMARK(BM_MultiHeadWindowAgainstMatmul)
