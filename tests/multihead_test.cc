@@ -83,6 +83,44 @@ TEST_P(MultiHeadTest, HeadsAtOnceMatchTheReferenceAndOneThreadsBits) {
       });
 }
 
+// Where a head's dot product would not take the tile path (3 queries with
+// Q's columns strided: the row path), 2 threads run it as 1 does: the same
+// bits. A query with a NaN gets NaN weights over every key and a NaN
+// output on both.
+TEST(MultiHeadThreads, TwoThreadsKeepOneThreadsPathAndNaNRows) {
+  const std::unique_ptr<Engine> two = EngineWithThreads(2);
+  const Shape s{2, 3, 50, 4, 2, 16, 8};
+  const Inputs in(s, 91);
+  std::vector<float> spread(2 * in.q.size());
+  for (size_t e = 0; e < in.q.size(); ++e) spread[2 * e] = in.q[e];
+  const ConstTensor q(spread.data(), {s.batch, s.queries, s.heads, s.depth},
+                      {2 * s.queries * s.heads * s.depth, 2 * s.heads * s.depth, 2 * s.depth, 2});
+  MultiHeadOptions causal;
+  causal.causal = Causal::kBottomRight;
+  std::vector<float> one_out(s.out()), two_out(s.out());
+  const auto run = [&](const Engine& engine, std::vector<float>* out) {
+    return engine.MultiHeadAttention(
+        q, KeysOf(s, in.k), ValuesOf(s, in.v), ValidLens::None(), causal,
+        Tensor(out->data(), {s.batch, s.queries, s.heads, s.value_dim}));
+  };
+  ASSERT_TRUE(run(DefaultEngine(), &one_out).ok());
+  ASSERT_TRUE(run(*two, &two_out).ok());
+  EXPECT_EQ(one_out, two_out);
+
+  const Shape p{1, 64, 64, 2, 2, 16, 8};
+  Inputs nan_in(p, 92);
+  nan_in.q[(5 * p.heads + 1) * p.depth] = NAN;  // query 5, head 1
+  for (const Engine* engine : {&DefaultEngine(), static_cast<const Engine*>(two.get())}) {
+    const Result r = RunMultiHead(*engine, p, nan_in, ValidLens::None(), causal);
+    for (int64_t j = 0; j < p.keys; ++j) {
+      ASSERT_TRUE(std::isnan(r.weights[static_cast<size_t>((1 * p.queries + 5) * p.keys + j)]))
+          << j;
+    }
+    EXPECT_TRUE(std::isnan(r.out[static_cast<size_t>((5 * p.heads + 1) * p.value_dim)]));
+    EXPECT_FALSE(std::isnan(r.out[static_cast<size_t>((6 * p.heads + 1) * p.value_dim)]));
+  }
+}
+
 TEST_P(MultiHeadTest, AGivenScaleReplacesOneOverRootD) {
   const Shape s{2, 4, 10, 2, 1, 8, 4};
   const Inputs in(s, 7);

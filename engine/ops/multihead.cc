@@ -365,14 +365,8 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
     FixUncoveredRows(v, lengths, starts, out, attention);
     return Status::Ok();
   }
-  // Prefill through the tile kernels, every head at once, where they run it.
-  Status tiled;
-  if (MultiHeadTiles(call, q, k, v, lengths, starts, cut, form, out, attention, &tiled)) {
-    ATTNSCORE_RETURN_IF_ERROR(tiled);
-    if (cut) FixUncoveredRows(v, lengths, starts, out, attention);
-    return Status::Ok();
-  }
-  // Otherwise one dot-product call per query head. Every head has the same
+  // Otherwise one dot-product call per query head, unless every head runs
+  // at once through the tile kernels (below). Every head has the same
   // shapes and lengths, so the first head makes every plan the others use:
   // a failure comes before anything is written. (Not so with a window that
   // cuts keys: its blocks of queries, each resolving lengths of its own, may
@@ -391,6 +385,23 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
   const bool copy = !Dense(OneHead(q, 0)) || !Dense(OneHead(k, 0)) || !Dense(OneHead(v, 0)) ||
                     !Dense(OneHead(ConstTensor(out), 0));
   const int64_t depth = q.dims[3], value_dim = v.dims[3];
+  // Prefill through the tile kernels, every head at once, where they run
+  // it: with a window, or where a head's dot product would take the tile
+  // path (on the views it would run on), so the bits do not depend on which.
+  const auto head_view = [&](const ConstTensor& t, int64_t rows, int64_t columns) {
+    return copy ? ConstTensor(nullptr, {batch, rows, columns}) : OneHead(t, 0);
+  };
+  const bool tiles_alike =
+      queries > dot_product::kRowPathMaxQueries &&
+      dot_product::UseTilePath(call, head_view(q, queries, depth), head_view(k, keys, depth),
+                               head_view(v, keys, value_dim));
+  Status tiled;
+  if ((cut || tiles_alike) &&
+      MultiHeadTiles(call, q, k, v, lengths, starts, cut, form, out, attention, &tiled)) {
+    ATTNSCORE_RETURN_IF_ERROR(tiled);
+    if (cut) FixUncoveredRows(v, lengths, starts, out, attention);
+    return Status::Ok();
+  }
   const int64_t q_floats = batch * queries * depth, k_floats = batch * keys * depth;
   const int64_t v_floats = batch * keys * value_dim, out_floats = batch * queries * value_dim;
   float* copies = nullptr;

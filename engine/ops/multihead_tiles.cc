@@ -276,7 +276,8 @@ class HeadTileRun {
     }
   }
   // NaN outputs of rows without a softmax, and the weights: each covered
-  // row's over its own keys, exact zeros elsewhere.
+  // row's over its own keys, exact zeros elsewhere; NaN over all M keys
+  // where it has no softmax (docs/semantics.md section 1.4).
   void Write(const float* scores, const HeadTile& t) const {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     for (int64_t r = 0; r < t.count; ++r) {
@@ -287,11 +288,14 @@ class HeadTileRun {
       float* w = attention_.data + t.b * attention_.strides[0] + t.h * attention_.strides[1] +
                  (t.first + r) * attention_.strides[2];
       const int64_t step = attention_.strides[3];
+      if (none) {
+        for (int64_t j = 0; j < keys_; ++j) w[j * step] = nan;
+        continue;
+      }
       const int64_t start = t.lo + t.starts[r], end = t.lo + t.ends[r];
       for (int64_t j = 0; j < start; ++j) w[j * step] = 0.0f;
-      for (int64_t j = start; j < end; ++j) {
-        w[j * step] = none ? nan : scores[(j - t.lo) * tile_ + r] * t.inv_sum[r];
-      }
+      for (int64_t j = start; j < end; ++j)
+        w[j * step] = scores[(j - t.lo) * tile_ + r] * t.inv_sum[r];
       for (int64_t j = end; j < keys_; ++j) w[j * step] = 0.0f;
     }
   }

@@ -27,8 +27,11 @@ namespace attnscore::ops {
 // threads one at a time, each over the keys its queries see together, each
 // query masked to its own. A query the window leaves no key is not written
 // (FixUncoveredRows). Each query's bits are those of the dot product's tile
-// path. Returns false, having written nothing, where it does not run the
-// call; else runs it and sets *status.
+// path (the op runs this without a window only where a head's dot product
+// would take that path, so the thread count changes no bit). Returns false,
+// having written nothing, where it does not run the call; else runs it and
+// sets *status (a thread without scratch, or a cancelled call, may leave
+// earlier groups' rows written, as the tile path may).
 //
 // Causal prefill (1, 1024, 1024) x 16 heads of 64 on 2 threads, alternated
 // on a Zen 5: 5.8-6.4 ms, against 6.6-10.3 ms a head at a time (each head
