@@ -128,8 +128,8 @@ HWY_INLINE void ScoreTile(D d, const float* const* HWY_RESTRICT q_rows,
   for (size_t r = 0; r < kRows; ++r) {
     for (size_t c = 0; c < kCols; ++c) {
       // Fast: Σ w·(1 − 2/(1 + A·B)) = Σ w − 2·acc.
-      const V score =
-          kFast ? hn::NegMulAdd(hn::Set(d, 2.0f), acc[r][c], hn::Set(d, w_sum)) : acc[r][c];
+      const V score = kFast ? hn::NegMulAdd(hn::Set(d, 2.0f), acc[r][c], hn::Set(d, w_sum))
+                            : acc[r][c];
       hn::StoreU(score, d, out_rows[r] + column + c * lanes);
     }
   }
@@ -145,11 +145,12 @@ HWY_INLINE void ScoreRows(const float* const* q_rows, const float* k_cols, size_
   const size_t tile = kTileKeyVectors * lanes;
   size_t j = 0;
   for (; j + tile <= padded; j += tile) {
-    ScoreTile<kRows, kTileKeyVectors, kFast>(d, q_rows, k_cols + j, k_stride, hidden, w_v, w_sum,
-                                             out_rows, j);
+    ScoreTile<kRows, kTileKeyVectors, kFast>(d, q_rows, k_cols + j, k_stride, hidden, w_v,
+                                             w_sum, out_rows, j);
   }
   for (; j < padded; j += lanes) {
-    ScoreTile<kRows, 1, kFast>(d, q_rows, k_cols + j, k_stride, hidden, w_v, w_sum, out_rows, j);
+    ScoreTile<kRows, 1, kFast>(d, q_rows, k_cols + j, k_stride, hidden, w_v, w_sum, out_rows,
+                               j);
   }
 }
 
@@ -158,14 +159,10 @@ HWY_INLINE void ScoreBlock(const float* const* q_rows, size_t rows, const float*
                            size_t k_stride, size_t hidden, const float* w_v, float w_sum,
                            size_t width, float* const* out_rows) {
   switch (rows) {
-    case 1:
-      return ScoreRows<1, kFast>(q_rows, k_cols, k_stride, hidden, w_v, w_sum, width, out_rows);
-    case 2:
-      return ScoreRows<2, kFast>(q_rows, k_cols, k_stride, hidden, w_v, w_sum, width, out_rows);
-    case 3:
-      return ScoreRows<3, kFast>(q_rows, k_cols, k_stride, hidden, w_v, w_sum, width, out_rows);
-    default:
-      return ScoreRows<4, kFast>(q_rows, k_cols, k_stride, hidden, w_v, w_sum, width, out_rows);
+    case 1: return ScoreRows<1, kFast>(q_rows, k_cols, k_stride, hidden, w_v, w_sum, width, out_rows);
+    case 2: return ScoreRows<2, kFast>(q_rows, k_cols, k_stride, hidden, w_v, w_sum, width, out_rows);
+    case 3: return ScoreRows<3, kFast>(q_rows, k_cols, k_stride, hidden, w_v, w_sum, width, out_rows);
+    default: return ScoreRows<4, kFast>(q_rows, k_cols, k_stride, hidden, w_v, w_sum, width, out_rows);
   }
 }
 

@@ -20,9 +20,9 @@ float MaxAbs(const float* x, size_t count) { return ATTNSCORE_DISPATCH(MaxAbs)(x
 
 void ToTanhFactors(float* x, size_t count) { ATTNSCORE_DISPATCH(ToTanhFactors)(x, count); }
 
-void AdditiveScoreBlock(TanhMode mode, const float* const* q_rows, size_t rows, const float* k_cols,
-                        size_t k_stride, size_t hidden, const float* w_v, float w_sum, size_t width,
-                        float* const* out_rows) {
+void AdditiveScoreBlock(TanhMode mode, const float* const* q_rows, size_t rows,
+                        const float* k_cols, size_t k_stride, size_t hidden, const float* w_v,
+                        float w_sum, size_t width, float* const* out_rows) {
   ATTNSCORE_DISPATCH(AdditiveScoreBlock)
   (mode, q_rows, rows, k_cols, k_stride, hidden, w_v, w_sum, width, out_rows);
 }

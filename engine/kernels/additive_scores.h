@@ -42,9 +42,9 @@ void ToTanhFactors(float* x, size_t count);
 // and writes columns up to width rounded up to kAdditivePadFloats, so each
 // k_cols row and out row must have that many floats (pad with anything
 // finite or not: padding never reaches a column below width).
-void AdditiveScoreBlock(TanhMode mode, const float* const* q_rows, size_t rows, const float* k_cols,
-                        size_t k_stride, size_t hidden, const float* w_v, float w_sum, size_t width,
-                        float* const* out_rows);
+void AdditiveScoreBlock(TanhMode mode, const float* const* q_rows, size_t rows,
+                        const float* k_cols, size_t k_stride, size_t hidden, const float* w_v,
+                        float w_sum, size_t width, float* const* out_rows);
 
 // out[i] = tanh(x[i]) by Highway's Tanh: the benchmark's peer.
 void HighwayTanhArray(const float* x, size_t count, float* out);

@@ -25,8 +25,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 template <class DU>
 HWY_INLINE hn::Vec<DU> Bf16Bits(DU du, hn::Vec<DU> bits) {
   const auto upper = hn::ShiftRight<16>(bits);
-  const auto rounded = hn::ShiftRight<16>(
-      hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), hn::And(upper, hn::Set(du, 1u)))));
+  const auto rounded =
+      hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), hn::And(upper, hn::Set(du, 1u)))));
   // NaN: exponent all ones and a nonzero mantissa, i.e. |bits| > Inf's.
   const auto magnitude = hn::And(bits, hn::Set(du, 0x7FFFFFFFu));
   const auto is_nan = hn::Gt(hn::BitCast(hn::RebindToSigned<DU>(), magnitude),

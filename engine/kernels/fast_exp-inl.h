@@ -49,7 +49,7 @@ HWY_INLINE V Degree5(D d, V f, const float (&c)[6]) {
 // 2.35-2.39 ns a vector on an AMD EPYC). The polynomial is fitted on [0, 1)
 // instead: relative error -6.5e-8 to +9.0e-8 with its float coefficients
 // evaluated exactly (the round-to-nearest fit's: -4.9e-8 to +1.55e-7).
-constexpr float kExp2OfUnitInterval[6] = {0.9999999403953552f,  0.6931530833244324f,
+constexpr float kExp2OfUnitInterval[6] = {0.9999999403953552f, 0.6931530833244324f,
                                           0.24015361070632935f, 0.05582631751894951f,
                                           0.00898934155702591f, 0.0018775759963318706f};
 
@@ -85,8 +85,8 @@ HWY_INLINE V ExpOfDifference(D d, V x, V shift) {
 // t = n + f with n = round(t), |f| <= 1/2; 2^f from a degree-5 polynomial
 // fitted for relative error on [-1/2, 1/2] (-4.9e-8 to +1.55e-7 in exact
 // arithmetic, 2.3e-7 in float Horner), 2^n built in the exponent bits.
-constexpr float kExp2Fraction[6] = {1.0000001192092896f,   0.6931469440460205f,
-                                    0.24022120237350464f,  0.05550713092088699f,
+constexpr float kExp2Fraction[6] = {1.0000001192092896f, 0.6931469440460205f,
+                                    0.24022120237350464f, 0.05550713092088699f,
                                     0.009675541892647743f, 0.001327647129073739f};
 
 // Max against the clamp returns the clamp for a NaN argument.
@@ -100,8 +100,8 @@ HWY_INLINE V ExpOfDifference(D d, V x, V shift) {
   // -Inf and the tiniest results come out as exact zeros. Clamping at 128
   // makes it all ones above, so 2^n is +Inf there, where a larger n would
   // carry into the sign bit.
-  const V t =
-      hn::Min(hn::Max(hn::Mul(hn::Sub(x, shift), kLog2e), hn::Set(d, -127.0f)), hn::Set(d, 128.0f));
+  const V t = hn::Min(hn::Max(hn::Mul(hn::Sub(x, shift), kLog2e), hn::Set(d, -127.0f)),
+                      hn::Set(d, 128.0f));
   // Adding 1.5 * 2^23 rounds t to the nearest integer n (ties to even) and
   // leaves n in the low mantissa bits: two adds instead of Round and a
   // float-to-int conversion (which Highway follows with overflow fix-ups).

@@ -36,8 +36,7 @@ template <size_t kCount, class F>
 HWY_INLINE void ForEachIndex(F f) {
   [&]<size_t... kIndex>(std::index_sequence<kIndex...>) ATTNSCORE_INLINE_LAMBDA {
     (f(std::integral_constant<size_t, kIndex>()), ...);
-  }
-  (std::make_index_sequence<kCount>());
+  }(std::make_index_sequence<kCount>());
 }
 
 // op over v[kBegin, kEnd) as a tree: log2 steps of latency, not a chain.
@@ -123,12 +122,13 @@ HWY_INLINE bool SoftmaxInRegisters(D d, const float* x, size_t valid, size_t wid
   const auto total = hn::Add(hn::Add(sum[0], sum[1]), hn::Add(sum[2], sum[3]));
   const auto scale = hn::Set(d, 1.0f / hn::GetLane(hn::SumOfLanes(d, total)));
 
-  if (width < lanes) {                             // a row narrower than a vector: one masked store
+  if (width < lanes) {  // a row narrower than a vector: one masked store
     StoreTail(d, hn::Mul(e[0], scale), width, y);  // e[0] is 0 past valid
     return true;
   }
-  ForEachIndex<kFull>(
-      [&](auto i) ATTNSCORE_INLINE_LAMBDA { hn::StoreU(hn::Mul(e[i], scale), d, y + i * lanes); });
+  ForEachIndex<kFull>([&](auto i) ATTNSCORE_INLINE_LAMBDA {
+    hn::StoreU(hn::Mul(e[i], scale), d, y + i * lanes);
+  });
   // Then the partial vector: whole where the row has room for it (its lanes
   // past the valid length are the zeros due there), else as the window.
   V last = zero;  // y's last Lanes(d) floats stored so far

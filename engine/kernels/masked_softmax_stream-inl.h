@@ -140,8 +140,7 @@ HWY_INLINE void PrefetchScores(const float* row, size_t count) {
   const uintptr_t end = reinterpret_cast<uintptr_t>(row + count);
   // Into L2 (locality 1): copies in L1 crowd out the row buffers (2.5-2.9 ms
   // against 2.9-3.4 ms into L1 on an AMD EPYC, alternated runs in the engine).
-  for (uintptr_t line = reinterpret_cast<uintptr_t>(row) & ~(kLine - 1); line < end;
-       line += kLine) {
+  for (uintptr_t line = reinterpret_cast<uintptr_t>(row) & ~(kLine - 1); line < end; line += kLine) {
     __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 1);
   }
 }
@@ -178,8 +177,8 @@ struct RowShift {
 template <class D>
 HWY_INLINE RowShift FirstVectorMax(D d, const kernels::StreamedRow& row) {
   if (row.valid == 0) return {0.0f, true};
-  const auto first =
-      row.valid >= hn::Lanes(d) ? hn::LoadU(d, row.x) : LoadTail(d, row.x, row.valid, row.x[0]);
+  const auto first = row.valid >= hn::Lanes(d) ? hn::LoadU(d, row.x)
+                                                : LoadTail(d, row.x, row.valid, row.x[0]);
   return {hn::GetLane(hn::MaxOfLanes(d, first)), false};
 }
 
@@ -193,9 +192,8 @@ HWY_INLINE void ExpPass(D d, const kernels::StreamedRow& row, RowShift first, si
     // four or eight were slower), and the probe where exp hides a NaN
     // (kExpKeepsNaN).
     bool all_finite = true;
-    sum = ExpAndSum<!kExpKeepsNaN>(
-        d, row.x, row.valid, first.shift, e, /*read_soon=*/false, [&] { streamer.Store(d, 6); },
-        &all_finite);
+    sum = ExpAndSum<!kExpKeepsNaN>(d, row.x, row.valid, first.shift, e, /*read_soon=*/false,
+                                   [&] { streamer.Store(d, 6); }, &all_finite);
     if (!(all_finite && sum <= kMaxShiftedSum)) {
       sum = MaxShiftedExpsAndSum(d, row.x, row.valid, e, /*read_soon=*/false);
     }
@@ -230,11 +228,9 @@ HWY_INLINE void SortByValidLength(D /*d*/, const kernels::StreamedRow* rows, siz
   // Length, then index, in one key (lengths past 2^24 all tie, in array order).
   HWY_ALIGN int32_t keys[kernels::kMaxStreamedRows + hn::MaxLanes(di)];
   for (size_t k = 0; k < count + lanes; ++k) {
-    keys[k] =
-        k < count
-            ? static_cast<int32_t>(
-                  std::min<size_t>(rows[k].valid, size_t{1} << 24) * kernels::kMaxStreamedRows + k)
-            : std::numeric_limits<int32_t>::max();
+    keys[k] = k < count ? static_cast<int32_t>(std::min<size_t>(rows[k].valid, size_t{1} << 24) *
+                                                   kernels::kMaxStreamedRows + k)
+                        : std::numeric_limits<int32_t>::max();
   }
   for (size_t k = 0; k < count; ++k) {
     const auto key = hn::Set(di, keys[k]);
