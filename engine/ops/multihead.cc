@@ -1,7 +1,8 @@
-// Multi-head attention (docs/semantics.md section 5): checks a call, folds
-// the causal bound into per-query lengths and runs the dot product over
-// strided views: a group's query heads together on the row path when the
-// queries are few (decoding), else once per query head.
+// Multi-head attention (docs/semantics.md section 5): a checked call
+// (multihead_checks.h), its causal bound folded into per-query lengths, runs
+// the dot product over strided views: a group's query heads together on the
+// row path when the queries are few (decoding), else every head at once
+// through the tile kernels (multihead_tiles.h) or once per query head.
 #include "ops/multihead.h"
 
 #include <algorithm>
@@ -19,81 +20,12 @@
 #include "kernels/attention_row.h"
 #include "ops/dot_product.h"
 #include "ops/dot_product_paths.h"
+#include "ops/multihead_checks.h"
 #include "ops/multihead_tiles.h"
 #include "ops/multihead_window.h"
 
 namespace attnscore::ops {
 namespace {
-
-constexpr const char* kOp = "MultiHeadAttention";
-using internal::CheckTensor;
-using internal::kAnyDim;
-
-Status CheckInputs(const char* op, const ConstTensor& q, const ConstTensor& k, const ConstTensor& v,
-                   const MultiHeadOptions& multihead) {
-  ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(op, "queries", q, {kAnyDim, kAnyDim, kAnyDim, kAnyDim}, "(B, N, Hq, D)"));
-  const int64_t batch = q.dims[0], heads = q.dims[2], depth = q.dims[3];
-  ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(op, "keys", k, {batch, kAnyDim, kAnyDim, depth}, "(B, M, Hkv, D)"));
-  const int64_t keys = k.dims[1], kv_heads = k.dims[2];
-  ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(op, "values", v, {batch, keys, kv_heads, kAnyDim}, "(B, M, Hkv, Dv)"));
-  if (heads % kv_heads != 0) {
-    return Status::InvalidArgument(
-        std::string(op) + ": queries " + ShapeString(q) + " have " + std::to_string(heads) +
-        " heads and keys " + ShapeString(k) + " have " + std::to_string(kv_heads) +
-        "; the query heads Hq must be a multiple of the key-value heads Hkv");
-  }
-  ATTNSCORE_RETURN_IF_ERROR(CheckScoreOptions(op, multihead.scale, multihead.softcap));
-  ATTNSCORE_RETURN_IF_ERROR(CheckWindow(op, multihead.window));
-  ATTNSCORE_RETURN_IF_ERROR(CheckScoreTerms(op, multihead, q.dims[0], heads, q.dims[1], keys));
-  return CheckCausal(op, multihead.causal, q, k);
-}
-
-// out (B, N, Hq, Dv) and, when not empty, attention_weights (B, Hq, N, M).
-Status CheckOutputShapes(const char* op, const ConstTensor& q, int64_t keys, int64_t value_dim,
-                         const ConstTensor& out, const ConstTensor& attention) {
-  const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2];
-  ATTNSCORE_RETURN_IF_ERROR(
-      CheckTensor(op, "out", out, {batch, queries, heads, value_dim}, "(B, N, Hq, Dv)"));
-  if (attention.empty()) return Status::Ok();
-  return CheckTensor(op, "attention_weights", attention, {batch, heads, queries, keys},
-                     "(B, Hq, N, M)");
-}
-
-Status CheckArguments(const char* op, const ConstTensor& q, const ConstTensor& k,
-                      const ConstTensor& v, const ValidLens& lens,
-                      const MultiHeadOptions& multihead, const ConstTensor& out,
-                      const ConstTensor& attention) {
-  ATTNSCORE_RETURN_IF_ERROR(CheckInputs(op, q, k, v, multihead));
-  const int64_t batch = q.dims[0], queries = q.dims[1];
-  ATTNSCORE_RETURN_IF_ERROR(CheckOutputShapes(op, q, k.dims[1], v.dims[3], out, attention));
-  ATTNSCORE_RETURN_IF_ERROR(internal::CheckOutputsApart(
-      op, {{"queries", q}, {"keys", k}, {"values", v}}, out, attention, lens, batch, queries));
-  return OptionsApart(op, multihead, out, attention);
-}
-
-// The lengths the heads run with, (B, N): the caller's, each cut to its
-// query's causal bound (query i of N sees keys 0..i, or 0..M - N + i),
-// clamped to [0, M].
-Status EffectiveLengths(internal::Workspace& workspace, const ValidLens& valid_lens, Causal causal,
-                        int64_t batch, int64_t queries, int64_t keys,
-                        std::vector<int64_t>* lengths) {
-  internal::RowLengths lens;
-  ATTNSCORE_RETURN_IF_ERROR(
-      internal::RowLengths::Resolve(valid_lens, batch, queries, keys, workspace, &lens));
-  const int64_t shift = causal == Causal::kBottomRight ? keys - queries : 0;
-  lengths->resize(static_cast<size_t>(batch * queries));
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t i = 0; i < queries; ++i) {
-      const int64_t own = lens.row(b, i);
-      (*lengths)[static_cast<size_t>(b * queries + i)] =
-          causal == Causal::kNone ? own : std::min(own, shift + i + 1);
-    }
-  }
-  return Status::Ok();
-}
 
 // Columns [0, first) of query n's rows of a (B, H, N, M) view, every entry
 // and head, set to 0: the keys before its window.
@@ -251,36 +183,6 @@ bool Dense(const ConstTensor& t) {
 
 }  // namespace
 
-Status CheckMultiHeadAttentionInputs(const ConstTensor& q, const ConstTensor& k,
-                                     const ConstTensor& v, const ValidLens& valid_lens,
-                                     const MultiHeadOptions& multihead, MultiHeadShapes* shapes) {
-  ATTNSCORE_RETURN_IF_ERROR(CheckInputs(kOp, q, k, v, multihead));
-  ATTNSCORE_RETURN_IF_ERROR(internal::CheckValidLens(valid_lens, q.dims[0], q.dims[1], kOp, {}));
-  shapes->out = {q.dims[0], q.dims[1], q.dims[2], v.dims[3]};
-  shapes->attention_weights = {q.dims[0], q.dims[2], q.dims[1], k.dims[1]};
-  return Status::Ok();
-}
-
-Status CheckCausal(const char* op, Causal causal, const ConstTensor& q, const ConstTensor& k) {
-  switch (causal) {
-    case Causal::kNone:
-    case Causal::kTopLeft:
-      return Status::Ok();
-    case Causal::kBottomRight:
-      if (k.dims[1] < q.dims[1]) {
-        return Status::InvalidArgument(
-            std::string(op) +
-            ": causal bottom-right aligns the last query with the last key, "
-            "so it needs at least as many keys as queries; keys " +
-            ShapeString(k) + " have M = " + std::to_string(k.dims[1]) + " and queries " +
-            ShapeString(q) + " N = " + std::to_string(q.dims[1]));
-      }
-      return Status::Ok();
-  }
-  return Status::InvalidArgument(std::string(op) + ": causal is " +
-                                 std::to_string(static_cast<int>(causal)) + ", not a Causal");
-}
-
 // CachedAttention over either kind of stored rows.
 template <class KeyView, class ValueView>
 Status CachedRowsAttention(const internal::CallContext& call, const char* op, ConstTensor q,
@@ -288,7 +190,7 @@ Status CachedRowsAttention(const internal::CallContext& call, const char* op, Co
                            const MultiHeadOptions& options, Tensor out, Tensor attention) {
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t value_dim = v.dims[3];
-  ATTNSCORE_RETURN_IF_ERROR(CheckOutputShapes(op, q, keys, value_dim, out, attention));
+  ATTNSCORE_RETURN_IF_ERROR(CheckMultiHeadOutputs(op, q, keys, value_dim, out, attention));
   ATTNSCORE_RETURN_IF_ERROR(internal::CheckOutputsApart(op, {{"queries", q}}, out, attention,
                                                         valid_lens, batch, queries));
   std::vector<int64_t> lengths;
@@ -344,7 +246,8 @@ Status CachedAttention(const internal::CallContext& call, const char* op, ConstT
 Status MultiHeadAttention(const internal::CallContext& call, const char* op, ConstTensor q,
                           ConstTensor k, ConstTensor v, const ValidLens& valid_lens,
                           const MultiHeadOptions& multihead, Tensor out, Tensor attention) {
-  ATTNSCORE_RETURN_IF_ERROR(CheckArguments(op, q, k, v, valid_lens, multihead, out, attention));
+  ATTNSCORE_RETURN_IF_ERROR(
+      CheckMultiHeadArguments(op, q, k, v, valid_lens, multihead, out, attention));
   const int64_t batch = q.dims[0], queries = q.dims[1], heads = q.dims[2], keys = k.dims[1];
   const int64_t kv_heads = k.dims[2], group = heads / kv_heads;  // query heads per K/V head
   std::vector<int64_t> lengths;
@@ -365,18 +268,6 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
     FixUncoveredRows(v, lengths, starts, out, attention);
     return Status::Ok();
   }
-  // Otherwise one dot-product call per query head, unless every head runs
-  // at once through the tile kernels (below). Every head has the same
-  // shapes and lengths, so the first head makes every plan the others use:
-  // a failure comes before anything is written. (Not so with a window that
-  // cuts keys: its blocks of queries, each resolving lengths of its own, may
-  // need a plan of a new width after earlier blocks were written.)
-  internal::RowLengths lens;
-  if (!cut) {
-    ATTNSCORE_RETURN_IF_ERROR(
-        internal::RowLengths::Resolve(ValidLens::PerQuery(lengths.data(), batch, queries), batch,
-                                      queries, keys, call.workspace, &lens));
-  }
   // A head of token-major views has rows H·F floats apart: 4 KiB for 16
   // heads of 64, so its rows share cache sets and oneDNN's matmuls on them
   // ran at 0.74x the speed (causal prefill (1, 1024, 16 heads, D 64),
@@ -386,13 +277,16 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
                     !Dense(OneHead(ConstTensor(out), 0));
   const int64_t depth = q.dims[3], value_dim = v.dims[3];
   // Prefill through the tile kernels, every head at once, where they run
-  // it: with a window, or where a head's dot product would take the tile
-  // path (on the views it would run on), so the bits do not depend on which.
+  // it: with a window; or on 2 threads or more where a head's dot product
+  // would take the tile path (on the views it would run on), so the bits do
+  // not depend on which. One thread without a window runs a head at a time:
+  // alternated on a Zen 5, (2, 512, 512) x 8 heads and (1, 1024, 1024) x 16
+  // took 3-8% less time so.
   const auto head_view = [&](const ConstTensor& t, int64_t rows, int64_t columns) {
     return copy ? ConstTensor(nullptr, {batch, rows, columns}) : OneHead(t, 0);
   };
   const bool tiles_alike =
-      queries > dot_product::kRowPathMaxQueries &&
+      call.threads() > 1 && queries > dot_product::kRowPathMaxQueries &&
       dot_product::UseTilePath(call, head_view(q, queries, depth), head_view(k, keys, depth),
                                head_view(v, keys, value_dim));
   Status tiled;
@@ -401,6 +295,17 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
     ATTNSCORE_RETURN_IF_ERROR(tiled);
     if (cut) FixUncoveredRows(v, lengths, starts, out, attention);
     return Status::Ok();
+  }
+  // Otherwise one dot-product call per query head. Every head has the same
+  // shapes and lengths, so the first head makes every plan the others use:
+  // a failure comes before anything is written. (Not so with a window that
+  // cuts keys: its blocks of queries, each resolving lengths of its own, may
+  // need a plan of a new width after earlier blocks were written.)
+  internal::RowLengths lens;
+  if (!cut) {
+    ATTNSCORE_RETURN_IF_ERROR(
+        internal::RowLengths::Resolve(ValidLens::PerQuery(lengths.data(), batch, queries), batch,
+                                      queries, keys, call.workspace, &lens));
   }
   const int64_t q_floats = batch * queries * depth, k_floats = batch * keys * depth;
   const int64_t v_floats = batch * keys * value_dim, out_floats = batch * queries * value_dim;

@@ -323,12 +323,8 @@ bool MultiHeadTiles(const internal::CallContext& call, const ConstTensor& q, con
                     const ConstTensor& v, const std::vector<int64_t>& ends,
                     const std::vector<int64_t>& starts, bool cut, const ScoreForm& form,
                     const Tensor& out, const Tensor& attention, Status* status) {
-  // One thread without a window runs a head at a time (dot_product's tile
-  // path on copies of the head): alternated on a Zen 5, (2, 512, 512) x 8
-  // heads and (1, 1024, 1024) x 16 took 3-8% less time so than here.
-  const bool heads_at_once = cut || call.threads() > 1;
-  if (!heads_at_once || call.options.precision != Precision::kFp32 || !form.ScaleOnly() ||
-      q.dims[3] == 0 || k.dims[1] == 0 || k.strides[3] != 1 || out.strides[3] != 1) {
+  if (call.options.precision != Precision::kFp32 || !form.ScaleOnly() || q.dims[3] == 0 ||
+      k.dims[1] == 0 || k.strides[3] != 1 || out.strides[3] != 1) {
     return false;
   }
   HeadTileRun run(call, q, k, v, ends, starts, cut, form.scale, out, attention);
