@@ -1,5 +1,7 @@
 // attnscore-server: the engine behind the Open Inference Protocol's REST
-// endpoints (docs/serving.md). Uses the library only through its public API.
+// endpoints and gRPC service (docs/serving.md). Uses the library only
+// through its public API.
+#include <grpcpp/grpcpp.h>
 #include <httplib.h>
 #include <pthread.h>
 #include <sched.h>
@@ -21,6 +23,7 @@
 
 #include "attnscore/attnscore.h"
 #include "cli/args.h"
+#include "grpc_service.h"
 #include "models.h"
 #include "service.h"
 
@@ -64,14 +67,18 @@ int64_t UsableCpus() {
 
 constexpr const char* kUsage = R"(usage: attnscore-server [flags]
 
-Serves attnscore's ops and models over the Open Inference Protocol (KServe v2,
-REST/JSON). Endpoints: GET /v2, /v2/health/live, /v2/health/ready,
+Serves attnscore's ops and models over the Open Inference Protocol (KServe v2)
+in its two forms. REST/JSON: GET /v2, /v2/health/live, /v2/health/ready,
 /v2/models/NAME, /v2/models/NAME/ready, /metrics; POST /v2/models/NAME/infer.
+gRPC: the service inference.GRPCInferenceService (ServerLive, ServerReady,
+ModelReady, ServerMetadata, ModelMetadata, ModelInfer).
 SIGTERM or SIGINT stops accepting, finishes the requests in flight and exits 0.
 
   --host HOST               address to listen on (default 127.0.0.1)
   --port PORT               port (default 8000; 0 picks a free one). The chosen
                             address is printed on stdout once listening.
+  --grpc-port PORT          gRPC port (default 8001; 0 picks a free one), on
+                            the same host; printed on stdout's second line
   --models DIR              serve each DIR/NAME.safetensors as model NAME:
                             additive, concat, bilinear or multihead, the kind
                             and its parameters (num_heads, query_size) from
@@ -133,10 +140,11 @@ class StartGuard {
 
 int Serve(const std::vector<std::string>& argv) {
   cli::Args args;
-  Status s = cli::ParseArgs(argv, {"--help", "--version"},
-                            {"--host", "--port", "--models", "--threads", "--workers",
-                             "--max-queue", "--max-request-bytes", "--connections", "--isa"},
-                            &args);
+  Status s =
+      cli::ParseArgs(argv, {"--help", "--version"},
+                     {"--host", "--port", "--models", "--threads", "--workers", "--max-queue",
+                      "--max-request-bytes", "--connections", "--isa", "--grpc-port"},
+                     &args);
   if (!s.ok()) return Fail(s.message() + " (see --help)");
   if (args.has("--help")) {
     std::fputs(kUsage, stdout);
@@ -149,8 +157,9 @@ int Serve(const std::vector<std::string>& argv) {
   if (!args.words.empty()) return Fail("unexpected argument '" + args.words[0] + "' (see --help)");
 
   const int64_t cores = UsableCpus();
-  int64_t port, threads, workers, max_queue, max_bytes, connections;
+  int64_t port, grpc_port, threads, workers, max_queue, max_bytes, connections;
   if (!(s = cli::ParseInt(args, "--port", 8000, 0, 65535, &port)).ok() ||
+      !(s = cli::ParseInt(args, "--grpc-port", 8001, 0, 65535, &grpc_port)).ok() ||
       !(s = cli::ParseInt(args, "--threads", 1, 1, kMaxThreads, &threads)).ok() ||
       !(s = cli::ParseInt(args, "--workers", std::max<int64_t>(1, cores / threads), 1, 4096,
                           &workers))
@@ -189,7 +198,8 @@ int Serve(const std::vector<std::string>& argv) {
   options.workers = static_cast<int>(workers);
   options.max_queue = static_cast<int>(max_queue);
   options.max_request_bytes = max_bytes;
-  Service service(*engine, models, options);
+  ServerState state(*engine, models, options);
+  Service service(state);
   httplib::Server http;
   http.new_task_queue = [connections] {
     return new httplib::ThreadPool(static_cast<size_t>(connections));
@@ -217,6 +227,23 @@ int Serve(const std::vector<std::string>& argv) {
                 " (address in use, or not this machine's)");
   }
   if (listener >= 0) listen(listener, SOMAXCONN);
+
+  // gRPC on the same host: an IPv6 address goes in brackets.
+  GrpcService grpc_service(state);
+  grpc::ServerBuilder builder;
+  const std::string grpc_host = host.find(':') == std::string::npos ? host : "[" + host + "]";
+  int grpc_bound = 0;
+  builder.AddListeningPort(grpc_host + ":" + std::to_string(grpc_port),
+                           grpc::InsecureServerCredentials(), &grpc_bound);
+  builder.RegisterService(&grpc_service);
+  // A message is a request's whole body: the same limit as REST's.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(max_bytes, INT32_MAX)));
+  builder.SetMaxSendMessageSize(-1);
+  std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
+  if (grpc_server == nullptr || grpc_bound == 0) {
+    return Fail("cannot listen for gRPC on " + grpc_host + ":" + std::to_string(grpc_port) +
+                " (address in use, or not this machine's)");
+  }
   start_guard.Started();
 
   // http.stop() does nothing until the accept loop runs, so a signal that
@@ -226,7 +253,9 @@ int Serve(const std::vector<std::string>& argv) {
   std::thread stopper([&] {
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);
-    service.Stop();
+    state.stopping = true;
+    // Finishes the RPCs in flight (cancelling any still running after 30 s).
+    grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
     while (!http.is_running() && !listen_ended) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -236,6 +265,7 @@ int Serve(const std::vector<std::string>& argv) {
       "attnscore-server: listening on http://%s:%d (%zu models; engine %d thread(s), "
       "%d worker(s))\n",
       host.c_str(), bound, models.size(), engine_options.threads, options.workers);
+  std::printf("attnscore-server: gRPC listening on %s:%d\n", grpc_host.c_str(), grpc_bound);
   std::fflush(stdout);
   const bool served = http.listen_after_bind();
   listen_ended = true;
@@ -244,6 +274,7 @@ int Serve(const std::vector<std::string>& argv) {
     pthread_kill(stopper.native_handle(), SIGTERM);
   }
   stopper.join();
+  grpc_server->Wait();
   std::fprintf(stderr, "attnscore-server: stopped\n");
   return served ? 0 : 1;
 }

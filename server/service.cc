@@ -15,11 +15,6 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// Latency buckets of the histogram, in seconds.
-constexpr double kBuckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                               0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
-constexpr size_t kBucketCount = sizeof(kBuckets) / sizeof(kBuckets[0]);
-
 // When this thread's current request arrived (httplib serves a connection's
 // requests one at a time on one thread); unset for requests refused before
 // routing, such as 413.
@@ -39,10 +34,6 @@ void Reply(httplib::Response& response, int status, const json& body) {
 void ReplyError(httplib::Response& response, int status, const std::string& message) {
   response.status = status;
   response.set_content(ErrorBody(message), "application/json");
-}
-
-std::string NotReady(const Model& model) {
-  return "model '" + model.name() + "' is not ready: " + model.not_ready_reason();
 }
 
 // The {name} of a /v2/models/{name}[/versions/1]/infer path, else "".
@@ -84,121 +75,10 @@ std::string ContentLengthProblem(const httplib::Request& request) {
   return "";
 }
 
-// Prometheus label values escape backslash, double quote and newline.
-std::string LabelValue(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
-class GateSlot {
- public:
-  explicit GateSlot(Gate* gate) : gate_(gate) {}
-  ~GateSlot() { gate_->Leave(); }
-  GateSlot(const GateSlot&) = delete;
-  GateSlot& operator=(const GateSlot&) = delete;
-
- private:
-  Gate* gate_;
-};
-
 }  // namespace
 
-bool Gate::Enter() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (running_ < slots_) {
-    ++running_;
-    return true;
-  }
-  if (waiting_ >= max_waiting_) return false;
-  ++waiting_;
-  freed_.wait(lock, [&] { return running_ < slots_; });
-  --waiting_;
-  ++running_;
-  return true;
-}
-
-void Gate::Leave() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    --running_;
-  }
-  freed_.notify_one();
-}
-
-int Gate::running() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return running_;
-}
-
-int Gate::waiting() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return waiting_;
-}
-
-void Metrics::Record(const std::string& model, int status, double seconds) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++requests_[{model, status}];
-  if (seconds < 0) return;
-  Histogram& h = latency_[model];
-  h.counts.resize(kBucketCount + 1);
-  size_t bucket = 0;
-  while (bucket < kBucketCount && seconds > kBuckets[bucket]) ++bucket;
-  ++h.counts[bucket];
-  ++h.count;
-  h.sum += seconds;
-}
-
-std::string Metrics::Text(const Gate& gate) const {
-  std::string text;
-  text += "# HELP attnscore_requests_total Inference requests by model and HTTP status.\n";
-  text += "# TYPE attnscore_requests_total counter\n";
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& [key, count] : requests_) {
-    text += "attnscore_requests_total{model=\"" + LabelValue(key.first) + "\",code=\"" +
-            std::to_string(key.second) + "\"} " + std::to_string(count) + "\n";
-  }
-  text +=
-      "# HELP attnscore_request_duration_seconds Inference latency, arrival until the "
-      "response is ready to send.\n";
-  text += "# TYPE attnscore_request_duration_seconds histogram\n";
-  char number[32];
-  for (const auto& [model, h] : latency_) {
-    const std::string label = "model=\"" + LabelValue(model) + "\"";
-    uint64_t cumulative = 0;
-    for (size_t b = 0; b <= kBucketCount; ++b) {
-      cumulative += h.counts[b];
-      std::string le = "+Inf";
-      if (b < kBucketCount) {
-        std::snprintf(number, sizeof(number), "%g", kBuckets[b]);
-        le = number;
-      }
-      text += "attnscore_request_duration_seconds_bucket{" + label + ",le=\"" + le + "\"} " +
-              std::to_string(cumulative) + "\n";
-    }
-    std::snprintf(number, sizeof(number), "%.9g", h.sum);
-    text += "attnscore_request_duration_seconds_sum{" + label + "} " + number + "\n";
-    text +=
-        "attnscore_request_duration_seconds_count{" + label + "} " + std::to_string(h.count) + "\n";
-  }
-  text += "# HELP attnscore_queue_depth Inference requests waiting for a worker.\n";
-  text += "# TYPE attnscore_queue_depth gauge\n";
-  text += "attnscore_queue_depth " + std::to_string(gate.waiting()) + "\n";
-  text += "# HELP attnscore_in_flight Inference requests being computed.\n";
-  text += "# TYPE attnscore_in_flight gauge\n";
-  text += "attnscore_in_flight " + std::to_string(gate.running()) + "\n";
-  return text;
-}
-
 void Service::Install(httplib::Server* http) {
-  http->set_payload_max_length(static_cast<size_t>(options_.max_request_bytes));
+  http->set_payload_max_length(static_cast<size_t>(state_.options.max_request_bytes));
   // A client may send many requests on one connection (httplib's default
   // closes it after 5).
   http->set_keep_alive_max_count(100000);
@@ -226,7 +106,7 @@ void Service::Install(httplib::Server* http) {
         if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
         std::string message = "HTTP " + std::to_string(response.status);
         if (response.status == 413) {
-          message = "the request body is over " + std::to_string(options_.max_request_bytes) +
+          message = "the request body is over " + std::to_string(state_.options.max_request_bytes) +
                     " bytes (--max-request-bytes)";
         } else if (response.status == 404) {
           message = "no endpoint " + request.method + " " + request.path;
@@ -255,7 +135,7 @@ void Service::Install(httplib::Server* http) {
     Reply(response, 200, json{{"live", true}});
   });
   http->Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& response) {
-    Reply(response, stopping_ ? 503 : 200, json{{"ready", !stopping_}});
+    Reply(response, state_.stopping ? 503 : 200, json{{"ready", !state_.stopping}});
   });
   // The server's metadata, at /v2 and at /v2/ (as the protocol's OpenAPI
   // file writes the path).
@@ -267,31 +147,31 @@ void Service::Install(httplib::Server* http) {
   });
   http->Get(R"(/v2/models/([^/]+)(?:/versions/1)?)",
             [this](const httplib::Request& request, httplib::Response& response) {
-              const auto model = models_.find(request.matches[1].str());
-              if (model == models_.end()) {
-                ReplyError(response, 404, "unknown model '" + request.matches[1].str() + "'");
+              int status = 0;
+              std::string message;
+              const Model* model = state_.ReadyModel(request.matches[1].str(), &status, &message);
+              if (model == nullptr) {
+                ReplyError(response, status, message);
                 return;
               }
-              if (!model->second->ready()) {
-                ReplyError(response, 400, NotReady(*model->second));
-                return;
-              }
-              Reply(response, 200, model->second->Metadata());
+              Reply(response, 200, model->Metadata());
             });
   http->Get(R"(/v2/models/([^/]+)(?:/versions/1)?/ready)", [this](const httplib::Request& request,
                                                                   httplib::Response& response) {
-    const auto model = models_.find(request.matches[1].str());
-    if (model == models_.end()) {
-      ReplyError(response, 404, "unknown model '" + request.matches[1].str() + "'");
-      return;
-    }
+    const std::string name = request.matches[1].str();
+    int status = 0;
+    std::string message;
     // The protocol: 200 means ready, a 4xx not ready.
-    if (!model->second->ready()) {
-      Reply(response, 400,
-            json{{"name", model->first}, {"ready", false}, {"error", NotReady(*model->second)}});
+    if (state_.ReadyModel(name, &status, &message) == nullptr) {
+      if (status == 404) {
+        ReplyError(response, status, message);
+      } else {
+        Reply(response, status, json{{"name", name}, {"ready", false}, {"error", message}});
+      }
       return;
     }
-    Reply(response, stopping_ ? 503 : 200, json{{"name", model->first}, {"ready", !stopping_}});
+    const bool ready = !state_.stopping;
+    Reply(response, ready ? 200 : 503, json{{"name", name}, {"ready", ready}});
   });
   // The body is read here rather than by httplib, which would parse a body
   // sent as a form (curl -d, urllib's default Content-Type) and refuse one
@@ -308,7 +188,7 @@ void Service::Install(httplib::Server* http) {
                             "request as the body (application/json)");
                  return;
                }
-               const size_t limit = static_cast<size_t>(options_.max_request_bytes);
+               const size_t limit = static_cast<size_t>(state_.options.max_request_bytes);
                bool too_large = false;
                const bool complete = read([&](const char* data, size_t size) {
                  // httplib refuses a Content-Length over the limit itself (413,
@@ -334,30 +214,25 @@ void Service::Install(httplib::Server* http) {
                if (response.status < 400) Account(request, response);
              });
   http->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(metrics_.Text(gate_), "text/plain; version=0.0.4");
+    response.set_content(state_.metrics.Text(state_.gate), "text/plain; version=0.0.4");
   });
 }
 
 void Service::Infer(const httplib::Request& request, const std::string& request_body,
                     httplib::Response& response) {
-  const std::string name = request.matches[1].str();
-  const auto found = models_.find(name);
-  if (found == models_.end()) {
-    ReplyError(response, 404, "unknown model '" + name + "'");
+  int status = 0;
+  std::string message;
+  const Model* model = state_.ReadyModel(request.matches[1].str(), &status, &message);
+  if (model == nullptr) {
+    ReplyError(response, status, message);
     return;
   }
-  if (!found->second->ready()) {
-    ReplyError(response, 400, NotReady(*found->second));
-    return;
-  }
-  if (!gate_.Enter()) {
+  if (!state_.gate.Enter()) {
     response.set_header("Retry-After", "1");
-    ReplyError(response, 503,
-               "the server is at capacity: " + std::to_string(options_.max_queue) +
-                   " requests are waiting already (--max-queue); retry later");
+    ReplyError(response, 503, state_.AtCapacity());
     return;
   }
-  GateSlot slot(&gate_);
+  GateSlot slot(&state_.gate);
 
   // With the binary tensor data extension, the JSON is the body's first
   // Inference-Header-Content-Length bytes and tensor data follows it.
@@ -377,8 +252,8 @@ void Service::Infer(const httplib::Request& request, const std::string& request_
     }
     json_bytes = static_cast<size_t>(value);
   }
-  const InferAnswer answer = server::Infer(*found->second, engine_, request_body, json_bytes,
-                                           options_.max_request_bytes / 4);
+  const InferAnswer answer = server::Infer(*model, state_.engine, request_body, json_bytes,
+                                           state_.options.max_request_bytes / 4);
   response.status = answer.status;
   if (answer.json_bytes == answer.body.size()) {
     response.set_content(answer.body, "application/json");
@@ -398,7 +273,8 @@ void Service::Account(const httplib::Request& request, const httplib::Response& 
   }
   const std::string target = InferTarget(request.path);
   if (!target.empty()) {
-    metrics_.Record(models_.count(target) ? target : "unknown", response.status, request_seconds);
+    state_.metrics.Record(state_.models.count(target) ? target : "unknown", response.status,
+                          request_seconds);
   }
 }
 
@@ -407,12 +283,7 @@ void Service::Log(const httplib::Request& request, const httplib::Response& resp
   const double seconds = request_seconds;
   request_accounted = false;  // the next request on this thread is a new one
   const std::string target = InferTarget(request.path);
-  char time[32];
-  const std::time_t now = std::time(nullptr);
-  std::tm utc;
-  gmtime_r(&now, &utc);
-  std::strftime(time, sizeof(time), "%Y-%m-%dT%H:%M:%SZ", &utc);
-  json line = {{"time", time},
+  json line = {{"time", LogTime()},
                {"method", request.method},
                {"path", request.path},
                {"status", response.status},
@@ -428,10 +299,7 @@ void Service::Log(const httplib::Request& request, const httplib::Response& resp
     const json error = json::parse(response.body, nullptr, false);
     if (error.is_object() && error.contains("error")) line["error"] = error["error"];
   }
-  const std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-  std::lock_guard<std::mutex> lock(log_mutex_);
-  std::fwrite(text.data(), 1, text.size(), stderr);
-  std::fflush(stderr);
+  state_.Log(line);
 }
 
 }  // namespace attnscore::server

@@ -81,33 +81,15 @@ Status ToInt(const json& number, const std::string& name, size_t index, bool is_
   return Status::Ok();
 }
 
-// Reads `tensor`'s data from the next `bytes` of `*binary` (little-endian,
-// row-major, the datatype's own width), advancing it.
+// Reads `tensor`'s data from the next `bytes` of `*binary`, advancing it.
 Status ReadBinary(int64_t bytes, std::string_view* binary, InputTensor* tensor) {
-  const std::string label = "input '" + tensor->name + "'";
-  const uint64_t count = ElementCount(tensor->shape);
-  const uint64_t width = tensor->datatype == "INT64" ? 8 : 4;
-  if (count * width != static_cast<uint64_t>(bytes)) {
-    return Bad(label + " has shape " + ShapeText(tensor->shape) + " and datatype " +
-               tensor->datatype + " (" + std::to_string(count * width) +
-               " bytes) but binary_data_size " + std::to_string(bytes));
-  }
+  ATTNSCORE_RETURN_IF_ERROR(CheckRawSize(*tensor, static_cast<uint64_t>(bytes),
+                                         "binary_data_size " + std::to_string(bytes)));
   if (static_cast<uint64_t>(bytes) > binary->size()) {
-    return Bad(label + " has binary_data_size " + std::to_string(bytes) + " but only " +
-               std::to_string(binary->size()) + " bytes of binary data are left");
+    return Bad("input '" + tensor->name + "' has binary_data_size " + std::to_string(bytes) +
+               " but only " + std::to_string(binary->size()) + " bytes of binary data are left");
   }
-  const char* data = binary->data();
-  if (tensor->datatype == "FP32") {
-    tensor->floats.resize(count);
-    std::memcpy(tensor->floats.data(), data, bytes);
-  } else if (tensor->datatype == "INT32") {
-    std::vector<int32_t> values(count);
-    std::memcpy(values.data(), data, bytes);
-    tensor->ints.assign(values.begin(), values.end());
-  } else {
-    tensor->ints.resize(count);
-    std::memcpy(tensor->ints.data(), data, bytes);
-  }
+  CopyRaw(binary->data(), tensor);
   binary->remove_prefix(bytes);
   return Status::Ok();
 }
@@ -126,9 +108,7 @@ Status ParseInput(const json& entry, size_t position, std::string_view* binary,
     return Bad(label + " has no string 'datatype'");
   }
   tensor->datatype = datatype->get<std::string>();
-  if (tensor->datatype != "FP32" && tensor->datatype != "INT32" && tensor->datatype != "INT64") {
-    return Bad(label + " has datatype '" + tensor->datatype + "'; want FP32, INT32 or INT64");
-  }
+  ATTNSCORE_RETURN_IF_ERROR(CheckDatatype(*tensor));
 
   const auto shape = entry.find("shape");
   if (shape == entry.end() || !shape->is_array()) return Bad(label + " has no 'shape' array");
@@ -172,10 +152,7 @@ Status ParseInput(const json& entry, size_t position, std::string_view* binary,
   }
   Status s = Flatten(*data, tensor->shape, 0, tensor->name, &flat);
   if (!s.ok()) return s;
-  if (ElementCount(tensor->shape) != flat.size()) {
-    return Bad(label + " has shape " + ShapeText(tensor->shape) + " but " +
-               std::to_string(flat.size()) + " data elements");
-  }
+  ATTNSCORE_RETURN_IF_ERROR(CheckElementCount(*tensor, flat.size()));
   if (tensor->datatype == "FP32") {
     tensor->floats.resize(flat.size());
     for (size_t i = 0; i < flat.size(); ++i) {
@@ -194,6 +171,42 @@ Status ParseInput(const json& entry, size_t position, std::string_view* binary,
 }
 
 }  // namespace
+
+Status CheckDatatype(const InputTensor& tensor) {
+  if (tensor.datatype == "FP32" || tensor.datatype == "INT32" || tensor.datatype == "INT64") {
+    return Status::Ok();
+  }
+  return Bad("input '" + tensor.name + "' has datatype '" + tensor.datatype +
+             "'; want FP32, INT32 or INT64");
+}
+
+Status CheckElementCount(const InputTensor& tensor, uint64_t count) {
+  if (ElementCount(tensor.shape) == count) return Status::Ok();
+  return Bad("input '" + tensor.name + "' has shape " + ShapeText(tensor.shape) + " but " +
+             std::to_string(count) + " data elements");
+}
+
+Status CheckRawSize(const InputTensor& tensor, uint64_t bytes, const std::string& source) {
+  const uint64_t expected = ElementCount(tensor.shape) * (tensor.datatype == "INT64" ? 8 : 4);
+  if (expected == bytes) return Status::Ok();
+  return Bad("input '" + tensor.name + "' has shape " + ShapeText(tensor.shape) + " and datatype " +
+             tensor.datatype + " (" + std::to_string(expected) + " bytes) but " + source);
+}
+
+void CopyRaw(const char* data, InputTensor* tensor) {
+  const uint64_t count = ElementCount(tensor->shape);
+  if (tensor->datatype == "FP32") {
+    tensor->floats.resize(count);
+    std::memcpy(tensor->floats.data(), data, count * sizeof(float));
+  } else if (tensor->datatype == "INT32") {
+    std::vector<int32_t> values(count);
+    std::memcpy(values.data(), data, count * sizeof(int32_t));
+    tensor->ints.assign(values.begin(), values.end());
+  } else {
+    tensor->ints.resize(count);
+    std::memcpy(tensor->ints.data(), data, count * sizeof(int64_t));
+  }
+}
 
 // An empty tensor's data: the engine takes a null pointer for a missing
 // tensor, so one with a zero dim points here (nothing is read).

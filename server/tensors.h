@@ -45,6 +45,17 @@ struct InputTensor {
 Status ParseInputs(const nlohmann::json& request, std::string_view binary,
                    std::vector<InputTensor>* inputs);
 
+// Checks both of the protocol's forms share, each an InvalidArgument naming
+// the input: a datatype of the three; `count` data elements for its shape;
+// `bytes` of raw data for its shape and datatype (`source` says where the
+// size came from, as "binary_data_size 12").
+Status CheckDatatype(const InputTensor& tensor);
+Status CheckElementCount(const InputTensor& tensor, uint64_t count);
+Status CheckRawSize(const InputTensor& tensor, uint64_t bytes, const std::string& source);
+// Fills `tensor`'s data from raw little-endian C-order bytes, as many as
+// CheckRawSize accepted.
+void CopyRaw(const char* data, InputTensor* tensor);
+
 // An output the request asks for, and whether it wants its data as binary
 // (its parameters' binary_data, or the request's binary_data_output).
 struct RequestedOutput {

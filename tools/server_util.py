@@ -11,16 +11,20 @@ import numpy as np
 
 
 class Server:
-    """attnscore-server on a free loopback port, stopped by SIGTERM on exit."""
+    """attnscore-server on free loopback ports (REST and gRPC), stopped by
+    SIGTERM on exit."""
 
     def __init__(self, binary, *flags, log=subprocess.DEVNULL):
-        self.process = subprocess.Popen([binary, "--port", "0", *flags], stdout=subprocess.PIPE,
-                                        stderr=log, text=True)
+        self.process = subprocess.Popen([binary, "--port", "0", "--grpc-port", "0", *flags],
+                                        stdout=subprocess.PIPE, stderr=log, text=True)
         line = self.process.stdout.readline()
-        if "listening on http://" not in line:
+        grpc_line = self.process.stdout.readline()
+        if "listening on http://" not in line or "gRPC listening on " not in grpc_line:
             self.process.kill()
-            raise RuntimeError("attnscore-server did not start: " + repr(line))
+            raise RuntimeError("attnscore-server did not start: " + repr(line + grpc_line))
         self.url = line.split("listening on ")[1].split()[0]
+        # host:port, as grpc.insecure_channel takes it
+        self.grpc_address = grpc_line.split("gRPC listening on ")[1].split()[0]
 
     def stop(self, timeout=30):
         """SIGTERM, then the exit status."""

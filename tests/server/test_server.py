@@ -23,56 +23,9 @@ import pytest
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from server_util import (Server, binary_infer_body, binary_outputs, build_dir,  # noqa: E402
-                         infer_body, output_array)
-
-GOLDEN = os.path.join(ROOT, "tests", "golden")
-SERVER = os.path.join(build_dir(), "bin", "attnscore-server")
-CLI = os.path.join(build_dir(), "bin", "attnscore")
-
-
-def golden(case, *names):
-    return {name: np.load(os.path.join(GOLDEN, case, name + ".npy")) for name in names}
-
-
-def library(tmp_path, command, inputs, weights=True, extra=()):
-    """The CLI's output (and weights) for `inputs`: the library's numbers."""
-    flags = []
-    for name, array in inputs.items():
-        path = tmp_path / (name + ".npy")
-        np.save(path, array)
-        flags += ["--" + name.replace("_", "-"), str(path)]
-    out = tmp_path / "out.npy"
-    flags += ["--out", str(out)]
-    if weights:
-        flags += ["--weights-out", str(tmp_path / "w.npy")]
-    subprocess.run([CLI, "run", *command, *flags, *extra], check=True)
-    return np.load(out), (np.load(tmp_path / "w.npy") if weights else None)
-
-
-def bits(array):
-    return np.ascontiguousarray(array, np.float32).view(np.uint32)
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("models")
-    shutil.copy(os.path.join(GOLDEN, "additive_toy", "model.safetensors"),
-                folder / "additive_toy.safetensors")
-    shutil.copy(os.path.join(GOLDEN, "concat_tutorial", "model.safetensors"),
-                folder / "concat_tutorial.safetensors")
-    query_size = np.load(os.path.join(GOLDEN, "concat_tutorial", "queries.npy")).shape[-1]
-    (folder / "concat_tutorial.json").write_text(json.dumps({"query_size": int(query_size)}))
-    return folder
-
-
-@pytest.fixture(scope="module")
-def server(models):
-    with Server(SERVER, "--models", str(models), log=None) as running:
-        yield running
-
-
-DOT_TOY = ("dot_toy", "queries", "keys", "values", "valid_lens")
+from server_util import (Server, binary_infer_body, binary_outputs, infer_body,  # noqa: E402
+                         output_array)
+from server_testing import DOT_TOY, GOLDEN, SERVER, bits, golden, library  # noqa: E402
 
 
 def test_toy_through_urllib_is_the_library_bit_for_bit(server, tmp_path):
@@ -377,7 +330,7 @@ def test_default_workers_count_the_cpus_the_process_may_use():
     """taskset to one CPU: one worker by default, whatever the machine has.
     SIGTERM at once after the listening line (before the accept loop may
     have started) still stops it, with status 0."""
-    process = subprocess.Popen(["taskset", "-c", "0", SERVER, "--port", "0"],
+    process = subprocess.Popen(["taskset", "-c", "0", SERVER, "--port", "0", "--grpc-port", "0"],
                                stdout=subprocess.PIPE, text=True)
     try:
         line = process.stdout.readline()
@@ -714,7 +667,7 @@ def test_sigterm_stops_a_starting_server(tmp_path):
     # SIGTERM at once, while the server starts (or just after): it exits
     # promptly either way, 143 if it was still starting.
     for _ in range(5):
-        process = subprocess.Popen([SERVER, "--port", "0"], stdout=subprocess.PIPE,
+        process = subprocess.Popen([SERVER, "--port", "0", "--grpc-port", "0"], stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
         time.sleep(0.01)
         process.terminate()

@@ -1,0 +1,266 @@
+#include "grpc_service.h"
+
+#include <chrono>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensors.h"
+
+namespace attnscore::server {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+Status Bad(const std::string& message) { return Status::InvalidArgument(message); }
+
+// The gRPC code Triton gives an answer of HTTP `status`.
+grpc::StatusCode CodeOf(int status) {
+  switch (status) {
+    case 400:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case 404:
+      return grpc::StatusCode::NOT_FOUND;
+    case 503:
+      return grpc::StatusCode::UNAVAILABLE;
+    default:
+      return grpc::StatusCode::INTERNAL;
+  }
+}
+
+grpc::Status Error(int status, const std::string& message) {
+  return grpc::Status(CodeOf(status), message);
+}
+
+// A model's single version is "1"; "" lets the server choose it.
+bool KnownVersion(const std::string& version) { return version.empty() || version == "1"; }
+
+std::string UnknownVersion(const std::string& model, const std::string& version) {
+  return "model '" + model + "' has no version '" + version + "'; its one version is 1";
+}
+
+// The request's parameters as the REST form's JSON object.
+json Parameters(const google::protobuf::Map<std::string, inference::InferParameter>& map) {
+  json parameters = json::object();
+  for (const auto& [key, value] : map) {
+    switch (value.parameter_choice_case()) {
+      case inference::InferParameter::kBoolParam:
+        parameters[key] = value.bool_param();
+        break;
+      case inference::InferParameter::kInt64Param:
+        parameters[key] = value.int64_param();
+        break;
+      case inference::InferParameter::kStringParam:
+        parameters[key] = value.string_param();
+        break;
+      case inference::InferParameter::kDoubleParam:
+        parameters[key] = value.double_param();
+        break;
+      case inference::InferParameter::kUint64Param:
+        parameters[key] = value.uint64_param();
+        break;
+      default:
+        parameters[key] = nullptr;
+    }
+  }
+  return parameters;
+}
+
+// The request's inputs, from typed contents or from raw_input_contents (one
+// entry per input, all or none), checked as ParseInputs checks the REST form.
+Status ReadInputs(const inference::ModelInferRequest& request, std::vector<InputTensor>* inputs) {
+  const int count = request.inputs_size();
+  const bool raw = request.raw_input_contents_size() > 0;
+  if (raw && request.raw_input_contents_size() != count) {
+    return Bad("the request has " + std::to_string(count) + " inputs but " +
+               std::to_string(request.raw_input_contents_size()) +
+               " raw_input_contents; want one per input");
+  }
+  std::set<std::string> seen;
+  inputs->assign(count, InputTensor());
+  for (int i = 0; i < count; ++i) {
+    const auto& entry = request.inputs(i);
+    InputTensor& tensor = (*inputs)[i];
+    tensor.name = entry.name();
+    tensor.datatype = entry.datatype();
+    ATTNSCORE_RETURN_IF_ERROR(CheckDatatype(tensor));
+    if (entry.shape_size() > kMaxRank) {
+      return Bad("input '" + tensor.name + "' has " + std::to_string(entry.shape_size()) +
+                 " dims; at most " + std::to_string(kMaxRank) + " are taken");
+    }
+    tensor.shape.assign(entry.shape().begin(), entry.shape().end());
+    for (int64_t dim : tensor.shape) {
+      if (dim < 0 || dim > (int64_t{1} << 62)) {
+        return Bad("input '" + tensor.name + "' has shape " + ShapeText(tensor.shape) +
+                   "; dims must be integers from 0 to 2^62 (4611686018427387904)");
+      }
+    }
+    const inference::InferTensorContents& contents = entry.contents();
+    if (raw) {
+      if (entry.has_contents()) {
+        return Bad("input '" + tensor.name + "' has contents, but the request gives " +
+                   "raw_input_contents: use one or the other");
+      }
+      const std::string& bytes = request.raw_input_contents(i);
+      ATTNSCORE_RETURN_IF_ERROR(CheckRawSize(tensor, bytes.size(),
+                                             "raw_input_contents[" + std::to_string(i) + "] has " +
+                                                 std::to_string(bytes.size()) + " bytes"));
+      CopyRaw(bytes.data(), &tensor);
+    } else if (tensor.datatype == "FP32") {
+      ATTNSCORE_RETURN_IF_ERROR(CheckElementCount(tensor, contents.fp32_contents_size()));
+      tensor.floats.assign(contents.fp32_contents().begin(), contents.fp32_contents().end());
+    } else if (tensor.datatype == "INT32") {
+      ATTNSCORE_RETURN_IF_ERROR(CheckElementCount(tensor, contents.int_contents_size()));
+      tensor.ints.assign(contents.int_contents().begin(), contents.int_contents().end());
+    } else {
+      ATTNSCORE_RETURN_IF_ERROR(CheckElementCount(tensor, contents.int64_contents_size()));
+      tensor.ints.assign(contents.int64_contents().begin(), contents.int64_contents().end());
+    }
+    if (!seen.insert(tensor.name).second) return Bad("input '" + tensor.name + "' is given twice");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+grpc::Status GrpcService::ServerLive(grpc::ServerContext*, const inference::ServerLiveRequest*,
+                                     inference::ServerLiveResponse* response) {
+  response->set_live(true);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::ServerReady(grpc::ServerContext*, const inference::ServerReadyRequest*,
+                                      inference::ServerReadyResponse* response) {
+  response->set_ready(!state_.stopping);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::ModelReady(grpc::ServerContext*,
+                                     const inference::ModelReadyRequest* request,
+                                     inference::ModelReadyResponse* response) {
+  int status = 0;
+  std::string message;
+  const Model* model = state_.ReadyModel(request->name(), &status, &message);
+  if (status == 404) return Error(status, message);
+  if (!KnownVersion(request->version())) {
+    return Error(404, UnknownVersion(request->name(), request->version()));
+  }
+  response->set_ready(model != nullptr && !state_.stopping);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::ServerMetadata(grpc::ServerContext*,
+                                         const inference::ServerMetadataRequest*,
+                                         inference::ServerMetadataResponse* response) {
+  response->set_name("attnscore");
+  response->set_version(Version());
+  response->add_extensions("binary_tensor_data");
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::ModelMetadata(grpc::ServerContext*,
+                                        const inference::ModelMetadataRequest* request,
+                                        inference::ModelMetadataResponse* response) {
+  int status = 0;
+  std::string message;
+  const Model* model = state_.ReadyModel(request->name(), &status, &message);
+  if (model == nullptr) return Error(status, message);
+  if (!KnownVersion(request->version())) {
+    return Error(404, UnknownVersion(request->name(), request->version()));
+  }
+  const json metadata = model->Metadata();
+  response->set_name(metadata["name"].get<std::string>());
+  for (const json& version : metadata["versions"])
+    response->add_versions(version.get<std::string>());
+  response->set_platform(metadata["platform"].get<std::string>());
+  const auto add = [](const json& entry, inference::ModelMetadataResponse::TensorMetadata* tensor) {
+    tensor->set_name(entry["name"].get<std::string>());
+    tensor->set_datatype(entry["datatype"].get<std::string>());
+    for (const json& dim : entry["shape"]) tensor->add_shape(dim.get<int64_t>());
+  };
+  for (const json& entry : metadata["inputs"]) add(entry, response->add_inputs());
+  for (const json& entry : metadata["outputs"]) add(entry, response->add_outputs());
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::ModelInfer(grpc::ServerContext*,
+                                     const inference::ModelInferRequest* request,
+                                     inference::ModelInferResponse* response) {
+  const Clock::time_point start = Clock::now();
+  std::string error;
+  const int status = Infer(*request, response, &error);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const bool known = state_.models.count(request->model_name()) > 0;
+  state_.metrics.Record(known ? request->model_name() : "unknown", status, seconds);
+  json line = {{"time", LogTime()},
+               {"method", "gRPC"},
+               {"path", "/inference.GRPCInferenceService/ModelInfer"},
+               {"status", status},
+               {"request_bytes", request->ByteSizeLong()},
+               {"response_bytes", status == 200 ? response->ByteSizeLong() : 0},
+               {"latency_us", static_cast<int64_t>(seconds * 1e6)},
+               {"model", request->model_name()}};
+  if (!error.empty()) line["error"] = error;
+  state_.Log(line);
+  if (status != 200) {
+    response->Clear();
+    return Error(status, error);
+  }
+  return grpc::Status::OK;
+}
+
+int GrpcService::Infer(const inference::ModelInferRequest& request,
+                       inference::ModelInferResponse* response, std::string* error) {
+  int status = 0;
+  const Model* model = state_.ReadyModel(request.model_name(), &status, error);
+  if (model == nullptr) return status;
+  if (!KnownVersion(request.model_version())) {
+    *error = UnknownVersion(request.model_name(), request.model_version());
+    return 404;
+  }
+  if (!state_.gate.Enter()) {
+    *error = state_.AtCapacity();
+    return 503;
+  }
+  GateSlot slot(&state_.gate);
+
+  std::vector<InputTensor> inputs;
+  std::vector<RequestedOutput> requested;
+  std::vector<OutputData> outputs;
+  Status s = ReadInputs(request, &inputs);
+  for (const auto& output : request.outputs()) requested.push_back({output.name(), false});
+  if (s.ok()) {
+    s = model->Infer(state_.engine, inputs, Parameters(request.parameters()), requested,
+                     state_.options.max_request_bytes / 4, &outputs);
+  }
+  if (!s.ok()) {
+    *error = s.message();
+    const bool client =
+        s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kUnsupported;
+    return client ? 400 : 500;
+  }
+  response->set_model_name(model->name());
+  response->set_model_version("1");
+  response->set_id(request.id());
+  // Outputs come in the form the inputs came in: raw bytes, or typed contents.
+  const bool raw = request.raw_input_contents_size() > 0;
+  for (const OutputData& output : outputs) {
+    auto* tensor = response->add_outputs();
+    tensor->set_name(output.name);
+    tensor->set_datatype("FP32");
+    for (int64_t dim : output.dims) tensor->add_shape(dim);
+    if (raw) {
+      response->add_raw_output_contents(reinterpret_cast<const char*>(output.data.data()),
+                                        output.data.size() * sizeof(float));
+    } else {
+      tensor->mutable_contents()->mutable_fp32_contents()->Add(output.data.begin(),
+                                                               output.data.end());
+    }
+  }
+  return 200;
+}
+
+}  // namespace attnscore::server

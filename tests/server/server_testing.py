@@ -1,0 +1,42 @@
+"""What the server's test modules share: the binaries, the golden cases, and
+the library's own numbers (through the CLI) to hold the server's answers to."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from server_util import build_dir  # noqa: E402
+
+GOLDEN = os.path.join(ROOT, "tests", "golden")
+SERVER = os.path.join(build_dir(), "bin", "attnscore-server")
+CLI = os.path.join(build_dir(), "bin", "attnscore")
+
+
+def golden(case, *names):
+    return {name: np.load(os.path.join(GOLDEN, case, name + ".npy")) for name in names}
+
+
+def library(tmp_path, command, inputs, weights=True, extra=()):
+    """The CLI's output (and weights) for `inputs`: the library's numbers."""
+    flags = []
+    for name, array in inputs.items():
+        path = tmp_path / (name + ".npy")
+        np.save(path, array)
+        flags += ["--" + name.replace("_", "-"), str(path)]
+    out = tmp_path / "out.npy"
+    flags += ["--out", str(out)]
+    if weights:
+        flags += ["--weights-out", str(tmp_path / "w.npy")]
+    subprocess.run([CLI, "run", *command, *flags, *extra], check=True)
+    return np.load(out), (np.load(tmp_path / "w.npy") if weights else None)
+
+
+def bits(array):
+    return np.ascontiguousarray(array, np.float32).view(np.uint32)
+
+
+DOT_TOY = ("dot_toy", "queries", "keys", "values", "valid_lens")

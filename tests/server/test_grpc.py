@@ -1,0 +1,249 @@
+"""attnscore-server's gRPC service, through a client generated from its
+proto with Debian's python3-grpcio (tools/grpc_client.py): the d2l toy bit
+for bit as the CLI computes it, readiness and metadata for every model as
+REST gives them, bad requests with REST's error texts, metrics, the size
+limit, and SIGTERM finishing an RPC in flight.
+
+    ATTNSCORE_BUILD_DIR=build /usr/bin/python3 -m pytest tests/server
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+from server_testing import DOT_TOY, ROOT, SERVER, bits, golden, library
+from server_util import Server, build_dir, infer_body
+
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from grpc_client import GrpcClient  # noqa: E402
+
+BUILT_IN = ["masked_softmax", "dot_product_attention", "multihead_attention",
+            "multihead_attention_packed"]
+LOADED = ["additive_toy", "concat_tutorial"]
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    connected = GrpcClient(server.grpc_address, build_dir())
+    yield connected
+    connected.close()
+
+
+@pytest.mark.parametrize("raw", [True, False], ids=["raw", "typed"])
+def test_toy_over_grpc_is_the_library_bit_for_bit(server, client, tmp_path, raw):
+    inputs = golden(*DOT_TOY)
+    got = client.infer("dot_product_attention", inputs, ["output", "attention_weights"], raw=raw)
+    out, weights = library(tmp_path, ["dot"], inputs)
+    np.testing.assert_array_equal(bits(got["output"]), bits(out))
+    np.testing.assert_array_equal(bits(got["attention_weights"]), bits(weights))
+    # The answer's form follows the request's.
+    response = client.stub.ModelInfer(client.request("dot_product_attention", inputs, raw=raw))
+    assert bool(response.raw_output_contents) == raw
+    assert [o.name for o in response.outputs] == ["output"]
+    assert (response.model_name, response.model_version) == ("dot_product_attention", "1")
+
+
+def test_loaded_model_and_parameters_over_grpc_match_rest(server, client):
+    inputs = golden("additive_toy", "queries", "keys", "values", "valid_lens")
+    got = client.infer("additive_toy", inputs, ["output", "attention_weights"])
+    status, _, answer = server.call("POST", "/v2/models/additive_toy/infer",
+                                    infer_body(inputs, ["output", "attention_weights"]))
+    assert status == 200, answer
+    for entry in answer["outputs"]:
+        np.testing.assert_array_equal(
+            bits(got[entry["name"]]),
+            bits(np.array(entry["data"], np.float64).astype(np.float32).reshape(entry["shape"])))
+    rng = np.random.default_rng(3)
+    x = {"queries": rng.standard_normal((1, 2, 5, 4), dtype=np.float32),
+         "keys": rng.standard_normal((1, 2, 5, 4), dtype=np.float32),
+         "values": rng.standard_normal((1, 2, 5, 4), dtype=np.float32)}
+    body = infer_body(x)
+    body["parameters"] = {"causal": "top-left", "scale": 0.25}
+    status, _, answer = server.call("POST", "/v2/models/multihead_attention/infer", body)
+    assert status == 200, answer
+    got = client.infer("multihead_attention", x, parameters={"causal": "top-left", "scale": 0.25})
+    want = np.array(answer["outputs"][0]["data"], np.float64).astype(np.float32)
+    np.testing.assert_array_equal(bits(got["output"].reshape(-1)), bits(want))
+
+
+def test_readiness_and_metadata_for_every_model_as_rest_gives_them(server, client):
+    pb = client.pb
+    assert client.stub.ServerLive(pb.ServerLiveRequest()).live
+    assert client.stub.ServerReady(pb.ServerReadyRequest()).ready
+    meta = client.stub.ServerMetadata(pb.ServerMetadataRequest())
+    _, _, rest = server.call("GET", "/v2")
+    assert (meta.name, meta.version, list(meta.extensions)) == \
+        (rest["name"], rest["version"], rest["extensions"])
+    for name in BUILT_IN + LOADED:
+        assert client.stub.ModelReady(pb.ModelReadyRequest(name=name)).ready, name
+        assert client.stub.ModelReady(pb.ModelReadyRequest(name=name, version="1")).ready
+        got = client.stub.ModelMetadata(pb.ModelMetadataRequest(name=name))
+        status, _, want = server.call("GET", "/v2/models/" + name)
+        assert status == 200
+        assert (got.name, list(got.versions), got.platform) == \
+            (want["name"], want["versions"], want["platform"])
+        for ours, theirs in [(got.inputs, want["inputs"]), (got.outputs, want["outputs"])]:
+            assert [(t.name, t.datatype, list(t.shape)) for t in ours] == \
+                [(t["name"], t["datatype"], t["shape"]) for t in theirs], name
+    for call, request in [(client.stub.ModelReady, pb.ModelReadyRequest(name="nope")),
+                          (client.stub.ModelMetadata, pb.ModelMetadataRequest(name="nope")),
+                          (client.stub.ModelReady,
+                           pb.ModelReadyRequest(name="masked_softmax", version="2"))]:
+        with pytest.raises(grpc.RpcError) as error:
+            call(request)
+        assert error.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def rest_and_grpc(server, client, model, inputs, outputs=(), parameters=None):
+    """(REST status, REST error, gRPC code, gRPC details) of one bad request."""
+    body = infer_body(inputs, list(outputs))
+    if parameters:
+        body["parameters"] = parameters
+    status, _, answer = server.call("POST", f"/v2/models/{model}/infer", body)
+    with pytest.raises(grpc.RpcError) as error:
+        client.infer(model, inputs, outputs, raw=False, parameters=parameters)
+    return status, answer["error"], error.value.code(), error.value.details()
+
+
+TOY = golden(*DOT_TOY)
+
+
+@pytest.mark.parametrize("model,inputs,outputs,parameters,status", [
+    ("nope", TOY, (), None, 404),
+    ("dot_product_attention", {"queries": TOY["queries"]}, (), None, 400),
+    ("dot_product_attention", {**TOY, "keys": TOY["keys"][:, :, :1]}, (), None, 400),
+    ("dot_product_attention", {**TOY, "valid_lens": TOY["queries"]}, (), None, 400),
+    ("dot_product_attention", TOY, ("scores",), None, 400),
+    ("dot_product_attention", TOY, (), {"temperature": 2}, 400),
+    ("masked_softmax", {"x": TOY["queries"], "extra": TOY["keys"]}, (), None, 400),
+], ids=["unknown model", "missing input", "shapes the op refuses", "a mistyped input",
+        "an unknown output", "an unknown parameter", "an unknown input"])
+def test_bad_requests_get_rests_errors(server, client, model, inputs, outputs, parameters,
+                                       status):
+    rest_status, rest_error, code, details = rest_and_grpc(server, client, model, inputs, outputs,
+                                                           parameters)
+    assert rest_status == status
+    assert code == {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND}[status]
+    assert details == rest_error
+
+
+def test_malformed_tensors_are_invalid_argument_naming_them(client):
+    pb = client.pb
+    toy = golden(*DOT_TOY)
+    cases = []
+    request = client.request("dot_product_attention", toy, raw=False)
+    del request.inputs[0].contents.fp32_contents[-1]  # one element short
+    cases.append((request, "input 'queries' has shape [2, 1, 2] but 3 data elements"))
+    request = client.request("dot_product_attention", toy)
+    del request.raw_input_contents[-1]
+    cases.append((request, "4 inputs but 3 raw_input_contents"))
+    request = client.request("dot_product_attention", toy)
+    request.raw_input_contents[0] = request.raw_input_contents[0][:-1]
+    cases.append((request, "raw_input_contents[0] has 15 bytes"))
+    request = client.request("dot_product_attention", toy)
+    request.inputs[0].shape[0] = -2
+    cases.append((request, "dims must be integers from 0"))
+    request = client.request("dot_product_attention", toy)
+    request.inputs[0].datatype = "FP16"
+    cases.append((request, "has datatype 'FP16'; want FP32, INT32 or INT64"))
+    request = client.request("dot_product_attention", toy, raw=False)
+    request.inputs.add().CopyFrom(request.inputs[0])
+    cases.append((request, "input 'queries' is given twice"))
+    request = client.request("dot_product_attention", toy, raw=False)
+    request.model_version = "7"
+    cases.append((request, "has no version '7'"))
+    for request, words in cases:
+        with pytest.raises(grpc.RpcError) as error:
+            client.stub.ModelInfer(request)
+        assert error.value.code() in (grpc.StatusCode.INVALID_ARGUMENT,
+                                      grpc.StatusCode.NOT_FOUND), words
+        assert words in error.value.details(), (words, error.value.details())
+    assert pb.ModelInferRequest  # the stubs came from the build's proto
+
+
+def counted(server, model, code):
+    _, _, text = server.call("GET", "/metrics")
+    prefix = 'attnscore_requests_total{model="%s",code="%d"} ' % (model, code)
+    lines = [line for line in text.decode().splitlines() if line.startswith(prefix)]
+    return int(lines[0].split()[-1]) if lines else 0
+
+
+def test_grpc_requests_are_counted_in_metrics(server, client):
+    before_ok, before_bad = counted(server, "masked_softmax", 200), counted(server, "masked_softmax",
+                                                                             400)
+    x = np.ones((1, 2, 3), np.float32)
+    client.infer("masked_softmax", {"x": x})
+    with pytest.raises(grpc.RpcError):
+        client.infer("masked_softmax", {"y": x})
+    assert counted(server, "masked_softmax", 200) == before_ok + 1
+    assert counted(server, "masked_softmax", 400) == before_bad + 1
+
+
+def test_a_message_over_the_byte_limit_is_resource_exhausted():
+    with Server(SERVER, "--max-request-bytes", "65536") as small:
+        client = GrpcClient(small.grpc_address, build_dir())
+        try:
+            with pytest.raises(grpc.RpcError) as error:
+                client.infer("masked_softmax", {"x": np.ones((1, 200, 100), np.float32)})
+            assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            got = client.infer("masked_softmax", {"x": np.zeros((1, 2, 4), np.float32)})
+            np.testing.assert_array_equal(got["output"], np.full((1, 2, 4), 0.25, np.float32))
+        finally:
+            client.close()
+
+
+def test_sigterm_finishes_the_rpc_in_flight_and_exits_0():
+    # About 34 GFLOP: a quarter of a second or more, seen in flight first.
+    busy = Server(SERVER, "--workers", "1", "--max-request-bytes", str(64 << 20))
+    client = GrpcClient(busy.grpc_address, build_dir())
+    rng = np.random.default_rng(0)
+    x = {name: rng.standard_normal((8, 4096, 64), dtype=np.float32)
+         for name in ("queries", "keys", "values")}
+    results = []
+
+    def call():
+        try:
+            results.append(client.infer("dot_product_attention", x)["output"].shape)
+        except grpc.RpcError as error:
+            results.append(error.code())
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    seen = False
+    for _ in range(5000):
+        _, _, text = busy.call("GET", "/metrics")
+        if "attnscore_in_flight 1\n" in text.decode():
+            seen = True
+            break
+        time.sleep(0.002)
+    busy.process.send_signal(signal.SIGTERM)
+    worker.join()
+    client.close()
+    assert seen and results == [(8, 4096, 64)], results
+    assert busy.process.wait(30) == 0
+    busy.process.stdout.close()
+
+
+def test_grpc_client_program_saves_the_outputs(server, tmp_path):
+    toy = golden(*DOT_TOY)
+    flags = []
+    for name, array in toy.items():
+        np.save(tmp_path / (name + ".npy"), array)
+        flags += ["--input", f"{name}={tmp_path / (name + '.npy')}"]
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "grpc_client.py"), "--address",
+                    server.grpc_address, "--model", "dot_product_attention", *flags,
+                    "--out", str(tmp_path / "out"), "--build", build_dir()], check=True,
+                   capture_output=True)
+    out, _ = library(tmp_path, ["dot"], toy, weights=False)
+    np.testing.assert_array_equal(bits(np.load(tmp_path / "out" / "output.npy")), bits(out))
+    failed = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "grpc_client.py"),
+                             "--address", server.grpc_address, "--model", "nope", *flags,
+                             "--build", build_dir()], capture_output=True, text=True)
+    assert failed.returncode == 1 and "NOT_FOUND: unknown model 'nope'" in failed.stderr
