@@ -23,7 +23,7 @@ def run(root):
 class CheckLayersTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="check_layers.")
-        for folder in ("include", "engine", "tools/cli", "tools/npy"):
+        for folder in ("include", "engine", "tools/cli", "tools/npy", "server"):
             shutil.copytree(os.path.join(ROOT, folder), os.path.join(self.dir, folder))
 
     def tearDown(self):
@@ -73,6 +73,12 @@ class CheckLayersTest(unittest.TestCase):
     def test_public_header_including_a_dependency_fails(self):
         self.assert_refused("include/attnscore/tensor.h", "hwy/highway.h",
                             "a public header includes a dependency")
+
+    def test_generated_protobuf_headers_stand_as_their_proto(self):
+        # server/inference.proto is where inference.grpc.pb.h comes from.
+        self.plant("server/state.h", "inference.pb.h")
+        self.assertEqual(run(self.dir).returncode, 0, run(self.dir).stderr)
+        self.assert_refused("server/state.cc", "other.grpc.pb.h", "not a file of the repository")
 
     def test_unknown_include_fails(self):
         self.assert_refused("engine/api/engine.cc", "ops/no_such_op.h",

@@ -33,6 +33,32 @@ DATATYPES = {np.dtype(np.float32): "FP32", np.dtype(np.int32): "INT32",
              np.dtype(np.int64): "INT64"}
 
 
+def infer_request(pb, model, inputs, outputs=(), raw=True, parameters=None):
+    """A ModelInferRequest of {name: array}: data as raw_input_contents, or
+    typed contents when raw is False."""
+    request = pb.ModelInferRequest(model_name=model)
+    for name, array in inputs.items():
+        entry = request.inputs.add(name=name, datatype=DATATYPES[array.dtype],
+                                   shape=list(array.shape))
+        flat = np.ascontiguousarray(array).reshape(-1)
+        if raw:
+            request.raw_input_contents.append(flat.astype(array.dtype.newbyteorder("<"))
+                                              .tobytes())
+        elif array.dtype == np.float32:
+            entry.contents.fp32_contents.extend(flat.tolist())
+        elif array.dtype == np.int32:
+            entry.contents.int_contents.extend(flat.tolist())
+        else:
+            entry.contents.int64_contents.extend(flat.tolist())
+    for name in outputs:
+        request.outputs.add(name=name)
+    for key, value in (parameters or {}).items():
+        field = {bool: "bool_param", int: "int64_param", float: "double_param",
+                 str: "string_param"}[type(value)]
+        setattr(request.parameters[key], field, value)
+    return request
+
+
 class GrpcClient:
     """One channel to the server; infer() takes and gives NumPy arrays."""
 
@@ -48,29 +74,7 @@ class GrpcClient:
         self.channel.close()
 
     def request(self, model, inputs, outputs=(), raw=True, parameters=None):
-        """A ModelInferRequest of {name: array}: data as raw_input_contents, or
-        typed contents when raw is False."""
-        request = self.pb.ModelInferRequest(model_name=model)
-        for name, array in inputs.items():
-            entry = request.inputs.add(name=name, datatype=DATATYPES[array.dtype],
-                                       shape=list(array.shape))
-            flat = np.ascontiguousarray(array).reshape(-1)
-            if raw:
-                request.raw_input_contents.append(flat.astype(array.dtype.newbyteorder("<"))
-                                                  .tobytes())
-            elif array.dtype == np.float32:
-                entry.contents.fp32_contents.extend(flat.tolist())
-            elif array.dtype == np.int32:
-                entry.contents.int_contents.extend(flat.tolist())
-            else:
-                entry.contents.int64_contents.extend(flat.tolist())
-        for name in outputs:
-            request.outputs.add(name=name)
-        for key, value in (parameters or {}).items():
-            field = {bool: "bool_param", int: "int64_param", float: "double_param",
-                     str: "string_param"}[type(value)]
-            setattr(request.parameters[key], field, value)
-        return request
+        return infer_request(self.pb, model, inputs, outputs, raw, parameters)
 
     def infer(self, model, inputs, outputs=(), raw=True, parameters=None, timeout=60):
         """{output name: float32 array}; a failed call raises grpc.RpcError."""
