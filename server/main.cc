@@ -3,6 +3,7 @@
 // through its public API.
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -96,6 +97,10 @@ SIGTERM or SIGINT stops accepting, finishes the requests in flight and exits 0.
   --max-request-bytes N     larger bodies get 413 (default 16777216); outputs
                             are limited to N/4 floats. A JSON body takes up to
                             about 50 times its size in memory while parsed
+  --max-inflight-bytes N    bytes of request bodies held at once, reserved
+                            before a body is read; a request that would pass
+                            it waits up to 0.5 s, then gets 503 with
+                            Retry-After (default: workers * max-request-bytes)
   --connections N           connections served at once (default 256)
   --isa NAME                cap the instruction set: scalar, sse4, avx2, avx512, best
   --help, --version
@@ -140,11 +145,11 @@ class StartGuard {
 
 int Serve(const std::vector<std::string>& argv) {
   cli::Args args;
-  Status s =
-      cli::ParseArgs(argv, {"--help", "--version"},
-                     {"--host", "--port", "--models", "--threads", "--workers", "--max-queue",
-                      "--max-request-bytes", "--connections", "--isa", "--grpc-port"},
-                     &args);
+  Status s = cli::ParseArgs(
+      argv, {"--help", "--version"},
+      {"--host", "--port", "--models", "--threads", "--workers", "--max-queue",
+       "--max-request-bytes", "--connections", "--isa", "--grpc-port", "--max-inflight-bytes"},
+      &args);
   if (!s.ok()) return Fail(s.message() + " (see --help)");
   if (args.has("--help")) {
     std::fputs(kUsage, stdout);
@@ -157,7 +162,7 @@ int Serve(const std::vector<std::string>& argv) {
   if (!args.words.empty()) return Fail("unexpected argument '" + args.words[0] + "' (see --help)");
 
   const int64_t cores = UsableCpus();
-  int64_t port, grpc_port, threads, workers, max_queue, max_bytes, connections;
+  int64_t port, grpc_port, threads, workers, max_queue, max_bytes, connections, max_inflight;
   if (!(s = cli::ParseInt(args, "--port", 8000, 0, 65535, &port)).ok() ||
       !(s = cli::ParseInt(args, "--grpc-port", 8001, 0, 65535, &grpc_port)).ok() ||
       !(s = cli::ParseInt(args, "--threads", 1, 1, kMaxThreads, &threads)).ok() ||
@@ -168,7 +173,10 @@ int Serve(const std::vector<std::string>& argv) {
       !(s = cli::ParseInt(args, "--max-request-bytes", int64_t{16} << 20, 1024, int64_t{1} << 40,
                           &max_bytes))
            .ok() ||
-      !(s = cli::ParseInt(args, "--connections", 256, 1, 65536, &connections)).ok()) {
+      !(s = cli::ParseInt(args, "--connections", 256, 1, 65536, &connections)).ok() ||
+      !(s = cli::ParseInt(args, "--max-inflight-bytes", workers * max_bytes, max_bytes,
+                          int64_t{1} << 62, &max_inflight))
+           .ok()) {
     return Fail(s.message());
   }
   EngineOptions engine_options;
@@ -176,6 +184,12 @@ int Serve(const std::vector<std::string>& argv) {
   if (args.has("--isa") && !ParseIsa(args.get("--isa"), &engine_options.isa)) {
     return Fail("--isa is '" + args.get("--isa") + "'; want scalar, sse4, avx2, avx512 or best");
   }
+
+  // Buffers of 1 MiB and more (request bodies, tensors, answers) are mapped
+  // for themselves and unmapped when freed, so a burst of large requests
+  // leaves no memory behind (glibc's threshold otherwise grows to 32 MiB and
+  // keeps such buffers in its heaps).
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
   // SIGTERM and SIGINT go to one waiting thread only: block them before any
   // other thread starts (threads inherit the mask).
@@ -198,6 +212,7 @@ int Serve(const std::vector<std::string>& argv) {
   options.workers = static_cast<int>(workers);
   options.max_queue = static_cast<int>(max_queue);
   options.max_request_bytes = max_bytes;
+  options.max_inflight_bytes = max_inflight;
   ServerState state(*engine, models, options);
   Service service(state);
   httplib::Server http;

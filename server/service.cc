@@ -15,6 +15,9 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// How long a request waits for the byte budget before it gets 503.
+constexpr std::chrono::milliseconds kBudgetPatience{500};
+
 // When this thread's current request arrived (httplib serves a connection's
 // requests one at a time on one thread); unset for requests refused before
 // routing, such as 413.
@@ -179,7 +182,6 @@ void Service::Install(httplib::Server* http) {
   http->Post(R"(/v2/models/([^/]+)(?:/versions/1)?/infer)",
              [this](const httplib::Request& request, httplib::Response& response,
                     const httplib::ContentReader& read) {
-               std::string body;
                if (request.is_multipart_form_data()) {
                  read([](const httplib::MultipartFormData&) { return true; },
                       [](const char*, size_t) { return true; });
@@ -189,6 +191,27 @@ void Service::Install(httplib::Server* http) {
                  return;
                }
                const size_t limit = static_cast<size_t>(state_.options.max_request_bytes);
+               // The body's bytes are reserved before it is read: its length as
+               // claimed (one decimal number, the pre-routing handler saw to
+               // it), the limit for a chunked one, none for one over the limit
+               // (httplib skips it).
+               int64_t claimed = static_cast<int64_t>(limit);
+               if (request.has_header("Content-Length")) {
+                 claimed = std::stoll(request.get_header_value("Content-Length"));
+               }
+               const int64_t reserved = claimed > static_cast<int64_t>(limit) ? 0 : claimed;
+               if (!state_.budget.Reserve(reserved, kBudgetPatience)) {
+                 // The body is read and dropped as it comes, costing no memory:
+                 // httplib 0.11 keeps a connection open whatever the answer says,
+                 // and would take the unread body for the next request.
+                 read([](const char*, size_t) { return true; });
+                 response.set_header("Retry-After", "1");
+                 ReplyError(response, 503, state_.OverBudget(reserved));
+                 return;
+               }
+               BudgetHold hold(&state_.budget, reserved);
+               std::string body;  // freed before the hold gives its bytes back
+               body.reserve(static_cast<size_t>(reserved));
                bool too_large = false;
                const bool complete = read([&](const char* data, size_t size) {
                  // httplib refuses a Content-Length over the limit itself (413,
@@ -214,7 +237,8 @@ void Service::Install(httplib::Server* http) {
                if (response.status < 400) Account(request, response);
              });
   http->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(state_.metrics.Text(state_.gate), "text/plain; version=0.0.4");
+    response.set_content(state_.metrics.Text(state_.gate, state_.budget),
+                         "text/plain; version=0.0.4");
   });
 }
 

@@ -1,5 +1,6 @@
 #include "state.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 
@@ -72,7 +73,7 @@ void Metrics::Record(const std::string& model, int status, double seconds) {
   h.sum += seconds;
 }
 
-std::string Metrics::Text(const Gate& gate) const {
+std::string Metrics::Text(const Gate& gate, const ByteBudget& budget) const {
   std::string text;
   text += "# HELP attnscore_requests_total Inference requests by model and HTTP status.\n";
   text += "# TYPE attnscore_requests_total counter\n";
@@ -110,7 +111,33 @@ std::string Metrics::Text(const Gate& gate) const {
   text += "# HELP attnscore_in_flight Inference requests being computed.\n";
   text += "# TYPE attnscore_in_flight gauge\n";
   text += "attnscore_in_flight " + std::to_string(gate.running()) + "\n";
+  text += "# HELP attnscore_inflight_bytes Bytes of request bodies held (--max-inflight-bytes).\n";
+  text += "# TYPE attnscore_inflight_bytes gauge\n";
+  text += "attnscore_inflight_bytes " + std::to_string(budget.held()) + "\n";
   return text;
+}
+
+bool ByteBudget::Reserve(int64_t bytes, std::chrono::milliseconds patience) {
+  bytes = std::min(bytes, capacity_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!released_.wait_for(lock, patience, [&] { return held_ + bytes <= capacity_; })) {
+    return false;
+  }
+  held_ += bytes;
+  return true;
+}
+
+void ByteBudget::Release(int64_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    held_ -= std::min(bytes, capacity_);
+  }
+  released_.notify_all();
+}
+
+int64_t ByteBudget::held() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return held_;
 }
 
 const Model* ServerState::ReadyModel(const std::string& name, int* status,
@@ -132,6 +159,12 @@ const Model* ServerState::ReadyModel(const std::string& name, int* status,
 std::string ServerState::AtCapacity() const {
   return "the server is at capacity: " + std::to_string(options.max_queue) +
          " requests are waiting already (--max-queue); retry later";
+}
+
+std::string ServerState::OverBudget(int64_t bytes) const {
+  return "the server holds " + std::to_string(budget.held()) + " bytes of requests already; " +
+         std::to_string(bytes) + " more would pass --max-inflight-bytes " +
+         std::to_string(budget.capacity()) + "; retry later";
 }
 
 void ServerState::Log(const nlohmann::json& line) {

@@ -1,12 +1,14 @@
 // What the server's two front ends, REST (service.h) and gRPC
 // (grpc_service.h), share: the engine and its models, admission (a bounded
 // queue, refused with 503 / UNAVAILABLE when full), Prometheus metrics,
-// readiness that turns off when the server stops, and the request log.
+// a budget of request bytes held at once, readiness that turns off when the
+// server stops, and the request log.
 // docs/serving.md.
 #ifndef ATTNSCORE_SERVER_STATE_H_
 #define ATTNSCORE_SERVER_STATE_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -54,13 +56,47 @@ class GateSlot {
   Gate* gate_;
 };
 
+// Bytes of request bodies the server holds at once, at most `capacity`: a
+// request reserves its body's length before the body is read and gives it
+// back once answered. Memory for bodies is so bounded however many
+// connections upload at once.
+class ByteBudget {
+ public:
+  explicit ByteBudget(int64_t capacity) : capacity_(capacity) {}
+  // Reserves `bytes` (at most the capacity), waiting up to `patience` for
+  // others to give theirs back; false when they did not.
+  bool Reserve(int64_t bytes, std::chrono::milliseconds patience);
+  void Release(int64_t bytes);
+  int64_t held() const;
+  int64_t capacity() const { return capacity_; }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable released_;
+  const int64_t capacity_;
+  int64_t held_ = 0;
+};
+
+// Holds bytes of a ByteBudget that granted them, until it goes out of scope.
+class BudgetHold {
+ public:
+  BudgetHold(ByteBudget* budget, int64_t bytes) : budget_(budget), bytes_(bytes) {}
+  ~BudgetHold() { budget_->Release(bytes_); }
+  BudgetHold(const BudgetHold&) = delete;
+  BudgetHold& operator=(const BudgetHold&) = delete;
+
+ private:
+  ByteBudget* budget_;
+  int64_t bytes_;
+};
+
 // Request counts by model and status, and an inference latency histogram by
 // model, in Prometheus' text format. A gRPC request counts with the HTTP
 // status its answer would have over REST.
 class Metrics {
  public:
   void Record(const std::string& model, int status, double seconds);
-  std::string Text(const Gate& gate) const;
+  std::string Text(const Gate& gate, const ByteBudget& budget) const;
 
  private:
   struct Histogram {
@@ -77,6 +113,9 @@ struct ServiceOptions {
   int workers = 1;     // requests computed at once
   int max_queue = 64;  // requests waiting for a worker before 503
   int64_t max_request_bytes = int64_t{16} << 20;
+  // Bytes of request bodies held at once (ByteBudget); 0 for the default,
+  // workers * max_request_bytes.
+  int64_t max_inflight_bytes = 0;
 };
 
 class ServerState {
@@ -85,13 +124,17 @@ class ServerState {
       : engine(engine),
         models(models),
         options(options),
-        gate(options.workers, options.max_queue) {}
+        gate(options.workers, options.max_queue),
+        budget(options.max_inflight_bytes > 0 ? options.max_inflight_bytes
+                                              : options.workers * options.max_request_bytes) {}
 
   // The model `name` when it is there and ready; else null, with the HTTP
   // status (404 unknown, 400 not ready) and the message both front ends give.
   const Model* ReadyModel(const std::string& name, int* status, std::string* message) const;
   // The answer when the gate refuses a request (503).
   std::string AtCapacity() const;
+  // The answer when the budget refuses a body of `bytes` (503).
+  std::string OverBudget(int64_t bytes) const;
   // One line of the request log, on stderr.
   void Log(const nlohmann::json& line);
 
@@ -99,6 +142,7 @@ class ServerState {
   const ModelMap& models;
   const ServiceOptions options;
   Gate gate;
+  ByteBudget budget;
   Metrics metrics;
   // Set when the server stops: readiness answers false from then on.
   std::atomic<bool> stopping{false};

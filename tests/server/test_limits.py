@@ -1,0 +1,125 @@
+"""attnscore-server's memory bound: request bodies are reserved against
+--max-inflight-bytes before they are read (a body refused is read and
+dropped), so many connections uploading at once cost the server the budget,
+not their sum, and a burst leaves no memory behind.
+
+    ATTNSCORE_BUILD_DIR=build /usr/bin/python3 -m pytest tests/server
+"""
+
+import os
+import socket
+import threading
+import time
+
+import numpy as np
+
+from server_testing import SERVER
+from server_util import Server, infer_body
+
+MIB = 1 << 20
+# An ASan server's resident memory is mostly the sanitizer's own.
+SANITIZED = os.environ.get("ATTNSCORE_SANITIZED") == "1"
+
+
+def status_kib(server, field):
+    with open(f"/proc/{server.process.pid}/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def metric(server, name):
+    _, _, text = server.call("GET", "/metrics")
+    for line in text.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise KeyError(name)
+
+
+def upload(url, sockets, statuses, declared, sent):
+    """Sends the headers of a `declared`-byte body and `sent` bytes of it, then
+    keeps the connection open (in `sockets`); the status line, if one came
+    back, goes to `statuses`."""
+    host, port = url.split("//")[1].split(":")
+    sock = socket.create_connection((host, int(port)))
+    sockets.append(sock)
+    sock.sendall((f"POST /v2/models/masked_softmax/infer HTTP/1.1\r\nHost: x\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {declared}\r\n\r\n").encode())
+    chunk = b" " * MIB
+    try:
+        for _ in range(sent // MIB):
+            sock.sendall(chunk)
+    except OSError:
+        pass  # refused: the server answered and closed
+    sock.settimeout(0.2)
+    try:
+        statuses.append(sock.recv(64).split(b" ")[1].decode())
+    except (OSError, IndexError):
+        pass
+
+
+def test_forty_large_uploads_cost_the_budget_not_their_sum():
+    # The deployment's settings: 2 workers, so a budget of 2 x 16 MiB.
+    with Server(SERVER, "--workers", "2", "--max-queue", "16") as server:
+        x = np.ones((2, 3, 4), np.float32)
+        assert server.call("POST", "/v2/models/masked_softmax/infer", infer_body({"x": x}))[0] == 200
+        idle = status_kib(server, "VmRSS")
+        sockets, statuses = [], []
+        threads = [threading.Thread(target=upload,
+                                    args=(server.url, sockets, statuses, 15 * MIB, 14 * MIB))
+                   for _ in range(40)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        peak = status_kib(server, "VmHWM")
+        # Two hold the budget; the others' bodies are read and dropped.
+        assert metric(server, "attnscore_inflight_bytes") <= 32 * MIB
+        for sock in sockets:
+            sock.close()
+        # The half-sent bodies time out (5 s) and give their bytes back.
+        for _ in range(200):
+            if metric(server, "attnscore_inflight_bytes") == 0:
+                break
+            time.sleep(0.1)
+        assert metric(server, "attnscore_inflight_bytes") == 0
+        after = status_kib(server, "VmRSS")
+        # The bound docs/serving.md states: the budget, and room for the
+        # threads' stacks and buffers (4 MiB).
+        if not SANITIZED:
+            assert peak - idle <= 32 * 1024 + 4 * 1024, (idle, peak)
+            assert after <= idle * 1.10 + 1024, (idle, after)
+        # And the server still answers.
+        status, _, answer = server.call("POST", "/v2/models/masked_softmax/infer",
+                                        infer_body({"x": x}))
+        assert status == 200, answer
+
+
+def test_a_body_over_the_budget_waits_then_gets_503_with_retry_after():
+    with Server(SERVER, "--workers", "1", "--max-request-bytes", str(MIB),
+                "--max-inflight-bytes", str(MIB)) as server:
+        sockets, statuses = [], []
+        holder = threading.Thread(target=upload,
+                                  args=(server.url, sockets, statuses, MIB, MIB // 2))
+        holder.start()
+        holder.join()
+        for _ in range(100):
+            if metric(server, "attnscore_inflight_bytes") == MIB:
+                break
+            time.sleep(0.02)
+        begin = time.monotonic()
+        x = np.ones((1, 2, 2), np.float32)
+        status, headers, answer = server.call("POST", "/v2/models/masked_softmax/infer",
+                                              infer_body({"x": x}))
+        waited = time.monotonic() - begin
+        assert status == 503 and headers["Retry-After"] == "1", answer
+        assert "--max-inflight-bytes 1048576" in answer["error"]
+        assert waited >= 0.4
+        for sock in sockets:
+            sock.close()
+        for _ in range(200):
+            if metric(server, "attnscore_inflight_bytes") == 0:
+                break
+            time.sleep(0.05)
+        assert server.call("POST", "/v2/models/masked_softmax/infer", infer_body({"x": x}))[0] == 200
