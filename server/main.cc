@@ -2,12 +2,10 @@
 // endpoints and gRPC service (docs/serving.md). Uses the library only
 // through its public API.
 #include <grpcpp/grpcpp.h>
-#include <httplib.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +23,7 @@
 #include "attnscore/attnscore.h"
 #include "cli/args.h"
 #include "grpc_service.h"
+#include "http.h"
 #include "models.h"
 #include "service.h"
 
@@ -69,7 +68,7 @@ int64_t UsableCpus() {
 constexpr const char* kUsage = R"(usage: attnscore-server [flags]
 
 Serves attnscore's ops and models over the Open Inference Protocol (KServe v2)
-in its two forms. REST/JSON: GET /v2, /v2/health/live, /v2/health/ready,
+in its two forms. REST/JSON (HTTP/1.1): GET /v2, /v2/health/live, /v2/health/ready,
 /v2/models/NAME, /v2/models/NAME/ready, /metrics; POST /v2/models/NAME/infer.
 gRPC: the service inference.GRPCInferenceService (ServerLive, ServerReady,
 ModelReady, ServerMetadata, ModelMetadata, ModelInfer).
@@ -101,7 +100,12 @@ SIGTERM or SIGINT stops accepting, finishes the requests in flight and exits 0.
                             before a body is read; a request that would pass
                             it waits up to 0.5 s, then gets 503 with
                             Retry-After (default: workers * max-request-bytes)
-  --connections N           connections served at once (default 256)
+  --connections N           connections open at once (default 256); at the
+                            limit, a new one takes the place of the one that
+                            has waited longest for a request's headers
+  --request-timeout S       a request's headers and body must arrive within S
+                            seconds of its first byte, an answer be taken
+                            within S seconds of progress (default 30)
   --isa NAME                cap the instruction set: scalar, sse4, avx2, avx512, best
   --help, --version
 )";
@@ -145,11 +149,11 @@ class StartGuard {
 
 int Serve(const std::vector<std::string>& argv) {
   cli::Args args;
-  Status s = cli::ParseArgs(
-      argv, {"--help", "--version"},
-      {"--host", "--port", "--models", "--threads", "--workers", "--max-queue",
-       "--max-request-bytes", "--connections", "--isa", "--grpc-port", "--max-inflight-bytes"},
-      &args);
+  Status s = cli::ParseArgs(argv, {"--help", "--version"},
+                            {"--host", "--port", "--models", "--threads", "--workers",
+                             "--max-queue", "--max-request-bytes", "--connections", "--isa",
+                             "--grpc-port", "--max-inflight-bytes", "--request-timeout"},
+                            &args);
   if (!s.ok()) return Fail(s.message() + " (see --help)");
   if (args.has("--help")) {
     std::fputs(kUsage, stdout);
@@ -162,7 +166,8 @@ int Serve(const std::vector<std::string>& argv) {
   if (!args.words.empty()) return Fail("unexpected argument '" + args.words[0] + "' (see --help)");
 
   const int64_t cores = UsableCpus();
-  int64_t port, grpc_port, threads, workers, max_queue, max_bytes, connections, max_inflight;
+  int64_t port, grpc_port, threads, workers, max_queue, max_bytes, connections, max_inflight,
+      request_timeout;
   if (!(s = cli::ParseInt(args, "--port", 8000, 0, 65535, &port)).ok() ||
       !(s = cli::ParseInt(args, "--grpc-port", 8001, 0, 65535, &grpc_port)).ok() ||
       !(s = cli::ParseInt(args, "--threads", 1, 1, kMaxThreads, &threads)).ok() ||
@@ -174,6 +179,7 @@ int Serve(const std::vector<std::string>& argv) {
                           &max_bytes))
            .ok() ||
       !(s = cli::ParseInt(args, "--connections", 256, 1, 65536, &connections)).ok() ||
+      !(s = cli::ParseInt(args, "--request-timeout", 30, 1, 3600, &request_timeout)).ok() ||
       !(s = cli::ParseInt(args, "--max-inflight-bytes", workers * max_bytes, max_bytes,
                           int64_t{1} << 62, &max_inflight))
            .ok()) {
@@ -215,33 +221,15 @@ int Serve(const std::vector<std::string>& argv) {
   options.max_inflight_bytes = max_inflight;
   ServerState state(*engine, models, options);
   Service service(state);
-  httplib::Server http;
-  http.new_task_queue = [connections] {
-    return new httplib::ThreadPool(static_cast<size_t>(connections));
-  };
-  service.Install(&http);
-  // httplib listens with a backlog of 5, so a burst of new connections (80
-  // clients at once) overflows it and waits for SYN retries (1 s and more).
-  // Keep the socket to listen again with the system's maximum once bound.
-  int listener = -1;
-  http.set_socket_options([&listener](int socket) {
-    const int on = 1;
-    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-    listener = socket;
-  });
-
+  http::Limits limits;
+  limits.max_body_bytes = max_bytes;
+  limits.max_connections = static_cast<int>(connections);
+  limits.request_timeout = std::chrono::seconds(request_timeout);
+  http::Server http(limits, service.Hooks());
   const std::string host = args.get("--host", "127.0.0.1");
-  int bound = static_cast<int>(port);
-  if (port == 0) {
-    bound = http.bind_to_any_port(host);
-  } else if (!http.bind_to_port(host, bound)) {
-    bound = -1;
-  }
-  if (bound < 0) {
-    return Fail("cannot listen on " + host + ":" + std::to_string(port) +
-                " (address in use, or not this machine's)");
-  }
-  if (listener >= 0) listen(listener, SOMAXCONN);
+  std::string error;
+  const int bound = http.Bind(host, static_cast<int>(port), &error);
+  if (bound < 0) return Fail(error);
 
   // gRPC on the same host: an IPv6 address goes in brackets.
   GrpcService grpc_service(state);
@@ -261,20 +249,13 @@ int Serve(const std::vector<std::string>& argv) {
   }
   start_guard.Started();
 
-  // http.stop() does nothing until the accept loop runs, so a signal that
-  // comes between the line below and the loop's start waits for the loop
-  // (or for listen_after_bind to have failed by itself).
-  std::atomic<bool> listen_ended{false};
   std::thread stopper([&] {
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);
     state.stopping = true;
     // Finishes the RPCs in flight (cancelling any still running after 30 s).
     grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    while (!http.is_running() && !listen_ended) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    http.stop();  // ends listen_after_bind once the requests in flight are answered
+    http.Stop();  // Run returns once the requests in flight are answered
   });
   std::printf(
       "attnscore-server: listening on http://%s:%d (%zu models; engine %d thread(s), "
@@ -282,16 +263,11 @@ int Serve(const std::vector<std::string>& argv) {
       host.c_str(), bound, models.size(), engine_options.threads, options.workers);
   std::printf("attnscore-server: gRPC listening on %s:%d\n", grpc_host.c_str(), grpc_bound);
   std::fflush(stdout);
-  const bool served = http.listen_after_bind();
-  listen_ended = true;
-  if (!served) {
-    // listen failed by itself: wake the stopper so it can be joined.
-    pthread_kill(stopper.native_handle(), SIGTERM);
-  }
+  http.Run();
   stopper.join();
   grpc_server->Wait();
   std::fprintf(stderr, "attnscore-server: stopped\n");
-  return served ? 0 : 1;
+  return 0;
 }
 
 }  // namespace

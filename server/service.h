@@ -1,13 +1,12 @@
 // The Open Inference Protocol's REST endpoints over the server's state
-// (state.h: models, admission, metrics, readiness), with one JSON log line
-// per request. docs/serving.md.
+// (state.h: models, admission, metrics, readiness), as the hooks of the
+// HTTP layer (http.h), with one JSON log line per request. docs/serving.md.
 #ifndef ATTNSCORE_SERVER_SERVICE_H_
 #define ATTNSCORE_SERVER_SERVICE_H_
 
-#include <httplib.h>
-
 #include <string>
 
+#include "http.h"
 #include "state.h"
 
 namespace attnscore::server {
@@ -16,17 +15,19 @@ class Service {
  public:
   explicit Service(ServerState& state) : state_(state) {}
 
-  // Routes, limits, the error and exception handlers and the logger.
-  void Install(httplib::Server* http);
+  // Admission of a request's head (the byte budget), the routes, and the
+  // metrics and log line of every answer.
+  http::Hooks Hooks();
 
  private:
-  void Infer(const httplib::Request& request, const std::string& body, httplib::Response& response);
-  // Counts the request in the metrics, once, before its response is
-  // written: a client that has its response sees it in /metrics. Called by
-  // the error handler (every status from 400) and after an inference's
-  // handler; the logger calls it for any request neither did.
-  void Account(const httplib::Request& request, const httplib::Response& response);
-  void Log(const httplib::Request& request, const httplib::Response& response);
+  http::Verdict Head(http::Request& head, http::Response* answer);
+  void Handle(const http::Request& request, http::Response* response);
+  void Route(const http::Request& request, http::Response* response);
+  void Infer(const http::Request& request, const std::string& model, http::Response* response);
+  // Counts an inference answer in the metrics and writes the request's log
+  // line; called before the answer is written, so a client that has its
+  // answer finds it in the next /metrics.
+  void Finish(const http::Request& request, const http::Response& response);
 
   ServerState& state_;
 };

@@ -117,22 +117,17 @@ std::string Metrics::Text(const Gate& gate, const ByteBudget& budget) const {
   return text;
 }
 
-bool ByteBudget::Reserve(int64_t bytes, std::chrono::milliseconds patience) {
+bool ByteBudget::TryReserve(int64_t bytes) {
   bytes = std::min(bytes, capacity_);
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (!released_.wait_for(lock, patience, [&] { return held_ + bytes <= capacity_; })) {
-    return false;
-  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (held_ + bytes > capacity_) return false;
   held_ += bytes;
   return true;
 }
 
 void ByteBudget::Release(int64_t bytes) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    held_ -= std::min(bytes, capacity_);
-  }
-  released_.notify_all();
+  std::lock_guard<std::mutex> lock(mutex_);
+  held_ -= std::min(bytes, capacity_);
 }
 
 int64_t ByteBudget::held() const {

@@ -8,7 +8,6 @@
 #define ATTNSCORE_SERVER_STATE_H_
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -63,16 +62,14 @@ class GateSlot {
 class ByteBudget {
  public:
   explicit ByteBudget(int64_t capacity) : capacity_(capacity) {}
-  // Reserves `bytes` (at most the capacity), waiting up to `patience` for
-  // others to give theirs back; false when they did not.
-  bool Reserve(int64_t bytes, std::chrono::milliseconds patience);
+  // Reserves `bytes` (at most the capacity) when they fit; never waits.
+  bool TryReserve(int64_t bytes);
   void Release(int64_t bytes);
   int64_t held() const;
   int64_t capacity() const { return capacity_; }
 
  private:
   mutable std::mutex mutex_;
-  std::condition_variable released_;
   const int64_t capacity_;
   int64_t held_ = 0;
 };

@@ -212,7 +212,7 @@ def test_sigterm_finishes_the_rpc_in_flight_and_exits_0():
         try:
             results.append(client.infer("dot_product_attention", x)["output"].shape)
         except grpc.RpcError as error:
-            results.append(error.code())
+            results.append((error.code(), error.details()))
 
     worker = threading.Thread(target=call)
     worker.start()

@@ -1,7 +1,8 @@
 """attnscore-server's memory bound: request bodies are reserved against
---max-inflight-bytes before they are read (a body refused is read and
-dropped), so many connections uploading at once cost the server the budget,
-not their sum, and a burst leaves no memory behind.
+--max-inflight-bytes before they are read (a body refused is never read:
+the answer goes out and the connection closes), so many connections
+uploading at once cost the server the budget, not their sum, and a burst
+leaves no memory behind.
 
     ATTNSCORE_BUILD_DIR=build /usr/bin/python3 -m pytest tests/server
 """
@@ -74,7 +75,7 @@ def test_forty_large_uploads_cost_the_budget_not_their_sum():
         for thread in threads:
             thread.join()
         peak = status_kib(server, "VmHWM")
-        # Two hold the budget; the others' bodies are read and dropped.
+        # Two hold the budget; the others were refused unread.
         assert metric(server, "attnscore_inflight_bytes") <= 32 * MIB
         for sock in sockets:
             sock.close()
@@ -86,10 +87,12 @@ def test_forty_large_uploads_cost_the_budget_not_their_sum():
         assert metric(server, "attnscore_inflight_bytes") == 0
         after = status_kib(server, "VmRSS")
         # The bound docs/serving.md states: the budget, and room for the
-        # threads' stacks and buffers (4 MiB).
+        # threads' stacks and buffers (4 MiB); after, 10% of idle and the
+        # share of the 40 connection threads that ran (96 KiB each: the
+        # pages of stack they touched).
         if not SANITIZED:
             assert peak - idle <= 32 * 1024 + 4 * 1024, (idle, peak)
-            assert after <= idle * 1.10 + 1024, (idle, after)
+            assert after <= idle * 1.10 + 40 * 96, (idle, after)
         # And the server still answers.
         status, _, answer = server.call("POST", "/v2/models/masked_softmax/infer",
                                         infer_body({"x": x}))
