@@ -1,5 +1,6 @@
 // The HTTP layer's connections (http.h): an acceptor, and a pool of
-// threads of which each serves one connection at a time from its first
+// threads, started as connections need them, of which each serves one
+// connection at a time from its first
 // byte to its close, reading, handling and writing on the same thread (a
 // hand-off between threads costs a wake-up of another CPU, which on a
 // virtual machine is hundreds of microseconds). Every wait is a poll with a
@@ -22,6 +23,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <system_error>
 #include <thread>
 
 namespace attnscore::server::http {
@@ -75,11 +77,12 @@ struct Server::Pool {
   int listener = -1;
   std::atomic<bool> stopping{false};
 
-  std::mutex mutex;  // guards slots, pending, quit
+  std::mutex mutex;  // guards slots, pending, quit, idle, threads
   std::condition_variable work;
   std::map<int, Slot> slots;  // every accepted connection, by fd
   std::deque<int> pending;    // accepted, waiting for a thread
   bool quit = false;
+  int idle = 0;  // threads waiting for a connection
   std::vector<std::thread> threads;
 
   Pool(Limits l, Hooks h, std::atomic<int>* count)
@@ -96,8 +99,7 @@ struct Server::Pool {
     return true;
   }
 
-  // Writes a response; false when the client stopped taking it for
-  // request_timeout.
+  // Writes a response; false when the client did not take it in time.
   bool Write(int fd, Response response) {
     std::string head =
         "HTTP/1.1 " + std::to_string(response.status) + " " + Reason(response.status) + "\r\n";
@@ -108,6 +110,10 @@ struct Server::Pool {
     head += "\r\n";
     size_t sent = 0;
     const size_t total = head.size() + response.body.size();
+    // One deadline for the whole answer: request_timeout, and a second per
+    // MiB (a client reading slower is cut off).
+    const Clock::time_point deadline =
+        Clock::now() + limits.request_timeout + milliseconds(1000 * (total >> 20));
     while (sent < total) {
       iovec parts[2];
       int count = 0;
@@ -124,7 +130,7 @@ struct Server::Pool {
       if (n > 0) {
         sent += static_cast<size_t>(n);
       } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-        if (!WaitFor(fd, POLLOUT, Clock::now() + limits.request_timeout)) return false;
+        if (!WaitFor(fd, POLLOUT, deadline)) return false;
       } else {
         return false;
       }
@@ -138,6 +144,7 @@ struct Server::Pool {
   // rather than a reset.
   void Linger(int fd) {
     shutdown(fd, SHUT_WR);
+    if (!Mark(fd, true)) return;  // evictable meanwhile, as if waiting for a head
     const Clock::time_point deadline =
         Clock::now() + std::min<milliseconds>(milliseconds(2000), limits.request_timeout);
     char sink[4 << 10];
@@ -176,8 +183,11 @@ struct Server::Pool {
       // a head sent a byte at a time costs its length, not its square.
       HeadParse parse;
       size_t scanned = 0;
+      bool started = !in.empty();
       for (;;) {
-        while (in.compare(0, 2, "\r\n") == 0) in.erase(0, 2);  // empty lines before a request
+        size_t blank = 0;  // empty lines before a request, dropped at once
+        while (in.compare(blank, 2, "\r\n") == 0) blank += 2;
+        if (blank > 0) in.erase(0, blank);
         const size_t from = scanned > 3 ? scanned - 3 : 0;
         scanned = in.size();
         if (in.find("\r\n\r\n", from) != std::string::npos || in.size() > limits.max_head_bytes) {
@@ -186,11 +196,13 @@ struct Server::Pool {
         }
         if (peer_closed) return;
         const size_t room = limits.max_head_bytes + 1 - std::min(in.size(), limits.max_head_bytes);
-        const bool was_empty = in.empty();
+        const size_t had = in.size();
         const int got = Read(fd, &in, room, deadline);
         if (got < 0) return;
         if (got == 0) peer_closed = true;
-        if (was_empty && !in.empty()) {
+        // The request's deadline runs from its first byte, blank lines too.
+        if (!started && in.size() > had) {
+          started = true;
           first_byte = Clock::now();
           deadline = first_byte + limits.request_timeout;
         }
@@ -220,8 +232,16 @@ struct Server::Pool {
         std::this_thread::sleep_for(kTick);
       }
 
-      // The body, by the same deadline as the head.
+      // The body, by the same deadline as the head; a client that asked
+      // first (Expect: 100-continue) is told to send it.
       const size_t body_bytes = static_cast<size_t>(parse.body_bytes);
+      if (parse.continue_expected && in.size() < body_bytes) {
+        const std::string go_on = "HTTP/1.1 100 Continue\r\n\r\n";
+        if (send(fd, go_on.data(), go_on.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+            static_cast<ssize_t>(go_on.size())) {
+          return;
+        }
+      }
       in.reserve(body_bytes);
       while (in.size() < body_bytes) {
         if (peer_closed || Read(fd, &in, body_bytes - in.size(), deadline) <= 0) return;
@@ -255,7 +275,9 @@ struct Server::Pool {
       int fd;
       {
         std::unique_lock<std::mutex> lock(mutex);
+        ++idle;
         work.wait(lock, [&] { return quit || !pending.empty(); });
+        --idle;
         if (pending.empty()) return;
         fd = pending.front();
         pending.pop_front();
@@ -289,7 +311,6 @@ struct Server::Pool {
   }
 
   void Run() {
-    for (int i = 0; i < limits.max_connections; ++i) threads.emplace_back([this] { Work(); });
     while (!stopping) {
       pollfd entry{listener, POLLIN, 0};
       if (poll(&entry, 1, static_cast<int>(kTick.count())) <= 0) continue;
@@ -301,12 +322,26 @@ struct Server::Pool {
         continue;
       }
       const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
+      if (fd < 0) {
+        // Out of descriptors: wait for a connection to close rather than spin.
+        if (errno == EMFILE || errno == ENFILE) work.wait_for(lock, kTick);
+        continue;
+      }
       const int on = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
       slots[fd].since = Clock::now();
       pending.push_back(fd);
       open_count->fetch_add(1);
+      // Threads start as connections need them, up to the limit: only as
+      // many as were ever open at once have touched their stacks.
+      if (static_cast<int>(pending.size()) > idle &&
+          static_cast<int>(threads.size()) < limits.max_connections) {
+        try {
+          threads.emplace_back([this] { Work(); });
+        } catch (const std::system_error&) {
+          // No thread to spare: the connection waits for a running one.
+        }
+      }
       lock.unlock();
       work.notify_one();
     }

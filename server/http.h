@@ -94,6 +94,7 @@ struct HeadParse {
   enum class Result { kIncomplete, kDone, kBad } result = Result::kIncomplete;
   size_t head_bytes = 0;   // kDone: the head's length, its blank line included
   int64_t body_bytes = 0;  // kDone: the Content-Length (0 without one)
+  bool continue_expected = false;  // kDone: "Expect: 100-continue" (HTTP/1.1)
   int status = 400;        // kBad: the answer's status
   std::string error;       // kBad: why
 };

@@ -73,9 +73,20 @@ size_t Request::HeaderCount(std::string_view name) const {
 }
 
 bool Request::KeepAlive() const {
-  const std::string* connection = Header("connection");
-  const std::string option = connection == nullptr ? "" : Lower(*connection);
-  return version == "HTTP/1.1" ? option != "close" : option == "keep-alive";
+  // Connection holds a comma-separated list of options.
+  bool close = false, keep_alive = false;
+  for (const auto& [name, value] : headers) {
+    if (name != "connection") continue;
+    std::string_view list = value;
+    while (!list.empty()) {
+      const size_t comma = std::min(list.find(','), list.size());
+      const std::string option = Lower(Trim(list.substr(0, comma)));
+      close = close || option == "close";
+      keep_alive = keep_alive || option == "keep-alive";
+      list.remove_prefix(std::min(comma + 1, list.size()));
+    }
+  }
+  return version == "HTTP/1.1" ? !close : keep_alive && !close;
 }
 
 const char* Reason(int status) {
@@ -165,8 +176,22 @@ HeadParse ParseHead(std::string_view buffer, const Limits& limits, Request* requ
     request->headers.emplace_back(Lower(field.substr(0, colon)), std::string(value));
   }
 
-  // The body's framing: exactly one Content-Length of digits, or none.
+  // HTTP/1.1 names its host once (RFC 9112 section 3.2).
+  if (request->version == "HTTP/1.1" && request->HeaderCount("host") != 1) {
+    return Bad(400, "the request has " + std::to_string(request->HeaderCount("host")) +
+                        " Host headers; HTTP/1.1 needs one");
+  }
+  // Expect: 100-continue is the one expectation known (RFC 9110 10.1.1).
   HeadParse parse;
+  if (const std::string* expect = request->Header("expect")) {
+    if (Lower(*expect) != "100-continue") {
+      return Bad(417,
+                 "the request expects '" + expect->substr(0, 40) + "'; only 100-continue is known");
+    }
+    parse.continue_expected = request->version == "HTTP/1.1";
+  }
+
+  // The body's framing: exactly one Content-Length of digits, or none.
   if (request->Header("transfer-encoding") != nullptr) {
     return Bad(501, "Transfer-Encoding is not taken; send the body with a Content-Length");
   }

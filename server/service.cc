@@ -73,10 +73,11 @@ http::Hooks Service::Hooks() {
 }
 
 http::Verdict Service::Head(http::Request& head, http::Response* answer) {
-  // An inference body's bytes are reserved before it is read; a request
-  // that would pass the budget waits (the layer asks again), then gets 503.
+  // A body's bytes are reserved before it is read, whatever its route; a
+  // request that would pass the budget waits (the layer asks again), then
+  // gets 503.
   const int64_t bytes = ClaimedBytes(head);
-  if (bytes == 0 || InferTarget(head).empty()) return http::Verdict::kRead;
+  if (bytes == 0) return http::Verdict::kRead;
   if (state_.budget.TryReserve(bytes)) {
     head.hold = std::make_shared<BudgetHold>(&state_.budget, bytes);
     return http::Verdict::kRead;

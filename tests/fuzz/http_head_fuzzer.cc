@@ -48,8 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     case HeadParse::Result::kBad:
-      Require(parse.status == 400 || parse.status == 413 || parse.status == 431 ||
-              parse.status == 501 || parse.status == 505);
+      Require(parse.status == 400 || parse.status == 413 || parse.status == 417 ||
+              parse.status == 431 || parse.status == 501 || parse.status == 505);
       Require(!parse.error.empty());
       break;
   }

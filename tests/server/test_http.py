@@ -152,7 +152,10 @@ def test_framing_the_layer_refuses():
         (b"GET /v2/health/live HTTP/1.1\r\nHost : x\r\n\r\n", 400, "malformed header"),
         (b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", 400, "malformed header"),
         (b"GET v2/health/live HTTP/1.1\r\n\r\n", 400, "malformed request line"),
-        (b"GET /v2/%zz HTTP/1.1\r\n\r\n", 400, "%-escape"),
+        (b"GET /v2/%zz HTTP/1.1\r\nHost: x\r\n\r\n", 400, "%-escape"),
+        (b"GET /v2 HTTP/1.1\r\n\r\n", 400, "0 Host headers"),
+        (b"GET /v2 HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "2 Host headers"),
+        (b"GET /v2 HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n\r\n", 417, "100-continue"),
     ]
     with Server(SERVER) as server:
         for request, status, words in cases:
@@ -177,3 +180,33 @@ def test_a_refused_body_is_not_read_yet_the_client_gets_the_answer():
         answers = read_answers(sock, 1)
         assert answers and answers[0][0] == 413
         assert "--max-request-bytes" in json.loads(answers[0][2])["error"]
+
+
+def test_a_client_that_expects_100_continue_is_told_to_send_its_body():
+    _, body = toy()
+    with Server(SERVER) as server, socket.create_connection(address(server)) as sock:
+        head = post("/v2/models/masked_softmax/infer", body, "Expect: 100-continue\r\n")
+        sock.sendall(head[:len(head) - len(body)])
+        sock.settimeout(10)
+        assert sock.recv(64).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.sendall(body)
+        answers = read_answers(sock, 1)
+        assert answers and answers[0][0] == 200
+
+
+def test_blank_lines_do_not_extend_the_request_timeout():
+    with Server(SERVER, "--request-timeout", "1") as server, \
+            socket.create_connection(address(server)) as sock:
+        begin = time.monotonic()
+        try:
+            for _ in range(40):
+                sock.sendall(b"\r\n")
+                time.sleep(0.1)
+        except OSError:
+            pass  # closed
+        sock.settimeout(10)
+        try:
+            assert sock.recv(100) == b""
+        except ConnectionResetError:
+            pass
+        assert time.monotonic() - begin < 3.5
