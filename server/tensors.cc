@@ -318,7 +318,9 @@ std::string AnswerBody(json answer, const std::vector<OutputData>& outputs, size
         if (std::isfinite(f)) {
           values.push_back(static_cast<double>(f));
         } else {
-          values.push_back(nullptr);
+          // JSON has no such numbers; the protocol's tensor data takes
+          // strings, and these are the spellings float() reads.
+          values.push_back(std::isnan(f) ? "NaN" : f > 0 ? "Infinity" : "-Infinity");
         }
       }
       entry["data"] = std::move(values);

@@ -80,8 +80,9 @@ struct OutputData {
 // Inference-Header-Content-Length); `*json_bytes` is the whole body's length
 // when no output is binary. JSON floats are written as the shortest decimal
 // that reads back as the same double, so a client that rounds the number to
-// float32 gets the engine's bits; NaN and infinities as null (JSON has no
-// such numbers; binary data carries them).
+// float32 gets the engine's bits; NaN and infinities as the strings "NaN",
+// "Infinity" and "-Infinity" (JSON has no such numbers; the protocol's
+// tensor data takes strings; binary data carries them as they are).
 std::string AnswerBody(nlohmann::json answer, const std::vector<OutputData>& outputs,
                        size_t* json_bytes);
 

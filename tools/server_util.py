@@ -113,10 +113,11 @@ def binary_outputs(headers, body):
 
 
 def output_array(answer, name):
-    """An output of an infer answer as float32 (null, a non-finite value, as NaN)."""
+    """An output of an infer answer as float32 (non-finite values come as the
+    strings "NaN", "Infinity", "-Infinity")."""
     for entry in answer["outputs"]:
         if entry["name"] == name:
-            values = [np.nan if v is None else v for v in entry["data"]]
+            values = [float(v) for v in entry["data"]]
             return np.array(values, np.float64).astype(np.float32).reshape(entry["shape"])
     raise KeyError(name)
 
