@@ -143,7 +143,7 @@ grpc::Status GrpcService::ModelReady(grpc::ServerContext*,
                                      inference::ModelReadyResponse* response) {
   int status = 0;
   std::string message;
-  const Model* model = state_.ReadyModel(request->name(), &status, &message);
+  const std::shared_ptr<const Model> model = state_.ReadyModel(request->name(), &status, &message);
   if (status == 404) return Error(status, message);
   if (!KnownVersion(request->version())) {
     return Error(404, UnknownVersion(request->name(), request->version()));
@@ -158,6 +158,7 @@ grpc::Status GrpcService::ServerMetadata(grpc::ServerContext*,
   response->set_name("attnscore");
   response->set_version(Version());
   response->add_extensions("binary_tensor_data");
+  response->add_extensions("model_repository");
   return grpc::Status::OK;
 }
 
@@ -166,7 +167,7 @@ grpc::Status GrpcService::ModelMetadata(grpc::ServerContext*,
                                         inference::ModelMetadataResponse* response) {
   int status = 0;
   std::string message;
-  const Model* model = state_.ReadyModel(request->name(), &status, &message);
+  const std::shared_ptr<const Model> model = state_.ReadyModel(request->name(), &status, &message);
   if (model == nullptr) return Error(status, message);
   if (!KnownVersion(request->version())) {
     return Error(404, UnknownVersion(request->name(), request->version()));
@@ -193,7 +194,7 @@ grpc::Status GrpcService::ModelInfer(grpc::ServerContext*,
   std::string error;
   const int status = Infer(*request, response, &error);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  const bool known = state_.models.count(request->model_name()) > 0;
+  const bool known = state_.models.Find(request->model_name()) != nullptr;
   state_.metrics.Record(known ? request->model_name() : "unknown", status, seconds);
   json line = {{"time", LogTime()},
                {"method", "gRPC"},
@@ -215,7 +216,8 @@ grpc::Status GrpcService::ModelInfer(grpc::ServerContext*,
 int GrpcService::Infer(const inference::ModelInferRequest& request,
                        inference::ModelInferResponse* response, std::string* error) {
   int status = 0;
-  const Model* model = state_.ReadyModel(request.model_name(), &status, error);
+  const std::shared_ptr<const Model> model =
+      state_.ReadyModel(request.model_name(), &status, error);
   if (model == nullptr) return status;
   if (!KnownVersion(request.model_version())) {
     *error = UnknownVersion(request.model_name(), request.model_version());

@@ -244,7 +244,10 @@ struct Server::Pool {
       }
       in.reserve(body_bytes);
       while (in.size() < body_bytes) {
-        if (peer_closed || Read(fd, &in, body_bytes - in.size(), deadline) <= 0) return;
+        if (peer_closed || Read(fd, &in, body_bytes - in.size(), deadline) <= 0) {
+          std::string().swap(in);  // the body goes before the hold gives its bytes back
+          return;
+        }
       }
       if (in.size() == body_bytes) {
         request.body.swap(in);  // the usual case: nothing pipelined after it

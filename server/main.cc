@@ -26,7 +26,7 @@
 #include "cli/args.h"
 #include "grpc_service.h"
 #include "http.h"
-#include "models.h"
+#include "repository.h"
 #include "service.h"
 
 namespace attnscore::server {
@@ -71,7 +71,8 @@ constexpr const char* kUsage = R"(usage: attnscore-server [flags]
 
 Serves attnscore's ops and models over the Open Inference Protocol (KServe v2)
 in its two forms. REST/JSON (HTTP/1.1): GET /v2, /v2/health/live, /v2/health/ready,
-/v2/models/NAME, /v2/models/NAME/ready, /metrics; POST /v2/models/NAME/infer.
+/v2/models/NAME, /v2/models/NAME/ready, /metrics; POST /v2/models/NAME/infer,
+/v2/repository/index, /v2/repository/models/NAME/load and .../unload.
 gRPC: the service inference.GRPCInferenceService (ServerLive, ServerReady,
 ModelReady, ServerMetadata, ModelMetadata, ModelInfer).
 SIGTERM or SIGINT stops accepting, finishes the requests in flight and exits 0.
@@ -245,15 +246,15 @@ int Serve(const std::vector<std::string>& argv) {
 
   std::unique_ptr<Engine> engine;
   if (!(s = Engine::Create(engine_options, &engine)).ok()) return Fail(s.message());
-  ModelMap models;
-  if (!(s = LoadModels(args.get("--models"), &models)).ok()) return Fail(s.message());
+  std::unique_ptr<ModelRepository> models;
+  if (!(s = ModelRepository::Open(args.get("--models"), &models)).ok()) return Fail(s.message());
 
   ServiceOptions options;
   options.workers = static_cast<int>(workers);
   options.max_queue = static_cast<int>(max_queue);
   options.max_request_bytes = max_bytes;
   options.max_inflight_bytes = max_inflight;
-  ServerState state(*engine, models, options);
+  ServerState state(*engine, *models, options);
   IdleTrimmer trimmer(state.gate);
   Service service(state);
   http::Limits limits;
@@ -295,7 +296,7 @@ int Serve(const std::vector<std::string>& argv) {
   std::printf(
       "attnscore-server: listening on http://%s:%d (%zu models; engine %d thread(s), "
       "%d worker(s))\n",
-      host.c_str(), bound, models.size(), engine_options.threads, options.workers);
+      host.c_str(), bound, models->size(), engine_options.threads, options.workers);
   std::printf("attnscore-server: gRPC listening on %s:%d\n", grpc_host.c_str(), grpc_bound);
   std::fflush(stdout);
   http.Run();

@@ -310,13 +310,31 @@ Status Model::Select(const std::vector<RequestedOutput>& requested,
   return Status::Ok();
 }
 
+std::shared_ptr<const Model> MakeModel(const std::string& folder, const std::string& name) {
+  for (const OpSpec& spec : Catalogue()) {
+    // A cache's state has no place in a request: stateful entries are not served.
+    if (spec.name != name || spec.is_model() || spec.stateful) continue;
+    std::unique_ptr<Op> op;
+    if (Status s = Op::Create(spec.name, {}, {}, &op); !s.ok()) {
+      return std::make_shared<Model>(name, s.message());
+    }
+    return std::make_shared<Model>(spec.name, std::move(op));
+  }
+  const std::string path = folder + "/" + name + ".safetensors";
+  struct stat info {};
+  if (folder.empty() || !IsModelName(name) || lstat(path.c_str(), &info) != 0) return nullptr;
+  std::shared_ptr<const Op> op;
+  if (Status s = LoadFile(folder, name, &op); !s.ok()) {
+    return std::make_shared<Model>(name, s.message());
+  }
+  return std::make_shared<Model>(name, std::move(op));
+}
+
 Status LoadModels(const std::string& folder, ModelMap* models) {
   models->clear();
   for (const OpSpec& spec : Catalogue()) {
-    if (spec.is_model() || spec.stateful) continue;  // a cache's state has no place in a request
-    std::unique_ptr<Op> op;
-    ATTNSCORE_RETURN_IF_ERROR(Op::Create(spec.name, {}, {}, &op));
-    (*models)[spec.name] = std::make_unique<Model>(spec.name, std::move(op));
+    if (spec.is_model() || spec.stateful) continue;
+    (*models)[spec.name] = MakeModel("", spec.name);
   }
   if (folder.empty()) return Status::Ok();
   DIR* dir = opendir(folder.c_str());
@@ -335,28 +353,25 @@ Status LoadModels(const std::string& folder, ModelMap* models) {
   closedir(dir);
   std::sort(stems.begin(), stems.end());
   for (const std::string& stem : stems) {
-    const std::string path = folder + "/" + stem + suffix;
-    std::string reason;
-    std::shared_ptr<const Op> op;
     if (!IsModelName(stem)) {
       // Not listed at all: no URL can name it.
       std::fprintf(stderr,
-                   "attnscore-server: skipping %s: a model name takes letters, digits, "
+                   "attnscore-server: skipping %s/%s%s: a model name takes letters, digits, "
                    "'_', '-' and '.' only, not all dots\n",
-                   path.c_str());
+                   folder.c_str(), stem.c_str(), suffix.c_str());
       continue;
     }
     if (models->count(stem) != 0) {
-      reason = "'" + stem + "' is a built-in model's name";
-    } else if (Status s = LoadFile(folder, stem, &op); !s.ok()) {
-      reason = s.message();
+      std::fprintf(stderr, "attnscore-server: %s/%s%s is not served: '%s' is a built-in's name\n",
+                   folder.c_str(), stem.c_str(), suffix.c_str(), stem.c_str());
+      continue;
     }
-    if (reason.empty()) {
-      (*models)[stem] = std::make_unique<Model>(stem, std::move(op));
-    } else {
+    std::shared_ptr<const Model> model = MakeModel(folder, stem);
+    if (model == nullptr) continue;  // gone since the folder was read
+    (*models)[stem] = model;
+    if (!model->ready()) {
       std::fprintf(stderr, "attnscore-server: model '%s' is not ready: %s\n", stem.c_str(),
-                   reason.c_str());
-      if (!models->count(stem)) (*models)[stem] = std::make_unique<Model>(stem, reason);
+                   model->not_ready_reason().c_str());
     }
   }
   return Status::Ok();

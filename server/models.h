@@ -67,7 +67,12 @@ class Model {
   std::vector<ProtocolTensor> outputs_;
 };
 
-using ModelMap = std::map<std::string, std::unique_ptr<Model>>;
+using ModelMap = std::map<std::string, std::shared_ptr<const Model>>;
+
+// The model `name`: a built-in, else folder/name.safetensors, made as
+// LoadModels makes it (a file it cannot serve gives a model not ready, with
+// the reason); null when it is neither.
+std::shared_ptr<const Model> MakeModel(const std::string& folder, const std::string& name);
 
 // The built-ins, then one model per `*.safetensors` in `folder` (when not
 // empty), named after the file without its extension. A file's kind comes

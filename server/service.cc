@@ -103,6 +103,8 @@ void Service::Route(const http::Request& request, http::Response* response) {
   std::string name, action;
   if (request.method == "POST" && ModelPath(path, &name, &action) && action == "infer") {
     Infer(request, name, response);
+  } else if (request.method == "POST" && path.rfind("/v2/repository/", 0) == 0) {
+    Repository(request, response);
   } else if (request.method != "GET") {
     ReplyError(response, 404, "no endpoint " + request.method + " " + path);
   } else if (path == "/v2/health/live") {
@@ -112,17 +114,17 @@ void Service::Route(const http::Request& request, http::Response* response) {
   } else if (path == "/v2" || path == "/v2/") {
     // The server's metadata, at /v2 and at /v2/ (as the protocol's OpenAPI
     // file writes the path).
-    Reply(
-        response, 200,
-        json{
-            {"name", "attnscore"}, {"version", Version()}, {"extensions", {"binary_tensor_data"}}});
+    Reply(response, 200,
+          json{{"name", "attnscore"},
+               {"version", Version()},
+               {"extensions", {"binary_tensor_data", "model_repository"}}});
   } else if (path == "/metrics") {
     response->content_type = "text/plain; version=0.0.4";
     response->body = state_.metrics.Text(state_.gate, state_.budget);
   } else if (ModelPath(path, &name, &action) && action != "infer") {
     int status = 0;
     std::string message;
-    const Model* model = state_.ReadyModel(name, &status, &message);
+    const std::shared_ptr<const Model> model = state_.ReadyModel(name, &status, &message);
     if (action.empty()) {
       if (model == nullptr) {
         ReplyError(response, status, message);
@@ -145,11 +147,53 @@ void Service::Route(const http::Request& request, http::Response* response) {
   }
 }
 
+void Service::Repository(const http::Request& request, http::Response* response) {
+  const std::string& path = request.path;
+  if (path == "/v2/repository/index") {
+    // {"ready": true} in the body lists the ready models alone.
+    const json options = json::parse(request.body.empty() ? "{}" : request.body, nullptr, false);
+    if (!options.is_object() || (options.contains("ready") && !options["ready"].is_boolean())) {
+      ReplyError(response, 400, "the index request's body is {\"ready\": true|false} or empty");
+      return;
+    }
+    const bool ready_only = options.value("ready", false);
+    json index = json::array();
+    for (const ModelRepository::Entry& entry : state_.models.Index()) {
+      if (ready_only && !entry.ready) continue;
+      json item = {
+          {"name", entry.name}, {"version", "1"}, {"state", entry.ready ? "READY" : "UNAVAILABLE"}};
+      if (!entry.ready) item["reason"] = entry.reason;
+      index.push_back(std::move(item));
+    }
+    Reply(response, 200, index);
+    return;
+  }
+  const std::string prefix = "/v2/repository/models/";
+  const size_t slash = path.rfind('/');
+  const std::string name = path.size() > prefix.size() && slash > prefix.size()
+                               ? path.substr(prefix.size(), slash - prefix.size())
+                               : "";
+  const std::string verb = path.substr(slash + 1);
+  if (path.rfind(prefix, 0) != 0 || name.empty() || name.find('/') != std::string::npos ||
+      (verb != "load" && verb != "unload")) {
+    ReplyError(response, 404, "no endpoint POST " + path);
+    return;
+  }
+  std::string error;
+  const int status =
+      verb == "load" ? state_.models.Load(name, &error) : state_.models.Unload(name, &error);
+  if (status == 200) {
+    Reply(response, 200, json::object());
+  } else {
+    ReplyError(response, status, error);
+  }
+}
+
 void Service::Infer(const http::Request& request, const std::string& name,
                     http::Response* response) {
   int status = 0;
   std::string message;
-  const Model* model = state_.ReadyModel(name, &status, &message);
+  const std::shared_ptr<const Model> model = state_.ReadyModel(name, &status, &message);
   if (model == nullptr) {
     ReplyError(response, status, message);
     return;
@@ -199,7 +243,7 @@ void Service::Finish(const http::Request& request, const http::Response& respons
   }
   const std::string target = InferTarget(request);
   if (!target.empty()) {
-    state_.metrics.Record(state_.models.count(target) ? target : "unknown", response.status,
+    state_.metrics.Record(state_.models.Find(target) ? target : "unknown", response.status,
                           seconds);
   }
   json line = {{"time", LogTime()},

@@ -24,6 +24,8 @@ class Service {
   void Handle(const http::Request& request, http::Response* response);
   void Route(const http::Request& request, http::Response* response);
   void Infer(const http::Request& request, const std::string& model, http::Response* response);
+  // POST /v2/repository/index, /v2/repository/models/NAME/load and unload.
+  void Repository(const http::Request& request, http::Response* response);
   // Counts an inference answer in the metrics and writes the request's log
   // line; called before the answer is written, so a client that has its
   // answer finds it in the next /metrics.

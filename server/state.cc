@@ -135,20 +135,20 @@ int64_t ByteBudget::held() const {
   return held_;
 }
 
-const Model* ServerState::ReadyModel(const std::string& name, int* status,
-                                     std::string* message) const {
-  const auto found = models.find(name);
-  if (found == models.end()) {
+std::shared_ptr<const Model> ServerState::ReadyModel(const std::string& name, int* status,
+                                                     std::string* message) const {
+  std::shared_ptr<const Model> model = models.Find(name);
+  if (model == nullptr) {
     *status = 404;
     *message = "unknown model '" + name + "'";
     return nullptr;
   }
-  if (!found->second->ready()) {
+  if (!model->ready()) {
     *status = 400;
-    *message = "model '" + name + "' is not ready: " + found->second->not_ready_reason();
+    *message = "model '" + name + "' is not ready: " + model->not_ready_reason();
     return nullptr;
   }
-  return found->second.get();
+  return model;
 }
 
 std::string ServerState::AtCapacity() const {

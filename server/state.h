@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "attnscore/attnscore.h"
-#include "models.h"
+#include "repository.h"
 
 namespace attnscore::server {
 
@@ -117,7 +117,7 @@ struct ServiceOptions {
 
 class ServerState {
  public:
-  ServerState(const Engine& engine, const ModelMap& models, const ServiceOptions& options)
+  ServerState(const Engine& engine, ModelRepository& models, const ServiceOptions& options)
       : engine(engine),
         models(models),
         options(options),
@@ -127,7 +127,9 @@ class ServerState {
 
   // The model `name` when it is there and ready; else null, with the HTTP
   // status (404 unknown, 400 not ready) and the message both front ends give.
-  const Model* ReadyModel(const std::string& name, int* status, std::string* message) const;
+  // The caller holds it for the request's life (it may be unloaded meanwhile).
+  std::shared_ptr<const Model> ReadyModel(const std::string& name, int* status,
+                                          std::string* message) const;
   // The answer when the gate refuses a request (503).
   std::string AtCapacity() const;
   // The answer when the budget refuses a body of `bytes` (503).
@@ -136,7 +138,7 @@ class ServerState {
   void Log(const nlohmann::json& line);
 
   const Engine& engine;
-  const ModelMap& models;
+  ModelRepository& models;
   const ServiceOptions options;
   Gate gate;
   ByteBudget budget;
