@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <new>
 #include <set>
 #include <string>
 #include <utility>
@@ -192,7 +194,14 @@ grpc::Status GrpcService::ModelInfer(grpc::ServerContext*,
                                      inference::ModelInferResponse* response) {
   const Clock::time_point start = Clock::now();
   std::string error;
-  const int status = Infer(*request, response, &error);
+  int status = 500;
+  try {
+    status = Infer(*request, response, &error);
+  } catch (const std::bad_alloc&) {
+    error = "out of memory";
+  } catch (const std::exception& e) {
+    error = std::string("internal error: ") + e.what();
+  }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const bool known = state_.models.Find(request->model_name()) != nullptr;
   state_.metrics.Record(known ? request->model_name() : "unknown", status, seconds);

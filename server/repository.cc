@@ -33,13 +33,17 @@ std::vector<ModelRepository::Entry> ModelRepository::Index() const {
 }
 
 int ModelRepository::Load(const std::string& name, std::string* error) {
-  // Made outside the lock: a file may take a while to read.
+  std::lock_guard<std::mutex> changing(change_mutex_);
+  // Made outside the map's lock: a file may take a while to read.
   std::shared_ptr<const Model> model = MakeModel(folder_, name);
   if (model == nullptr) {
-    *error = "no model '" + name + "' to load: neither built in nor a file " +
-             (folder_.empty() ? std::string("(the server has no --models folder)")
-                              : folder_ + "/" + name + ".safetensors");
-    return 404;
+    const std::string file = folder_.empty() ? std::string("(the server has no --models folder)")
+                                             : folder_ + "/" + name + ".safetensors";
+    if (Find(name) == nullptr) {
+      *error = "no model '" + name + "' to load: neither built in nor a file " + file;
+      return 404;
+    }
+    model = std::make_shared<Model>(name, "its file " + file + " is gone");
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -51,6 +55,7 @@ int ModelRepository::Load(const std::string& name, std::string* error) {
 }
 
 int ModelRepository::Unload(const std::string& name, std::string* error) {
+  std::lock_guard<std::mutex> changing(change_mutex_);
   std::lock_guard<std::mutex> lock(mutex_);
   const auto found = models_.find(name);
   if (found == models_.end()) {

@@ -35,8 +35,8 @@ class ModelRepository {
 
   // Makes `name` again from its file (or as the built-in it is), replacing
   // what was there. Returns the answer's HTTP status: 200; 400 when its
-  // file cannot be served (the model stays listed, not ready, `*error` says
-  // why); 404 for a name that is neither.
+  // file cannot be served or is gone (the model stays listed, not ready,
+  // `*error` says why); 404 for a name that is neither, nor listed.
   int Load(const std::string& name, std::string* error);
   // Leaves `name` listed, not ready ("unloaded"): 200, or 404 for an
   // unknown name.
@@ -46,7 +46,8 @@ class ModelRepository {
   explicit ModelRepository(std::string folder) : folder_(std::move(folder)) {}
 
   const std::string folder_;
-  mutable std::mutex mutex_;
+  std::mutex change_mutex_;   // one Load or Unload at a time, in the order they came
+  mutable std::mutex mutex_;  // guards models_
   ModelMap models_;
 };
 

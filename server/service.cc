@@ -179,6 +179,13 @@ void Service::Repository(const http::Request& request, http::Response* response)
     ReplyError(response, 404, "no endpoint POST " + path);
     return;
   }
+  // Triton's load takes parameters (a config, files) that this server has
+  // no use for: refused rather than dropped.
+  const json options = json::parse(request.body.empty() ? "{}" : request.body, nullptr, false);
+  if (!options.is_object() || options.contains("parameters")) {
+    ReplyError(response, 400, "POST " + path + " takes an empty body or {}; no parameters");
+    return;
+  }
   std::string error;
   const int status =
       verb == "load" ? state_.models.Load(name, &error) : state_.models.Unload(name, &error);

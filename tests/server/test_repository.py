@@ -68,6 +68,15 @@ def test_models_load_and_unload_while_the_server_runs(tmp_path):
         assert server.call("POST", "/v2/repository/models/later/load", b"")[0] == 200
         status, _, answer = server.call("POST", "/v2/models/later/infer", toy)
         assert status == 200 and answer["outputs"] == first["outputs"]
+        # A file removed: loading it again leaves it listed, unavailable.
+        os.remove(tmp_path / "later.safetensors")
+        status, _, error = server.call("POST", "/v2/repository/models/later/load", b"")
+        assert status == 400 and "gone" in error["error"]
+        assert index(server)["later"]["state"] == "UNAVAILABLE"
+        # Triton's load parameters (a config, files) are refused, not dropped.
+        status, _, error = server.call("POST", "/v2/repository/models/toy/load",
+                                       {"parameters": {"config": "{}"}})
+        assert status == 400 and "no parameters" in error["error"]
 
 
 def test_unknown_names_and_paths_are_404_and_a_bad_index_body_400():
