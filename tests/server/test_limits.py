@@ -38,6 +38,16 @@ def metric(server, name):
     raise KeyError(name)
 
 
+def held_comes_to(server, value, seconds=20):
+    """Whether attnscore_inflight_bytes reaches `value` within `seconds`."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if metric(server, "attnscore_inflight_bytes") == value:
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def upload(url, sockets, statuses, declared, sent):
     """Sends the headers of a `declared`-byte body and `sent` bytes of it, then
     keeps the connection open (in `sockets`); the status line, if one came
@@ -79,12 +89,8 @@ def test_forty_large_uploads_cost_the_budget_not_their_sum():
         assert metric(server, "attnscore_inflight_bytes") <= 32 * MIB
         for sock in sockets:
             sock.close()
-        # The half-sent bodies time out (5 s) and give their bytes back.
-        for _ in range(200):
-            if metric(server, "attnscore_inflight_bytes") == 0:
-                break
-            time.sleep(0.1)
-        assert metric(server, "attnscore_inflight_bytes") == 0
+        # The half-sent bodies end with their connections and give their bytes back.
+        assert held_comes_to(server, 0)
         after = status_kib(server, "VmRSS")
         # The bound docs/serving.md states: the budget, and room for the
         # threads' stacks and buffers (4 MiB); after, 10% of idle and the
@@ -107,10 +113,7 @@ def test_a_body_over_the_budget_waits_then_gets_503_with_retry_after():
                                   args=(server.url, sockets, statuses, MIB, MIB // 2))
         holder.start()
         holder.join()
-        for _ in range(100):
-            if metric(server, "attnscore_inflight_bytes") == MIB:
-                break
-            time.sleep(0.02)
+        assert held_comes_to(server, MIB)
         begin = time.monotonic()
         x = np.ones((1, 2, 2), np.float32)
         status, headers, answer = server.call("POST", "/v2/models/masked_softmax/infer",
@@ -121,8 +124,5 @@ def test_a_body_over_the_budget_waits_then_gets_503_with_retry_after():
         assert waited >= 0.4
         for sock in sockets:
             sock.close()
-        for _ in range(200):
-            if metric(server, "attnscore_inflight_bytes") == 0:
-                break
-            time.sleep(0.05)
+        assert held_comes_to(server, 0)
         assert server.call("POST", "/v2/models/masked_softmax/infer", infer_body({"x": x}))[0] == 200
