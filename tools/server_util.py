@@ -40,11 +40,15 @@ class Server:
         self.process.stdout.close()
 
     def rss_kib(self):
+        return self.status_kib("VmRSS")
+
+    def status_kib(self, field):
+        """A memory field of /proc/PID/status, in KiB (VmRSS, VmHWM)."""
         with open(f"/proc/{self.process.pid}/status") as status:
             for line in status:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
-        raise RuntimeError("no VmRSS")
+        raise RuntimeError("no " + field)
 
     def call(self, method, path, body=None, timeout=60, headers=None):
         """(status, headers, parsed JSON or text) of one request; a binary

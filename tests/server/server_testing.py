@@ -35,6 +35,15 @@ def library(tmp_path, command, inputs, weights=True, extra=()):
     return np.load(out), (np.load(tmp_path / "w.npy") if weights else None)
 
 
+def requests_counted(metrics, code, model="masked_softmax"):
+    """attnscore_requests_total of the model and status in a /metrics text."""
+    prefix = 'attnscore_requests_total{model="%s",code="%d"}' % (model, code)
+    for line in metrics.splitlines():
+        if line.startswith(prefix):
+            return int(line.split()[-1])
+    return 0
+
+
 def bits(array):
     return np.ascontiguousarray(array, np.float32).view(np.uint32)
 

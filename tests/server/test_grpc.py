@@ -18,7 +18,7 @@ import grpc
 import numpy as np
 import pytest
 
-from server_testing import DOT_TOY, ROOT, SERVER, bits, golden, library
+from server_testing import DOT_TOY, ROOT, SERVER, bits, golden, library, requests_counted
 from server_util import Server, build_dir, infer_body
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -170,9 +170,7 @@ def test_malformed_tensors_are_invalid_argument_naming_them(client):
 
 def counted(server, model, code):
     _, _, text = server.call("GET", "/metrics")
-    prefix = 'attnscore_requests_total{model="%s",code="%d"} ' % (model, code)
-    lines = [line for line in text.decode().splitlines() if line.startswith(prefix)]
-    return int(lines[0].split()[-1]) if lines else 0
+    return requests_counted(text.decode(), code, model)
 
 
 def test_grpc_requests_are_counted_in_metrics(server, client):

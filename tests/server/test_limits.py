@@ -22,14 +22,6 @@ MIB = 1 << 20
 SANITIZED = os.environ.get("ATTNSCORE_SANITIZED") == "1"
 
 
-def status_kib(server, field):
-    with open(f"/proc/{server.process.pid}/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
 def metric(server, name):
     _, _, text = server.call("GET", "/metrics")
     for line in text.decode().splitlines():
@@ -75,7 +67,7 @@ def test_forty_large_uploads_cost_the_budget_not_their_sum():
     with Server(SERVER, "--workers", "2", "--max-queue", "16") as server:
         x = np.ones((2, 3, 4), np.float32)
         assert server.call("POST", "/v2/models/masked_softmax/infer", infer_body({"x": x}))[0] == 200
-        idle = status_kib(server, "VmRSS")
+        idle = server.status_kib("VmRSS")
         sockets, statuses = [], []
         threads = [threading.Thread(target=upload,
                                     args=(server.url, sockets, statuses, 15 * MIB, 14 * MIB))
@@ -84,14 +76,14 @@ def test_forty_large_uploads_cost_the_budget_not_their_sum():
             thread.start()
         for thread in threads:
             thread.join()
-        peak = status_kib(server, "VmHWM")
+        peak = server.status_kib("VmHWM")
         # Two hold the budget; the others were refused unread.
         assert metric(server, "attnscore_inflight_bytes") <= 32 * MIB
         for sock in sockets:
             sock.close()
         # The half-sent bodies end with their connections and give their bytes back.
         assert held_comes_to(server, 0)
-        after = status_kib(server, "VmRSS")
+        after = server.status_kib("VmRSS")
         # The bound docs/serving.md states: the budget, and room for the
         # threads' stacks and buffers (4 MiB); after, 10% of idle and the
         # share of the 40 connection threads that ran (96 KiB each: the

@@ -25,7 +25,8 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from server_util import (Server, binary_infer_body, binary_outputs, infer_body,  # noqa: E402
                          output_array)
-from server_testing import DOT_TOY, GOLDEN, SERVER, bits, golden, library  # noqa: E402
+from server_testing import (DOT_TOY, GOLDEN, SERVER, bits, golden, library,  # noqa: E402
+                            requests_counted)
 
 
 def test_toy_through_urllib_is_the_library_bit_for_bit(server, tmp_path):
@@ -356,15 +357,6 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(tmp_path):
     assert any(r["status"] == 200 and r.get("model") == "dot_product_attention" and
                r["request_bytes"] == len(body) for r in records)
     assert lines[-1] == "attnscore-server: stopped"
-
-
-def requests_counted(metrics, code, model="masked_softmax"):
-    """attnscore_requests_total of the model and status in a /metrics text."""
-    prefix = 'attnscore_requests_total{model="%s",code="%d"}' % (model, code)
-    for line in metrics.splitlines():
-        if line.startswith(prefix):
-            return int(line.split()[-1])
-    return 0
 
 
 def test_a_request_is_counted_before_its_answer_is_sent(server):
