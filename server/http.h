@@ -39,6 +39,9 @@ struct Request {
   std::string query;    // after '?', as sent
   // Header names lower-cased, values trimmed, in arrival order.
   std::vector<std::pair<std::string, std::string>> headers;
+  // The body's length as its one valid Content-Length claims it; 0 without
+  // one, or when the head was refused before its framing was read.
+  int64_t content_length = 0;
   Clock::time_point arrival;  // when the head's first byte came
   // Whatever the head hook keeps for the request's life (a byte budget's
   // hold): released once the request is handled or the connection ends,

@@ -158,6 +158,7 @@ HeadParse ParseHead(std::string_view buffer, const Limits& limits, Request* requ
     return Bad(400, "the request's path has a broken %-escape or a NUL");
   }
   request->headers.clear();
+  request->content_length = 0;
   std::string_view rest = head.substr(std::min(line_end + 2, head.size()));
   while (!rest.empty()) {
     const size_t next = std::min(rest.find("\r\n"), rest.size());
@@ -208,6 +209,7 @@ HeadParse ParseHead(std::string_view buffer, const Limits& limits, Request* requ
                           "'; it must be a decimal number of bytes");
     }
     parse.body_bytes = std::stoll(value);
+    request->content_length = parse.body_bytes;
   } else if (request->method == "POST" || request->method == "PUT") {
     return Bad(400, "the request has no Content-Length; a POST must give its body's length");
   }

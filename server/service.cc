@@ -47,17 +47,6 @@ std::string InferTarget(const http::Request& request) {
   return ModelPath(request.path, &name, &action) && action == "infer" ? name : "";
 }
 
-// The body's length as its one Content-Length claims it; 0 where no valid
-// claim was made (the layer refuses such requests before their body).
-int64_t ClaimedBytes(const http::Request& request) {
-  const std::string* length = request.Header("content-length");
-  if (length == nullptr || request.HeaderCount("content-length") != 1 || length->empty() ||
-      length->size() > 18 || length->find_first_not_of("0123456789") != std::string::npos) {
-    return 0;
-  }
-  return std::strtoll(length->c_str(), nullptr, 10);
-}
-
 }  // namespace
 
 http::Hooks Service::Hooks() {
@@ -76,7 +65,7 @@ http::Verdict Service::Head(http::Request& head, http::Response* answer) {
   // A body's bytes are reserved before it is read, whatever its route; a
   // request that would pass the budget waits (the layer asks again), then
   // gets 503.
-  const int64_t bytes = ClaimedBytes(head);
+  const int64_t bytes = head.content_length;
   if (bytes == 0) return http::Verdict::kRead;
   if (state_.budget.TryReserve(bytes)) {
     head.hold = std::make_shared<BudgetHold>(&state_.budget, bytes);
@@ -257,7 +246,7 @@ void Service::Finish(const http::Request& request, const http::Response& respons
                {"method", request.method},
                {"path", request.path},
                {"status", response.status},
-               {"request_bytes", ClaimedBytes(request)},
+               {"request_bytes", request.content_length},
                {"response_bytes", response.body.size()}};
   if (seconds >= 0) line["latency_us"] = static_cast<int64_t>(seconds * 1e6);
   if (!target.empty()) line["model"] = target;
