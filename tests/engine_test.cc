@@ -385,5 +385,41 @@ TEST(Engine, InfoReportsTheWorkspaceBytesHeldBetweenCalls) {
             std::string::npos);
 }
 
+// Scratch past kKeptScratchBytes stays between calls only while calls in a
+// row ask for it: a one-off large call gives it back as it ends, the second
+// of two keeps it (its pages are not mapped and faulted in again), and a
+// small call after them gives it back.
+TEST(Engine, KeepsLargeScratchOnlyWhileCallsInARowAskForIt) {
+  std::unique_ptr<Engine> engine = EngineWithThreads(1);
+  const int64_t kept_small = static_cast<int64_t>(internal::kKeptScratchBytes) *
+                             static_cast<int64_t>(internal::ScratchSlot::kCount);
+  const int64_t m = int64_t{1} << 20;  // the row path's scratch: 4 MiB to 64 MiB
+  const std::vector<float> q = RandomFloats(2, 5), k = RandomFloats(m, 6), v = RandomFloats(m, 7);
+  std::vector<float> out(2);
+  const auto large_call = [&] {
+    ASSERT_TRUE(engine
+                    ->DotProductAttention(ConstTensor(q.data(), {1, 2, 1}),
+                                          ConstTensor(k.data(), {1, m, 1}),
+                                          ConstTensor(v.data(), {1, m, 1}), ValidLens::None(),
+                                          Tensor(out.data(), {1, 2, 1}))
+                    .ok());
+  };
+  large_call();
+  EXPECT_LE(engine->Info().workspace_bytes, kept_small);
+  large_call();
+  const int64_t kept_large = engine->Info().workspace_bytes;
+  EXPECT_GT(kept_large, static_cast<int64_t>(internal::kKeptScratchBytes));
+  EXPECT_LE(kept_large, kept_small + static_cast<int64_t>(internal::kKeptRepeatedBytes));
+  large_call();
+  EXPECT_EQ(engine->Info().workspace_bytes, kept_large);
+  const std::vector<float> x = RandomFloats(2 * 3 * 4, 8);
+  std::vector<float> y(x.size());
+  ASSERT_TRUE(engine
+                  ->MaskedSoftmax(ConstTensor(x.data(), {2, 3, 4}), ValidLens::None(),
+                                  Tensor(y.data(), {2, 3, 4}))
+                  .ok());
+  EXPECT_LE(engine->Info().workspace_bytes, kept_small);
+}
+
 }  // namespace
 }  // namespace attnscore::test

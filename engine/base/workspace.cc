@@ -9,6 +9,7 @@ Workspace::Workspace(int threads, ThreadTeam* team)
     : threads_(threads),
       team_(team),
       floats_(static_cast<size_t>(threads) * static_cast<size_t>(ScratchSlot::kCount)),
+      asked_large_(floats_.size(), 0),
       caches_(static_cast<size_t>(threads)),
       words_(static_cast<size_t>(IndexSlot::kCount)),
       reals_(static_cast<size_t>(IndexSlot::kCount)) {}
@@ -20,13 +21,14 @@ size_t Workspace::ThreadIndex() const { return static_cast<size_t>(ThreadTeam::T
 std::unique_ptr<Workspace::ThreadCache>& Workspace::Cache() { return caches_[ThreadIndex()]; }
 
 float* Workspace::Floats(ScratchSlot slot, size_t count) {
-  AlignedFloats& buffer =
-      floats_[ThreadIndex() * static_cast<size_t>(ScratchSlot::kCount) + static_cast<size_t>(slot)];
+  const size_t index =
+      ThreadIndex() * static_cast<size_t>(ScratchSlot::kCount) + static_cast<size_t>(slot);
+  AlignedFloats& buffer = floats_[index];
   if (count > buffer.capacity() || buffer.data() == nullptr) {
     buffer = AlignedFloats();  // the old array released before the new one is made
     buffer = AlignedFloats(count);
-    if (count * sizeof(float) > kKeptScratchBytes) oversized_ = true;
   }
+  if (count * sizeof(float) > kKeptScratchBytes) asked_large_[index] |= 1;
   return buffer.data();
 }
 
@@ -54,11 +56,20 @@ double* Workspace::Reals(IndexSlot slot, size_t count) {
 }
 
 void Workspace::Trim() {
+  size_t kept_large = 0;
+  for (size_t i = 0; i < floats_.size(); ++i) {
+    const size_t bytes = floats_[i].capacity() * sizeof(float);
+    const bool asked_twice = asked_large_[i] == 3;
+    asked_large_[i] = static_cast<unsigned char>((asked_large_[i] & 1) << 1);
+    if (bytes <= kKeptScratchBytes) continue;
+    if (asked_twice && kept_large + bytes <= kKeptRepeatedBytes) {
+      kept_large += bytes;
+    } else {
+      floats_[i] = AlignedFloats();
+    }
+  }
   if (!oversized_) return;
   oversized_ = false;
-  for (AlignedFloats& buffer : floats_) {
-    if (buffer.capacity() * sizeof(float) > kKeptScratchBytes) buffer = AlignedFloats();
-  }
   for (std::vector<int64_t>& words : words_) {
     if (words.capacity() * sizeof(int64_t) > kKeptScratchBytes) std::vector<int64_t>().swap(words);
   }

@@ -50,6 +50,11 @@ enum class IndexSlot {
 // the call and returned when the call ends: one huge request does not pin
 // memory for the engine's life. Kept at most: 11 slots x 4 MiB per thread.
 constexpr size_t kKeptScratchBytes = size_t{4} << 20;
+// Except that larger buffers which two calls in a row asked for stay, up to
+// this many bytes per workspace: a call repeated at one size (d2l's module
+// at 1,024 tokens projects into 16 MiB) reuses its pages rather than mapping
+// and faulting them in again, which cost it up to 20 ms a call on a VM.
+constexpr size_t kKeptRepeatedBytes = size_t{64} << 20;
 
 // One call's memory: for each thread of the call's team (thread 0 is the
 // calling thread) a float buffer per ScratchSlot, and the calling thread's
@@ -92,8 +97,9 @@ class Workspace {
   // The asking thread's (as for Floats); empty until the layer fills it.
   std::unique_ptr<ThreadCache>& Cache();
 
-  // Returns buffers larger than kKeptScratchBytes (none to look for unless
-  // one grew past it during the call).
+  // Ends a call: returns buffers larger than kKeptScratchBytes but those of
+  // them this call and the one before asked for at that size, up to
+  // kKeptRepeatedBytes.
   void Trim();
   // Bytes held now.
   size_t HeldBytes() const;
@@ -102,10 +108,14 @@ class Workspace {
   int threads_;
   ThreadTeam* team_;
   const CancelToken* cancel_token_ = nullptr;
-  bool oversized_ = false;  // a buffer grew past kKeptScratchBytes
+  bool oversized_ = false;  // an integer buffer grew past kKeptScratchBytes
   size_t ThreadIndex() const;
 
   std::vector<AlignedFloats> floats_;                 // threads_ x ScratchSlot::kCount
+  // Per buffer of floats_, whether this call (bit 0) and the one before
+  // (bit 1) asked it for more than kKeptScratchBytes; each written by its
+  // own thread only.
+  std::vector<unsigned char> asked_large_;
   std::vector<std::unique_ptr<ThreadCache>> caches_;  // threads_
   std::vector<std::vector<int64_t>> words_;
   std::vector<std::vector<double>> reals_;
