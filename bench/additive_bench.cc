@@ -59,6 +59,42 @@ BENCHMARK(BM_Additive)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// BM_Additive's big shape on 2 threads against 1 (TwoThreadsAgainstOne).
+void BM_AdditiveTwoThreads(benchmark::State& state) {
+  const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),
+                size = state.range(3);
+  const std::vector<float> w_q = LinearWeights(size, size, 5), w_k = LinearWeights(size, size, 6),
+                           w_v = LinearWeights(1, size, 7);
+  std::unique_ptr<AdditiveAttention> model;
+  const Status s = AdditiveAttention::Create(ConstTensor(w_q.data(), {size, size}),
+                                             ConstTensor(w_k.data(), {size, size}),
+                                             ConstTensor(w_v.data(), {1, size}), &model);
+  if (!s.ok()) {
+    state.SkipWithError(s.message().c_str());
+    return;
+  }
+  const std::vector<float> q = RandomFloats(batch * queries * size, 1);
+  const std::vector<float> k = RandomFloats(batch * keys * size, 2);
+  const std::vector<float> v = RandomFloats(batch * keys * size, 3);
+  std::vector<float> out(static_cast<size_t>(batch * queries * size));
+  const std::vector<int64_t> lens = RandomLengths(batch, keys, 4);
+  const ValidLens valid = ValidLens::PerBatch(lens.data(), batch);
+  EngineCall call{[&](const Engine& engine) {
+    return model->Forward(engine, ConstTensor(q.data(), {batch, queries, size}),
+                          ConstTensor(k.data(), {batch, keys, size}),
+                          ConstTensor(v.data(), {batch, keys, size}), valid,
+                          Tensor(out.data(), {batch, queries, size}));
+  }};
+  CallTwoThreadsAgainstOne(state, call);
+}
+
+BENCHMARK(BM_AdditiveTwoThreads)
+    ->ArgNames({"batch", "queries", "keys", "size"})
+    ->Args({8, 64, 512, 256})  // big: Dq = Dk = hidden = Dv
+    ->Iterations(15)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // One batch entry's scores: queries × keys × hidden triples, every key valid.
 // mode 0: the fast tanh (factors); mode 1: Highway's Tanh of a + b.
 void BM_AdditiveScoreKernel(benchmark::State& state) {

@@ -174,6 +174,13 @@ class OnednnMatmulCall {
 void OnednnMatmul(benchmark::State& state, int64_t batch, int64_t rows, int64_t inner, int64_t cols,
                   bool bf16 = false);
 
+// A call as a function of the engine it runs on, for the Call* helpers
+// below where a benchmark's set-up is all the call needs.
+struct EngineCall {
+  std::function<Status(const Engine&)> run;
+  Status Run(const Engine& engine) const { return run(engine); }
+};
+
 // TwoThreadsAgainstOne of call.Run(engine) on engines of 1 and 2 threads,
 // labelled with the implementation; skipped where an engine is not made.
 template <class Call>

@@ -46,41 +46,73 @@ double Flops(const Shape& s) {
                              s.outputs * (s.query_size + s.value_size));
 }
 
-void BM_Concat(benchmark::State& state) {
-  const Shape s = ShapeOf(state);
-  const Engine& engine = SharedEngine();
-  const int64_t score_in = s.query_size + s.key_size, combine_in = s.query_size + s.value_size;
-  const std::vector<float> attn_w = LinearWeights(s.rows, score_in, 5), attn_b = LinearWeights(1, s.rows, 6),
-                           combine_w = LinearWeights(s.outputs, combine_in, 7),
-                           combine_b = LinearWeights(1, s.outputs, 8);
+// The op on a shape, with random weights and inputs and per-batch lengths.
+struct ConcatCall {
+  explicit ConcatCall(const Shape& shape)
+      : s(shape),
+        attn_w(LinearWeights(s.rows, s.query_size + s.key_size, 5)),
+        attn_b(LinearWeights(1, s.rows, 6)),
+        combine_w(LinearWeights(s.outputs, s.query_size + s.value_size, 7)),
+        combine_b(LinearWeights(1, s.outputs, 8)),
+        q(RandomFloats(s.batch * s.queries * s.query_size, 1)),
+        k(RandomFloats(s.batch * s.queries * s.key_size, 2)),
+        v(RandomFloats(s.batch * s.rows * s.value_size, 3)),
+        out(static_cast<size_t>(s.batch * s.queries * s.outputs)),
+        lens(RandomLengths(s.batch, s.rows, 4)),
+        valid(ValidLens::PerBatch(lens.data(), s.batch)) {
+    const int64_t score_in = s.query_size + s.key_size, combine_in = s.query_size + s.value_size;
+    made = ConcatAttention::Create(s.query_size, ConstTensor(attn_w.data(), {s.rows, score_in}),
+                                   ConstTensor(attn_b.data(), {s.rows}),
+                                   ConstTensor(combine_w.data(), {s.outputs, combine_in}),
+                                   ConstTensor(combine_b.data(), {s.outputs}), &model);
+  }
+
+  Status Run(const Engine& engine) {
+    if (!made.ok()) return made;
+    return model->Forward(engine, ConstTensor(q.data(), {s.batch, s.queries, s.query_size}),
+                          ConstTensor(k.data(), {s.batch, s.queries, s.key_size}),
+                          ConstTensor(v.data(), {s.batch, s.rows, s.value_size}), valid,
+                          Tensor(out.data(), {s.batch, s.queries, s.outputs}));
+  }
+
+  Shape s;
+  std::vector<float> attn_w, attn_b, combine_w, combine_b, q, k, v, out;
+  std::vector<int64_t> lens;
+  ValidLens valid;
   std::unique_ptr<ConcatAttention> model;
-  Status st = ConcatAttention::Create(
-      s.query_size, ConstTensor(attn_w.data(), {s.rows, score_in}), ConstTensor(attn_b.data(), {s.rows}),
-      ConstTensor(combine_w.data(), {s.outputs, combine_in}), ConstTensor(combine_b.data(), {s.outputs}),
-      &model);
-  if (!st.ok()) state.SkipWithError(st.message().c_str());
-  const std::vector<float> q = RandomFloats(s.batch * s.queries * s.query_size, 1);
-  const std::vector<float> k = RandomFloats(s.batch * s.queries * s.key_size, 2);
-  const std::vector<float> v = RandomFloats(s.batch * s.rows * s.value_size, 3);
-  std::vector<float> out(static_cast<size_t>(s.batch * s.queries * s.outputs));
-  const std::vector<int64_t> lens = RandomLengths(s.batch, s.rows, 4);
-  const ValidLens valid = ValidLens::PerBatch(lens.data(), s.batch);
+  Status made;
+};
+
+void BM_Concat(benchmark::State& state) {
+  ConcatCall call(ShapeOf(state));
+  if (!call.made.ok()) state.SkipWithError(call.made.message().c_str());
+  const Engine& engine = SharedEngine();
   const ImplementationLabel label;
   for (auto _ : state) {
-    if (!model) break;
-    st = model->Forward(engine, ConstTensor(q.data(), {s.batch, s.queries, s.query_size}),
-                        ConstTensor(k.data(), {s.batch, s.queries, s.key_size}),
-                        ConstTensor(v.data(), {s.batch, s.rows, s.value_size}), valid,
-                        Tensor(out.data(), {s.batch, s.queries, s.outputs}));
+    if (!call.made.ok()) break;
+    const Status st = call.Run(engine);
     if (!st.ok()) state.SkipWithError(st.message().c_str());
-    benchmark::DoNotOptimize(out.data());
+    benchmark::DoNotOptimize(call.out.data());
   }
   label.Apply(state);
-  state.counters["GFLOPs"] = benchmark::Counter(Flops(s) * state.iterations() / 1e9,
-                                                benchmark::Counter::kIsRate);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(Flops(call.s) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
 BENCHMARK(BM_Concat)->Apply(ConcatShapes);
+
+// The encoder-sized shape on 2 threads against 1 (TwoThreadsAgainstOne).
+void BM_ConcatTwoThreads(benchmark::State& state) {
+  ConcatCall call(ShapeOf(state));
+  CallTwoThreadsAgainstOne(state, call);
+}
+
+BENCHMARK(BM_ConcatTwoThreads)
+    ->ArgNames({"batch", "queries", "dq", "dk", "rows", "dv", "out"})
+    ->Args({8, 256, 256, 256, 128, 256, 256})  // encoder-sized
+    ->Iterations(15)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The peer: two plain oneDNN matmuls with bias over the concatenated inputs.
 void BM_ConcatLinearLayersOnednn(benchmark::State& state) {

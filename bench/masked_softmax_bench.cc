@@ -66,6 +66,28 @@ BENCHMARK(BM_MaskedSoftmax)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// BM_MaskedSoftmax's rows and lengths, on 2 threads against 1
+// (TwoThreadsAgainstOne): the rows shared among the threads.
+void BM_MaskedSoftmaxTwoThreads(benchmark::State& state) {
+  const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2);
+  const std::vector<float> x = RandomFloats(batch * queries * keys, 1);
+  std::vector<float> y(x.size());
+  const std::vector<int64_t> lens = RandomLengths(batch * queries, keys, 2);
+  const ValidLens valid = ValidLens::PerQuery(lens.data(), batch, queries);
+  EngineCall call{[&](const Engine& engine) {
+    return engine.MaskedSoftmax(ConstTensor(x.data(), {batch, queries, keys}), valid,
+                                Tensor(y.data(), {batch, queries, keys}));
+  }};
+  CallTwoThreadsAgainstOne(state, call);
+}
+
+BENCHMARK(BM_MaskedSoftmaxTwoThreads)
+    ->ArgNames({"batch", "queries", "keys"})
+    ->Args({64, 128, 512})
+    ->Iterations(15)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // The same rows and lengths as BM_MaskedSoftmax, with memory taken out: one
 // (1, N, M) slice of scores and weights, small enough to stay in L2, is
 // computed B times, with each batch entry's lengths in turn. Its time is

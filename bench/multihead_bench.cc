@@ -25,6 +25,7 @@
 
 #include "api/kv_cache_bytes.h"
 #include "attnscore/kv_cache.h"
+#include "attnscore/multihead.h"
 #include "bench_util.h"
 
 namespace attnscore::bench {
@@ -126,6 +127,47 @@ void BM_MultiHeadTwoThreads(benchmark::State& state) {
 BENCHMARK(BM_MultiHeadTwoThreads)
     ->ArgNames({"batch", "queries", "keys", "heads", "kv_heads", "dim", "causal"})
     ->Args({1, 1024, 1024, 16, 16, 64, 1})  // prefill, causal
+    ->Iterations(15)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// d2l's MultiHeadAttention module (random weights, no bias: num_hiddens =
+// heads · dim) on (B, N, H) queries and (B, M, H) keys and values, causal
+// as given, on 2 threads against 1 (TwoThreadsAgainstOne): its four
+// projections and the heads between them.
+void BM_MultiHeadModuleTwoThreads(benchmark::State& state) {
+  const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),
+                heads = state.range(3), hidden = heads * state.range(4);
+  const auto causal = static_cast<Causal>(state.range(5));
+  std::vector<std::vector<float>> w;
+  for (uint32_t layer = 0; layer < 4; ++layer)
+    w.push_back(LinearWeights(hidden, hidden, 5 + layer));
+  MultiHeadWeights weights;
+  weights.w_q = ConstTensor(w[0].data(), {hidden, hidden});
+  weights.w_k = ConstTensor(w[1].data(), {hidden, hidden});
+  weights.w_v = ConstTensor(w[2].data(), {hidden, hidden});
+  weights.w_o = ConstTensor(w[3].data(), {hidden, hidden});
+  std::unique_ptr<MultiHeadAttention> model;
+  const Status made = MultiHeadAttention::Create(heads, weights, &model);
+  if (!made.ok()) {
+    state.SkipWithError(made.message().c_str());
+    return;
+  }
+  const std::vector<float> q = RandomFloats(batch * queries * hidden, 1);
+  const std::vector<float> kv = RandomFloats(batch * keys * hidden, 2);
+  std::vector<float> out(static_cast<size_t>(batch * queries * hidden));
+  EngineCall call{[&](const Engine& engine) {
+    return model->Forward(engine, ConstTensor(q.data(), {batch, queries, hidden}),
+                          ConstTensor(kv.data(), {batch, keys, hidden}),
+                          ConstTensor(kv.data(), {batch, keys, hidden}), ValidLens::None(), causal,
+                          Tensor(out.data(), {batch, queries, hidden}));
+  }};
+  CallTwoThreadsAgainstOne(state, call);
+}
+
+BENCHMARK(BM_MultiHeadModuleTwoThreads)
+    ->ArgNames({"batch", "queries", "keys", "heads", "dim", "causal"})
+    ->Args({1, 1024, 1024, 16, 64, 1})  // prefill, causal
     ->Iterations(15)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

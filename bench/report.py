@@ -613,21 +613,38 @@ def multihead_section(runs, pairs):
     return "Multi-head attention", text, t if names else None
 
 
+# The other ops' large shapes on 2 threads against 1: each family's row label.
+OTHER_TWO_THREADS = {
+    "BM_MultiHeadTwoThreads": lambda a: "multi-head prefill (%d, %d, %d), %d heads of %d%s" % (
+        a["batch"], a["queries"], a["keys"], a["heads"], a["dim"],
+        ", causal" if a["causal"] else ""),
+    "BM_MultiHeadModuleTwoThreads": lambda a: "d2l's multi-head module (%d, %d, %d), %d heads "
+        "of %d%s" % (a["batch"], a["queries"], a["keys"], a["heads"], a["dim"],
+                     ", causal" if a["causal"] else ""),
+    "BM_MaskedSoftmaxTwoThreads": lambda a: "masked softmax (%d, %d, %d), per-query lengths" % (
+        a["batch"], a["queries"], a["keys"]),
+    "BM_AdditiveTwoThreads": lambda a: "additive big (%d, %d, %d), sizes %d" % (
+        a["batch"], a["queries"], a["keys"], a["size"]),
+    "BM_ConcatTwoThreads": lambda a: "concat encoder-sized (%d, %d), %d rows, sizes %d" % (
+        a["batch"], a["queries"], a["rows"], a["dq"]),
+    "BM_BilinearTwoThreads": lambda a: "bilinear (%d, %d, %d), %d" % (
+        a["batch"], a["queries"], a["keys"], a["dim"]),
+}
+
+
 def threads_section(runs, pairs):
     t = Table(["workload", "1 thread µs", "2 threads µs", "speed-up", "peer",
                "peer speed-up"], "lrrrlr")
-    names = [n for n in runs if family(n) in ("BM_DotProductTwoThreads", "BM_MultiHeadTwoThreads")]
+    names = [n for n in runs
+             if family(n) == "BM_DotProductTwoThreads" or family(n) in OTHER_TWO_THREADS]
     names.sort(key=lambda n: runs[n]["one_thread_us"])
     read = {args_of(n)["bytes"]: n for n in runs if family(n) == "BM_CachedReadTwoThreads"}
     for name in names:
         b, a = runs[name], args_of(name)
         pairs.op(name)
-        if family(name) == "BM_MultiHeadTwoThreads":
-            t.add("multi-head prefill (%d, %d, %d), %d heads of %d%s" % (
-                      a["batch"], a["queries"], a["keys"], a["heads"], a["dim"],
-                      ", causal" if a["causal"] else ""),
-                  us_text(b["one_thread_us"]), us_text(b["two_threads_us"]),
-                  ratio(b["speedup"]), "—", "—")
+        if family(name) in OTHER_TWO_THREADS:
+            t.add(OTHER_TWO_THREADS[family(name)](a), us_text(b["one_thread_us"]),
+                  us_text(b["two_threads_us"]), ratio(b["speedup"]), "—", "—")
             continue
         dims = (a["batch"], a["queries"], a["keys"])
         shape = "(%d, %d, %d), %d" % (dims + (a["dim"],))
@@ -646,7 +663,9 @@ def threads_section(runs, pairs):
         t.add(*cells, "read of %g MiB" % (args_of(peer)["bytes"] / 2**20),
               ratio(runs[peer]["speedup"]))
     text = ("The dot product on 2 threads against 1, on some shapes of its table above with "
-            "the same valid lengths, and the multi-head causal prefill, timed in one process: each round makes about 2 ms of "
+            "the same valid lengths, and every other op's large shape (the multi-head causal "
+            "prefill, d2l's module, masked softmax, additive, concat, bilinear), timed in one "
+            "process: each round makes about 2 ms of "
             "calls on an engine of 1 thread, then about 2 ms on an engine of 2 (at least three "
             "calls each; which goes first alternates), and the speed-up is the median over the "
             "rounds of 1-thread median ÷ 2-thread median (above 1×: 2 threads are faster); the "

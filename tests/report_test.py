@@ -204,9 +204,12 @@ class ShortRun(unittest.TestCase):
     def test_the_page_tables_every_workload(self):
         rows = short_run_rows("TwoThreads", "## Two threads against one")
         self.assertEqual(sorted(r[0] for r in rows), [
+            "additive big (8, 64, 512), sizes 256", "bilinear (8, 128, 512), 64",
+            "concat encoder-sized (8, 256), 128 rows, sizes 256",
+            "d2l's multi-head module (1, 1024, 1024), 16 heads of 64, causal",
             "decode (8, 1, 1024), 64", "decode, one sequence (1, 1, 4096), 64",
             "encoder (4, 128, 128), 64", "encoder (4, 128, 128), 64, per-query lengths",
-            "long (1, 1024, 4096), 64",
+            "long (1, 1024, 4096), 64", "masked softmax (64, 128, 512), per-query lengths",
             "multi-head prefill (1, 1024, 1024), 16 heads of 64, causal"])
         peers = {"decode (8, 1, 1024), 64": "read of 4 MiB",
                  "decode, one sequence (1, 1, 4096), 64": "read of 2 MiB"}
