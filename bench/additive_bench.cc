@@ -17,38 +17,64 @@
 namespace attnscore::bench {
 namespace {
 
-void BM_Additive(benchmark::State& state) {
-  const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),
-                query_size = state.range(3), key_size = state.range(4), hidden = state.range(5),
-                value_dim = state.range(6);
-  const Engine& engine = SharedEngine();
-  const std::vector<float> w_q = LinearWeights(hidden, query_size, 5),
-                           w_k = LinearWeights(hidden, key_size, 6), w_v = LinearWeights(1, hidden, 7);
+// The op on random weights and inputs with per-batch lengths; the shape is
+// the benchmark's arguments (batch, queries, keys, dq, dk, hidden, dv).
+struct AdditiveCall {
+  explicit AdditiveCall(const benchmark::State& state)
+      : batch(state.range(0)),
+        queries(state.range(1)),
+        keys(state.range(2)),
+        query_size(state.range(3)),
+        key_size(state.range(4)),
+        hidden(state.range(5)),
+        value_dim(state.range(6)),
+        w_q(LinearWeights(hidden, query_size, 5)),
+        w_k(LinearWeights(hidden, key_size, 6)),
+        w_v(LinearWeights(1, hidden, 7)),
+        q(RandomFloats(batch * queries * query_size, 1)),
+        k(RandomFloats(batch * keys * key_size, 2)),
+        v(RandomFloats(batch * keys * value_dim, 3)),
+        out(static_cast<size_t>(batch * queries * value_dim)),
+        lens(RandomLengths(batch, keys, 4)),
+        valid(ValidLens::PerBatch(lens.data(), batch)) {
+    made = AdditiveAttention::Create(ConstTensor(w_q.data(), {hidden, query_size}),
+                                     ConstTensor(w_k.data(), {hidden, key_size}),
+                                     ConstTensor(w_v.data(), {1, hidden}), &model);
+  }
+
+  Status Run(const Engine& engine) {
+    if (!made.ok()) return made;
+    const Status s = model->Forward(engine, ConstTensor(q.data(), {batch, queries, query_size}),
+                                    ConstTensor(k.data(), {batch, keys, key_size}),
+                                    ConstTensor(v.data(), {batch, keys, value_dim}), valid,
+                                    Tensor(out.data(), {batch, queries, value_dim}));
+    benchmark::DoNotOptimize(out.data());
+    return s;
+  }
+
+  int64_t batch, queries, keys, query_size, key_size, hidden, value_dim;
+  std::vector<float> w_q, w_k, w_v, q, k, v, out;
+  std::vector<int64_t> lens;
+  ValidLens valid;
   std::unique_ptr<AdditiveAttention> model;
-  Status s = AdditiveAttention::Create(ConstTensor(w_q.data(), {hidden, query_size}),
-                                       ConstTensor(w_k.data(), {hidden, key_size}),
-                                       ConstTensor(w_v.data(), {1, hidden}), &model);
-  if (!s.ok()) state.SkipWithError(s.message().c_str());
-  const std::vector<float> q = RandomFloats(batch * queries * query_size, 1);
-  const std::vector<float> k = RandomFloats(batch * keys * key_size, 2);
-  const std::vector<float> v = RandomFloats(batch * keys * value_dim, 3);
-  std::vector<float> out(static_cast<size_t>(batch * queries * value_dim));
-  const std::vector<int64_t> lens = RandomLengths(batch, keys, 4);
-  const ValidLens valid = ValidLens::PerBatch(lens.data(), batch);
+  Status made;
+};
+
+void BM_Additive(benchmark::State& state) {
+  AdditiveCall call(state);
+  const Engine& engine = SharedEngine();
   const ImplementationLabel label;
   for (auto _ : state) {
-    if (!model) break;
-    s = model->Forward(engine, ConstTensor(q.data(), {batch, queries, query_size}),
-                       ConstTensor(k.data(), {batch, keys, key_size}),
-                       ConstTensor(v.data(), {batch, keys, value_dim}), valid,
-                       Tensor(out.data(), {batch, queries, value_dim}));
-    if (!s.ok()) state.SkipWithError(s.message().c_str());
-    benchmark::DoNotOptimize(out.data());
+    const Status s = call.Run(engine);
+    if (!s.ok()) {
+      state.SkipWithError(s.message().c_str());
+      break;
+    }
   }
   label.Apply(state);
   // Valid (query, key, hidden) triples: one tanh each.
-  state.SetItemsProcessed(static_cast<int64_t>(ValidKeys(lens, queries, keys)) * hidden *
-                          state.iterations());
+  state.SetItemsProcessed(static_cast<int64_t>(ValidKeys(call.lens, call.queries, call.keys)) *
+                          call.hidden * state.iterations());
 }
 
 BENCHMARK(BM_Additive)
@@ -61,36 +87,13 @@ BENCHMARK(BM_Additive)
 
 // BM_Additive's big shape on 2 threads against 1 (TwoThreadsAgainstOne).
 void BM_AdditiveTwoThreads(benchmark::State& state) {
-  const int64_t batch = state.range(0), queries = state.range(1), keys = state.range(2),
-                size = state.range(3);
-  const std::vector<float> w_q = LinearWeights(size, size, 5), w_k = LinearWeights(size, size, 6),
-                           w_v = LinearWeights(1, size, 7);
-  std::unique_ptr<AdditiveAttention> model;
-  const Status s = AdditiveAttention::Create(ConstTensor(w_q.data(), {size, size}),
-                                             ConstTensor(w_k.data(), {size, size}),
-                                             ConstTensor(w_v.data(), {1, size}), &model);
-  if (!s.ok()) {
-    state.SkipWithError(s.message().c_str());
-    return;
-  }
-  const std::vector<float> q = RandomFloats(batch * queries * size, 1);
-  const std::vector<float> k = RandomFloats(batch * keys * size, 2);
-  const std::vector<float> v = RandomFloats(batch * keys * size, 3);
-  std::vector<float> out(static_cast<size_t>(batch * queries * size));
-  const std::vector<int64_t> lens = RandomLengths(batch, keys, 4);
-  const ValidLens valid = ValidLens::PerBatch(lens.data(), batch);
-  EngineCall call{[&](const Engine& engine) {
-    return model->Forward(engine, ConstTensor(q.data(), {batch, queries, size}),
-                          ConstTensor(k.data(), {batch, keys, size}),
-                          ConstTensor(v.data(), {batch, keys, size}), valid,
-                          Tensor(out.data(), {batch, queries, size}));
-  }};
+  AdditiveCall call(state);
   CallTwoThreadsAgainstOne(state, call);
 }
 
 BENCHMARK(BM_AdditiveTwoThreads)
-    ->ArgNames({"batch", "queries", "keys", "size"})
-    ->Args({8, 64, 512, 256})  // big: Dq = Dk = hidden = Dv
+    ->ArgNames({"batch", "queries", "keys", "dq", "dk", "hidden", "dv"})
+    ->Args({8, 64, 512, 256, 256, 256, 256})  // big
     ->Iterations(15)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

@@ -624,7 +624,7 @@ OTHER_TWO_THREADS = {
     "BM_MaskedSoftmaxTwoThreads": lambda a: "masked softmax (%d, %d, %d), per-query lengths" % (
         a["batch"], a["queries"], a["keys"]),
     "BM_AdditiveTwoThreads": lambda a: "additive big (%d, %d, %d), sizes %d" % (
-        a["batch"], a["queries"], a["keys"], a["size"]),
+        a["batch"], a["queries"], a["keys"], a["hidden"]),
     "BM_ConcatTwoThreads": lambda a: "concat encoder-sized (%d, %d), %d rows, sizes %d" % (
         a["batch"], a["queries"], a["rows"], a["dq"]),
     "BM_BilinearTwoThreads": lambda a: "bilinear (%d, %d, %d), %d" % (
