@@ -62,16 +62,7 @@ struct AdditiveCall {
 
 void BM_Additive(benchmark::State& state) {
   AdditiveCall call(state);
-  const Engine& engine = SharedEngine();
-  const ImplementationLabel label;
-  for (auto _ : state) {
-    const Status s = call.Run(engine);
-    if (!s.ok()) {
-      state.SkipWithError(s.message().c_str());
-      break;
-    }
-  }
-  label.Apply(state);
+  CallEachIteration(state, call);
   // Valid (query, key, hidden) triples: one tanh each.
   state.SetItemsProcessed(static_cast<int64_t>(ValidKeys(call.lens, call.queries, call.keys)) *
                           call.hidden * state.iterations());

@@ -181,6 +181,22 @@ struct EngineCall {
   Status Run(const Engine& engine) const { return run(engine); }
 };
 
+// call.Run(SharedEngine()) once per iteration, labelled with the
+// implementation; the state skipped with the first failure's message.
+template <class Call>
+void CallEachIteration(benchmark::State& state, Call& call) {
+  const Engine& engine = SharedEngine();
+  const ImplementationLabel label;
+  for (auto _ : state) {
+    const Status s = call.Run(engine);
+    if (!s.ok()) {
+      state.SkipWithError(s.message().c_str());
+      break;
+    }
+  }
+  label.Apply(state);
+}
+
 // TwoThreadsAgainstOne of call.Run(engine) on engines of 1 and 2 threads,
 // labelled with the implementation; skipped where an engine is not made.
 template <class Call>

@@ -54,16 +54,7 @@ void BilinearShapes(benchmark::internal::Benchmark* b) {
 
 void BM_Bilinear(benchmark::State& state) {
   BilinearCall call(state.range(0), state.range(1), state.range(2), state.range(3));
-  const Engine& engine = SharedEngine();
-  const ImplementationLabel label;
-  for (auto _ : state) {
-    const Status s = call.Run(engine);
-    if (!s.ok()) {
-      state.SkipWithError(s.message().c_str());
-      break;
-    }
-  }
-  label.Apply(state);
+  CallEachIteration(state, call);
 }
 
 BENCHMARK(BM_Bilinear)->Apply(BilinearShapes)->Unit(benchmark::kMicrosecond);
