@@ -228,15 +228,15 @@ int Serve(const std::vector<std::string>& argv) {
   }
 
   // The heaps keep what requests free while requests run, and IdleTrimmer
-  // gives their free pages back after a second without one. A buffer mapped
-  // for itself and unmapped when freed (glibc's way past M_MMAP_THRESHOLD)
-  // costs its pages' faults on every request: a 4 MiB binary decode request
-  // spent three quarters of its server time faulting. So blocks up to
-  // 32 MiB, glibc's most, come from the heaps; no heap shrinks as blocks are
-  // freed; and there is one heap (arena), not glibc's eight per CPU, so that
-  // what any thread frees serves the next request and the memory kept is
-  // what requests held at once (two 8 MiB requests at a time kept 17 MiB
-  // with one heap, 27-34 MiB with two or four).
+  // gives their free pages back once a second while none computes. A buffer
+  // mapped for itself and unmapped when freed (glibc's way past
+  // M_MMAP_THRESHOLD) costs its pages' faults on every request: a 4 MiB
+  // binary decode request spent three quarters of its server time faulting.
+  // So blocks up to 32 MiB, glibc's most, come from the heaps; no heap
+  // shrinks as blocks are freed; and there is one heap (arena), not glibc's
+  // eight per CPU, so that what any thread frees serves the next request and
+  // the memory kept is what requests held at once (two 8 MiB requests at a
+  // time kept 17 MiB with one heap, 27-34 MiB with two or four).
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, INT_MAX);
   mallopt(M_ARENA_MAX, 1);
