@@ -81,6 +81,16 @@ def infer_body(inputs, outputs=None):
     return body
 
 
+def decode_step_inputs(seed):
+    """multihead_attention's inputs for one decode step of one sequence, issue
+    50's shape: a query of 16 heads against 2,048 keys of 4 heads, D 64 (K
+    and V 4 MiB), normal random from `seed`."""
+    rng = np.random.default_rng(seed)
+    return {"queries": rng.standard_normal((1, 1, 16, 64), dtype=np.float32),
+            "keys": rng.standard_normal((1, 2048, 4, 64), dtype=np.float32),
+            "values": rng.standard_normal((1, 2048, 4, 64), dtype=np.float32)}
+
+
 def binary_infer_body(inputs, outputs=None):
     """(body bytes, headers) of an infer request whose tensor data follows the
     JSON as raw bytes (the binary tensor data extension); `outputs` are asked

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from server_testing import SERVER, library
-from server_util import Server, binary_infer_body, binary_outputs, infer_body
+from server_util import Server, binary_infer_body, binary_outputs, decode_step_inputs, infer_body
 
 MIB = 1 << 20
 # An ASan server's resident memory is mostly the sanitizer's own.
@@ -116,10 +116,7 @@ def test_large_requests_reuse_the_heaps_and_give_them_back_when_idle(tmp_path):
     # next, so resident memory stays within a few requests' bytes of idle
     # (unmapped buffers would cost their page faults every time), and
     # returns to idle once the server rests.
-    rng = np.random.default_rng(3)
-    inputs = {"queries": rng.standard_normal((1, 1, 16, 64), dtype=np.float32),
-              "keys": rng.standard_normal((1, 2048, 4, 64), dtype=np.float32),
-              "values": rng.standard_normal((1, 2048, 4, 64), dtype=np.float32)}
+    inputs = decode_step_inputs(3)
     body, headers = binary_infer_body(inputs)
     expected, _ = library(tmp_path, ["multihead_attention"], inputs, weights=False)
     with Server(SERVER, "--workers", "2") as server:
