@@ -20,30 +20,13 @@ import argparse
 
 import numpy as np
 
-from int8_scales import B, D, H, HKV, KINDS, L, bf16, data
+from int8_scales import attend, bf16, print_worst, worst_over_seeds
 
 
 def two_parts(x):
     """hi + lo, hi = bf16(x) and lo = bf16(x - hi): within 2^-17 of x."""
     hi = bf16(x).astype(np.float64)
     return hi + bf16(np.asarray(x, np.float64) - hi)
-
-
-def as_given(x):
-    return np.asarray(x, np.float64)
-
-
-def attend(k, v, q, query=as_given, weight=as_given):
-    """attention as int8_scales.attend, with the query and the normalised
-    weights taken as `query` and `weight` say."""
-    out = np.zeros((B, H, D))
-    for b in range(B):
-        for h in range(H):
-            g = h // (H // HKV)
-            s = k[b, g].astype(np.float64) @ query(q[b, h]) / np.sqrt(D)
-            p = np.exp(s - s.max())
-            out[b, h] = weight(p / p.sum()) @ v[b, g]
-    return out
 
 
 FORMS = {
@@ -57,23 +40,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
-    worst = {name: {kind: 0.0 for kind in KINDS} for name in FORMS}
-    for seed in range(args.seeds):
-        rng = np.random.default_rng(seed)
-        for kind in KINDS:
-            k, v, q = data(kind, rng)
-            exact = attend(k, v, q)
-            rk, rv = bf16(k), bf16(v)
-            bound = 1.5 * np.abs(attend(rk, rv, q) - exact).max()
-            for name, (query, weight) in FORMS.items():
-                error = np.abs(attend(rk, rv, q, query, weight) - exact).max()
-                worst[name][kind] = max(worst[name][kind], error / bound)
-    print(f"Largest error / bound over {args.seeds} seeds (B {B}, Hq {H}, Hkv {HKV}, D {D}, "
-          f"{L} keys):\n")
-    print("| form | " + " | ".join(KINDS) + " |")
-    print("|---|" + "---:|" * len(KINDS))
-    for name in FORMS:
-        print(f"| {name} | " + " | ".join(f"{worst[name][kind]:.2f}" for kind in KINDS) + " |")
+
+    def ratios(k, v, q):
+        exact = attend(k, v, q)
+        rk, rv = bf16(k), bf16(v)
+        bound = 1.5 * np.abs(attend(rk, rv, q) - exact).max()
+        return {name: np.abs(attend(rk, rv, q, query, weight) - exact).max() / bound
+                for name, (query, weight) in FORMS.items()}
+
+    print_worst(worst_over_seeds(args.seeds, ratios), args.seeds, "form")
 
 
 if __name__ == "__main__":

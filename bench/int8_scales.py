@@ -35,15 +35,21 @@ def data(kind, rng):
     return k.astype(np.float32), v.astype(np.float32), q
 
 
-def attend(k, v, q):
-    """The newest query of each sequence against all its keys, in float64."""
+def as_given(x):
+    return np.asarray(x, np.float64)
+
+
+def attend(k, v, q, query=as_given, weight=as_given):
+    """The newest query of each sequence against all its keys, in float64;
+    the query and the normalised weights taken as `query` and `weight` say
+    (bf16_parts.py)."""
     out = np.zeros((B, H, D))
     for b in range(B):
         for h in range(H):
             g = h // (H // HKV)
-            s = k[b, g].astype(np.float64) @ q[b, h] / np.sqrt(D)
+            s = k[b, g].astype(np.float64) @ query(q[b, h]) / np.sqrt(D)
             p = np.exp(s - s.max())
-            out[b, h] = (p / p.sum()) @ v[b, g]
+            out[b, h] = weight(p / p.sum()) @ v[b, g]
     return out
 
 
@@ -88,22 +94,37 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
-    worst = {name: {kind: 0.0 for kind in KINDS} for name in CODINGS}
-    for seed in range(args.seeds):
+
+    def ratios(k, v, q):
+        exact = attend(k, v, q)
+        bound = max(3 * np.abs(attend(bf16(k), bf16(v), q) - exact).max(), 3e-3 * v.std())
+        return {name: np.abs(attend(code_k(k), code_v(v), q) - exact).max() / bound
+                for name, (code_k, code_v) in CODINGS.items()}
+
+    print_worst(worst_over_seeds(args.seeds, ratios), args.seeds, "coding")
+
+
+def worst_over_seeds(seeds, ratios):
+    """worst[name][kind]: the largest of ratios(k, v, q)[name] over `seeds`
+    draws of each kind of data."""
+    worst = {}
+    for seed in range(seeds):
         rng = np.random.default_rng(seed)
         for kind in KINDS:
-            k, v, q = data(kind, rng)
-            exact = attend(k, v, q)
-            bound = max(3 * np.abs(attend(bf16(k), bf16(v), q) - exact).max(), 3e-3 * v.std())
-            for name, (code_k, code_v) in CODINGS.items():
-                error = np.abs(attend(code_k(k), code_v(v), q) - exact).max()
-                worst[name][kind] = max(worst[name][kind], error / bound)
-    print(f"Largest error / bound over {args.seeds} seeds (B {B}, Hq {H}, Hkv {HKV}, D {D}, "
+            for name, ratio in ratios(*data(kind, rng)).items():
+                by_kind = worst.setdefault(name, {})
+                by_kind[kind] = max(by_kind.get(kind, 0.0), ratio)
+    return worst
+
+
+def print_worst(worst, seeds, what):
+    """worst[name][kind] (error / bound) as a markdown table, a row a name."""
+    print(f"Largest error / bound over {seeds} seeds (B {B}, Hq {H}, Hkv {HKV}, D {D}, "
           f"{L} keys):\n")
-    print("| coding | " + " | ".join(KINDS) + " |")
+    print(f"| {what} | " + " | ".join(KINDS) + " |")
     print("|---|" + "---:|" * len(KINDS))
-    for name in CODINGS:
-        print(f"| {name} | " + " | ".join(f"{worst[name][kind]:.2f}" for kind in KINDS) + " |")
+    for name, by_kind in worst.items():
+        print(f"| {name} | " + " | ".join(f"{by_kind[kind]:.2f}" for kind in KINDS) + " |")
 
 
 if __name__ == "__main__":
