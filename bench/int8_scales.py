@@ -90,18 +90,21 @@ KINDS = ["normal", "a key channel 30x the others", "positions scaled by e^U(-4, 
          "sharp queries"]
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def ratios(k, v, q):
+    """Each coding's error / the bound on one draw of data."""
+    exact = attend(k, v, q)
+    bound = max(3 * np.abs(attend(bf16(k), bf16(v), q) - exact).max(), 3e-3 * v.std())
+    return {name: np.abs(attend(code_k(k), code_v(v), q) - exact).max() / bound
+            for name, (code_k, code_v) in CODINGS.items()}
+
+
+def report(doc, ratios, what):
+    """The command line (--seeds) of a script with docstring `doc`, then the
+    worst of ratios(k, v, q) over that many seeds, printed as a table."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
-
-    def ratios(k, v, q):
-        exact = attend(k, v, q)
-        bound = max(3 * np.abs(attend(bf16(k), bf16(v), q) - exact).max(), 3e-3 * v.std())
-        return {name: np.abs(attend(code_k(k), code_v(v), q) - exact).max() / bound
-                for name, (code_k, code_v) in CODINGS.items()}
-
-    print_worst(worst_over_seeds(args.seeds, ratios), args.seeds, "coding")
+    print_worst(worst_over_seeds(args.seeds, ratios), args.seeds, what)
 
 
 def worst_over_seeds(seeds, ratios):
@@ -128,4 +131,4 @@ def print_worst(worst, seeds, what):
 
 
 if __name__ == "__main__":
-    main()
+    report(__doc__, ratios, "coding")
