@@ -2,11 +2,11 @@
 """How cost grows with the key count M: runs the sweep and draws it.
 
     /usr/bin/python3 bench/sweep.py [--build build] [--repetitions 3]
-        [--min-time SECONDS] [--torch | --no-torch] [--max-keys 65536]
+        [--min-time SECONDS] [--torch | --no-torch] [--max-keys 131072]
         [--out-dir docs]
 
 Runs BUILD/bin/attnscore_bench's sweep (bench/sweep_bench.cc: decode, causal
-prefill and additive attention on one batch entry, M = 64 to 65,536
+prefill and additive attention on one batch entry, M = 64 to 131,072
 doubling, or up to --max-keys, each beside its limit at the same M) once
 with --threads 1 and once with --threads 2, then, with --torch, the PyTorch
 seed modules (tools/seed_modules.py) on the same shapes with
@@ -60,7 +60,7 @@ FAMILY = {"decode": "BM_SweepDecode", "prefill": "BM_SweepPrefill",
           "additive": "BM_SweepAdditive"}
 LIMIT = {"decode": "BM_SweepRead", "prefill": "BM_SweepMatmul",
          "additive": "BM_SweepAdditiveKernel"}
-FEWEST_KEYS, MOST_KEYS = 64, 65536  # as bench/sweep_bench.cc registers them
+FEWEST_KEYS, MOST_KEYS = 64, 131072  # as bench/sweep_bench.cc registers them
 DEPTH = 64
 ADDITIVE_QUERIES = 16
 TORCH_BYTES = 2 << 30  # a PyTorch point is skipped when its tensors would pass this
@@ -327,7 +327,7 @@ def page(facts, command, bench_cmds, ours, torch_times, torch_blas):
         "# How cost grows with the key count",
         "",
         report.para(
-            "One batch entry, D = Dv = 64, the key count M from 64 to 65,536, doubling: "
+            "One batch entry, D = Dv = 64, the key count M from 64 to 131,072, doubling: "
             "decode (one query), causal prefill (M queries, query i seeing keys 0..i, as "
             "per-query lengths) and additive attention (16 queries). Each is set against a "
             "limit measured in the same run at the same M: decode's K and V read once "

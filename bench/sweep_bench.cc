@@ -1,5 +1,5 @@
 // How cost grows with the key count M: one batch entry, D = Dv = 64, M from
-// 64 to 65,536 doubling, each workload beside the limit it is measured
+// 64 to 131,072 doubling, each workload beside the limit it is measured
 // against at the same M. bench/sweep.py runs these (and bench/report.py
 // leaves them out) and draws docs/sweep.md:
 //   BM_SweepDecode    N = 1, every key valid. bytes/s counts K and V read
@@ -28,7 +28,7 @@ namespace attnscore::bench {
 namespace {
 
 constexpr int64_t kDepth = 64;
-constexpr int64_t kFewestKeys = 64, kMostKeys = 65536;
+constexpr int64_t kFewestKeys = 64, kMostKeys = 131072;
 
 void SweepKeys(benchmark::internal::Benchmark* b) {
   b->ArgName("keys");

@@ -107,7 +107,7 @@ void CheckAgainstReference(const Shape& s, const std::vector<int64_t>& lens, boo
                                                 {"tile", &ops::dot_product::TilePath}};
   for (const auto& [name, path] : paths) {
     if (path == &ops::dot_product::TilePath &&
-        !ops::dot_product::UseTilePath(direct.call(), qv, kv, vv)) {
+        !ops::dot_product::UseTilePath(direct.call(), qv, kv, vv, /*weights=*/true)) {
       continue;
     }
     std::vector<float> path_out(out.size(), kSentinel), path_weights(weights.size(), kSentinel);
@@ -278,7 +278,7 @@ TEST_P(DotProductTest, QueriesWithoutASoftmaxComeOutNaNOnEveryPath) {
   const std::pair<const char*, Path> paths[] = {{"tile", &ops::dot_product::TilePath},
                                                 {"gemm", &ops::dot_product::GemmPath},
                                                 {"sorted gemm", &ops::dot_product::SortedGemmPath}};
-  ASSERT_TRUE(ops::dot_product::UseTilePath(direct.call(), qv, kv, vv));
+  ASSERT_TRUE(ops::dot_product::UseTilePath(direct.call(), qv, kv, vv, /*weights=*/true));
   for (const auto& [name, path] : paths) {
     for (const bool with_weights : {true, false}) {
       SCOPED_TRACE(std::string(name) + (with_weights ? ", with weights" : ", without weights"));

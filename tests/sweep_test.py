@@ -130,7 +130,7 @@ class Sweep(unittest.TestCase):
             out = os.path.join(tmp, "docs")
             for args, needle in (
                     (["--max-keys", "100"], "--max-keys must be a power of two"),
-                    (["--max-keys", "131072"], "--max-keys must be a power of two"),
+                    (["--max-keys", "262144"], "--max-keys must be a power of two"),
                     (["--repetitions", "0"], "--repetitions must be at least 1"),
                     (["--min-time", "0"], "--min-time must be positive"),
                     (["--build", os.path.join(tmp, "nowhere")], "benchmark binary not found")):

@@ -271,7 +271,8 @@ void ScoreQueryTile(const float* HWY_RESTRICT packed_q, size_t depth, const floa
 template <bool kStarts>
 HWY_INLINE uint32_t ExpsOf(const int32_t* HWY_RESTRICT starts, const int32_t* HWY_RESTRICT valid,
                            const float* HWY_RESTRICT row_max, size_t width, size_t row_step,
-                           float* HWY_RESTRICT scores, float* HWY_RESTRICT inv_sum) {
+                           float* HWY_RESTRICT scores, float* HWY_RESTRICT inv_sum,
+                           float* HWY_RESTRICT sums) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   using V = hn::Vec<decltype(d)>;
@@ -295,6 +296,7 @@ HWY_INLINE uint32_t ExpsOf(const int32_t* HWY_RESTRICT starts, const int32_t* HW
     hn::StoreU(e, d, row);
   }
   hn::StoreU(hn::Div(hn::Set(d, 1.0f), sum), d, inv_sum);
+  if (sums != nullptr) hn::StoreU(sum, d, sums);
   // A max of +Inf (an Inf score) or -Inf (only -Inf, or no key) leaves no
   // softmax; a NaN score makes the sum NaN (or, off AVX-512, nan_seen). A
   // -Inf score among finite ones weighs 0.
@@ -309,10 +311,11 @@ HWY_INLINE uint32_t ExpsOf(const int32_t* HWY_RESTRICT starts, const int32_t* HW
 
 uint32_t QueryTileExps(const int32_t* HWY_RESTRICT starts, const int32_t* HWY_RESTRICT valid,
                        const float* HWY_RESTRICT row_max, size_t width, size_t row_step,
-                       float* HWY_RESTRICT scores, float* HWY_RESTRICT inv_sum) {
+                       float* HWY_RESTRICT scores, float* HWY_RESTRICT inv_sum,
+                       float* HWY_RESTRICT sums) {
   return starts != nullptr
-             ? ExpsOf<true>(starts, valid, row_max, width, row_step, scores, inv_sum)
-             : ExpsOf<false>(starts, valid, row_max, width, row_step, scores, inv_sum);
+             ? ExpsOf<true>(starts, valid, row_max, width, row_step, scores, inv_sum, sums)
+             : ExpsOf<false>(starts, valid, row_max, width, row_step, scores, inv_sum, sums);
 }
 
 // Columns [c, c + kVecs vectors) of kRows rows' out, the last vector `rest`

@@ -36,9 +36,9 @@ void ScoreQueryTile(const float* packed_q, size_t depth, const float* k, int64_t
 }
 
 uint32_t QueryTileExps(const int32_t* starts, const int32_t* valid, const float* row_max,
-                       size_t width, size_t row_step, float* scores, float* inv_sum) {
-  return ATTNSCORE_DISPATCH(QueryTileExps)(starts, valid, row_max, width, row_step, scores,
-                                           inv_sum);
+                       size_t width, size_t row_step, float* scores, float* inv_sum, float* sums) {
+  return ATTNSCORE_DISPATCH(QueryTileExps)(starts, valid, row_max, width, row_step, scores, inv_sum,
+                                           sums);
 }
 
 uint32_t MixTile(size_t rows, const TileWeights& weights, size_t width, const float* v,

@@ -46,11 +46,15 @@ void ScoreQueryTile(const float* packed_q, size_t depth, const float* k, int64_t
 // at keys starts[r] <= j < valid[r] (from 0 where `starts` is null) and 0 at
 // the others below `width`, in place, and inv_sum[r] = 1 / Σ_j e, summed over
 // j in order (so the same bits in any tile); row r's weights are e ·
-// inv_sum[r]. Returns bit r set where row r has no softmax: no key, or a NaN
-// or +Inf among its scores, or all of them -Inf (the reference gives it
-// uniform weights, or NaN).
+// inv_sum[r]; the sums themselves in sums[r] where `sums` is not null. Returns
+// bit r set where row r has no softmax: no key, or a NaN or +Inf among its
+// scores, or all of them -Inf (the reference gives it uniform weights, or
+// NaN). `row_max` may be any finite bound at or above a lane's scores (a
+// key block's exps against the max so far): the exps are then of the
+// difference from it, and a lane whose scores are all -Inf sums 0.
 uint32_t QueryTileExps(const int32_t* starts, const int32_t* valid, const float* row_max,
-                       size_t width, size_t row_step, float* scores, float* inv_sum);
+                       size_t width, size_t row_step, float* scores, float* inv_sum,
+                       float* sums = nullptr);
 
 // Rows per MixTile on the CPU's target: 8 with AVX-512, 6 on others; at
 // most kMaxMixTileRows.

@@ -59,7 +59,7 @@ Status RunDotProduct(const internal::CallContext& call, const ConstTensor& q, co
   }
   // The tile kernels keep their scores in registers, scaled and nothing
   // else: calls with a cap, terms or sinks take the gemm path.
-  if (form.ScaleOnly() && dot_product::UseTilePath(call, q, k, v)) {
+  if (form.ScaleOnly() && dot_product::UseTilePath(call, q, k, v, !attention_weights.empty())) {
     return dot_product::TilePath(call, q, k, v, lens, form, out, attention_weights);
   }
   // Terms read each row's query from its place: rows must keep their order.

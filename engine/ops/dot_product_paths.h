@@ -139,13 +139,21 @@ Status SortedGemmPath(const internal::CallContext& call, const ConstTensor& q, c
 // length and taken two vectors' lanes at a time through the tile kernels
 // (kernels/attention_tile.h), scores, softmax and W V in one pass per tile
 // over each half tile's own longest length: no oneDNN call, so small
-// problems pay no set-up, and the work follows the lengths. For fp32 calls
-// whose entries' K (and V, where it is packed) take at most
-// kTilePathMaxPackedFloats, as do a tile's scores: a thread's kept scratch.
-// Its scores stay in registers, uncapped: form.softcap must be 0.
+// problems pay no set-up, and the work follows the lengths. Past
+// kTileKeyBlock keys (tile_key_blocks.h) a tile goes over its keys a block
+// at a time. For fp32 calls whose entries' K (and V, where it is packed)
+// take at most kTilePathMaxPackedFloats, a thread's kept scratch; past
+// kTileKeyBlock keys, whose copied K (where strided) and packed V take at
+// most kTilePathMaxLongPackedFloats, and whose weights are not asked for
+// (`weights`): a block's weights are not yet the row's. Its scores stay in
+// registers, uncapped: form.softcap must be 0.
 constexpr int64_t kTilePathMaxPackedFloats = int64_t{1} << 20;
+// 64 MiB: packing V costs about two reads of it, against at least 8,192
+// keys' scores and W V for a query (causal prefill of 16,384 keys, D 64:
+// 4 MiB packed against 34 GFLOP).
+constexpr int64_t kTilePathMaxLongPackedFloats = int64_t{1} << 24;
 bool UseTilePath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-                 const ConstTensor& v);
+                 const ConstTensor& v, bool weights);
 Status TilePath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                 const ConstTensor& v, const internal::RowLengths& lens, const ScoreForm& form,
                 const Tensor& out, const Tensor& attention_weights);

@@ -16,7 +16,9 @@
 // or Inf in those values would not: such a query is mixed again over its own
 // keys. K is read in place (copied per entry where its columns are strided);
 // V in place, or packed in panels of columns where that pays or its columns
-// are strided (PacksValues).
+// are strided (PacksValues). Past kTileKeyBlock keys, tiles go in groups
+// over a key block at a time, the softmax carried from block to block
+// (tile_key_blocks.h), and V is packed.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -32,125 +34,14 @@
 #include "kernels/attention_tile.h"
 #include "kernels/masked_softmax.h"
 #include "ops/dot_product_paths.h"
+#include "ops/dot_product_tile_plan.h"
+#include "ops/tile_key_blocks.h"
 
 namespace attnscore::ops::dot_product {
 namespace {
 
 // An entry's packed K (and V): not yet made, being made, made.
 constexpr int kUnpacked = 0, kPacking = 1, kPacked = 2;
-
-// a · b and a + b, or INT64_MAX where they overflow: views with zero
-// strides may have dims whose packed copies no memory could hold, and those
-// compare as too large.
-int64_t SaturatedProduct(int64_t a, int64_t b) {
-  int64_t product = 0;
-  return __builtin_mul_overflow(a, b, &product) ? INT64_MAX : product;
-}
-int64_t SaturatedSum(int64_t a, int64_t b) {
-  int64_t sum = 0;
-  return __builtin_add_overflow(a, b, &sum) ? INT64_MAX : sum;
-}
-
-// The floats of an entry's K.
-int64_t EntryKeysFloats(const ConstTensor& q, const ConstTensor& k) {
-  return SaturatedProduct(k.dims[1], q.dims[2]);
-}
-
-// The floats of an entry's copy of K: only where its columns are strided.
-int64_t CopiedKeysFloats(const ConstTensor& q, const ConstTensor& k) {
-  return k.strides[2] == 1 ? 0 : EntryKeysFloats(q, k);
-}
-
-// A query tile's scores: 2L per key.
-int64_t TileScoresFloats(const ConstTensor& k) {
-  return SaturatedProduct(2 * static_cast<int64_t>(kernels::QueryTileLanes()), k.dims[1]);
-}
-
-// Where an entry's V is larger than this (128 KiB, a quarter of a Zen 3's
-// L2), or its rows are not dense, the tile path packs V
-// (kernels::PackValues) if K and V packed fit in kTilePathMaxPackedFloats.
-// Read in place, each strip of columns strides through V's rows, which the
-// prefetchers follow worse than a stream: 6-row MixTile, D 64, V in cache,
-// 61 GFLOP/s at 1,024 keys and 41 at 4,096, against 83 and 76 packed. In
-// the op, alternated in one process on a Zen 3, time in place ÷ packed:
-// (1, 1024, 4096) 1.13-1.28, (1, 512, 2048) 1.13-1.21, (4, 128, 1024)
-// 1.06-1.11, (2, 128, 2048) per-query 1.09-1.10, (1, 1024, 1024) 1.04-1.06;
-// at 512 keys or fewer the copy costs as much as it saves or more: (2, 512,
-// 512) 0.99-1.00, (4, 128, 512) per-query 0.96-0.98, (8, 128, 128)
-// per-query 0.93. Rows 4 KiB apart (a head of token-major K/V) gained
-// 1.16-1.23 even at 128 keys (tile loop alone).
-constexpr int64_t kInPlaceValuesMaxFloats = int64_t{32} << 10;
-
-// Whether the tile path packs V: where it must (strided columns) or where
-// that pays and fits in the kept scratch.
-// V's M · Dv never overflows: CheckTensor counted its elements.
-bool PacksValues(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v) {
-  if (v.strides[2] != 1) return true;
-  const int64_t values = v.dims[1] * v.dims[2];
-  const bool pays = v.strides[1] != v.dims[2] || values > kInPlaceValuesMaxFloats;
-  return pays && SaturatedProduct(q.dims[0], SaturatedSum(EntryKeysFloats(q, k), values)) <=
-                     kTilePathMaxPackedFloats;
-}
-
-// The floats of the copied K (where CopiedKeysFloats) and of the packed V
-// (where PacksValues) for every entry of a call.
-int64_t PackedFloats(const ConstTensor& q, const ConstTensor& k, const ConstTensor& v) {
-  const int64_t values = PacksValues(q, k, v) ? v.dims[1] * v.dims[2] : 0;
-  return SaturatedProduct(q.dims[0], SaturatedSum(CopiedKeysFloats(q, k), values));
-}
-
-}  // namespace
-
-bool EvenEntryRanges(const internal::RowLengths& lens, int64_t batch, int threads, double* before,
-                     int64_t* bounds) {
-  const int64_t queries = lens.queries(), keys = lens.keys();
-  if (threads < 2 || batch < threads) return false;
-  before[0] = 0;  // before[b]: the work of entries [0, b)
-  for (int64_t b = 0; b < batch; ++b) {
-    double work = 0;
-    for (int64_t i = 0; i < queries; ++i) {
-      const int64_t length = lens.row(b, i);
-      work += static_cast<double>(length == 0 ? keys : length);
-    }
-    before[static_cast<size_t>(b + 1)] = before[static_cast<size_t>(b)] + work;
-  }
-  const double share = before[batch] / threads;
-  int64_t* const cut = bounds;  // cut[t]: range t's first entry
-  const auto cuts = static_cast<size_t>(threads + 1);
-  std::fill(cut, cut + cuts, batch);
-  cut[0] = 0;
-  for (size_t t = 1; t < cuts - 1; ++t) {
-    // The entry boundary nearest t shares of the work, leaving at least one
-    // entry to each range before and after it.
-    const double target = static_cast<double>(t) * share;
-    const auto off = [&](int64_t e) { return std::abs(before[static_cast<size_t>(e)] - target); };
-    const int64_t highest = batch - static_cast<int64_t>(cuts - 1 - t);
-    cut[t] = cut[t - 1] + 1;
-    for (int64_t e = cut[t] + 1; e <= highest; ++e) {
-      if (off(e) < off(cut[t])) cut[t] = e;
-    }
-  }
-  for (size_t t = 0; t + 1 < cuts; ++t) {
-    const double work =
-        before[static_cast<size_t>(cut[t + 1])] - before[static_cast<size_t>(cut[t])];
-    if (work > (1.0 + kEntryRangeSlack) * share) return false;
-  }
-  return true;
-}
-
-bool UseTilePath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
-                 const ConstTensor& v) {
-  // Lengths and query indices share one 64-bit sort key (OrderByLength);
-  // lengths are int32 in the kernels.
-  const int64_t values = PacksValues(q, k, v) ? v.dims[1] * v.dims[2] : 0;
-  return call.options.precision == Precision::kFp32 && k.dims[1] > 0 && q.dims[2] > 0 &&
-         k.dims[1] < (int64_t{1} << 31) && q.dims[1] < (int64_t{1} << 32) &&
-         SaturatedProduct(q.dims[0], SaturatedSum(EntryKeysFloats(q, k), values)) <=
-             kTilePathMaxPackedFloats &&
-         TileScoresFloats(k) <= kTilePathMaxPackedFloats;
-}
-
-namespace {
 
 // One tile of an entry's queries as the tile path handles it: r < count,
 // the r-th shortest of the tile's queries.
@@ -169,8 +60,15 @@ struct Tile {
   uint32_t undefined = 0;  // bit r: query r has no softmax of its own
 };
 
+// Tiles that go over each key block together, past kTileKeyBlock keys: a
+// block's K and V (4 MiB at D = Dv = 64) are read from memory once for
+// the group, not once a tile.
+constexpr int64_t kMaxTileGroup = 16;
+
 // One tile-path call in named steps: Prepare, then Run, tile by tile
-// (GatherTile, ScoreTile, MixTile, WriteTile).
+// (RunTiles, a group of tiles at a time: GatherTile; ScoreBlock,
+// BlockExps and MixBlock over all keys, or in KeyBlockStep a block at a
+// time; WriteTile).
 class TileRun {
  public:
   TileRun(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
@@ -205,6 +103,12 @@ class TileRun {
           2.0 * static_cast<double>(queries_ * (widths.longest * depth_ + widths.mix * value_dim_));
     }
     threads_ = internal::ThreadsFor(call_.threads(), flops);
+    // Past kTileKeyBlock keys, tiles in groups of up to kMaxTileGroup, at
+    // least 4 groups a thread.
+    if (keys_ > kTileKeyBlock) {
+      group_ = std::clamp<int64_t>(batch_ * tiles_per_entry_ / (4 * threads_), 1, kMaxTileGroup);
+      groups_per_entry_ = CeilDiv(tiles_per_entry_, group_);
+    }
     // The first tile of every entry goes first (Run), so that threads prepare
     // different entries at once rather than wait for one another.
     for (int64_t b = 0; b < batch_; ++b) pack_state_[b] = kUnpacked;  // before any thread reads it
@@ -213,9 +117,11 @@ class TileRun {
   // Every tile: each thread its own range of whole entries where they share
   // out evenly, else tiles to threads as they come free.
   Status Run() {
-    const int64_t out_floats = scatter_out_ ? tile_queries_ * value_dim_ : 0;
-    const size_t scratch_floats =
-        static_cast<size_t>(scores_floats_ + tile_queries_ * depth_ + out_floats);
+    // Scores, packed queries and scattered output rows of a group's tiles,
+    // and a key block's output (RunTiles).
+    const int64_t out_floats = (scatter_out_ ? group_ : 0) * tile_queries_ * value_dim_;
+    const size_t scratch_floats = static_cast<size_t>(
+        scores_floats_ + group_ * tile_queries_ * depth_ + out_floats + tile_queries_ * value_dim_);
     // Where whole entries share out evenly, each thread takes its own range of
     // them, tile after tile: it packs and reads only its entries' K and V,
     // which stay in its core's caches (encoder (4, 128, 128), per-query
@@ -236,21 +142,30 @@ class TileRun {
           call_.workspace, threads_, threads_, internal::ScratchSlot::kWorkspace, scratch_floats,
           [&](int64_t range, float* scratch) {
             for (int64_t b = range_bounds[range]; b < range_bounds[range + 1]; ++b) {
-              for (int64_t tile = 0; tile < tiles_per_entry_; ++tile) RunTile(b, tile, scratch);
+              for (int64_t group = 0; group < groups_per_entry_; ++group) {
+                RunTiles(b, group, scratch);
+              }
             }
           },
           [] {}, internal::Balance::kOneAtATime);
     }
-    // Else tiles go to threads as they come free. Tasks [0, batch): each
-    // entry's first tile; then the others, entry by entry.
+    // Else groups of tiles go to threads as they come free. Tasks [0,
+    // batch): each entry's first group; then the others, entry by entry,
+    // past kTileKeyBlock keys the longest (last) first, so that the short
+    // ones even out the threads' ends.
+    const bool longest_first = keys_ > kTileKeyBlock;
     return internal::ForEachRowInParallel(
-        call_.workspace, threads_, batch_ * tiles_per_entry_, internal::ScratchSlot::kWorkspace,
+        call_.workspace, threads_, batch_ * groups_per_entry_, internal::ScratchSlot::kWorkspace,
         scratch_floats,
         [&](int64_t task, float* scratch) {
           const int64_t later = task - batch_;
-          const int64_t b = later < 0 ? task : later / (tiles_per_entry_ - 1);
-          const int64_t tile = later < 0 ? 0 : 1 + later % (tiles_per_entry_ - 1);
-          RunTile(b, tile, scratch);
+          const int64_t b = later < 0 ? task : later / (groups_per_entry_ - 1);
+          const int64_t nth = later < 0 ? 0 : later % (groups_per_entry_ - 1);
+          RunTiles(b,
+                   later < 0       ? 0
+                   : longest_first ? groups_per_entry_ - 1 - nth
+                                   : 1 + nth,
+                   scratch);
         },
         [] {}, internal::Balance::kOneAtATime);
   }
@@ -285,32 +200,84 @@ class TileRun {
     // takes no tile, so never claims an entry).
     while (state.load(std::memory_order_acquire) != kPacked) std::this_thread::yield();
   }
-  // W V over `width` keys for `tile_rows` rows of entry b: the kernels' flags.
-  uint32_t Mix(int64_t b, size_t tile_rows, const kernels::TileWeights& weights, int64_t width,
-               float* const* out_rows) const {
+  // W V over keys [first_key, first_key + width) for `tile_rows` rows of
+  // entry b: the kernels' flags.
+  uint32_t Mix(int64_t b, size_t tile_rows, const kernels::TileWeights& weights, int64_t first_key,
+               int64_t width, float* const* out_rows) const {
     if (pack_values_) {
-      return kernels::MixPackedTile(tile_rows, weights, static_cast<size_t>(width),
-                                    packed_values_ + b * keys_ * value_dim_,
-                                    static_cast<size_t>(lens_.entry(b).mix), 0,
-                                    static_cast<size_t>(value_dim_), panel_columns_, out_rows);
+      return kernels::MixPackedTile(
+          tile_rows, weights, static_cast<size_t>(width), packed_values_ + b * keys_ * value_dim_,
+          static_cast<size_t>(lens_.entry(b).mix), static_cast<size_t>(first_key),
+          static_cast<size_t>(value_dim_), panel_columns_, out_rows);
     }
     return kernels::MixTile(tile_rows, weights, static_cast<size_t>(width),
-                            v_.data + b * v_.strides[0], v_.strides[1],
+                            v_.data + b * v_.strides[0] + first_key * v_.strides[1], v_.strides[1],
                             static_cast<size_t>(value_dim_), out_rows);
   }
-  // Tile `tile` of entry b: its queries' scores, weights and output.
-  void RunTile(int64_t b, int64_t tile, float* scratch) {
+  // Group `group` of entry b's tiles (group_ tiles, the last group fewer):
+  // their queries' scores, weights and output. Up to kTileKeyBlock keys, a
+  // tile alone over all its keys; past it, a key block at a time, each
+  // block's K and V read for every tile of the group while they are in
+  // cache.
+  void RunTiles(int64_t b, int64_t group, float* scratch) {
     Pack(b);
-    // The tile's scratch: its scores (then its exps), key by key, its packed
-    // queries and, where needed, its output rows.
+    // The scratch: the scores (then the exps) of a tile, key by key; each
+    // tile's packed queries and, where needed, output rows; a key block's
+    // output.
     float* const scores = scratch;
     float* const q_packed = scores + scores_floats_;
-    float* const out_scratch = q_packed + tile_queries_ * depth_;
-    Tile t;
-    GatherTile(b, tile, scores, out_scratch, &t);
-    if (t.zeros < t.count) ScoreTile(b, scores, q_packed, &t);
-    MixTile(b, scores, &t);
-    WriteTile(b, scores, t);
+    float* const out_scratch = q_packed + group_ * tile_queries_ * depth_;
+    float* const block_out = out_scratch + (scatter_out_ ? group_ * tile_queries_ * value_dim_ : 0);
+    if (keys_ <= kTileKeyBlock) {  // group_ is 1
+      Tile t;
+      if (StartTile(b, group, scores, out_scratch, q_packed, &t)) {
+        const KeyBlock all(t.valid, t.zeros, t.widths);
+        ScoreBlock(b, all, q_packed, t.row_max, scores);
+        t.undefined |= BlockExps(all, t.row_max, scores, t.inv_sum, nullptr);
+        MixBlock(b, all, scores, t, t.inv_sum, t.out_rows);
+      }
+      return WriteTile(b, scores, t);
+    }
+    const int64_t first = group * group_, count = std::min(group_, tiles_per_entry_ - first);
+    Tile tiles[kMaxTileGroup];
+    RunningSoftmax running[kMaxTileGroup];
+    int64_t width = 0;  // the group's longest length
+    for (int64_t g = 0; g < count; ++g) {
+      if (StartTile(b, first + g, scores, out_scratch + g * tile_queries_ * value_dim_,
+                    q_packed + g * tile_queries_ * depth_, &tiles[g])) {
+        running[g].Reset(tiles[g].count);
+        width = std::max(width, TileWidth(tiles[g]));
+      }
+    }
+    for (int64_t from = 0; from < width; from += kTileKeyBlock) {
+      for (int64_t g = 0; g < count; ++g) {
+        Tile& t = tiles[g];
+        if (t.zeros == t.count || from >= TileWidth(t)) continue;
+        KeyBlockStep(b, KeyBlock(t.valid, t.count, t.zeros, t.widths, from),
+                     q_packed + g * tile_queries_ * depth_, scores, block_out, &t, &running[g]);
+      }
+    }
+    for (int64_t g = 0; g < count; ++g) {
+      Tile& t = tiles[g];
+      if (t.zeros < t.count) t.undefined |= running[g].Finish(t.zeros, value_dim_, t.out_rows);
+      WriteTile(b, scores, t);
+    }
+  }
+  // Tile `tile` of entry b gathered, its queries of length 0 mixed (all M
+  // keys alike) and the others packed: whether it has any of those.
+  bool StartTile(int64_t b, int64_t tile, float* scores, float* out_scratch, float* q_packed,
+                 Tile* t) const {
+    GatherTile(b, tile, scores, out_scratch, t);
+    for (int64_t r = 0; r < t->zeros; ++r) {
+      Mix(b, 1, kernels::TileWeights{&uniform_row_, 0, nullptr}, 0, keys_, &t->out_rows[r]);
+    }
+    if (t->zeros == t->count) return false;
+    kernels::PackQueries(static_cast<size_t>(t->count), t->q_rows, q_.strides[2],
+                         static_cast<size_t>(depth_), q_packed);
+    return true;
+  }
+  static int64_t TileWidth(const Tile& t) {
+    return static_cast<int64_t>(std::max(t.widths[0], t.widths[1]));
   }
   // The tile's queries, shortest first, and where their rows are.
   void GatherTile(int64_t b, int64_t tile, float* scores, float* out_scratch, Tile* t) const {
@@ -332,51 +299,72 @@ class TileRun {
     t->widths[1] = t->count > lanes_ ? static_cast<size_t>(t->valid[t->count - 1]) : 0;
     while (t->zeros < t->count && t->valid[t->zeros] == 0) ++t->zeros;
   }
-  // Scores, then each query's exps down its lane and its sum's reciprocal.
-  void ScoreTile(int64_t b, float* scores, float* q_packed, Tile* t) const {
-    kernels::PackQueries(static_cast<size_t>(t->count), t->q_rows, q_.strides[2],
-                         static_cast<size_t>(depth_), q_packed);
+  // Key block k's scores against the packed queries, and each row's max
+  // over its keys there.
+  void ScoreBlock(int64_t b, const KeyBlock& k, const float* q_packed, float* row_max,
+                  float* scores) const {
     const float* entry_k = copy_keys_ ? packed_ + b * entry_keys_ : k_.data + b * k_.strides[0];
     const int64_t k_row_stride = copy_keys_ ? depth_ : k_.strides[1];
-    kernels::ScoreQueryTile(q_packed, static_cast<size_t>(depth_), entry_k, k_row_stride, t->widths,
-                            scale_, nullptr, t->valid, t->row_max, scores);
-    for (int64_t half = 0; half * lanes_ < t->count; ++half) {
-      const int64_t lane = half * lanes_;
-      t->undefined |= kernels::QueryTileExps(nullptr, t->valid + lane, t->row_max + lane,
-                                             t->widths[half], static_cast<size_t>(tile_queries_),
-                                             scores + lane, t->inv_sum + lane)
-                      << lane;
-    }
+    kernels::ScoreQueryTile(q_packed, static_cast<size_t>(depth_), entry_k + k.from * k_row_stride,
+                            k_row_stride, k.widths, scale_, nullptr, k.valid, row_max, scores);
   }
-  // W V: queries of length 0 one by one over all M keys; the others in
-  // sub-tiles as even as MixTileRows() allows, each over its own longest
-  // length. Where a sub-tile takes queries of both halves, the first half's
-  // weights past its own scores, to the sub-tile's width, are zeros.
-  void MixTile(int64_t b, float* scores, Tile* t) const {
-    for (int64_t r = 0; r < t->zeros; ++r) {
-      Mix(b, 1, kernels::TileWeights{&uniform_row_, 0, nullptr}, keys_, &t->out_rows[r]);
+  // Each query's exps down its lane against shift[r], its sum's reciprocal
+  // and, where `sums`, its sum: the rows without a softmax there.
+  uint32_t BlockExps(const KeyBlock& k, const float* shift, float* scores, float* inv_sum,
+                     float* sums) const {
+    uint32_t undefined = 0;
+    for (int64_t half = 0; half < 2; ++half) {
+      if (k.widths[half] == 0) continue;  // no key of the block in this half
+      const int64_t lane = half * lanes_;
+      undefined |= kernels::QueryTileExps(nullptr, k.valid + lane, shift + lane, k.widths[half],
+                                          static_cast<size_t>(tile_queries_), scores + lane,
+                                          inv_sum + lane, sums ? sums + lane : nullptr)
+                   << lane;
     }
-    const int64_t sub_tiles = CeilDiv(t->count - t->zeros, mix_rows_);
-    for (int64_t s = 0, from = t->zeros; s < sub_tiles; ++s) {
-      const int64_t size = (t->count - from) / (sub_tiles - s);
-      const int64_t width = t->valid[from + size - 1];
+    return undefined;
+  }
+  // Key block k of tile t: its scores, its exps against the max so far
+  // and W V into block_out, folded into the rows' output.
+  void KeyBlockStep(int64_t b, const KeyBlock& k, const float* q_packed, float* scores,
+                    float* block_out, Tile* t, RunningSoftmax* running) const {
+    alignas(64) float block_max[Tile::kMax], sums[Tile::kMax];
+    ScoreBlock(b, k, q_packed, block_max, scores);
+    t->undefined |= BlockExps(k, running->Shift(block_max), scores, t->inv_sum, sums);
+    running->AddSums(k.first_row, sums);
+    float* block_rows[Tile::kMax];
+    for (int64_t r = 0; r < t->count; ++r) block_rows[r] = block_out + r * value_dim_;
+    MixBlock(b, k, scores, *t, nullptr, block_rows);
+    running->Fold(k.first_row, k.from == 0, block_rows, value_dim_, t->out_rows);
+  }
+  // W V over key block k for its rows with keys there, scaled by `scales`
+  // (null: 1), into `out`: in sub-tiles as even as MixTileRows() allows,
+  // each over its own longest length. Where a sub-tile takes queries of both
+  // halves, the first half's weights past its own scores, to the sub-tile's
+  // width, are zeros. A query whose mix read a NaN or an Inf past its keys
+  // is mixed again over its own.
+  void MixBlock(int64_t b, const KeyBlock& k, float* scores, const Tile& t, const float* scales,
+                float* const* out) const {
+    const int64_t sub_tiles = CeilDiv(t.count - k.first_row, mix_rows_);
+    for (int64_t s = 0, from = k.first_row; s < sub_tiles; ++s) {
+      const int64_t size = (t.count - from) / (sub_tiles - s);
+      const int64_t width = k.valid[from + size - 1];
       if (from < lanes_ && from + size > lanes_) {
-        for (auto j = static_cast<int64_t>(t->widths[0]); j < width; ++j) {
+        for (auto j = static_cast<int64_t>(k.widths[0]); j < width; ++j) {
           std::fill_n(scores + j * tile_queries_, lanes_, 0.0f);
         }
       }
-      const kernels::TileWeights sub_tile{t->weights + from, static_cast<size_t>(tile_queries_),
-                                          t->inv_sum + from};
+      const kernels::TileWeights sub_tile{t.weights + from, static_cast<size_t>(tile_queries_),
+                                          scales ? scales + from : nullptr};
       const uint32_t non_finite =
-          Mix(b, static_cast<size_t>(size), sub_tile, width, t->out_rows + from);
+          Mix(b, static_cast<size_t>(size), sub_tile, k.from, width, out + from);
       for (int64_t r = from; r < from + size; ++r) {
         // A query without a softmax is NaN whatever its mix (WriteTile).
-        if ((non_finite >> (r - from) & 1) != 0 && (t->undefined >> r & 1) == 0 &&
-            t->valid[r] < width) {
+        if ((non_finite >> (r - from) & 1) != 0 && (t.undefined >> r & 1) == 0 &&
+            k.valid[r] < width) {
           Mix(b, 1,
-              kernels::TileWeights{&t->weights[r], static_cast<size_t>(tile_queries_),
-                                   &t->inv_sum[r]},
-              t->valid[r], &t->out_rows[r]);
+              kernels::TileWeights{&t.weights[r], static_cast<size_t>(tile_queries_),
+                                   scales ? &scales[r] : nullptr},
+              k.from, k.valid[r], &out[r]);
         }
       }
       from += size;
@@ -426,6 +414,7 @@ class TileRun {
   const int64_t mix_rows_ = static_cast<int64_t>(kernels::MixTileRows());
   const int64_t entry_keys_ = CopiedKeysFloats(q_, k_), scores_floats_ = TileScoresFloats(k_);
   const int64_t tiles_per_entry_ = CeilDiv(queries_, tile_queries_);
+  int64_t group_ = 1, groups_per_entry_ = tiles_per_entry_;  // RunTiles' groups
   // A query of length 0 weighs each of the M keys 1/M (step 0: one weight).
   const float uniform_ = 1.0f / static_cast<float>(keys_);
   const float* const uniform_row_ = &uniform_;

@@ -288,7 +288,7 @@ Status MultiHeadAttention(const internal::CallContext& call, const char* op, Con
   const bool tiles_alike =
       call.threads() > 1 && queries > dot_product::kRowPathMaxQueries &&
       dot_product::UseTilePath(call, head_view(q, queries, depth), head_view(k, keys, depth),
-                               head_view(v, keys, value_dim));
+                               head_view(v, keys, value_dim), !attention.empty());
   Status tiled;
   if ((cut || tiles_alike) &&
       MultiHeadTiles(call, q, k, v, lengths, starts, cut, form, out, attention, &tiled)) {

@@ -29,15 +29,10 @@
 #include "base/workspace.h"
 #include "kernels/attention_tile.h"
 #include "ops/dot_product_paths.h"
+#include "ops/tile_key_blocks.h"
 
 namespace attnscore::ops {
 namespace {
-
-// A tile's scores (2L per key) up to 1 MiB: causal prefill (1, 16384,
-// 16384) x 8 heads took 1.1x the time of the gemm path a head at a time on
-// 2 threads (the scores of 16,384 keys no longer stay in L2), where at
-// 4,096 and 8,192 tokens it took 0.91-0.96x and 0.99-1.01x (Zen 5).
-constexpr int64_t kMaxTileScores = int64_t{1} << 18;
 
 // Keys per packing task: 256 keys of Dv = 64 floats, 64 KiB.
 constexpr int64_t kPackKeys = 256;
@@ -88,8 +83,9 @@ class HeadTileRun {
   // Whether the tiles suit the call: every row's keys begin and end no
   // earlier than the row's before (so consecutive queries make tiles as
   // narrow as sorted ones), no row of length 0 (d2l's uniform rows are the
-  // tile path's), the widest tile's scores within kMaxTileScores, int32
-  // lanes.
+  // tile path's), the widest tile within one key block (wider ones run a
+  // head at a time: without a window, through the dot product's tile path,
+  // a key block at a time), int32 lanes.
   bool Suits() const {
     for (int64_t b = 0; b < batch_; ++b) {
       for (int64_t i = 0; i < queries_; ++i) {
@@ -98,7 +94,7 @@ class HeadTileRun {
         if (i > 0 && (ends_[row] < ends_[row - 1] || starts_[row] < starts_[row - 1])) return false;
       }
     }
-    return keys_ < (int64_t{1} << 31) && width_ <= kMaxTileScores / tile_;
+    return keys_ < (int64_t{1} << 31) && width_ <= dot_product::kTileKeyBlock;
   }
 
   // K/V heads a group at a time, as many as fit the workspace's kept
