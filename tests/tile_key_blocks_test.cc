@@ -4,6 +4,7 @@
 // later block, any thread count, and the multi-head op over such keys.
 #include "ops/tile_key_blocks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "multihead_cases.h"
 #include "ops/dot_product_paths.h"
 #include "test_util.h"
 
@@ -48,9 +50,9 @@ std::vector<int64_t> LongLengths(uint32_t seed) {
   return lens;
 }
 
-struct Inputs {
+struct LongInputs {
   std::vector<float> q, k, v;
-  explicit Inputs(uint32_t seed)
+  explicit LongInputs(uint32_t seed)
       : q(RandomFloats(kBatch * kQueries * kDepth, seed)),
         k(RandomFloats(kBatch * kKeys * kDepth, seed + 1)),
         v(RandomFloats(kBatch * kKeys * kValueDim, seed + 2, 3.0f)) {}
@@ -59,7 +61,7 @@ struct Inputs {
   ConstTensor V() const { return ConstTensor(v.data(), {kBatch, kKeys, kValueDim}); }
 };
 
-std::vector<float> Attend(const Engine& engine, const Inputs& in,
+std::vector<float> Attend(const Engine& engine, const LongInputs& in,
                           const std::vector<int64_t>& lens) {
   std::vector<float> out(kBatch * kQueries * kValueDim, kSentinel);
   const Status st = engine.DotProductAttention(in.Q(), in.K(), in.V(),
@@ -69,7 +71,7 @@ std::vector<float> Attend(const Engine& engine, const Inputs& in,
   return out;
 }
 
-std::vector<double> Reference(const Inputs& in, const std::vector<int64_t>& lens) {
+std::vector<double> Reference(const LongInputs& in, const std::vector<int64_t>& lens) {
   std::vector<double> weights;
   return ReferenceDotProduct(in.q, in.k, in.v, kBatch, kQueries, kKeys, kDepth, kValueDim,
                              RowLengths(lens, /*per_query=*/true, kBatch, kQueries), &weights);
@@ -80,7 +82,7 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST_P(TileKeyBlocksTest, RowsOverManyBlocksMatchTheReferenceOnAnyThreadCount) {
-  const Inputs in(11);
+  const LongInputs in(11);
   const std::vector<int64_t> lens = LongLengths(5);
   DirectCall direct;
   ASSERT_TRUE(ops::dot_product::UseTilePath(direct.call(), in.Q(), in.K(), in.V(), false));
@@ -96,7 +98,7 @@ TEST_P(TileKeyBlocksTest, RowsOverManyBlocksMatchTheReferenceOnAnyThreadCount) {
 }
 
 TEST_P(TileKeyBlocksTest, RowsWithinTheFirstBlockKeepTheSinglePassBits) {
-  const Inputs in(21);
+  const LongInputs in(21);
   std::vector<int64_t> lens = LongLengths(7);
   // The same rows over the first block's keys alone: every tile one pass.
   std::vector<int64_t> short_lens(lens.size());
@@ -133,7 +135,7 @@ TEST_P(TileKeyBlocksTest, NonFiniteScoresAndValuesInALaterBlock) {
   // Key 12,000 (in the second block) scores NaN against every query, so
   // each row that sees it has no softmax (NaN), as the reference says; then
   // its value is +Inf in column 0, which rows that stop before it never mix.
-  Inputs in(31);
+  LongInputs in(31);
   const int64_t key = kTileKeyBlock + 3808;
   for (int64_t b = 0; b < kBatch; ++b) {
     in.k[(b * kKeys + key) * kDepth] = std::numeric_limits<float>::quiet_NaN();
@@ -145,7 +147,7 @@ TEST_P(TileKeyBlocksTest, NonFiniteScoresAndValuesInALaterBlock) {
 
   // The reference weighs masked keys 0 and multiplies even them, so a row
   // that stops before the +Inf value is checked against the finite values.
-  const Inputs finite(31);
+  const LongInputs finite(31);
   in.k = finite.k;
   for (int64_t b = 0; b < kBatch; ++b) {
     in.v[(b * kKeys + key) * kValueDim] = std::numeric_limits<float>::infinity();
@@ -180,22 +182,22 @@ TEST(RunningSoftmax, CarriesTheMaxAndTheSumAcrossBlocks) {
   EXPECT_EQ(shift[0], 0.0f);
   EXPECT_EQ(shift[1], 1.0f);
   const float first_sums[2] = {0.0f, 2.0f};
-  running.AddSums(0, first_sums);
+  running.AddSums(0b11, first_sums);
   float block0[2][1] = {{0.0f}, {6.0f}};
   float out0[2][1] = {};
   float* block_rows[2] = {block0[0], block0[1]};
   float* out_rows[2] = {out0[0], out0[1]};
-  running.Fold(0, true, block_rows, 1, out_rows);
+  running.Fold(0b11, block_rows, 1, out_rows);
 
   const float second_max[2] = {2.0f, 0.5f};
   shift = running.Shift(second_max);
   EXPECT_EQ(shift[0], 2.0f);
   EXPECT_EQ(shift[1], 1.0f);
   const float second_sums[2] = {3.0f, 4.0f};
-  running.AddSums(0, second_sums);
+  running.AddSums(0b11, second_sums);
   block0[0][0] = 9.0f, block0[1][0] = 8.0f;
-  running.Fold(0, false, block_rows, 1, out_rows);
-  EXPECT_EQ(running.Finish(0, 1, out_rows), 0u);
+  running.Fold(0b11, block_rows, 1, out_rows);
+  EXPECT_EQ(running.Finish(0b11, 1, out_rows), 0u);
   EXPECT_FLOAT_EQ(out0[0][0], 9.0f / 3.0f);
   EXPECT_FLOAT_EQ(out0[1][0], (6.0f + 8.0f) / (2.0f + 4.0f));
 
@@ -204,7 +206,7 @@ TEST(RunningSoftmax, CarriesTheMaxAndTheSumAcrossBlocks) {
   none.Reset(1);
   const float no_max[1] = {-inf};
   none.Shift(no_max);
-  EXPECT_EQ(none.Finish(0, 1, out_rows), 1u);
+  EXPECT_EQ(none.Finish(0b1, 1, out_rows), 1u);
 }
 
 TEST(TileKeyBlocks, MultiHeadCausalOverManyBlocksIsEachHeadsDotProduct) {
@@ -246,6 +248,35 @@ TEST(TileKeyBlocks, MultiHeadCausalOverManyBlocksIsEachHeadsDotProduct) {
             << threads << " threads, head " << h << ", query " << i;
       }
     }
+  }
+}
+
+TEST(TileKeyBlocks, MultiHeadWindowsAcrossBlocksMatchTheReferenceOnAnyThreadCount) {
+  // The last 64 queries of 17,384 keys, causal: window 1,000 gives tiles of
+  // about 1,064 keys, some across key 16,384; window 9,000 tiles wider
+  // than a block. Both go a key block at a time (without the weights).
+  const test::Shape s{1, 64, kKeys, 2, 1, kDepth, kValueDim};
+  const test::Inputs in(s, 51);
+  for (const int64_t left : {1000, 9000}) {
+    test::Form form;
+    form.causal = Causal::kBottomRight;
+    form.window_left = left;
+    form.window_right = 0;
+    std::vector<double> weights;
+    const std::vector<double> want = test::Reference(s, in, {}, false, form, &weights);
+    const test::Result one =
+        test::RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(s, form), false);
+    EXPECT_LE(MaxAbsDiff(one.out.data(), want), OutTolerance(in.v)) << "window " << left;
+    const std::unique_ptr<Engine> two = EngineWithThreads(2);
+    ASSERT_NE(two, nullptr);
+    const test::Result both =
+        test::RunMultiHead(*two, s, in, ValidLens::None(), OptionsOf(s, form), false);
+    EXPECT_TRUE(SameBits(one.out, both.out)) << "window " << left;
+    // With the weights, through the matmul path: the same values.
+    const test::Result with_weights =
+        test::RunMultiHead(DefaultEngine(), s, in, ValidLens::None(), OptionsOf(s, form));
+    EXPECT_LE(MaxAbsDiff(with_weights.out.data(), want), OutTolerance(in.v)) << "window " << left;
+    EXPECT_LE(MaxAbsDiff(with_weights.weights.data(), weights), kWeightTolerance);
   }
 }
 

@@ -259,7 +259,9 @@ class TileRun {
     }
     for (int64_t g = 0; g < count; ++g) {
       Tile& t = tiles[g];
-      if (t.zeros < t.count) t.undefined |= running[g].Finish(t.zeros, value_dim_, t.out_rows);
+      if (t.zeros < t.count) {
+        t.undefined |= running[g].Finish(RowsFrom(t.zeros, t.count), value_dim_, t.out_rows);
+      }
       WriteTile(b, scores, t);
     }
   }
@@ -330,11 +332,12 @@ class TileRun {
     alignas(64) float block_max[Tile::kMax], sums[Tile::kMax];
     ScoreBlock(b, k, q_packed, block_max, scores);
     t->undefined |= BlockExps(k, running->Shift(block_max), scores, t->inv_sum, sums);
-    running->AddSums(k.first_row, sums);
+    const uint32_t rows = RowsFrom(k.first_row, t->count);
+    running->AddSums(rows, sums);
     float* block_rows[Tile::kMax];
     for (int64_t r = 0; r < t->count; ++r) block_rows[r] = block_out + r * value_dim_;
     MixBlock(b, k, scores, *t, nullptr, block_rows);
-    running->Fold(k.first_row, k.from == 0, block_rows, value_dim_, t->out_rows);
+    running->Fold(rows, block_rows, value_dim_, t->out_rows);
   }
   // W V over key block k for its rows with keys there, scaled by `scales`
   // (null: 1), into `out`: in sub-tiles as even as MixTileRows() allows,

@@ -11,9 +11,10 @@
 // the exps; then W V in sub-tiles of MixTileRows() rows, each from its own
 // rows' first key to their last. A row's weights outside its keys are exact
 // zeros, which add nothing to a finite sum; a row whose mix read a NaN or
-// an Inf there is mixed again over its own keys alone. Each row's bits are
-// the tile path's (the same sums in the same order) and depend on nothing
-// but its own inputs.
+// an Inf there is mixed again over its own keys alone. A tile whose keys
+// cross a multiple of kTileKeyBlock goes a key block at a time
+// (tile_key_blocks.h). Each row's bits are the tile path's (the same sums
+// in the same order) and depend on nothing but its own inputs.
 //
 // Packing K and Q as well (dense rows, not 4 KiB apart as token-major
 // heads lie) changed nothing measurable on 2 threads (causal (1, 1024,
@@ -33,6 +34,8 @@
 
 namespace attnscore::ops {
 namespace {
+
+using dot_product::kTileKeyBlock;
 
 // Keys per packing task: 256 keys of Dv = 64 floats, 64 KiB.
 constexpr int64_t kPackKeys = 256;
@@ -76,6 +79,7 @@ class HeadTileRun {
         int64_t lo = 0, hi = 0;
         TileKeys(b, first, std::min(tile_, queries_ - first), &lo, &hi);
         width_ = std::max(width_, hi - lo);
+        if (hi > lo) crosses_ = crosses_ || CrossesBlocks(lo, hi);
       }
     }
   }
@@ -83,9 +87,12 @@ class HeadTileRun {
   // Whether the tiles suit the call: every row's keys begin and end no
   // earlier than the row's before (so consecutive queries make tiles as
   // narrow as sorted ones), no row of length 0 (d2l's uniform rows are the
-  // tile path's), the widest tile within one key block (wider ones run a
-  // head at a time: without a window, through the dot product's tile path,
-  // a key block at a time), int32 lanes.
+  // tile path's), int32 lanes. A tile whose keys cross a multiple of
+  // kTileKeyBlock goes a key block at a time (RunKeyBlocks); without a
+  // window, or with the weights asked for, such calls run a head at a time
+  // (through the dot product's tile path, which blocks its keys alike, so
+  // that the bits do not depend on the thread count; the gemm path gives
+  // the weights).
   bool Suits() const {
     for (int64_t b = 0; b < batch_; ++b) {
       for (int64_t i = 0; i < queries_; ++i) {
@@ -94,7 +101,7 @@ class HeadTileRun {
         if (i > 0 && (ends_[row] < ends_[row - 1] || starts_[row] < starts_[row - 1])) return false;
       }
     }
-    return keys_ < (int64_t{1} << 31) && width_ <= dot_product::kTileKeyBlock;
+    return keys_ < (int64_t{1} << 31) && !(crosses_ && (!cut_ || !attention_.empty()));
   }
 
   // K/V heads a group at a time, as many as fit the workspace's kept
@@ -126,7 +133,7 @@ class HeadTileRun {
           [] {}));
       ATTNSCORE_RETURN_IF_ERROR(internal::ForEachRowInParallel(
           call_.workspace, threads, count * group_ * tiles, internal::ScratchSlot::kWorkspace,
-          static_cast<size_t>(tile_ * (width_ + depth_)),
+          static_cast<size_t>(tile_ * (std::min(width_, kTileKeyBlock) + depth_ + value_dim_)),
           [&](int64_t task, float* buffer) {
             const int64_t entry = first_entry_ + task / (group_ * tiles);
             const int64_t h = entry % kv_heads_ * group_ + task / tiles % group_;
@@ -168,15 +175,83 @@ class HeadTileRun {
       }
     }
   }
+  // Whether keys [lo, hi) span two key blocks or more.
+  static bool CrossesBlocks(int64_t lo, int64_t hi) {
+    return lo / kTileKeyBlock != (hi - 1) / kTileKeyBlock;
+  }
   void RunTile(int64_t b, int64_t h, int64_t tile, float* buffer) {
-    float* const scores = buffer;  // key j's 2L scores at j · 2L, from the tile's lo
-    float* const q_packed = scores + tile_ * width_;
+    // Key j's 2L scores at j · 2L, from the tile's lo (or its key block's
+    // first key), then the packed queries and a key block's output.
+    float* const scores = buffer;
+    float* const q_packed = scores + tile_ * std::min(width_, kTileKeyBlock);
+    float* const block_out = q_packed + tile_ * depth_;
     HeadTile t;
     t.b = b, t.h = h;
     if (!Gather(tile, &t)) return;
-    Score(q_packed, scores, &t);
-    Mix(scores, &t);
+    if (CrossesBlocks(t.lo,
+                      t.lo + static_cast<int64_t>(t.widths[1] > 0 ? t.widths[1] : t.widths[0]))) {
+      RunKeyBlocks(q_packed, scores, block_out, &t);
+    } else {
+      Score(q_packed, scores, &t);
+      Mix(scores, &t);
+    }
     Write(scores, t);
+  }
+  // The tile a key block at a time, each from a multiple of kTileKeyBlock
+  // (tile_key_blocks.h): each block's rows as a tile of their own (their
+  // keys there, counted from its first key), scored, its exps taken against
+  // the max so far and mixed into block_out, then folded into the output.
+  void RunKeyBlocks(float* q_packed, float* scores, float* block_out, HeadTile* t) const {
+    kernels::PackQueries(static_cast<size_t>(t->count), t->q_rows, q_.strides[3],
+                         static_cast<size_t>(depth_), q_packed);
+    dot_product::RunningSoftmax running;
+    running.Reset(t->count);
+    HeadTile block = *t;
+    for (int64_t r = 0; r < t->count; ++r) block.out_rows[r] = block_out + r * value_dim_;
+    alignas(64) float block_max[HeadTile::kMax], sums[HeadTile::kMax];
+    uint32_t covered = 0;
+    for (int64_t r = 0; r < t->count; ++r) covered |= t->Covered(r) ? uint32_t{1} << r : 0;
+    const int64_t hi = t->lo + static_cast<int64_t>(std::max(t->widths[0], t->widths[1]));
+    for (int64_t edge = t->lo / kTileKeyBlock * kTileKeyBlock; edge < hi; edge += kTileKeyBlock) {
+      block.lo = std::max(t->lo, edge);
+      const int64_t keys = std::min(hi, edge + kTileKeyBlock) - block.lo;
+      uint32_t rows = 0;  // those with keys in the block
+      for (int64_t r = 0; r < t->count; ++r) {
+        const int64_t start = std::clamp<int64_t>(t->lo + t->starts[r] - block.lo, 0, keys);
+        const int64_t end = std::clamp<int64_t>(t->lo + t->ends[r] - block.lo, 0, keys);
+        const bool in = t->Covered(r) && end > start;
+        block.starts[r] = static_cast<int32_t>(in ? start : 0);
+        block.ends[r] = static_cast<int32_t>(in ? end : 0);
+        rows |= in ? uint32_t{1} << r : 0;
+      }
+      if (rows == 0) continue;
+      const int32_t* const ends = block.ends;
+      const int32_t* const first_half_end = ends + std::min(t->count, lanes_);
+      block.widths[0] = static_cast<size_t>(*std::max_element(ends, first_half_end));
+      if (t->count > lanes_) {
+        block.widths[1] =
+            std::max(block.widths[0],
+                     static_cast<size_t>(*std::max_element(first_half_end, ends + t->count)));
+      }
+      kernels::ScoreQueryTile(q_packed, static_cast<size_t>(depth_), KeysFrom(block), k_.strides[1],
+                              block.widths, scale_, block.starts, block.ends, block_max, scores);
+      const float* const shift = running.Shift(block_max);
+      for (int64_t half = 0; half < 2; ++half) {
+        if (block.widths[half] == 0) continue;  // no key of the block in this half
+        const int64_t lane = half * lanes_;
+        t->undefined |= kernels::QueryTileExps(block.starts + lane, block.ends + lane, shift + lane,
+                                               block.widths[half], static_cast<size_t>(tile_),
+                                               scores + lane, block.inv_sum + lane, sums + lane)
+                        << lane;
+      }
+      running.AddSums(rows, sums);
+      // The block's sums unscaled: the output is scaled once, at the end.
+      std::fill_n(block.inv_sum, HeadTile::kMax, 1.0f);
+      block.undefined = t->undefined;
+      Mix(scores, &block);
+      running.Fold(rows, block.out_rows, value_dim_, t->out_rows);
+    }
+    t->undefined |= running.Finish(covered, value_dim_, t->out_rows);
   }
   // The tile's rows and keys; false where none of its rows has a key.
   bool Gather(int64_t tile, HeadTile* t) const {
@@ -308,7 +383,8 @@ class HeadTileRun {
   const int64_t lanes_ = static_cast<int64_t>(kernels::QueryTileLanes()), tile_ = 2 * lanes_;
   const int64_t mix_rows_ = static_cast<int64_t>(kernels::MixTileRows());
   const size_t panel_columns_ = kernels::ValuePanelColumns();
-  int64_t width_ = 0;  // the widest tile's keys
+  int64_t width_ = 0;     // the widest tile's keys
+  bool crosses_ = false;  // whether a tile's keys span two key blocks or more
   float* packed_v_ = nullptr;
   int64_t first_entry_ = 0;  // the packed group's first K/V head
 };

@@ -25,6 +25,7 @@ KeyBlock::KeyBlock(const int32_t* tile_valid, int64_t count, int64_t zeros,
 
 void RunningSoftmax::Reset(int64_t rows) {
   rows_ = rows;
+  folded_ = 0;
   std::fill_n(max_, kMaxRows, -std::numeric_limits<float>::infinity());
   std::fill_n(shift_, kMaxRows, 0.0f);
   std::fill_n(rescale_, kMaxRows, 1.0f);
@@ -44,15 +45,18 @@ const float* RunningSoftmax::Shift(const float* block_max) {
   return shift_;
 }
 
-void RunningSoftmax::AddSums(int64_t from_row, const float* block_sums) {
-  for (int64_t r = from_row; r < rows_; ++r) sum_[r] = sum_[r] * rescale_[r] + block_sums[r];
+void RunningSoftmax::AddSums(uint32_t rows, const float* block_sums) {
+  for (int64_t r = 0; r < rows_; ++r) {
+    if ((rows >> r & 1) != 0) sum_[r] = sum_[r] * rescale_[r] + block_sums[r];
+  }
 }
 
-void RunningSoftmax::Fold(int64_t from_row, bool first, float* const* block, int64_t columns,
-                          float* const* out) const {
-  for (int64_t r = from_row; r < rows_; ++r) {
-    if (first) {
+void RunningSoftmax::Fold(uint32_t rows, float* const* block, int64_t columns, float* const* out) {
+  for (int64_t r = 0; r < rows_; ++r) {
+    if ((rows >> r & 1) == 0) continue;
+    if ((folded_ >> r & 1) == 0) {
       std::copy_n(block[r], columns, out[r]);
+      folded_ |= uint32_t{1} << r;
       continue;
     }
     const float rescale = rescale_[r];
@@ -60,9 +64,10 @@ void RunningSoftmax::Fold(int64_t from_row, bool first, float* const* block, int
   }
 }
 
-uint32_t RunningSoftmax::Finish(int64_t from_row, int64_t columns, float* const* out) const {
+uint32_t RunningSoftmax::Finish(uint32_t rows, int64_t columns, float* const* out) const {
   uint32_t none = 0;
-  for (int64_t r = from_row; r < rows_; ++r) {
+  for (int64_t r = 0; r < rows_; ++r) {
+    if ((rows >> r & 1) == 0) continue;
     if (std::isinf(max_[r]) && max_[r] < 0) {
       none |= uint32_t{1} << r;
       continue;

@@ -6,8 +6,9 @@
 // mix to o_b leaves m', s · exp(m - m') + s_b and o · exp(m - m') + o_b;
 // the output is o / s after the last block. Every block starts at a
 // multiple of kTileKeyBlock, so a row's sums depend only on its own keys,
-// whatever its tile; a row whose keys all lie in the first block gets the
-// bits of the single pass.
+// whatever its tile; a row whose keys all lie in one block gets the bits of
+// the single pass. The multi-head op's windowed tiles (multihead_tiles.cc)
+// go by the same blocks.
 #ifndef ATTNSCORE_OPS_TILE_KEY_BLOCKS_H_
 #define ATTNSCORE_OPS_TILE_KEY_BLOCKS_H_
 
@@ -47,8 +48,14 @@ class KeyBlock {
   int32_t own_[2 * kernels::kMaxQueryTileLanes] = {};
 };
 
-// The softmax of a query tile's rows carried across key blocks. Rows
-// [from_row, rows) of each call are those with keys in the block.
+// Bits [first, count) of a row mask (count <= 32).
+inline uint32_t RowsFrom(int64_t first, int64_t count) {
+  const uint64_t below_count = (uint64_t{1} << count) - 1, below_first = (uint64_t{1} << first) - 1;
+  return static_cast<uint32_t>(below_count & ~below_first);
+}
+
+// The softmax of a query tile's rows carried across key blocks. `rows`
+// masks (bit r for row r) name the rows with keys in the block.
 class RunningSoftmax {
  public:
   static constexpr int64_t kMaxRows = 2 * kernels::kMaxQueryTileLanes;
@@ -62,18 +69,18 @@ class RunningSoftmax {
   // NaN from a NaN score, which the exps flag).
   const float* Shift(const float* block_max);
   // Adds the block's sums of exps to the sums so far, scaled to the new max.
-  void AddSums(int64_t from_row, const float* block_sums);
+  void AddSums(uint32_t rows, const float* block_sums);
   // out[r] = out[r] · exp(m - m') + block[r] over `columns` floats, or
-  // block[r] where `first` (the rows' first block).
-  void Fold(int64_t from_row, bool first, float* const* block, int64_t columns,
-            float* const* out) const;
-  // out[r] · 1 / s for rows [from_row, rows) after the last block. Returns
-  // bit r set where row r has no softmax for want of a finite score (its max
-  // -Inf); its output is then left as it is.
-  uint32_t Finish(int64_t from_row, int64_t columns, float* const* out) const;
+  // block[r] in the row's first block.
+  void Fold(uint32_t rows, float* const* block, int64_t columns, float* const* out);
+  // out[r] · 1 / s after the last block. Returns bit r set where row r has
+  // no softmax for want of a finite score (its max -Inf); its output is
+  // then left as it is.
+  uint32_t Finish(uint32_t rows, int64_t columns, float* const* out) const;
 
  private:
   int64_t rows_ = 0;
+  uint32_t folded_ = 0;  // the rows with an output so far
   alignas(64) float max_[kMaxRows];
   alignas(64) float shift_[kMaxRows];
   alignas(64) float rescale_[kMaxRows];
