@@ -6,8 +6,9 @@
         [--out-dir docs]
 
 Runs BUILD/bin/attnscore_bench's sweep (bench/sweep_bench.cc: decode, causal
-prefill and additive attention on one batch entry, M = 64 to 131,072
-doubling, or up to --max-keys, each beside its limit at the same M) once
+prefill, the multi-head op's causal prefill with 8 heads (M up to 16,384)
+and additive attention on one batch entry, M = 64 to 131,072 doubling, or up
+to --max-keys, each beside its limit at the same M) once
 with --threads 1 and once with --threads 2, then, with --torch, the PyTorch
 seed modules (tools/seed_modules.py) on the same shapes with
 torch.set_num_threads(1) and (2), where their inputs, scores and mask fit
@@ -24,7 +25,7 @@ in TORCH_BYTES. From those runs it writes, into --out-dir:
   sweep_limit.png   % of the limit against M, at 1 thread.
 
 Limits: decode against reading its K and V bytes (BM_SweepRead, as
-cache-resident as the op's); prefill against one oneDNN fp32 matmul with the
+cache-resident as the op's); both prefills against one oneDNN fp32 matmul with the
 same inner dimension D + Dv at that M (BM_SweepMatmul), counting only the
 visible keys' FLOPs; additive against its own score kernel alone at its
 best (BM_SweepAdditiveKernel: 16 queries, 4,096 keys in cache, the same
@@ -55,11 +56,11 @@ import report  # noqa: E402  (the report's facts, medians and atomic writes)
 
 REPO_ROOT = report.REPO_ROOT
 THREADS = (1, 2)
-WORKLOADS = ("decode", "prefill", "additive")
+WORKLOADS = ("decode", "prefill", "multi-head prefill", "additive")
 FAMILY = {"decode": "BM_SweepDecode", "prefill": "BM_SweepPrefill",
-          "additive": "BM_SweepAdditive"}
+          "multi-head prefill": "BM_SweepMultiHeadPrefill", "additive": "BM_SweepAdditive"}
 LIMIT = {"decode": "BM_SweepRead", "prefill": "BM_SweepMatmul",
-         "additive": "BM_SweepAdditiveKernel"}
+         "multi-head prefill": "BM_SweepMatmul", "additive": "BM_SweepAdditiveKernel"}
 FEWEST_KEYS, MOST_KEYS = 64, 131072  # as bench/sweep_bench.cc registers them
 DEPTH = 64
 ADDITIVE_QUERIES = 16
@@ -99,7 +100,8 @@ def bench_filter(max_keys):
     keys = [FEWEST_KEYS << i for i in range((max_keys // FEWEST_KEYS).bit_length())]
     if max_keys == MOST_KEYS:
         return "BM_Sweep"
-    return "BM_Sweep(Decode|Prefill|Matmul|Additive)/keys:(%s)/|BM_SweepAdditiveKernel/|" \
+    return "BM_Sweep(Decode|Prefill|MultiHeadPrefill|Matmul|Additive)/keys:(%s)/|" \
+        "BM_SweepAdditiveKernel/|" \
         "BM_SweepRead/bytes:(%s)/" % ("|".join(map(str, keys)),
                                       "|".join(str(m * 2 * DEPTH * 4) for m in keys))
 
@@ -137,7 +139,8 @@ def series(runs):
         a = report.args_of(name)
         m = a["bytes"] // (2 * DEPTH * 4) if "bytes" in a else a["keys"]
         by_family.setdefault(report.family(name), {})[m] = b
-    rate = {"decode": report.gbps, "prefill": report.gflops, "additive": report.per_ns}
+    rate = {"decode": report.gbps, "prefill": report.gflops,
+            "multi-head prefill": report.gflops, "additive": report.per_ns}
     out = {}
     for w in WORKLOADS:
         limits = by_family.get(LIMIT[w], {})
@@ -216,10 +219,12 @@ def time_text(seconds):
 
 
 UNITS = {"decode": ("GB/s", "read of K and V"), "prefill": ("GFLOP/s", "oneDNN matmul"),
+         "multi-head prefill": ("GFLOP/s", "oneDNN matmul"),
          "additive": ("triples/ns", "score kernel alone")}
 TITLES = {
     "decode": "Decode: N = 1, every key valid",
     "prefill": "Prefill: N = M, query i sees keys 0..i",
+    "multi-head prefill": "Multi-head prefill: 8 heads of 64, N = M, causal",
     "additive": "Additive attention: N = 16, Dq = Dk = H = Dv = 64, every key valid",
 }
 
@@ -296,7 +301,8 @@ def plot(ours, torch_times, time_png, limit_png):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    colours = {"decode": "tab:blue", "prefill": "tab:red", "additive": "tab:green"}
+    colours = {"decode": "tab:blue", "prefill": "tab:red", "multi-head prefill": "tab:purple",
+               "additive": "tab:green"}
     fig, ax = plt.subplots(figsize=(8, 5.5))
     for w in WORKLOADS:
         for n, style in zip(THREADS, ("-", "--")):
@@ -329,9 +335,10 @@ def page(facts, command, bench_cmds, ours, torch_times, torch_blas):
         report.para(
             "One batch entry, D = Dv = 64, the key count M from 64 to 131,072, doubling: "
             "decode (one query), causal prefill (M queries, query i seeing keys 0..i, as "
-            "per-query lengths) and additive attention (16 queries). Each is set against a "
+            "per-query lengths), the multi-head op's causal prefill with 8 heads (M up to "
+            "16,384) and additive attention (16 queries). Each is set against a "
             "limit measured in the same run at the same M: decode's K and V read once "
-            "(as cache-resident as the op's), one oneDNN fp32 matmul with the prefill's inner "
+            "(as cache-resident as the op's), one oneDNN fp32 matmul with the prefills' inner "
             "dimension D + Dv (counting only the visible keys' FLOPs), and additive's own "
             "score kernel alone at its best, 16 queries over 4,096 keys in cache (the "
             "projections and the tanh factors of the keys are the rest of its work). Medians of the repetitions; "

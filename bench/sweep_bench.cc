@@ -9,6 +9,9 @@
 //                     only, 2 (D + Dv) per (query, key); BM_SweepMatmul is one
 //                     oneDNN matmul with that inner dimension, (min(M, 1024),
 //                     D + Dv) · (D + Dv, M).
+//   BM_SweepMultiHeadPrefill  the multi-head op, 8 heads of 64 (as many K/V
+//                     heads), N = M, causal, M up to 16,384: BM_SweepPrefill's
+//                     FLOPs 8 times over, against the same matmul.
 //   BM_SweepAdditive  N = 16, Dq = Dk = H = Dv = 64, every key valid. Items/s
 //                     counts (query, key, hidden) triples, one tanh each;
 //                     its limit, BM_SweepAdditiveKernel (additive_bench.cc),
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "attnscore/additive.h"
+#include "attnscore/multihead.h"
 #include "bench_util.h"
 
 namespace attnscore::bench {
@@ -29,6 +33,7 @@ namespace {
 
 constexpr int64_t kDepth = 64;
 constexpr int64_t kFewestKeys = 64, kMostKeys = 131072;
+constexpr int64_t kMultiHeadHeads = 8, kMultiHeadMostKeys = 16384;
 
 void SweepKeys(benchmark::internal::Benchmark* b) {
   b->ArgName("keys");
@@ -81,6 +86,39 @@ void BM_SweepPrefill(benchmark::State& state) {
   RunDotProduct(state, state.range(0), lens);
 }
 BENCHMARK(BM_SweepPrefill)->Apply(SweepKeys);
+
+void BM_SweepMultiHeadPrefill(benchmark::State& state) {
+  const int64_t keys = state.range(0), heads = kMultiHeadHeads;
+  const Engine& engine = SharedEngine();
+  const std::vector<float> q = RandomFloats(keys * heads * kDepth, 1);
+  const std::vector<float> k = RandomFloats(keys * heads * kDepth, 2);
+  const std::vector<float> v = RandomFloats(keys * heads * kDepth, 3);
+  std::vector<float> out(static_cast<size_t>(keys * heads * kDepth));
+  MultiHeadOptions options;
+  options.causal = Causal::kBottomRight;
+  const ImplementationLabel label;
+  for (auto _ : state) {
+    Status s = engine.MultiHeadAttention(ConstTensor(q.data(), {1, keys, heads, kDepth}),
+                                         ConstTensor(k.data(), {1, keys, heads, kDepth}),
+                                         ConstTensor(v.data(), {1, keys, heads, kDepth}),
+                                         ValidLens::None(), options,
+                                         Tensor(out.data(), {1, keys, heads, kDepth}));
+    if (!s.ok()) state.SkipWithError(s.message().c_str());
+    benchmark::DoNotOptimize(out.data());
+  }
+  label.Apply(state);
+  const double visible = 0.5 * static_cast<double>(keys) * static_cast<double>(keys + 1);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(static_cast<double>(heads) * 2.0 * visible * 2 * kDepth * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_SweepMultiHeadPrefill)
+    ->ArgName("keys")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      for (int64_t m = kFewestKeys; m <= kMultiHeadMostKeys; m *= 2) b->Arg(m);
+    });
 
 void BM_SweepMatmul(benchmark::State& state) {
   const int64_t cols = state.range(0);

@@ -78,7 +78,7 @@ class Sweep(unittest.TestCase):
             png_text_chunks(os.path.join(self.out, png))  # a well-formed PNG
 
     def test_a_row_per_key_count_with_its_share_of_the_limit(self):
-        for heading in ("## Decode", "## Prefill", "## Additive"):
+        for heading in ("## Decode", "## Prefill", "## Multi-head prefill", "## Additive"):
             rows = table_rows(self.page, heading)
             self.assertEqual([r[0] for r in rows], [str(m) for m in KEYS], heading)
             for r in rows:
@@ -95,17 +95,19 @@ class Sweep(unittest.TestCase):
 
     def test_prefill_counts_visible_keys_only(self):
         # GFLOP/s of prefill at M: 2 (D + Dv) per visible (query, key), M (M + 1) / 2 of them.
-        for r in table_rows(self.page, "## Prefill"):
-            m, us, rate = int(r[0]), float(r[1]), float(r[2])
-            flops = 2 * 128 * m * (m + 1) / 2
-            self.assertAlmostEqual(rate, flops / (us * 1e-6) / 1e9, delta=0.02 * rate + 0.05)
+        # The multi-head op's: 8 heads of it.
+        for heading, heads in (("## Prefill", 1), ("## Multi-head prefill", 8)):
+            for r in table_rows(self.page, heading):
+                m, us, rate = int(r[0]), float(r[1]), float(r[2])
+                flops = heads * 2 * 128 * m * (m + 1) / 2
+                self.assertAlmostEqual(rate, flops / (us * 1e-6) / 1e9, delta=0.02 * rate + 0.05)
 
     def test_trend_rows_name_every_series(self):
         rows = table_rows(self.page, "## Trend")
         limits = {"decode": "read of K and V", "prefill": "oneDNN matmul",
-                  "additive": "score kernel alone"}
+                  "multi-head prefill": "oneDNN matmul", "additive": "score kernel alone"}
         self.assertEqual([r[0] for r in rows],
-                         [label for w in ("decode", "prefill", "additive") for label in (
+                         [label for w in limits for label in (
                              "%s, attnscore, 1 thread" % w, "%s, attnscore, 2 threads" % w,
                              "%s, its limit (%s), 1 thread" % (w, limits[w]))])
         for r in rows:
@@ -121,8 +123,8 @@ class Sweep(unittest.TestCase):
     def test_command_to_regenerate(self):
         self.assertIn("bench/sweep.py --build", self.page)
         self.assertIn("--max-keys 256", self.page)
-        self.assertIn("--benchmark_filter='BM_Sweep(Decode|Prefill|Matmul|Additive)/keys:"
-                      "(64|128|256)/|BM_SweepAdditiveKernel/|"
+        self.assertIn("--benchmark_filter='BM_Sweep(Decode|Prefill|MultiHeadPrefill|Matmul|"
+                      "Additive)/keys:(64|128|256)/|BM_SweepAdditiveKernel/|"
                       "BM_SweepRead/bytes:(32768|65536|131072)/'", self.page)
 
     def test_bad_arguments_write_nothing(self):
