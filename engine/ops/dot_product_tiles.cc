@@ -109,7 +109,7 @@ class TileRun {
       group_ = std::clamp<int64_t>(batch_ * tiles_per_entry_ / (4 * threads_), 1, kMaxTileGroup);
       groups_per_entry_ = CeilDiv(tiles_per_entry_, group_);
     }
-    // The first tile of every entry goes first (Run), so that threads prepare
+    // The first group of every entry goes first (Run), so that threads prepare
     // different entries at once rather than wait for one another.
     for (int64_t b = 0; b < batch_; ++b) pack_state_[b] = kUnpacked;  // before any thread reads it
     return Status::Ok();
