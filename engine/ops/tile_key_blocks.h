@@ -19,9 +19,10 @@
 namespace attnscore::ops::dot_product {
 
 // Keys a query tile scores at once: its scores take 1 MiB with AVX-512's 32
-// rows (512 KiB with AVX2's 16). A single pass over causal prefill of one
-// head ran at 92-98% of the fp32 matmul up to 8,192 keys, whose scores take
-// as much, and at 46-67% from 32,768 (a tile's scores 4 MiB) on a Zen 5.
+// rows (512 KiB with AVX2's 16). On a Zen 5, a single pass over causal
+// prefill of one head ran at 92-98% of the fp32 matmul up to 8,192 keys,
+// whose scores take as much; 92% at 16,384 (2 MiB); past that, calls took
+// the matmul path, at 46-67% from 32,768 keys.
 inline constexpr int64_t kTileKeyBlock = 8192;
 
 // Keys [from, from + kTileKeyBlock) of a query tile whose rows [zeros,
