@@ -56,6 +56,19 @@ struct HeadTile {
   size_t widths[2] = {};   // each half's last key, from lo
   uint32_t undefined = 0;  // bit r: row r has no softmax of its own
   bool Covered(int64_t r) const { return ends[r] > starts[r]; }
+  // widths from the rows' ends, `lanes` rows a half (ScoreQueryTile's:
+  // the second, where there is one, no narrower than the first).
+  void SetWidths(int64_t lanes) {
+    const int32_t* const first = ends;
+    const int32_t* const first_half_end = first + std::min(count, lanes);
+    widths[0] = static_cast<size_t>(*std::max_element(first, first_half_end));
+    if (count > lanes) {
+      const auto second = static_cast<size_t>(*std::max_element(first_half_end, first + count));
+      widths[1] = std::max(widths[0], second);
+    }
+  }
+  // The keys from lo that the tile's rows see together.
+  int64_t Width() const { return static_cast<int64_t>(std::max(widths[0], widths[1])); }
 };
 
 class HeadTileRun {
@@ -188,8 +201,7 @@ class HeadTileRun {
     HeadTile t;
     t.b = b, t.h = h;
     if (!Gather(tile, &t)) return;
-    if (CrossesBlocks(t.lo,
-                      t.lo + static_cast<int64_t>(t.widths[1] > 0 ? t.widths[1] : t.widths[0]))) {
+    if (CrossesBlocks(t.lo, t.lo + t.Width())) {
       RunKeyBlocks(q_packed, scores, block_out, &t);
     } else {
       Score(q_packed, scores, &t);
@@ -211,7 +223,7 @@ class HeadTileRun {
     alignas(64) float block_max[HeadTile::kMax], sums[HeadTile::kMax];
     uint32_t covered = 0;
     for (int64_t r = 0; r < t->count; ++r) covered |= t->Covered(r) ? uint32_t{1} << r : 0;
-    const int64_t hi = t->lo + static_cast<int64_t>(std::max(t->widths[0], t->widths[1]));
+    const int64_t hi = t->lo + t->Width();
     for (int64_t edge = t->lo / kTileKeyBlock * kTileKeyBlock; edge < hi; edge += kTileKeyBlock) {
       block.lo = std::max(t->lo, edge);
       const int64_t keys = std::min(hi, edge + kTileKeyBlock) - block.lo;
@@ -225,14 +237,7 @@ class HeadTileRun {
         rows |= in ? uint32_t{1} << r : 0;
       }
       if (rows == 0) continue;
-      const int32_t* const ends = block.ends;
-      const int32_t* const first_half_end = ends + std::min(t->count, lanes_);
-      block.widths[0] = static_cast<size_t>(*std::max_element(ends, first_half_end));
-      if (t->count > lanes_) {
-        block.widths[1] =
-            std::max(block.widths[0],
-                     static_cast<size_t>(*std::max_element(first_half_end, ends + t->count)));
-      }
+      block.SetWidths(lanes_);
       kernels::ScoreQueryTile(q_packed, static_cast<size_t>(depth_), KeysFrom(block), k_.strides[1],
                               block.widths, scale_, block.starts, block.ends, block_max, scores);
       const float* const shift = running.Shift(block_max);
@@ -271,13 +276,7 @@ class HeadTileRun {
       t->out_rows[r] =
           out_.data + t->b * out_.strides[0] + i * out_.strides[1] + t->h * out_.strides[2];
     }
-    const int32_t* const ends = t->ends;
-    const int32_t* const first_half_end = ends + std::min(t->count, lanes_);
-    t->widths[0] = static_cast<size_t>(*std::max_element(ends, first_half_end));
-    if (t->count > lanes_) {
-      t->widths[1] = std::max(
-          t->widths[0], static_cast<size_t>(*std::max_element(first_half_end, ends + t->count)));
-    }
+    t->SetWidths(lanes_);
     return true;
   }
   int64_t Entry(const HeadTile& t) const { return t.b * kv_heads_ + t.h / group_; }
