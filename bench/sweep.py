@@ -26,7 +26,8 @@ in TORCH_BYTES. From those runs it writes, into --out-dir:
 
 Limits: decode against reading its K and V bytes (BM_SweepRead, as
 cache-resident as the op's); both prefills against one oneDNN fp32 matmul with the
-same inner dimension D + Dv at that M (BM_SweepMatmul), counting only the
+same inner dimension D + Dv, square, min(M, 1024) on a side (BM_SweepMatmul:
+the 1024 x 1024 product from M = 1,024 on), counting only the
 visible keys' FLOPs; additive against its own score kernel alone at its
 best (BM_SweepAdditiveKernel: 16 queries, 4,096 keys in cache, the same
 rate at every M), the bulk of its work. Each limit is run in the same
@@ -339,7 +340,8 @@ def page(facts, command, bench_cmds, ours, torch_times, torch_blas):
             "16,384) and additive attention (16 queries). Each is set against a "
             "limit measured in the same run at the same M: decode's K and V read once "
             "(as cache-resident as the op's), one oneDNN fp32 matmul with the prefills' inner "
-            "dimension D + Dv (counting only the visible keys' FLOPs), and additive's own "
+            "dimension D + Dv, min(M, 1024) on a side (counting only the visible keys' "
+            "FLOPs), and additive's own "
             "score kernel alone at its best, 16 queries over 4,096 keys in cache (the "
             "projections and the tanh factors of the keys are the rest of its work). Medians of the repetitions; "
             "the PyTorch seed modules are timed on the same shapes where they fit in 2 GiB."),

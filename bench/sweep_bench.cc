@@ -7,8 +7,9 @@
 //   BM_SweepPrefill   N = M, query i sees keys 0..i (the per-query lengths of
 //                     causal self-attention). GFLOP/s counts visible keys
 //                     only, 2 (D + Dv) per (query, key); BM_SweepMatmul is one
-//                     oneDNN matmul with that inner dimension, (min(M, 1024),
-//                     D + Dv) · (D + Dv, M).
+//                     oneDNN matmul with that inner dimension, square, (n,
+//                     D + Dv) · (D + Dv, n) with n = min(M, 1024): from M =
+//                     1,024 on, the same 1024 × 1024 product at every M.
 //   BM_SweepMultiHeadPrefill  the multi-head op, 8 heads of 64 (as many K/V
 //                     heads), N = M, causal, M up to 16,384: BM_SweepPrefill's
 //                     FLOPs 8 times over, against the same matmul.
@@ -121,8 +122,8 @@ BENCHMARK(BM_SweepMultiHeadPrefill)
     });
 
 void BM_SweepMatmul(benchmark::State& state) {
-  const int64_t cols = state.range(0);
-  OnednnMatmul(state, 1, std::min<int64_t>(cols, 1024), 2 * kDepth, cols);
+  const int64_t side = std::min<int64_t>(state.range(0), 1024);
+  OnednnMatmul(state, 1, side, 2 * kDepth, side);
 }
 BENCHMARK(BM_SweepMatmul)->Apply(SweepKeys);
 
