@@ -6,9 +6,10 @@
         [--out-dir docs]
 
 Runs BUILD/bin/attnscore_bench's sweep (bench/sweep_bench.cc: decode, causal
-prefill, the multi-head op's causal prefill with 8 heads (M up to 16,384)
-and additive attention on one batch entry, M = 64 to 131,072 doubling, or up
-to --max-keys, each beside its limit at the same M) once
+prefill, the multi-head op's causal prefill with 8 heads (M up to 16,384),
+additive attention on one batch entry, and GQA decode from a KvCache in
+fp32, bf16 and int8 (8 query heads over 2 KV heads), M = 64 to 131,072
+doubling, or up to --max-keys, each beside its limit at the same M) once
 with --threads 1 and once with --threads 2, then, with --torch, the PyTorch
 seed modules (tools/seed_modules.py) on the same shapes with
 torch.set_num_threads(1) and (2), where their inputs, scores and mask fit
@@ -30,7 +31,10 @@ same inner dimension D + Dv, square, min(M, 1024) on a side (BM_SweepMatmul:
 the 1024 x 1024 product from M = 1,024 on), counting only the
 visible keys' FLOPs; additive against its own score kernel alone at its
 best (BM_SweepAdditiveKernel: 16 queries, 4,096 keys in cache, the same
-rate at every M), the bulk of its work. Each limit is run in the same
+rate at every M), the bulk of its work; GQA decode from a KvCache of each
+precision against reading the bytes that cache holds for its keys
+(BM_SweepGqaRead*: bf16 words; int8 codes and their scales). Each limit is
+run in the same
 process as its workload; the 2-thread columns report speed-up, not % of a
 limit (the read is one thread's).
 
@@ -57,11 +61,16 @@ import report  # noqa: E402  (the report's facts, medians and atomic writes)
 
 REPO_ROOT = report.REPO_ROOT
 THREADS = (1, 2)
-WORKLOADS = ("decode", "prefill", "multi-head prefill", "additive")
+CACHE_PRECISIONS = ("fp32", "bf16", "int8")  # a KvCache's, as BM_SweepGqaDecode* names them
+GQA = tuple("GQA decode %s" % p for p in CACHE_PRECISIONS)
+WORKLOADS = ("decode", "prefill", "multi-head prefill", "additive") + GQA
 FAMILY = {"decode": "BM_SweepDecode", "prefill": "BM_SweepPrefill",
           "multi-head prefill": "BM_SweepMultiHeadPrefill", "additive": "BM_SweepAdditive"}
 LIMIT = {"decode": "BM_SweepRead", "prefill": "BM_SweepMatmul",
          "multi-head prefill": "BM_SweepMatmul", "additive": "BM_SweepAdditiveKernel"}
+for _p, _w in zip(CACHE_PRECISIONS, GQA):
+    FAMILY[_w] = "BM_SweepGqaDecode" + _p.capitalize()
+    LIMIT[_w] = "BM_SweepGqaRead" + _p.capitalize()
 FEWEST_KEYS, MOST_KEYS = 64, 131072  # as bench/sweep_bench.cc registers them
 DEPTH = 64
 ADDITIVE_QUERIES = 16
@@ -102,8 +111,10 @@ def bench_filter(max_keys):
     if max_keys == MOST_KEYS:
         return "BM_Sweep"
     return "BM_Sweep(Decode|Prefill|MultiHeadPrefill|Matmul|Additive)/keys:(%s)/|" \
+        "BM_SweepGqa(Decode|Read)(Fp32|Bf16|Int8)/keys:(%s)/|" \
         "BM_SweepAdditiveKernel/|" \
         "BM_SweepRead/bytes:(%s)/" % ("|".join(map(str, keys)),
+                                      "|".join(map(str, keys)),
                                       "|".join(str(m * 2 * DEPTH * 4) for m in keys))
 
 
@@ -142,6 +153,7 @@ def series(runs):
         by_family.setdefault(report.family(name), {})[m] = b
     rate = {"decode": report.gbps, "prefill": report.gflops,
             "multi-head prefill": report.gflops, "additive": report.per_ns}
+    rate.update((w, report.gbps) for w in GQA)
     out = {}
     for w in WORKLOADS:
         limits = by_family.get(LIMIT[w], {})
@@ -222,12 +234,15 @@ def time_text(seconds):
 UNITS = {"decode": ("GB/s", "read of K and V"), "prefill": ("GFLOP/s", "oneDNN matmul"),
          "multi-head prefill": ("GFLOP/s", "oneDNN matmul"),
          "additive": ("triples/ns", "score kernel alone")}
+UNITS.update((w, ("GB/s", "read of the cache's K and V")) for w in GQA)
 TITLES = {
     "decode": "Decode: N = 1, every key valid",
     "prefill": "Prefill: N = M, query i sees keys 0..i",
     "multi-head prefill": "Multi-head prefill: 8 heads of 64, N = M, causal",
     "additive": "Additive attention: N = 16, Dq = Dk = H = Dv = 64, every key valid",
 }
+TITLES.update((w, "GQA decode from a KvCache in %s: 8 query heads over 2 KV heads, D 64, "
+                  "N = 1" % p) for p, w in zip(CACHE_PRECISIONS, GQA))
 
 
 def workload_table(w, ours, torch_times):
@@ -303,7 +318,8 @@ def plot(ours, torch_times, time_png, limit_png):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     colours = {"decode": "tab:blue", "prefill": "tab:red", "multi-head prefill": "tab:purple",
-               "additive": "tab:green"}
+               "additive": "tab:green", "GQA decode fp32": "tab:cyan",
+               "GQA decode bf16": "tab:olive", "GQA decode int8": "tab:brown"}
     fig, ax = plt.subplots(figsize=(8, 5.5))
     for w in WORKLOADS:
         for n, style in zip(THREADS, ("-", "--")):
@@ -337,13 +353,17 @@ def page(facts, command, bench_cmds, ours, torch_times, torch_blas):
             "One batch entry, D = Dv = 64, the key count M from 64 to 131,072, doubling: "
             "decode (one query), causal prefill (M queries, query i seeing keys 0..i, as "
             "per-query lengths), the multi-head op's causal prefill with 8 heads (M up to "
-            "16,384) and additive attention (16 queries). Each is set against a "
+            "16,384), additive attention (16 queries), and GQA decode from a KvCache in "
+            "each of its precisions (8 query heads over 2 KV heads, one query each). Each "
+            "is set against a "
             "limit measured in the same run at the same M: decode's K and V read once "
             "(as cache-resident as the op's), one oneDNN fp32 matmul with the prefills' inner "
             "dimension D + Dv, min(M, 1024) on a side (counting only the visible keys' "
             "FLOPs), and additive's own "
             "score kernel alone at its best, 16 queries over 4,096 keys in cache (the "
-            "projections and the tanh factors of the keys are the rest of its work). Medians of the repetitions; "
+            "projections and the tanh factors of the keys are the rest of its work), and "
+            "GQA decode's read of the bytes its cache holds for the keys (bf16 words; int8 "
+            "codes and their scales). Medians of the repetitions; "
             "the PyTorch seed modules are timed on the same shapes where they fit in 2 GiB."),
         "",
         "- CPU: %s" % facts["cpu"],

@@ -13,6 +13,11 @@
 //   BM_SweepMultiHeadPrefill  the multi-head op, 8 heads of 64 (as many K/V
 //                     heads), N = M, causal, M up to 16,384: BM_SweepPrefill's
 //                     FLOPs 8 times over, against the same matmul.
+//   BM_SweepGqaDecode{Fp32,Bf16,Int8}  a decoding step from a KvCache of
+//                     that precision: B 1, 8 query heads over 2 KV heads, D
+//                     64, M keys. bytes/s counts what the cache holds for
+//                     them (K and V; in int8, codes and their scales), read
+//                     once; BM_SweepGqaRead{...} reads those bytes.
 //   BM_SweepAdditive  N = 16, Dq = Dk = H = Dv = 64, every key valid. Items/s
 //                     counts (query, key, hidden) triples, one tanh each;
 //                     its limit, BM_SweepAdditiveKernel (additive_bench.cc),
@@ -23,11 +28,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
+#include "api/kv_cache_bytes.h"
 #include "attnscore/additive.h"
 #include "attnscore/multihead.h"
 #include "bench_util.h"
+#include "kv_cache_decode_call.h"
 
 namespace attnscore::bench {
 namespace {
@@ -126,6 +134,53 @@ void BM_SweepMatmul(benchmark::State& state) {
   OnednnMatmul(state, 1, side, 2 * kDepth, side);
 }
 BENCHMARK(BM_SweepMatmul)->Apply(SweepKeys);
+
+constexpr int64_t kGqaHeads = 8, kGqaKvHeads = 2;
+
+// The bytes the cache holds for the step's keys.
+double HeldBytes(const KvCache& cache) {
+  double bytes = 0;
+  for (const auto& span : internal::KvCacheBytes::Held(cache)) bytes += span.second;
+  return bytes;
+}
+
+void SweepGqaDecode(benchmark::State& state, Precision precision) {
+  KvCacheDecodeCall call(1, state.range(0), kGqaHeads, kGqaKvHeads, kDepth, /*pooled=*/false,
+                         precision);
+  if (!call.status.ok()) {
+    state.SkipWithError(call.status.message().c_str());
+    return;
+  }
+  RunEachIteration(state, SharedEngine(), call);
+  state.SetBytesProcessed(static_cast<int64_t>(HeldBytes(*call.cache)) * state.iterations());
+}
+
+// A read of the same cache's bytes, as cache-resident as the step's.
+void SweepGqaRead(benchmark::State& state, Precision precision) {
+  KvCacheDecodeCall call(1, state.range(0), kGqaHeads, kGqaKvHeads, kDepth, /*pooled=*/false,
+                         precision);
+  if (!call.status.ok()) {
+    state.SkipWithError(call.status.message().c_str());
+    return;
+  }
+  const std::vector<std::pair<const void*, size_t>> held =
+      internal::KvCacheBytes::Held(*call.cache);
+  for (auto _ : state) benchmark::DoNotOptimize(SecondsToRead(held));
+  state.SetBytesProcessed(static_cast<int64_t>(HeldBytes(*call.cache)) * state.iterations());
+}
+
+void BM_SweepGqaDecodeFp32(benchmark::State& state) { SweepGqaDecode(state, Precision::kFp32); }
+void BM_SweepGqaDecodeBf16(benchmark::State& state) { SweepGqaDecode(state, Precision::kBf16); }
+void BM_SweepGqaDecodeInt8(benchmark::State& state) { SweepGqaDecode(state, Precision::kInt8); }
+void BM_SweepGqaReadFp32(benchmark::State& state) { SweepGqaRead(state, Precision::kFp32); }
+void BM_SweepGqaReadBf16(benchmark::State& state) { SweepGqaRead(state, Precision::kBf16); }
+void BM_SweepGqaReadInt8(benchmark::State& state) { SweepGqaRead(state, Precision::kInt8); }
+BENCHMARK(BM_SweepGqaDecodeFp32)->Apply(SweepKeys);
+BENCHMARK(BM_SweepGqaReadFp32)->Apply(SweepKeys);
+BENCHMARK(BM_SweepGqaDecodeBf16)->Apply(SweepKeys);
+BENCHMARK(BM_SweepGqaReadBf16)->Apply(SweepKeys);
+BENCHMARK(BM_SweepGqaDecodeInt8)->Apply(SweepKeys);
+BENCHMARK(BM_SweepGqaReadInt8)->Apply(SweepKeys);
 
 void BM_SweepAdditive(benchmark::State& state) {
   constexpr int64_t kQueries = 16, kSize = 64;
