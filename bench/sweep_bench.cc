@@ -137,26 +137,9 @@ BENCHMARK(BM_SweepMatmul)->Apply(SweepKeys);
 
 constexpr int64_t kGqaHeads = 8, kGqaKvHeads = 2;
 
-// The bytes the cache holds for the step's keys.
-double HeldBytes(const KvCache& cache) {
-  double bytes = 0;
-  for (const auto& span : internal::KvCacheBytes::Held(cache)) bytes += span.second;
-  return bytes;
-}
-
-void SweepGqaDecode(benchmark::State& state, Precision precision) {
-  KvCacheDecodeCall call(1, state.range(0), kGqaHeads, kGqaKvHeads, kDepth, /*pooled=*/false,
-                         precision);
-  if (!call.status.ok()) {
-    state.SkipWithError(call.status.message().c_str());
-    return;
-  }
-  RunEachIteration(state, SharedEngine(), call);
-  state.SetBytesProcessed(static_cast<int64_t>(HeldBytes(*call.cache)) * state.iterations());
-}
-
-// A read of the same cache's bytes, as cache-resident as the step's.
-void SweepGqaRead(benchmark::State& state, Precision precision) {
+// The step (`read` false) or a read of the bytes its cache holds, as
+// cache-resident as the step's (`read` true); bytes/s counts those bytes.
+void SweepGqa(benchmark::State& state, Precision precision, bool read) {
   KvCacheDecodeCall call(1, state.range(0), kGqaHeads, kGqaKvHeads, kDepth, /*pooled=*/false,
                          precision);
   if (!call.status.ok()) {
@@ -165,16 +148,22 @@ void SweepGqaRead(benchmark::State& state, Precision precision) {
   }
   const std::vector<std::pair<const void*, size_t>> held =
       internal::KvCacheBytes::Held(*call.cache);
-  for (auto _ : state) benchmark::DoNotOptimize(SecondsToRead(held));
-  state.SetBytesProcessed(static_cast<int64_t>(HeldBytes(*call.cache)) * state.iterations());
+  if (read) {
+    for (auto _ : state) benchmark::DoNotOptimize(SecondsToRead(held));
+  } else {
+    RunEachIteration(state, SharedEngine(), call);
+  }
+  double bytes = 0;
+  for (const auto& span : held) bytes += static_cast<double>(span.second);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
 }
 
-void BM_SweepGqaDecodeFp32(benchmark::State& state) { SweepGqaDecode(state, Precision::kFp32); }
-void BM_SweepGqaDecodeBf16(benchmark::State& state) { SweepGqaDecode(state, Precision::kBf16); }
-void BM_SweepGqaDecodeInt8(benchmark::State& state) { SweepGqaDecode(state, Precision::kInt8); }
-void BM_SweepGqaReadFp32(benchmark::State& state) { SweepGqaRead(state, Precision::kFp32); }
-void BM_SweepGqaReadBf16(benchmark::State& state) { SweepGqaRead(state, Precision::kBf16); }
-void BM_SweepGqaReadInt8(benchmark::State& state) { SweepGqaRead(state, Precision::kInt8); }
+void BM_SweepGqaDecodeFp32(benchmark::State& state) { SweepGqa(state, Precision::kFp32, false); }
+void BM_SweepGqaDecodeBf16(benchmark::State& state) { SweepGqa(state, Precision::kBf16, false); }
+void BM_SweepGqaDecodeInt8(benchmark::State& state) { SweepGqa(state, Precision::kInt8, false); }
+void BM_SweepGqaReadFp32(benchmark::State& state) { SweepGqa(state, Precision::kFp32, true); }
+void BM_SweepGqaReadBf16(benchmark::State& state) { SweepGqa(state, Precision::kBf16, true); }
+void BM_SweepGqaReadInt8(benchmark::State& state) { SweepGqa(state, Precision::kInt8, true); }
 BENCHMARK(BM_SweepGqaDecodeFp32)->Apply(SweepKeys);
 BENCHMARK(BM_SweepGqaReadFp32)->Apply(SweepKeys);
 BENCHMARK(BM_SweepGqaDecodeBf16)->Apply(SweepKeys);
