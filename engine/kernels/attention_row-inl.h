@@ -142,9 +142,9 @@ HWY_INLINE V KeySums(D d, const V* HWY_RESTRICT qv, const float* HWY_RESTRICT ro
 // kWhole, else the first `count` < 16, the last key standing in for the
 // missing ones (their scores not stored). The keys' sums go through memory,
 // a key at a time, then are reduced together (QuadSums, BlockSums16) into
-// one vector of scores: the loop over keys unrolled sixteen times read K
-// from L2 at about 120 GB/s against 160 so (an AMD EPYC Zen 5, 1,024 keys
-// of D 64, alternated in one process).
+// one vector of scores. Unrolled over the sixteen keys instead, the kernel
+// read K from L2 at about 120 GB/s against 160 (an AMD EPYC Zen 5, 1,024
+// keys of D 64, in one process).
 template <size_t kVectors, bool kWhole, class D, class V = hn::Vec<D>>
 HWY_INLINE void ScoreSixteenKeys(D d, const V* HWY_RESTRICT qv, const float* HWY_RESTRICT row,
                                  int64_t k_row_stride, size_t count, V scaling,

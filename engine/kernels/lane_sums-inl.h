@@ -76,12 +76,12 @@ HWY_INLINE void StoreSums4(D d, const V* HWY_RESTRICT sums, float scale, size_t 
 #if HWY_TARGET <= HWY_AVX3
 // The lane sums of sixteen keys' accumulators, key i's in lane i, each by
 // StoreSums4's tree: QuadSums on each four keys, then blocks (0 + 2) +
-// (1 + 3), four keys' blocks moved together (quads[g] holds keys 4g..4g+3).
+// (1 + 3), four keys' blocks moved together (quad g holds keys 4g..4g+3).
 // So a key's sum has the same bits here as there.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V BlockSums16(D d, V quad0, V quad1, V quad2, V quad3) {
   (void)d;
-  // Blocks of a and b picked by kImm (_mm512_shuffle_f32x4: two of a, two of b).
+  // Blocks of a and b picked by imm (_mm512_shuffle_f32x4: two of a, two of b).
   const auto blocks = [](V a, V b, auto imm) HWY_ATTR {
     return V{_mm512_shuffle_f32x4(a.raw, b.raw, decltype(imm)::value)};
   };
