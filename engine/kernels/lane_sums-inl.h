@@ -1,6 +1,6 @@
 // Lane sums of four accumulators at once, for the row kernels over floats
-// (attention_row-inl.h) and over bf16 words (attention_row_cached.cc):
-// included once per Highway target.
+// (attention_row-inl.h, score_rows_held-inl.h) and over bf16 words
+// (attention_row_cached.cc): included once per Highway target.
 #if defined(ATTNSCORE_KERNELS_LANE_SUMS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTNSCORE_KERNELS_LANE_SUMS_INL_H_
 #undef ATTNSCORE_KERNELS_LANE_SUMS_INL_H_
