@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <random>
 #include <set>
 #include <string>
@@ -139,14 +140,37 @@ double ValidKeys(const std::vector<int64_t>& lens, int64_t queries, int64_t keys
   return total;
 }
 
+namespace {
+constexpr std::align_val_t kLine{64};
+}  // namespace
+
+void LineFloats::Free::operator()(float* p) const { ::operator delete[](p, kLine); }
+
+LineFloats::LineFloats(const std::vector<float>& values, size_t offset)
+    : buffer_(
+          static_cast<float*>(::operator new[]((values.size() + offset) * sizeof(float), kLine))),
+      data_(buffer_.get() + offset) {
+  std::copy(values.begin(), values.end(), data_);
+}
+
+namespace {
+void ReadLoop(benchmark::State& state, const float* data) {
+  const auto floats = static_cast<size_t>(state.range(0) / 4);
+  for (auto _ : state) benchmark::DoNotOptimize(kernels::MaxAbs(data, floats));
+  state.SetBytesProcessed(state.range(0) * state.iterations());
+}
+}  // namespace
+
 void CachedRead(benchmark::State& state) {
   SharedEngine();
-  const int64_t floats = state.range(0) / 4;
-  const std::vector<float> data = RandomFloats(floats, 5);
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(kernels::MaxAbs(data.data(), static_cast<size_t>(floats)));
-  }
-  state.SetBytesProcessed(state.range(0) * state.iterations());
+  const std::vector<float> data = RandomFloats(state.range(0) / 4, 5);
+  ReadLoop(state, data.data());
+}
+
+void CachedReadOnLines(benchmark::State& state) {
+  SharedEngine();
+  const LineFloats data(RandomFloats(state.range(0) / 4, 5));
+  ReadLoop(state, data.data());
 }
 
 namespace {

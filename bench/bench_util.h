@@ -60,6 +60,23 @@ void RunEachIteration(benchmark::State& state, const Engine& engine, Call& call)
 // n floats ~ N(0, 1), fixed seed.
 std::vector<float> RandomFloats(int64_t n, uint32_t seed);
 
+// A copy of `values` from `offset` floats past a 64-byte line. On the line
+// (offset 0) as PyTorch allocates a tensor (posix_memalign to 64 bytes, on
+// small pages); a std::vector's floats lie where malloc puts them, 16 bytes
+// past a line for a large one.
+class LineFloats {
+ public:
+  explicit LineFloats(const std::vector<float>& values, size_t offset = 0);
+  const float* data() const { return data_; }
+
+ private:
+  struct Free {
+    void operator()(float* p) const;
+  };
+  std::unique_ptr<float[], Free> buffer_;
+  float* data_;
+};
+
 // Weights as nn.Linear initialises them: uniform in ±1/sqrt(fan_in).
 std::vector<float> LinearWeights(int64_t out_features, int64_t in_features, uint32_t seed);
 
@@ -84,6 +101,8 @@ double ValidKeys(const std::vector<int64_t>& lens, int64_t queries, int64_t keys
 // with one vector load and max per vector (kernels::MaxAbs at the Highway
 // target in use), which outruns the caches beyond L1. Bytes/s is the rate.
 void CachedRead(benchmark::State& state);
+// The same read of bytes on 64-byte lines (LineFloats).
+void CachedReadOnLines(benchmark::State& state);
 
 // Two calls timed against each other, alternated within one process: on a
 // shared, noisy machine two separate runs differ by more than the ratios

@@ -5,8 +5,9 @@
         [--min-time SECONDS] [--torch | --no-torch] [--max-keys 131072]
         [--out-dir docs]
 
-Runs BUILD/bin/attnscore_bench's sweep (bench/sweep_bench.cc: decode, causal
-prefill, the multi-head op's causal prefill with 8 heads (M up to 16,384),
+Runs BUILD/bin/attnscore_bench's sweep (bench/sweep_bench.cc: decode, also
+with its inputs 16 bytes past a 64-byte line (all others lie on lines, as
+PyTorch's tensors do), causal prefill, the multi-head op's causal prefill with 8 heads (M up to 16,384),
 additive attention on one batch entry, and GQA decode from a KvCache in
 fp32, bf16 and int8 (8 query heads over 2 KV heads), M = 64 to 131,072
 doubling, or up to --max-keys, each beside its limit at the same M) once
@@ -63,10 +64,12 @@ REPO_ROOT = report.REPO_ROOT
 THREADS = (1, 2)
 CACHE_PRECISIONS = ("fp32", "bf16", "int8")  # a KvCache's, as BM_SweepGqaDecode* names them
 GQA = tuple("GQA decode %s" % p for p in CACHE_PRECISIONS)
-WORKLOADS = ("decode", "prefill", "multi-head prefill", "additive") + GQA
-FAMILY = {"decode": "BM_SweepDecode", "prefill": "BM_SweepPrefill",
+WORKLOADS = ("decode", "decode off lines", "prefill", "multi-head prefill", "additive") + GQA
+FAMILY = {"decode": "BM_SweepDecode", "decode off lines": "BM_SweepDecodeOffLines",
+          "prefill": "BM_SweepPrefill",
           "multi-head prefill": "BM_SweepMultiHeadPrefill", "additive": "BM_SweepAdditive"}
-LIMIT = {"decode": "BM_SweepRead", "prefill": "BM_SweepMatmul",
+LIMIT = {"decode": "BM_SweepRead", "decode off lines": "BM_SweepRead",
+         "prefill": "BM_SweepMatmul",
          "multi-head prefill": "BM_SweepMatmul", "additive": "BM_SweepAdditiveKernel"}
 for _p, _w in zip(CACHE_PRECISIONS, GQA):
     FAMILY[_w] = "BM_SweepGqaDecode" + _p.capitalize()
@@ -110,7 +113,7 @@ def bench_filter(max_keys):
     keys = [FEWEST_KEYS << i for i in range((max_keys // FEWEST_KEYS).bit_length())]
     if max_keys == MOST_KEYS:
         return "BM_Sweep"
-    return "BM_Sweep(Decode|Prefill|MultiHeadPrefill|Matmul|Additive)/keys:(%s)/|" \
+    return "BM_Sweep(Decode|DecodeOffLines|Prefill|MultiHeadPrefill|Matmul|Additive)/keys:(%s)/|" \
         "BM_SweepGqa(Decode|Read)(Fp32|Bf16|Int8)/keys:(%s)/|" \
         "BM_SweepAdditiveKernel/|" \
         "BM_SweepRead/bytes:(%s)/" % ("|".join(map(str, keys)),
@@ -151,7 +154,7 @@ def series(runs):
         a = report.args_of(name)
         m = a["bytes"] // (2 * DEPTH * 4) if "bytes" in a else a["keys"]
         by_family.setdefault(report.family(name), {})[m] = b
-    rate = {"decode": report.gbps, "prefill": report.gflops,
+    rate = {"decode": report.gbps, "decode off lines": report.gbps, "prefill": report.gflops,
             "multi-head prefill": report.gflops, "additive": report.per_ns}
     rate.update((w, report.gbps) for w in GQA)
     out = {}
@@ -231,12 +234,15 @@ def time_text(seconds):
     return "%.1f" % us if us < 1000 else "%.0f" % us
 
 
-UNITS = {"decode": ("GB/s", "read of K and V"), "prefill": ("GFLOP/s", "oneDNN matmul"),
+UNITS = {"decode": ("GB/s", "read of K and V"), "decode off lines": ("GB/s", "read of K and V"),
+         "prefill": ("GFLOP/s", "oneDNN matmul"),
          "multi-head prefill": ("GFLOP/s", "oneDNN matmul"),
          "additive": ("triples/ns", "score kernel alone")}
 UNITS.update((w, ("GB/s", "read of the cache's K and V")) for w in GQA)
 TITLES = {
     "decode": "Decode: N = 1, every key valid",
+    "decode off lines": "Decode with Q, K and V 16 bytes past a 64-byte line (a large "
+                        "std::vector's or NumPy array's placement)",
     "prefill": "Prefill: N = M, query i sees keys 0..i",
     "multi-head prefill": "Multi-head prefill: 8 heads of 64, N = M, causal",
     "additive": "Additive attention: N = 16, Dq = Dk = H = Dv = 64, every key valid",
@@ -317,7 +323,8 @@ def plot(ours, torch_times, time_png, limit_png):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    colours = {"decode": "tab:blue", "prefill": "tab:red", "multi-head prefill": "tab:purple",
+    colours = {"decode": "tab:blue", "decode off lines": "tab:gray", "prefill": "tab:red",
+               "multi-head prefill": "tab:purple",
                "additive": "tab:green", "GQA decode fp32": "tab:cyan",
                "GQA decode bf16": "tab:olive", "GQA decode int8": "tab:brown"}
     fig, ax = plt.subplots(figsize=(8, 5.5))
@@ -327,7 +334,7 @@ def plot(ours, torch_times, time_png, limit_png):
             ms = sorted(pts)
             ax.plot(ms, [pts[m][0] * 1e6 for m in ms], style, marker="o", markersize=3,
                     color=colours[w], label="%s, attnscore, %d thread%s" % (w, n, "s" * (n > 1)))
-        if torch_times:
+        if torch_times and torch_times[1][w]:
             pts = torch_times[1][w]
             ms = sorted(pts)
             ax.plot(ms, [pts[m] * 1e6 for m in ms], ":", marker="x", markersize=4,
@@ -351,7 +358,10 @@ def page(facts, command, bench_cmds, ours, torch_times, torch_blas):
         "",
         report.para(
             "One batch entry, D = Dv = 64, the key count M from 64 to 131,072, doubling: "
-            "decode (one query), causal prefill (M queries, query i seeing keys 0..i, as "
+            "decode (one query), the same decode with Q, K and V 16 bytes past a 64-byte "
+            "line (where malloc puts a large std::vector's floats, and NumPy an array's; "
+            "every other workload's inputs lie on lines, as PyTorch allocates a tensor's), "
+            "causal prefill (M queries, query i seeing keys 0..i, as "
             "per-query lengths), the multi-head op's causal prefill with 8 heads (M up to "
             "16,384), additive attention (16 queries), and GQA decode from a KvCache in "
             "each of its precisions (8 query heads over 2 KV heads, one query each). Each "

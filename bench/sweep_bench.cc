@@ -4,6 +4,11 @@
 // leaves them out) and draws docs/sweep.md:
 //   BM_SweepDecode    N = 1, every key valid. bytes/s counts K and V read
 //                     once; BM_SweepRead reads as many bytes.
+//   BM_SweepDecodeOffLines  the same with Q, K and V 16 bytes past a 64-byte
+//                     line, where malloc puts a large std::vector's floats
+//                     (and NumPy an array's); every other workload's inputs
+//                     lie on lines, as PyTorch allocates a tensor's
+//                     (LineFloats).
 //   BM_SweepPrefill   N = M, query i sees keys 0..i (the per-query lengths of
 //                     causal self-attention). GFLOP/s counts visible keys
 //                     only, 2 (D + Dv) per (query, key); BM_SweepMatmul is one
@@ -50,13 +55,15 @@ void SweepKeys(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 
-// N queries over M keys of one entry with per-query lengths `lens` (N).
-void RunDotProduct(benchmark::State& state, int64_t queries, const std::vector<int64_t>& lens) {
+// N queries over M keys of one entry with per-query lengths `lens` (N), Q,
+// K and V `offset` floats past a 64-byte line.
+void RunDotProduct(benchmark::State& state, int64_t queries, const std::vector<int64_t>& lens,
+                   size_t offset = 0) {
   const int64_t keys = state.range(0);
   const Engine& engine = SharedEngine();
-  const std::vector<float> q = RandomFloats(queries * kDepth, 1);
-  const std::vector<float> k = RandomFloats(keys * kDepth, 2);
-  const std::vector<float> v = RandomFloats(keys * kDepth, 3);
+  const LineFloats q(RandomFloats(queries * kDepth, 1), offset);
+  const LineFloats k(RandomFloats(keys * kDepth, 2), offset);
+  const LineFloats v(RandomFloats(keys * kDepth, 3), offset);
   std::vector<float> out(static_cast<size_t>(queries * kDepth));
   const ImplementationLabel label;
   for (auto _ : state) {
@@ -79,7 +86,12 @@ void RunDotProduct(benchmark::State& state, int64_t queries, const std::vector<i
 void BM_SweepDecode(benchmark::State& state) { RunDotProduct(state, 1, {state.range(0)}); }
 BENCHMARK(BM_SweepDecode)->Apply(SweepKeys);
 
-void BM_SweepRead(benchmark::State& state) { CachedRead(state); }
+void BM_SweepDecodeOffLines(benchmark::State& state) {
+  RunDotProduct(state, 1, {state.range(0)}, /*offset=*/4);
+}
+BENCHMARK(BM_SweepDecodeOffLines)->Apply(SweepKeys);
+
+void BM_SweepRead(benchmark::State& state) { CachedReadOnLines(state); }
 // K and V of the decode at each M: M (D + Dv) floats.
 BENCHMARK(BM_SweepRead)
     ->ArgName("bytes")
@@ -99,9 +111,9 @@ BENCHMARK(BM_SweepPrefill)->Apply(SweepKeys);
 void BM_SweepMultiHeadPrefill(benchmark::State& state) {
   const int64_t keys = state.range(0), heads = kMultiHeadHeads;
   const Engine& engine = SharedEngine();
-  const std::vector<float> q = RandomFloats(keys * heads * kDepth, 1);
-  const std::vector<float> k = RandomFloats(keys * heads * kDepth, 2);
-  const std::vector<float> v = RandomFloats(keys * heads * kDepth, 3);
+  const LineFloats q(RandomFloats(keys * heads * kDepth, 1));
+  const LineFloats k(RandomFloats(keys * heads * kDepth, 2));
+  const LineFloats v(RandomFloats(keys * heads * kDepth, 3));
   std::vector<float> out(static_cast<size_t>(keys * heads * kDepth));
   MultiHeadOptions options;
   options.causal = Causal::kBottomRight;
@@ -182,9 +194,9 @@ void BM_SweepAdditive(benchmark::State& state) {
                                        ConstTensor(w_k.data(), {kSize, kSize}),
                                        ConstTensor(w_v.data(), {1, kSize}), &model);
   if (!s.ok()) state.SkipWithError(s.message().c_str());
-  const std::vector<float> q = RandomFloats(kQueries * kSize, 1);
-  const std::vector<float> k = RandomFloats(keys * kSize, 2);
-  const std::vector<float> v = RandomFloats(keys * kSize, 3);
+  const LineFloats q(RandomFloats(kQueries * kSize, 1));
+  const LineFloats k(RandomFloats(keys * kSize, 2));
+  const LineFloats v(RandomFloats(keys * kSize, 3));
   std::vector<float> out(static_cast<size_t>(kQueries * kSize));
   const ImplementationLabel label;
   for (auto _ : state) {

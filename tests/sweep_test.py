@@ -78,7 +78,8 @@ class Sweep(unittest.TestCase):
             png_text_chunks(os.path.join(self.out, png))  # a well-formed PNG
 
     def test_a_row_per_key_count_with_its_share_of_the_limit(self):
-        for heading in ("## Decode", "## Prefill", "## Multi-head prefill", "## Additive",
+        for heading in ("## Decode:", "## Decode with", "## Prefill", "## Multi-head prefill",
+                        "## Additive",
                         "## GQA decode from a KvCache in fp32",
                         "## GQA decode from a KvCache in bf16",
                         "## GQA decode from a KvCache in int8"):
@@ -105,6 +106,14 @@ class Sweep(unittest.TestCase):
                 flops = heads * 2 * 128 * m * (m + 1) / 2
                 self.assertAlmostEqual(rate, flops / (us * 1e-6) / 1e9, delta=0.02 * rate + 0.05)
 
+    def test_decode_on_and_off_lines_count_the_same_bytes(self):
+        # K and V of D 64 in fp32: 512 bytes a key, wherever they lie.
+        for heading in ("## Decode:", "## Decode with"):
+            for r in table_rows(self.page, heading):
+                m, (us_low, us_high), rate = int(r[0]), shown_bounds(r[1]), float(r[2])
+                self.assertGreaterEqual(rate * us_high * 1e3 * 1.005, 512 * m, (heading, r))
+                self.assertLessEqual(rate * us_low * 1e3 * 0.995, 512 * m, (heading, r))
+
     def test_gqa_decode_counts_the_bytes_its_cache_holds(self):
         # 2 KV heads of D 64, K and V: 4 bytes an element in fp32, 2 in bf16;
         # in int8 a byte a code, and the scales beside them (under a byte more).
@@ -117,7 +126,8 @@ class Sweep(unittest.TestCase):
 
     def test_trend_rows_name_every_series(self):
         rows = table_rows(self.page, "## Trend")
-        limits = {"decode": "read of K and V", "prefill": "oneDNN matmul",
+        limits = {"decode": "read of K and V", "decode off lines": "read of K and V",
+                  "prefill": "oneDNN matmul",
                   "multi-head prefill": "oneDNN matmul", "additive": "score kernel alone"}
         limits.update(("GQA decode %s" % p, "read of the cache's K and V")
                       for p in ("fp32", "bf16", "int8"))
@@ -138,8 +148,8 @@ class Sweep(unittest.TestCase):
     def test_command_to_regenerate(self):
         self.assertIn("bench/sweep.py --build", self.page)
         self.assertIn("--max-keys 256", self.page)
-        self.assertIn("--benchmark_filter='BM_Sweep(Decode|Prefill|MultiHeadPrefill|Matmul|"
-                      "Additive)/keys:(64|128|256)/|"
+        self.assertIn("--benchmark_filter='BM_Sweep(Decode|DecodeOffLines|Prefill|"
+                      "MultiHeadPrefill|Matmul|Additive)/keys:(64|128|256)/|"
                       "BM_SweepGqa(Decode|Read)(Fp32|Bf16|Int8)/keys:(64|128|256)/|"
                       "BM_SweepAdditiveKernel/|"
                       "BM_SweepRead/bytes:(32768|65536|131072)/'", self.page)
