@@ -7,10 +7,10 @@
 
 Runs BUILD/bin/attnscore_bench's sweep (bench/sweep_bench.cc: decode, also
 with its inputs 16 bytes past a 64-byte line (all others lie on lines, as
-PyTorch's tensors do), causal prefill, the multi-head op's causal prefill with 8 heads (M up to 16,384),
-additive attention on one batch entry, and GQA decode from a KvCache in
-fp32, bf16 and int8 (8 query heads over 2 KV heads), M = 64 to 131,072
-doubling, or up to --max-keys, each beside its limit at the same M) once
+PyTorch's tensors do), causal prefill, the multi-head op's causal prefill
+with 8 heads (M up to 16,384), additive attention on one batch entry, and
+GQA decode from a KvCache in fp32, bf16 and int8 (8 query heads over 2 KV
+heads), M = 64 to 131,072 doubling, or up to --max-keys, each beside its limit at the same M) once
 with --threads 1 and once with --threads 2, then, with --torch, the PyTorch
 seed modules (tools/seed_modules.py) on the same shapes with
 torch.set_num_threads(1) and (2), where their inputs, scores and mask fit
@@ -113,7 +113,8 @@ def bench_filter(max_keys):
     keys = [FEWEST_KEYS << i for i in range((max_keys // FEWEST_KEYS).bit_length())]
     if max_keys == MOST_KEYS:
         return "BM_Sweep"
-    return "BM_Sweep(Decode|DecodeOffLines|Prefill|MultiHeadPrefill|Matmul|Additive)/keys:(%s)/|" \
+    return "BM_Sweep(Decode|DecodeOffLines|Prefill|MultiHeadPrefill|Matmul|Additive)" \
+        "/keys:(%s)/|" \
         "BM_SweepGqa(Decode|Read)(Fp32|Bf16|Int8)/keys:(%s)/|" \
         "BM_SweepAdditiveKernel/|" \
         "BM_SweepRead/bytes:(%s)/" % ("|".join(map(str, keys)),
