@@ -238,6 +238,10 @@ BENCHMARK(BM_KvCacheDecodeAgainstRead)
     ->Args({4, 2048, 16, 4, 64, 0})
     ->Args({4, 2048, 16, 4, 64, 1})
     ->Args({4, 2048, 16, 4, 64, 2})
+    // A row alone per KV head (Hq = Hkv), where the cached mixes once ran
+    // a vector of columns at a time.
+    ->Args({1, 1024, 8, 8, 64, 1})
+    ->Args({1, 1024, 8, 8, 64, 2})
     ->Iterations(15)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

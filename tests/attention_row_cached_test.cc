@@ -38,8 +38,9 @@ std::vector<uint16_t> Words(size_t n, uint32_t seed) {
 }
 
 // Depths and value widths on and off every target's vector width and the
-// mix's strips, key counts off the 16-key groups, unequal rows, a row
-// with no keys, one to eight rows (tiles of four and fewer).
+// mix's strips, key counts off the 16-key groups and the score kernel's
+// passes of 2 and 4 groups, unequal rows, a row with no keys, one to eight
+// rows (tiles of four and fewer).
 struct Case {
   size_t depth, value_dim;
   std::vector<size_t> keys;  // per row
@@ -52,6 +53,7 @@ const Case kCases[] = {
     {1, 1, {9}},
     {128, 128, {70, 70, 70, 70, 70, 70, 70, 70}},
     {16, 200, {3, 129, 128, 1, 0, 2, 77}},
+    {24, 181, {40, 33}},  // two rows: strips of 8, 4 (AVX2), 2 and 1 vectors, then 5 columns
 };
 
 bool SameBits(const float* a, const float* b, size_t n) {

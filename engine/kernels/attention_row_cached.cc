@@ -119,6 +119,13 @@ HWY_INLINE void MixRange(D d, const float* const* HWY_RESTRICT w, size_t from, s
   for (; c + kStrip * lanes <= value_dim; c += kStrip * lanes) {
     MixStrip<kRows, kStrip>(d, w, from, to, v, c, out);
   }
+  // The vectors left in strips of 4, 2, then 1: each column's sum is one
+  // chain of multiply-adds, a key's latency long, so the narrower the
+  // strip, the fewer chains run side by side. A row alone (Hq = Hkv) of Dv
+  // 64 left in strips of one vector, 8 heads of 1,024 keys from a bf16
+  // cache took 51-64 µs, 64% of it in the mixes, against 31-35 µs.
+  for (; c + 4 * lanes <= value_dim; c += 4 * lanes) MixStrip<kRows, 4>(d, w, from, to, v, c, out);
+  for (; c + 2 * lanes <= value_dim; c += 2 * lanes) MixStrip<kRows, 2>(d, w, from, to, v, c, out);
   for (; c + lanes <= value_dim; c += lanes) MixStrip<kRows, 1>(d, w, from, to, v, c, out);
   for (; c < value_dim; ++c) {
     for (size_t r = 0; r < kRows; ++r) {
@@ -226,74 +233,106 @@ struct Int8GroupKeys {
   }
 };
 
-// scale · the scores of a chunk of keys (a vector of them, within one
-// group) for kRows rows: channel by channel, the keys' floats, then each
-// row's multiply-add, even and odd channels in two chains (twice the
-// independent chains, which the multiply-adds' latency needs). Row r keeps
-// its first count[r] scores.
-template <size_t kRows, class D, class Chunk>
-HWY_INLINE void ScoreChunk(D d, const float* const* HWY_RESTRICT q, size_t depth,
-                           const Chunk& chunk, float scale, const size_t* HWY_RESTRICT count,
-                           float* const* HWY_RESTRICT scores) {
+// scale · the scores of kChunks chunks of keys (a vector of them each,
+// within one group) for kRows rows: channel by channel, the keys' floats,
+// then each row's multiply-add, even and odd channels in two chains. Each
+// lane's chains are its own key's, whatever kChunks. Row r of chunk i
+// keeps its first count[i][r] scores.
+template <size_t kRows, size_t kChunks, class D, class Chunk>
+HWY_INLINE void ScoreChunks(D d, const float* const* HWY_RESTRICT q, size_t depth,
+                            const Chunk* chunks, float scale,
+                            const size_t (*HWY_RESTRICT count)[kCachedTileRows],
+                            float* const (*HWY_RESTRICT scores)[kCachedTileRows]) {
   using V = hn::Vec<D>;
-  V acc[2][kRows];
-  for (size_t r = 0; r < kRows; ++r) acc[0][r] = acc[1][r] = hn::Zero(d);
+  V acc[kChunks][2][kRows];
+  for (size_t i = 0; i < kChunks; ++i) {
+    for (size_t r = 0; r < kRows; ++r) acc[i][0][r] = acc[i][1][r] = hn::Zero(d);
+  }
   const auto add_channel = [&](size_t c, V key, V* sums) HWY_ATTR {
     for (size_t r = 0; r < kRows; ++r) sums[r] = hn::MulAdd(hn::Set(d, q[r][c]), key, sums[r]);
   };
   size_t c = 0;
   for (; c + 2 <= depth; c += 2) {
-    V even = hn::Zero(d), odd = even;
-    chunk.Pair(d, c, &even, &odd);
-    add_channel(c, even, acc[0]);
-    add_channel(c + 1, odd, acc[1]);
+    for (size_t i = 0; i < kChunks; ++i) {
+      V even = hn::Zero(d), odd = even;
+      chunks[i].Pair(d, c, &even, &odd);
+      add_channel(c, even, acc[i][0]);
+      add_channel(c + 1, odd, acc[i][1]);
+    }
   }
-  if (c < depth) add_channel(c, chunk.Channel(d, c), acc[0]);
+  if (c < depth) {
+    for (size_t i = 0; i < kChunks; ++i) add_channel(c, chunks[i].Channel(d, c), acc[i][0]);
+  }
   alignas(64) float lanes[kGroup];
-  for (size_t r = 0; r < kRows; ++r) {
-    const V sum = hn::Mul(hn::Add(acc[0][r], acc[1][r]), hn::Set(d, scale));
-    if (count[r] == hn::Lanes(d)) {
-      hn::StoreU(sum, d, scores[r]);
-    } else if (count[r] > 0) {
-      hn::Store(sum, d, lanes);
-      std::copy(lanes, lanes + count[r], scores[r]);
+  for (size_t i = 0; i < kChunks; ++i) {
+    for (size_t r = 0; r < kRows; ++r) {
+      const V sum = hn::Mul(hn::Add(acc[i][0][r], acc[i][1][r]), hn::Set(d, scale));
+      if (count[i][r] == hn::Lanes(d)) {
+        hn::StoreU(sum, d, scores[i][r]);
+      } else if (count[i][r] > 0) {
+        hn::Store(sum, d, lanes);
+        std::copy(lanes, lanes + count[i][r], scores[i][r]);
+      }
     }
   }
 }
 
-// A tile of rows goes through the keys a vector of them at a time (a group
-// of kCachedKeyGroup keys is whole vectors), each row keeping its own keys'.
+// A tile of kRows rows goes through the keys kChunks vectors of them at a
+// time (a group of kCachedKeyGroup keys is whole vectors), then one, each
+// row keeping its own keys'. A row alone takes four chunks, eight chains
+// where one chunk gave it two: 8 heads of 1,024 keys from a bf16 cache
+// (Hq = Hkv, Dv 64) took 28-35 µs against 35-40, of 16,384 keys 0.88-0.98
+// ms against 1.02-1.08 (an AMD EPYC Zen 5). Tiles of two and four rows
+// with two chunks ran 5-11% faster from caches in L2 and L3, but 1.3-1.8x
+// slower from memory (GQA decode of 65,536 keys, D 64): they take one.
+template <size_t kRows, class D, class Keys>
+HWY_INLINE void ScoreTile(D d, const float* const* HWY_RESTRICT q, size_t depth, const Keys& k,
+                          const size_t* HWY_RESTRICT keys, float scale,
+                          float* const* HWY_RESTRICT scores) {
+  constexpr size_t kChunks = kRows == 1 ? 4 : 1;
+  const size_t lanes = hn::Lanes(d);
+  size_t longest = 0;
+  for (size_t r = 0; r < kRows; ++r) longest = std::max(longest, keys[r]);
+  size_t count[kChunks][kCachedTileRows] = {};
+  float* out[kChunks][kCachedTileRows] = {};
+  using Chunk = decltype(k.At(0));
+  const auto set_chunk = [&](size_t i, size_t j0) {
+    for (size_t r = 0; r < kRows; ++r) {
+      count[i][r] = keys[r] > j0 ? std::min(lanes, keys[r] - j0) : 0;
+      out[i][r] = scores[r] + j0;
+    }
+    return k.At(j0);
+  };
+  size_t j0 = 0;
+  for (; j0 + (kChunks - 1) * lanes < longest; j0 += kChunks * lanes) {
+    Chunk chunks[kChunks];
+    for (size_t i = 0; i < kChunks; ++i) chunks[i] = set_chunk(i, j0 + i * lanes);
+    ScoreChunks<kRows, kChunks>(d, q, depth, chunks, scale, count, out);
+  }
+  for (; j0 < longest; j0 += lanes) {
+    const Chunk chunk = set_chunk(0, j0);
+    ScoreChunks<kRows, 1>(d, q, depth, &chunk, scale, count, out);
+  }
+}
+
 template <class Keys>
 HWY_INLINE void ScoreGroupedRows(size_t rows, const float* const* HWY_RESTRICT q, size_t depth,
                                  const Keys& k, const size_t* HWY_RESTRICT keys, float scale,
                                  float* const* HWY_RESTRICT scores) {
   const hn::CappedTag<float, kGroup> d;
-  const size_t lanes = hn::Lanes(d);
   for (size_t r0 = 0; r0 < rows; r0 += kCachedTileRows) {
-    const size_t n = std::min(kCachedTileRows, rows - r0);
-    size_t longest = 0;
-    for (size_t r = r0; r < r0 + n; ++r) longest = std::max(longest, keys[r]);
-    size_t count[kCachedTileRows] = {};
-    float* out[kCachedTileRows] = {};
-    for (size_t j0 = 0; j0 < longest; j0 += lanes) {
-      for (size_t r = 0; r < n; ++r) {
-        count[r] = keys[r0 + r] > j0 ? std::min(lanes, keys[r0 + r] - j0) : 0;
-        out[r] = scores[r0 + r] + j0;
-      }
-      const auto chunk = k.At(j0);
-      switch (n) {
-        case 1:
-          ScoreChunk<1>(d, q + r0, depth, chunk, scale, count, out);
-          break;
-        case 2:
-          ScoreChunk<2>(d, q + r0, depth, chunk, scale, count, out);
-          break;
-        case 3:
-          ScoreChunk<3>(d, q + r0, depth, chunk, scale, count, out);
-          break;
-        default:
-          ScoreChunk<4>(d, q + r0, depth, chunk, scale, count, out);
-      }
+    switch (std::min(kCachedTileRows, rows - r0)) {
+      case 1:
+        ScoreTile<1>(d, q + r0, depth, k, keys + r0, scale, scores + r0);
+        break;
+      case 2:
+        ScoreTile<2>(d, q + r0, depth, k, keys + r0, scale, scores + r0);
+        break;
+      case 3:
+        ScoreTile<3>(d, q + r0, depth, k, keys + r0, scale, scores + r0);
+        break;
+      default:
+        ScoreTile<4>(d, q + r0, depth, k, keys + r0, scale, scores + r0);
     }
   }
 }
