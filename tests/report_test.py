@@ -175,6 +175,11 @@ class ShortRun(unittest.TestCase):
     def test_workloads_against_their_limits(self):
         rows = short_run_rows("Against", "## Against their limits, alternated")
         self.assertEqual(sorted((r[0], r[2]) for r in rows), [
+            ("KvCache decode, B 1, Hq 8, Hkv 8, D 64, 1024 keys", "read of the K and V it holds"),
+            ("KvCache decode, B 1, Hq 8, Hkv 8, D 64, 1024 keys, bf16 cache",
+             "read of the K and V it holds"),
+            ("KvCache decode, B 1, Hq 8, Hkv 8, D 64, 1024 keys, int8 cache",
+             "read of the K and V it holds"),
             ("KvCache decode, B 4, Hq 16, Hkv 4, D 64, 2048 keys", "read of the K and V it holds"),
             ("KvCache decode, B 4, Hq 16, Hkv 4, D 64, 2048 keys, bf16 cache",
              "read of the K and V it holds"),
