@@ -122,8 +122,8 @@ HWY_INLINE void MixRange(D d, const float* const* HWY_RESTRICT w, size_t from, s
   // The vectors left in strips of 4, 2, then 1: each column's sum is one
   // chain of multiply-adds, a key's latency long, so the narrower the
   // strip, the fewer chains run side by side. A row alone (Hq = Hkv) of Dv
-  // 64 left in strips of one vector, 8 heads of 1,024 keys from a bf16
-  // cache took 51-64 µs, 64% of it in the mixes, against 31-35 µs.
+  // 64: 8 heads of 1,024 keys from a bf16 cache took 48-64 µs a call in
+  // strips of one vector (64% of it in the mixes), 35-40 µs in one of four.
   for (; c + 4 * lanes <= value_dim; c += 4 * lanes) MixStrip<kRows, 4>(d, w, from, to, v, c, out);
   for (; c + 2 * lanes <= value_dim; c += 2 * lanes) MixStrip<kRows, 2>(d, w, from, to, v, c, out);
   for (; c + lanes <= value_dim; c += lanes) MixStrip<kRows, 1>(d, w, from, to, v, c, out);
@@ -283,8 +283,9 @@ HWY_INLINE void ScoreChunks(D d, const float* const* HWY_RESTRICT q, size_t dept
 // where one chunk gave it two: 8 heads of 1,024 keys from a bf16 cache
 // (Hq = Hkv, Dv 64) took 28-35 µs against 35-40, of 16,384 keys 0.88-0.98
 // ms against 1.02-1.08 (an AMD EPYC Zen 5). Tiles of two and four rows
-// with two chunks ran 5-11% faster from caches in L2 and L3, but 1.3-1.8x
-// slower from memory (GQA decode of 65,536 keys, D 64): they take one.
+// with two chunks ran 5-11% faster from caches in L2 and L3, but 1.15-1.85x
+// slower from memory (GQA decode of 16,384 and 65,536 keys, D 64): they
+// take one.
 template <size_t kRows, class D, class Keys>
 HWY_INLINE void ScoreTile(D d, const float* const* HWY_RESTRICT q, size_t depth, const Keys& k,
                           const size_t* HWY_RESTRICT keys, float scale,
