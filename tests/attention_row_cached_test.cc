@@ -53,7 +53,7 @@ const Case kCases[] = {
     {1, 1, {9}},
     {128, 128, {70, 70, 70, 70, 70, 70, 70, 70}},
     {16, 200, {3, 129, 128, 1, 0, 2, 77}},
-    {24, 181, {40, 33}},  // two rows: strips of 8, 4 (AVX2), 2 and 1 vectors, then 5 columns
+    {24, 181, {40, 33}},  // two rows: strips of 8, 4 (AVX2), 2, 1 (AVX-512), then 5 columns
 };
 
 bool SameBits(const float* a, const float* b, size_t n) {
