@@ -80,10 +80,13 @@ TEST(ThreadTeam, IsRefusedWhileBusy) {
   EXPECT_TRUE(team->TryRun(2, none)) << "free again once the region ended";
 }
 
-// Every row once, whatever the balance, thread count and number of rows,
-// over many regions; some regions start after the workers went to sleep.
+// Every row once, whatever the balance, thread count (more threads than
+// shares of rows too: kRowShares) and number of rows, over many regions;
+// some regions start after the workers went to sleep, so that the threads
+// awake take the rows of the shares of those still waking.
 TEST(ThreadTeam, ForEachRowRunsEveryRowExactlyOnce) {
-  for (int threads : {2, 3, 8}) {
+  static_assert(kRowShares < 20);
+  for (int threads : {2, 3, 8, 20}) {
     std::unique_ptr<ThreadTeam> team = Team(threads);
     Workspace workspace(threads, team.get());
     for (Balance balance : {Balance::kRuns, Balance::kOneAtATime}) {
