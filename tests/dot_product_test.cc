@@ -601,11 +601,12 @@ TEST(DotProductTilePath, TwoThreadsGiveOneThreadsBitsWhicheverWayTilesAreShared)
 
 class DotProductThreads : public ::testing::TestWithParam<Shape> {};
 INSTANTIATE_TEST_SUITE_P(MatmulAndRowPaths, DotProductThreads,
-                         ::testing::Values(Shape{3, 40, 300, 32, 16},   // oneDNN path, tasks
-                                           Shape{8, 40, 300, 32, 16},   // whole chunks per thread
-                                           Shape{12, 16, 50, 16, 8},    // chunks of 2 entries
-                                           Shape{1, 1024, 2500, 64, 64},  // 5 query blocks, the same
-                                           Shape{6, 1, 300, 32, 16},    // row path
+                         ::testing::Values(Shape{3, 40, 300, 32, 16},  // oneDNN path, tasks
+                                           Shape{8, 40, 300, 32, 16},  // whole chunks per thread
+                                           Shape{12, 16, 50, 16, 8},   // chunks of 2 entries
+                                           Shape{1, 1024, 2500, 64,
+                                                 64},                   // 5 query blocks, the same
+                                           Shape{24, 1, 300, 32, 16},   // row path, whole rows
                                            Shape{1, 1, 3000, 64, 64}),  // one row, 8 key blocks
                          [](const ::testing::TestParamInfo<Shape>& info) {
                            const Shape& s = info.param;
@@ -616,6 +617,11 @@ INSTANTIATE_TEST_SUITE_P(MatmulAndRowPaths, DotProductThreads,
 
 TEST_P(DotProductThreads, ResultsIdenticalForAnyThreadCount) {
   const Shape s = GetParam();
+  if (s.queries <= ops::dot_product::kRowPathMaxQueries) {  // work enough for 2 threads
+    ASSERT_EQ(
+        ops::dot_product::RowPathThreads(2, s.batch, 1, s.queries, s.keys, s.depth + s.value_dim),
+        2);
+  }
   const auto q = RandomFloats(static_cast<size_t>(s.batch * s.queries * s.depth), 41);
   const auto k = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.depth), 42);
   const auto v = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.value_dim), 43);

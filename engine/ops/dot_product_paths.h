@@ -74,6 +74,19 @@ constexpr int64_t kRowTasks = 8;
 constexpr int64_t kMinRowKeyBlock = 256;
 constexpr int64_t kSharedKeyBlockBytes = int64_t{128} << 10;
 
+// The threads worth waking for the row path: a second thread pays only
+// where the call's rows take about kMinSharedRowNanos on one thread. Waking
+// it, sharing the tasks and joining cost 1-3 µs here, and on a Zen 5 each
+// thread ran its tasks of keys in L2 about 1.45x slower while the other ran
+// too. A chunk of r rows over n keys of D + Dv = F features takes about
+// n (F / 128) (3.5 + 1.5 r) ns on one thread (fp32; bf16 and int8 caches
+// within 25%). Measured 2 threads against 1 with D = Dv = 64: one row over
+// 1,024 keys 0.68x, over 2,048 1.14-1.4x; a KvCache's 8 query heads over 2
+// KV heads, 512 keys 0.85x, 1,024 1.3x.
+constexpr double kMinSharedRowNanos = 10e3;
+int RowPathThreads(int threads, int64_t entries, int64_t groups, int64_t group_rows, int64_t keys,
+                   int64_t features);
+
 // The key block for `entries` batch entries of `entry_rows` rows each (an
 // entry's queries, or its query heads), over `keys` keys of D + Dv =
 // `features` floats. It depends on these alone, not on how rows share keys

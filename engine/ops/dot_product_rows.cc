@@ -28,6 +28,16 @@ int64_t RowKeyBlock(int64_t entries, int64_t entry_rows, int64_t keys, int64_t f
   return CeilDiv(CeilDiv(keys, blocks), 16) * 16;
 }
 
+int RowPathThreads(int threads, int64_t entries, int64_t groups, int64_t group_rows, int64_t keys,
+                   int64_t features) {
+  const auto chunks =
+      static_cast<double>(CeilDiv(group_rows, static_cast<int64_t>(kernels::kMaxSharedRows)));
+  const double nanos = static_cast<double>(entries * groups) * static_cast<double>(keys) *
+                       (static_cast<double>(features) / 128.0) *
+                       (3.5 * chunks + 1.5 * static_cast<double>(group_rows));
+  return nanos < kMinSharedRowNanos ? 1 : threads;
+}
+
 namespace {
 
 // A block's softmax statistics and its share of the output, as a task leaves
@@ -349,9 +359,13 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
   ATTNSCORE_RETURN_IF_ERROR(status);
 
   // Merge each row's blocks: weigh block β by sum_β · exp(max_β − max), the
-  // share of the row's softmax denominator its keys hold.
+  // share of the row's softmax denominator its keys hold: 2 FLOPs per
+  // block's output element (and its weights, where asked for, scaled).
+  const double merge_flops =
+      2.0 * static_cast<double>(rows * (blocks * value_dim + (want_attention ? keys : 0)));
   return internal::ForEachRowInParallel(
-      call.workspace, threads, rows, internal::ScratchSlot::kRowBuffer, /*scratch_floats=*/0,
+      call.workspace, internal::ThreadsFor(threads, merge_flops), rows,
+      internal::ScratchSlot::kRowBuffer, /*scratch_floats=*/0,
       [&](int64_t r, float*) {
         const int64_t b = r / queries / groups, g = r / queries % groups, i = r % queries;
         const int64_t valid = lens.row(b, i);
@@ -415,9 +429,9 @@ template <class KeyView, class ValueView>
 Status GroupedRowPath(const internal::CallContext& call, const ConstTensor& q, const KeyView& k,
                       const ValueView& v, const internal::RowLengths& lens, const ScoreForm& form,
                       int64_t key_block, const Tensor& out, const Tensor& attention) {
-  const int64_t keys = k.dims[2], rows = q.dims[0] * q.dims[1] * q.dims[2];
-  const int threads = internal::ThreadsFor(
-      call.threads(), 2.0 * static_cast<double>(rows * keys * (q.dims[3] + v.dims[3])));
+  const int64_t keys = k.dims[2];
+  const int threads =
+      RowPathThreads(call.threads(), q.dims[0], q.dims[1], q.dims[2], keys, q.dims[3] + v.dims[3]);
   if (key_block >= keys) return WholeRows(call, threads, q, k, v, lens, form, out, attention);
   return RowsInKeyBlocks(call, threads, key_block, q, k, v, lens, form, out, attention);
 }
