@@ -3,9 +3,10 @@
 // call, resolves its lengths and picks one; ops/multihead.cc runs the row
 // path over a group of query heads.
 //
-// The row path (dot_product_rows.cc): a few queries per batch entry, each
-// query row through the row kernels, its keys split into blocks when rows
-// are too few to share among threads, merged in a fixed order.
+// The row path (dot_product_rows.cc; its key blocks and threads in
+// dot_product_row_plan.cc): a few queries per batch entry, each query row
+// through the row kernels, its keys split into blocks when rows are too few
+// to share among threads, merged in a fixed order.
 // The tile path (dot_product_tiles.cc): every other fp32 call whose keys
 // and values are not too large. Each entry's queries sorted by length, a
 // tile of them at a time through the tile kernels, one query per vector

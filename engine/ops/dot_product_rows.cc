@@ -15,29 +15,6 @@
 
 namespace attnscore::ops::dot_product {
 
-int64_t RowKeyBlock(int64_t entries, int64_t entry_rows, int64_t keys, int64_t features) {
-  // Tasks in whole rows, at the fewest: an entry's rows in chunks.
-  const int64_t tasks =
-      entries * CeilDiv(entry_rows, static_cast<int64_t>(kernels::kMaxSharedRows));
-  int64_t blocks =
-      std::max<int64_t>(1, std::min(CeilDiv(kRowTasks, tasks), keys / kMinRowKeyBlock));
-  if (blocks > 1 && entry_rows > static_cast<int64_t>(kernels::kMaxSharedRows)) {
-    const int64_t shared = std::max<int64_t>(16, kSharedKeyBlockBytes / (4 * features));
-    blocks = std::max(blocks, CeilDiv(keys, shared));
-  }
-  return CeilDiv(CeilDiv(keys, blocks), 16) * 16;
-}
-
-int RowPathThreads(int threads, int64_t entries, int64_t groups, int64_t group_rows, int64_t keys,
-                   int64_t features) {
-  const auto chunks =
-      static_cast<double>(CeilDiv(group_rows, static_cast<int64_t>(kernels::kMaxSharedRows)));
-  const double nanos = static_cast<double>(entries * groups) * static_cast<double>(keys) *
-                       (static_cast<double>(features) / 128.0) *
-                       (3.5 * chunks + 1.5 * static_cast<double>(group_rows));
-  return nanos < kMinSharedRowNanos ? 1 : threads;
-}
-
 namespace {
 
 // A block's softmax statistics and its share of the output, as a task leaves
