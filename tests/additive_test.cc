@@ -324,10 +324,13 @@ TEST_P(AdditiveTest, TwoThreadsGiveTheSameAnswer) {
 }
 
 // With 2 threads, a call of several entries runs whole entries per thread,
-// one of a single entry gives each thread chunks of its keys (M = 700,
-// H = 300: two chunks of 384): either way every output is the 1-thread bits.
+// one of a single entry gives each thread chunks of its keys (M = 700:
+// chunks of 256), and one of a single chunk with many queries (N = 128,
+// M = 200) gives each thread blocks of its query rows: every way, every
+// output is the 1-thread bits.
 TEST(AdditiveThreads, ResultsIdenticalForAnyThreadCount) {
-  for (const Shape& s : {Shape{5, 20, 300, 32, 24, 64, 16}, Shape{1, 40, 700, 16, 16, 300, 8}}) {
+  for (const Shape& s : {Shape{5, 20, 300, 32, 24, 64, 16}, Shape{1, 40, 700, 16, 16, 300, 8},
+                         Shape{1, 128, 200, 16, 16, 64, 8}}) {
     SCOPED_TRACE("B=" + std::to_string(s.batch));
     const Problem p = RandomProblem(s, 71);
     const auto model = ModelOf(p);

@@ -46,10 +46,22 @@ int64_t RoundUp(int64_t n, int64_t multiple) { return (n + multiple - 1) / multi
 // six oneDNN calls.
 constexpr double kRowProductMaxFlops = 65536;
 
-// Keys per chunk: a chunk's features (H × chunk floats) should stay in L2
-// (512 KiB of it) while every block of query rows walks them.
-int64_t KeyChunk(int64_t hidden) {
-  return std::max<int64_t>(64, (int64_t{128} << 10) / hidden / 64 * 64);
+// Keys per chunk for M keys: a chunk's features (H × chunk floats) should
+// stay in L2 (512 KiB of it) while every block of query rows walks them,
+// and M keys make about kKeyChunks chunks of at least kMinKeyChunk keys, so
+// that threads share an entry's projections and tanh factors, not only its
+// scores (a chunk is a task; the chunk depends on M alone, not on the
+// threads). With one chunk of 1,024 keys, N 16 and H 64, the key projection
+// and factors were 2/3 of the time, on one thread: 2 threads took 1.02x the
+// time of 1.
+constexpr int64_t kKeyChunks = 4, kMinKeyChunk = 256;
+// Score FLOPs of a chunk below which its blocks of query rows stay on one
+// thread (ScoreChunk says why).
+constexpr double kMinSharedScoreFlops = 4e6;
+int64_t KeyChunk(int64_t hidden, int64_t keys) {
+  const int64_t in_l2 = std::max<int64_t>(64, (int64_t{128} << 10) / hidden / 64 * 64);
+  const int64_t quarter = RoundUp((keys + kKeyChunks - 1) / kKeyChunks, 64);
+  return std::min(in_l2, std::max(kMinKeyChunk, quarter));
 }
 
 }  // namespace
@@ -94,7 +106,7 @@ class ForwardPass {
         queries_(q.dims[1]),
         keys_(k.dims[1]),
         hidden_(m.hidden),
-        chunk_(KeyChunk(m.hidden)),
+        chunk_(KeyChunk(m.hidden, k.dims[1])),
         chunk_stride_(RoundUp(std::min(chunk_, keys_), kernels::kAdditivePadFloats)),
         score_stride_(RoundUp(keys_, kernels::kAdditivePadFloats)),
         row_products_(UseRowProducts()) {}
@@ -362,10 +374,15 @@ class ForwardPass {
     const float* q_source = fast ? w.q_factors : w.q_raw;
     const auto mode = fast ? kernels::TanhMode::kExpProduct : kernels::TanhMode::kHighway;
     const int64_t blocks = (queries_ + kBlock - 1) / kBlock;
-    // About 4 operations per (query, key, feature) triple.
+    // About 4 operations per (query, key, feature) triple. Blocks of rows
+    // are shared only past kMinSharedScoreFlops: the projection and factors
+    // before are one thread's, and each thread reads the chunk's features,
+    // which that thread wrote. One chunk of 256 keys, H 64, 2 threads against
+    // 1: N 16 (1 MFLOP of scores) and 32 took 1.1-1.15x the time, N 64 the
+    // same, N 128 0.85x.
     const double flops = 4.0 * static_cast<double>(queries_ * width * hidden_);
     return internal::ForEachRowInParallel(
-        call_.workspace, internal::ThreadsFor(threads, flops), blocks,
+        call_.workspace, flops < kMinSharedScoreFlops ? 1 : threads, blocks,
         internal::ScratchSlot::kRowBuffer,
         /*scratch_floats=*/0,
         [&](int64_t block, float*) {
