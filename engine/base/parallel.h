@@ -28,19 +28,19 @@ inline int ThreadsFor(int threads, double flops) { return flops < kMinSharedFlop
 // threads of the call's team (at most the engine's), each with denormals
 // flushed and its own scratch of `scratch_floats` in `slot` of the call's
 // `workspace` (a null pointer when 0); then after() once on each thread
-// that ran. The rows are cut into contiguous shares, one for each thread
-// (up to kRowShares), each with a counter of its own: a thread takes rows
-// from its own share, then from the others' in turn. So a call's rows go
-// to the same threads from one call to the next, whose caches hold what
-// those rows read and wrote last time, and a thread the scheduler holds
-// off costs the call only the rows it took. (One counter for all rows made
-// one row's decode of 2,048 keys in 8 blocks 1.15x slower on 2 threads,
-// and the multi-head op's causal prefill of 256 tokens 1.15x.) Each row's
-// result never depends on which thread ran it, so the bits are the same for
-// any thread count and any schedule. `Balance::kRuns` hands rows out in runs
-// of about a quarter of a thread's share (neighbouring rows share a core's
-// caches and prefetch streams); `Balance::kOneAtATime` one at a time, for
-// rows of very unequal cost. Where the team is busy (a concurrent call on
+// that ran. With `Balance::kRuns`, for rows of about equal cost, the rows
+// are cut into contiguous shares, one for each thread (up to kRowShares),
+// each with a counter of its own: a thread takes runs of about a quarter
+// of a share from its own, then from the others' in turn. So a call's rows
+// go to the same threads from one call to the next, whose caches hold what
+// those rows read and wrote last time, and neighbouring rows share a core's
+// caches and prefetch streams. With `Balance::kOneAtATime`, for rows of
+// very unequal cost, every thread takes one row at a time from one counter
+// (shares cut in advance made additive attention's 4 entries of unequal
+// lengths 1.25x slower on 2 threads). Either way a thread the scheduler
+// holds off costs the call only the rows it took. Each row's result never
+// depends on which thread ran it, so the bits are the same for any thread
+// count and any schedule. Where the team is busy (a concurrent call on
 // the same engine, or a region inside a region) the caller runs every row
 // itself. No exception may leave a thread: one that cannot allocate its
 // scratch takes no rows and the call reports it (the other rows stay
@@ -92,7 +92,8 @@ Status ForEachRowInParallel(Workspace& workspace, int threads, int64_t rows, Scr
   if (threads > 1 && team != nullptr) {
     const int64_t grain =
         balance == Balance::kOneAtATime ? 1 : std::max<int64_t>(1, rows / (4 * int64_t{threads}));
-    const int shares = std::min(threads, kRowShares);  // threads t and t + shares share one
+    // Threads t and t + shares share one share; kOneAtATime, one for all.
+    const int shares = balance == Balance::kRuns ? std::min(threads, kRowShares) : 1;
     RowShare share[kRowShares];
     for (int s = 0; s < shares; ++s) {
       share[s].next.store(rows * s / shares, std::memory_order_relaxed);

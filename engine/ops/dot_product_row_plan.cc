@@ -1,4 +1,5 @@
-// The row path's plan: its key blocks and its threads. See
+// The row path's plan: its key blocks, its threads and how they share the
+// tasks. See
 // dot_product_paths.h.
 #include <algorithm>
 #include <cstdint>
@@ -29,6 +30,17 @@ int RowPathThreads(int threads, int64_t entries, int64_t groups, int64_t group_r
                        (static_cast<double>(features) / 128.0) *
                        (3.5 * chunks + 1.5 * static_cast<double>(group_rows));
   return nanos < kMinSharedRowNanos ? 1 : threads;
+}
+
+internal::Balance RowPathBalance(const internal::RowLengths& lens, int64_t batch) {
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < lens.queries(); ++i) {
+      if (lens.row(b, i) != lens.keys() || lens.start(b, i) != 0) {
+        return internal::Balance::kOneAtATime;
+      }
+    }
+  }
+  return internal::Balance::kRuns;
 }
 
 }  // namespace attnscore::ops::dot_product

@@ -225,7 +225,7 @@ Status WholeRows(const internal::CallContext& call, int threads, const ConstTens
           }
         }
       },
-      [] {}, internal::Balance::kOneAtATime);  // rows' lengths differ
+      [] {}, RowPathBalance(lens, q.dims[0]));
 }
 
 // The row path with the keys in blocks of `key_block`, a task each for all
@@ -332,7 +332,7 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
           });
         }
       },
-      [] {}, internal::Balance::kOneAtATime);  // rows' lengths differ, and so do their blocks
+      [] {}, RowPathBalance(lens, q.dims[0]));
   ATTNSCORE_RETURN_IF_ERROR(status);
 
   // Merge each row's blocks: weigh block β by sum_β · exp(max_β − max), the
