@@ -567,8 +567,11 @@ TEST(DotProductTilePath, EvenEntryRangesCutNearestTheSharesOrRefuse) {
 // Each thread on its own range of entries, or the tiles dealt out to
 // threads as they come free: the same bits as 1 thread, with and without
 // the weights (per-batch lengths even across entries, uneven, and none).
+// Each case has work enough to share (kMinSharedTileFlops).
 TEST(DotProductTilePath, TwoThreadsGiveOneThreadsBitsWhicheverWayTilesAreShared) {
-  const int64_t batch = 4, queries = 64, keys = 96, depth = 32, value_dim = 16;
+  const int64_t batch = 4, queries = 256, keys = 96, depth = 32, value_dim = 16;
+  // The least work: {96, 1, 1, 1}, each query over its entry's longest.
+  ASSERT_GE(2.0 * queries * (96 + 3) * (depth + value_dim), ops::dot_product::kMinSharedTileFlops);
   const auto q = RandomFloats(static_cast<size_t>(batch * queries * depth), 51);
   const auto k = RandomFloats(static_cast<size_t>(batch * keys * depth), 52);
   const auto v = RandomFloats(static_cast<size_t>(batch * keys * value_dim), 53);
@@ -603,7 +606,7 @@ class DotProductThreads : public ::testing::TestWithParam<Shape> {};
 INSTANTIATE_TEST_SUITE_P(MatmulAndRowPaths, DotProductThreads,
                          ::testing::Values(Shape{3, 40, 300, 32, 16},  // oneDNN path, tasks
                                            Shape{8, 40, 300, 32, 16},  // whole chunks per thread
-                                           Shape{12, 16, 50, 16, 8},   // chunks of 2 entries
+                                           Shape{12, 96, 50, 16, 8},   // chunks of 2 entries
                                            Shape{1, 1024, 2500, 64,
                                                  64},                   // 5 query blocks, the same
                                            Shape{24, 1, 300, 32, 16},   // row path, whole rows
@@ -617,10 +620,14 @@ INSTANTIATE_TEST_SUITE_P(MatmulAndRowPaths, DotProductThreads,
 
 TEST_P(DotProductThreads, ResultsIdenticalForAnyThreadCount) {
   const Shape s = GetParam();
-  if (s.queries <= ops::dot_product::kRowPathMaxQueries) {  // work enough for 2 threads
+  // Work enough for 2 threads, on each path (without lengths).
+  if (s.queries <= ops::dot_product::kRowPathMaxQueries) {
     ASSERT_EQ(
         ops::dot_product::RowPathThreads(2, s.batch, 1, s.queries, s.keys, s.depth + s.value_dim),
         2);
+  } else {
+    ASSERT_GE(2.0 * s.batch * s.queries * s.keys * (s.depth + s.value_dim),
+              ops::dot_product::kMinSharedTileFlops);
   }
   const auto q = RandomFloats(static_cast<size_t>(s.batch * s.queries * s.depth), 41);
   const auto k = RandomFloats(static_cast<size_t>(s.batch * s.keys * s.depth), 42);

@@ -174,6 +174,11 @@ constexpr int64_t kTilePathMaxPackedFloats = int64_t{1} << 20;
 // keys' scores and W V for a query (causal prefill of 16,384 keys, D 64:
 // 4 MiB packed against 34 GFLOP).
 constexpr int64_t kTilePathMaxLongPackedFloats = int64_t{1} << 24;
+// The tile path's calls under this many FLOPs (counting every query over
+// its entry's longest length) stay on one thread. The causal prefill of 64
+// tokens, D 64 (1 MFLOP so counted, 4.5 µs), took 5.5 µs on 2 threads; of
+// 128 tokens (4.2 MFLOP), 11.5 against 13.9.
+constexpr double kMinSharedTileFlops = 2e6;
 bool UseTilePath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
                  const ConstTensor& v, bool weights);
 Status TilePath(const internal::CallContext& call, const ConstTensor& q, const ConstTensor& k,
