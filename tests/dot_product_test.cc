@@ -366,35 +366,39 @@ TEST_P(DotProductTest, FewQueriesTakeTheRowPathAndAgreeWithTheMatmulPath) {
 }
 
 TEST_P(DotProductTest, RowPathSplitsLongRowsIntoKeyBlocks) {
-  // With few rows, the row path computes each row's keys in blocks and
-  // merges them: blocks of 288 keys for 1 and 2 rows here, 368 for 3, 560
-  // for 6. Lengths sweep the range, and sit on and next to every edge (a
-  // last block of one key, rows that fill only their first block).
+  // With few rows and work enough for a second thread, the row path
+  // computes each row's keys in blocks and merges them (336 keys for 1 to
+  // 3 rows here). Lengths sweep the range, and sit on and next to every
+  // edge (a last block of one key, rows that fill only their first block).
   uint32_t seed = 600;
-  const std::pair<Shape, int64_t> cases[] = {{Shape{1, 1, 1100, 19, 9}, 288},
-                                             {Shape{1, 2, 1100, 19, 9}, 288},
-                                             {Shape{1, 3, 1100, 19, 9}, 368}};
-  for (const auto& [s, block] : cases) {
+  for (const Shape& s :
+       {Shape{1, 1, 2600, 64, 64}, Shape{1, 2, 2600, 64, 64}, Shape{1, 3, 2600, 64, 64}}) {
+    const int64_t block =
+        ops::dot_product::RowKeyBlock(s.batch, s.queries, s.keys, s.depth + s.value_dim);
+    ASSERT_LT(block, s.keys) << "no key blocks for " << s.queries << " rows";
     std::vector<int64_t> lengths;
-    for (int64_t length = 1; length <= 1103; length += 37) lengths.push_back(length);
+    for (int64_t length = 1; length <= s.keys + 3; length += 89) lengths.push_back(length);
     for (int64_t edge = block; edge < s.keys; edge += block) {
       for (int64_t near : {edge - 1, edge, edge + 1}) lengths.push_back(near);
     }
     for (int64_t length : lengths) CheckAgainstReference(s, {length}, /*per_query=*/false, ++seed);
   }
-  const Shape s{2, 3, 1100, 19, 9};
-  CheckAgainstReference(s, {1100, 257, 0, 600, 1, 1103}, /*per_query=*/true, 61);
+  const Shape s{2, 3, 2600, 64, 64};
+  ASSERT_LT(ops::dot_product::RowKeyBlock(s.batch, s.queries, s.keys, s.depth + s.value_dim),
+            s.keys);
+  CheckAgainstReference(s, {2600, 257, 0, 1300, 1, 2603}, /*per_query=*/true, 61);
   CheckAgainstReference(s, {0, 1024}, /*per_query=*/false, 62);
 }
 
 TEST_P(DotProductTest, RowPathNaNInALaterBlockMakesOnlyItsRowNaN) {
-  // Row 0 (L = 1000) meets a NaN key in its third block (of 336 keys);
+  // Row 0 (L = 2600) meets a NaN key in its seventh block (of 336 keys);
   // row 1 (L = 600) ends before it. As in the one-block softmax, the whole of row 0 is NaN.
-  const int64_t m = 1000, depth = 8, dv = 5;
+  const int64_t m = 2600, depth = 64, dv = 64;
+  ASSERT_EQ(ops::dot_product::RowKeyBlock(1, 2, m, depth + dv), 336);
   std::vector<float> q = RandomFloats(2 * depth, 71), k = RandomFloats(m * depth, 72),
                      v = RandomFloats(m * dv, 73);
-  k[800 * depth + 3] = std::nanf("");
-  const int64_t lens[] = {1000, 600};
+  k[2100 * depth + 3] = std::nanf("");
+  const int64_t lens[] = {2600, 600};
   std::vector<float> out(2 * dv), weights(2 * m);
   ASSERT_TRUE(DefaultEngine()
                   .DotProductAttention(ConstTensor(q.data(), {1, 2, depth}), ConstTensor(k.data(), {1, m, depth}),
@@ -405,7 +409,7 @@ TEST_P(DotProductTest, RowPathNaNInALaterBlockMakesOnlyItsRowNaN) {
   for (int64_t j = 0; j < m; ++j) ASSERT_TRUE(std::isnan(weights[j])) << j;
   std::vector<double> want_weights;
   const std::vector<double> want_out =
-      ReferenceDotProduct(q, k, v, 1, 2, m, depth, dv, {1000, 600}, &want_weights);
+      ReferenceDotProduct(q, k, v, 1, 2, m, depth, dv, {2600, 600}, &want_weights);
   const std::vector<double> want_row1(want_out.begin() + dv, want_out.end());
   const std::vector<double> want_weights1(want_weights.begin() + m, want_weights.end());
   EXPECT_LE(MaxAbsDiff(&out[dv], want_row1), OutTolerance(v));
@@ -806,7 +810,7 @@ std::vector<OwnKeysCase> OwnKeysCases() {
   std::vector<OwnKeysCase> cases = {
       {"row path, 3 queries", {2, 3, 40, 16, 12}, {5, 40, 0, 7, 30, 12}, 20},
       {"row path, 2 queries", {3, 2, 40, 16, 12}, {5, 25, 3, 40, 1, 1}, 20},
-      {"row path, key blocks", {1, 2, 1100, 16, 8}, {300, 1100}, 700},
+      {"row path, key blocks", {1, 2, 2600, 64, 64}, {300, 2600}, 700},
       {"4 queries", {2, 4, 40, 16, 12}, {5, 40, 8, 20, 3, 33, 0, 7}, 20},
       {"widest below M", {2, 6, 50, 16, 12}, {4, 30, 10, 29, 1, 20, 6, 30, 30, 2, 11, 3}, 20},
       {"length 0 widens to M", {2, 5, 50, 16, 12}, {4, 9, 0, 12, 1, 6, 0, 10, 2, 11}, 20},

@@ -53,7 +53,7 @@ std::vector<uint8_t> RandomMask(const Shape& s, uint32_t seed) {
 // gemm path (the tile path's shapes).
 const std::vector<Shape> kShapes = {{2, 1, 11, 4, 4, 16, 5},
                                     {2, 3, 40, 8, 2, 16, 16},
-                                    {1, 2, 3000, 2, 1, 16, 8},
+                                    {1, 2, 3000, 2, 1, 64, 16},
                                     {2, 9, 13, 4, 2, 16, 8},
                                     {1, 70, 70, 2, 1, 16, 4}};
 
@@ -155,7 +155,7 @@ TEST(MultiHeadBiasForms, BroadcastDimsGiveTheBitsOfTheWholeBias) {
 // A query whose visible keys the mask all removes: NaN weights and output
 // (a softmax over nothing) without sinks; weights 0 and output 0 with them.
 TEST(MultiHeadBiasForms, RowsTheMaskEmptiesAreNanOrZeroWithASink) {
-  for (const Shape& s : {Shape{1, 2, 3000, 2, 1, 16, 8}, Shape{1, 9, 13, 2, 2, 16, 8},
+  for (const Shape& s : {Shape{1, 2, 3000, 2, 1, 64, 16}, Shape{1, 9, 13, 2, 2, 16, 8},
                          Shape{1, 2, 30, 2, 2, 16, 8}}) {
     SCOPED_TRACE(s.Name());
     const Inputs in(s, 23);

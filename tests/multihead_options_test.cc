@@ -42,7 +42,7 @@ TEST_P(MultiHeadOptionsTest, SoftCapMatchesTheReferenceOnEveryPathLengthKindAndM
   // take the gemm path when capped; 70 causal cuts entries into blocks).
   const std::vector<Shape> shapes = {{2, 2, 11, 4, 4, 16, 5},
                                      {2, 3, 40, 8, 2, 16, 16},
-                                     {1, 2, 3000, 2, 1, 16, 8},
+                                     {1, 2, 3000, 2, 1, 64, 16},
                                      {2, 9, 13, 4, 2, 16, 8},
                                      {1, 70, 70, 2, 1, 16, 4}};
   ForEachShapeLengthKindAndMask(
@@ -95,7 +95,7 @@ TEST(MultiHeadOptionsEdges, SoftCapWithStridedWeightsAndAZeroLength) {
     EXPECT_LE(MaxAbsDiff(dense.data(), want_weights), kWeightTolerance);
   }
   {
-    const Shape s{1, 2, 3000, 2, 1, 16, 8};
+    const Shape s{1, 2, 3000, 2, 1, 64, 16};
     const Inputs in(s, 83);
     const std::vector<int64_t> lens = {0, 2999};
     const Result r = RunOp(DefaultEngine(), s, in, LensOf(lens, true, s.batch, s.queries), form);

@@ -37,7 +37,7 @@ std::vector<float> SinksFor(int64_t heads) {
 // gemm path (the tile path's shapes); with a window, its prefill.
 const std::vector<Shape> kShapes = {{2, 1, 11, 4, 4, 16, 5},
                                     {2, 3, 40, 8, 2, 16, 16},
-                                    {1, 2, 3000, 2, 1, 16, 8},
+                                    {1, 2, 3000, 2, 1, 64, 16},
                                     {2, 9, 13, 4, 2, 16, 8},
                                     {1, 70, 70, 2, 1, 16, 4}};
 
@@ -72,7 +72,7 @@ TEST_P(MultiHeadSinksTest, AllOptionsTogetherMatchTheReference) {
 // rounding. One of +Inf takes the whole mass: weights 0 and output 0. So do
 // valid scores that are all -Inf (here: a -Inf query against finite keys).
 TEST(MultiHeadSinksEdges, InfiniteSinksAndAllMinusInfScores) {
-  for (const Shape& s : {Shape{1, 2, 3000, 2, 1, 16, 8}, Shape{2, 9, 13, 4, 2, 16, 8},
+  for (const Shape& s : {Shape{1, 2, 3000, 2, 1, 64, 16}, Shape{2, 9, 13, 4, 2, 16, 8},
                          Shape{1, 2, 40, 2, 2, 16, 8}}) {
     SCOPED_TRACE(s.Name());
     Inputs in(s, 61);

@@ -42,9 +42,9 @@ const std::vector<std::pair<int64_t, int64_t>> kWindows = {{0, 0},  {3, -1}, {5,
 TEST_P(MultiHeadWindowTest, MatchesTheReferenceOnEveryPathLengthKindAndMask) {
   // N = 1 and 3: the grouped row path (M 3,000: its keys cut into blocks);
   // N = 9, 70 and 300: the windowed prefill (300 in three query blocks).
-  const std::vector<Shape> shapes = {{2, 1, 11, 4, 4, 16, 5},   {2, 3, 40, 8, 2, 16, 16},
-                                     {1, 2, 3000, 2, 1, 16, 8}, {2, 9, 13, 4, 2, 16, 8},
-                                     {1, 70, 70, 2, 1, 16, 4},  {1, 300, 320, 2, 2, 16, 8}};
+  const std::vector<Shape> shapes = {{2, 1, 11, 4, 4, 16, 5},    {2, 3, 40, 8, 2, 16, 16},
+                                     {1, 2, 3000, 2, 1, 64, 16}, {2, 9, 13, 4, 2, 16, 8},
+                                     {1, 70, 70, 2, 1, 16, 4},   {1, 300, 320, 2, 2, 16, 8}};
   ForEachShapeLengthKindAndMask(
       shapes, 500,
       [](const Shape& s, const Inputs& in, const std::vector<int64_t>& lens, bool per_query,

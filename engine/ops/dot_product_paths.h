@@ -57,25 +57,6 @@ inline bool UseRowPath(const ConstTensor& q, const ConstTensor& k, const ConstTe
          v.strides[2] == 1 && out.strides[2] == 1;
 }
 
-// Tasks of the row path: up to kernels::kMaxSharedRows rows that share
-// their keys (an entry's queries, a group's query heads) go together, a
-// chunk, reading each K and V row once for all of them. Where whole rows
-// would make fewer than kRowTasks tasks (counted as the fewest chunks an
-// entry's rows make, whatever shares keys), the keys are cut into blocks,
-// each a task of its own, so that threads share even one long row; the
-// blocks are merged in a fixed order. Blocks cut for threads have at least
-// about kMinRowKeyBlock keys: each costs its own reductions and merge
-// (256-key blocks made (8, 1, 1024) 10-15% slower on one thread). Where an
-// entry has more rows than a chunk, cut blocks hold at most
-// kSharedKeyBlockBytes of K and V rows, so that each chunk after the first
-// finds them in L2: their keys are read from memory once, not once per
-// chunk. (Before, a GQA group's four heads were cut so too: KvCache decode
-// of 2,048 keys in whole rows took 0.87-0.93x the time on one thread,
-// alternated, on a Zen 3.)
-constexpr int64_t kRowTasks = 8;
-constexpr int64_t kMinRowKeyBlock = 256;
-constexpr int64_t kSharedKeyBlockBytes = int64_t{128} << 10;
-
 // The threads worth waking for the row path: a second thread pays only
 // where the call's rows take about kMinSharedRowNanos on one thread. Waking
 // it, sharing the tasks and joining cost 1-3 µs here, and on a Zen 5 each
@@ -84,10 +65,36 @@ constexpr int64_t kSharedKeyBlockBytes = int64_t{128} << 10;
 // n (F / 128) (3.5 + 1.5 r) ns on one thread (fp32; bf16 and int8 caches
 // within 25%). Measured 2 threads against 1 with D = Dv = 64: one row over
 // 1,024 keys 0.68x, over 2,048 1.14-1.4x; a KvCache's 8 query heads over 2
-// KV heads, 512 keys 0.85x, 1,024 1.3x.
+// KV heads, 512 keys 0.85x, 1,024 1.3x. RowPathNanos is that estimate for
+// `entries` entries of `groups` groups of `group_rows` rows each, a
+// group's rows sharing their keys.
 constexpr double kMinSharedRowNanos = 10e3;
+double RowPathNanos(int64_t entries, int64_t groups, int64_t group_rows, int64_t keys,
+                    int64_t features);
 int RowPathThreads(int threads, int64_t entries, int64_t groups, int64_t group_rows, int64_t keys,
                    int64_t features);
+
+// Tasks of the row path: up to kernels::kMaxSharedRows rows that share
+// their keys (an entry's queries, a group's query heads) go together, a
+// chunk, reading each K and V row once for all of them. Where whole rows
+// would make fewer than kRowTasks tasks (counted as the fewest chunks an
+// entry's rows make, whatever shares keys), the keys are cut into blocks,
+// each a task of its own, so that threads share even one long row; the
+// blocks are merged in a fixed order. Keys are cut only where the rows, in
+// their fewest chunks, have work for a second thread (RowPathNanos at least
+// kMinSharedRowNanos), into blocks of at least about kMinRowKeyBlock keys:
+// each block costs its own reductions and merge on any thread count
+// (256-key blocks made (8, 1, 1024) 10-15% slower on one thread; one row of
+// 1,024 keys in 4 blocks took 3.4-3.7 µs, whole 2.9-3.0). Where an entry
+// has more rows than a chunk, cut blocks hold at most kSharedKeyBlockBytes
+// of K and V rows, so that each chunk after the first finds them in L2:
+// their keys are read from memory once, not once per chunk. (Before, a GQA
+// group's four heads were cut so too: KvCache decode of 2,048 keys in whole
+// rows took 0.87-0.93x the time on one thread, alternated, on a Zen 3.)
+constexpr int64_t kRowTasks = 8;
+constexpr int64_t kMinRowKeyBlock = 256;
+constexpr int64_t kSharedKeyBlockBytes = int64_t{128} << 10;
+
 // How the row path's tasks go to its threads: where every row of the
 // `batch` entries sees all the keys, its tasks cost the same, and each
 // thread takes a share of its own (kRuns: on 2 threads, one row's decode

@@ -1,6 +1,5 @@
-// The row path's plan: its key blocks, its threads and how they share the
-// tasks. See
-// dot_product_paths.h.
+// The row path's plan: its key blocks, its threads and how they share its
+// tasks. See dot_product_paths.h.
 #include <algorithm>
 #include <cstdint>
 
@@ -9,7 +8,19 @@
 
 namespace attnscore::ops::dot_product {
 
+double RowPathNanos(int64_t entries, int64_t groups, int64_t group_rows, int64_t keys,
+                    int64_t features) {
+  const auto chunks =
+      static_cast<double>(CeilDiv(group_rows, static_cast<int64_t>(kernels::kMaxSharedRows)));
+  return static_cast<double>(entries * groups) * static_cast<double>(keys) *
+         (static_cast<double>(features) / 128.0) *
+         (3.5 * chunks + 1.5 * static_cast<double>(group_rows));
+}
+
 int64_t RowKeyBlock(int64_t entries, int64_t entry_rows, int64_t keys, int64_t features) {
+  const int64_t whole = CeilDiv(keys, 16) * 16;
+  // The fewest chunks the rows make (all of an entry's rows sharing keys).
+  if (RowPathNanos(entries, 1, entry_rows, keys, features) < kMinSharedRowNanos) return whole;
   // Tasks in whole rows, at the fewest: an entry's rows in chunks.
   const int64_t tasks =
       entries * CeilDiv(entry_rows, static_cast<int64_t>(kernels::kMaxSharedRows));
@@ -24,12 +35,8 @@ int64_t RowKeyBlock(int64_t entries, int64_t entry_rows, int64_t keys, int64_t f
 
 int RowPathThreads(int threads, int64_t entries, int64_t groups, int64_t group_rows, int64_t keys,
                    int64_t features) {
-  const auto chunks =
-      static_cast<double>(CeilDiv(group_rows, static_cast<int64_t>(kernels::kMaxSharedRows)));
-  const double nanos = static_cast<double>(entries * groups) * static_cast<double>(keys) *
-                       (static_cast<double>(features) / 128.0) *
-                       (3.5 * chunks + 1.5 * static_cast<double>(group_rows));
-  return nanos < kMinSharedRowNanos ? 1 : threads;
+  return RowPathNanos(entries, groups, group_rows, keys, features) < kMinSharedRowNanos ? 1
+                                                                                        : threads;
 }
 
 internal::Balance RowPathBalance(const internal::RowLengths& lens, int64_t batch) {
