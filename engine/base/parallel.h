@@ -18,9 +18,10 @@ namespace attnscore::internal {
 // The threads worth waking for about `flops` of work: a second thread costs
 // 1-3 µs to wake, share the rows with and join (a Zen 5 under KVM, where a
 // cache line takes about 250 ns from one core to the other), so calls under
-// kMinSharedFlops stay on the caller's thread. That is 1-2 µs of the row
-// kernels' work on one row, which counts its own (RowPathThreads in
-// ops/dot_product_paths.h), and 0.5 µs at the tile kernels' 190 GFLOP/s.
+// kMinSharedFlops stay on the caller's thread. That is only 0.5-2 µs of
+// work at the kernels' rates: the dot product's row and tile paths and
+// additive attention's scores set bars of their own, measured
+// (ops/dot_product_paths.h, ops/additive.cc).
 constexpr double kMinSharedFlops = 1e5;
 inline int ThreadsFor(int threads, double flops) { return flops < kMinSharedFlops ? 1 : threads; }
 
