@@ -15,15 +15,17 @@
 
 namespace attnscore::internal {
 
-// The threads worth waking for about `flops` of work: a second thread costs
+// The threads worth waking for `work` of a call: a second thread costs
 // 1-3 µs to wake, share the rows with and join (a Zen 5 under KVM, where a
-// cache line takes about 250 ns from one core to the other), so calls under
-// kMinSharedFlops stay on the caller's thread. That is only 0.5-2 µs of
-// work at the kernels' rates: the dot product's row and tile paths and
-// additive attention's scores set bars of their own, measured
-// (ops/dot_product_paths.h, ops/additive.cc).
+// cache line takes about 250 ns from one core to the other), so work under
+// `bar` (in the same unit) stays on the caller's thread. The default bar,
+// kMinSharedFlops, is only 0.5-2 µs of work at the kernels' rates: the dot
+// product's row and tile paths and additive attention's scores pass bars
+// of their own, measured (ops/dot_product_paths.h, ops/additive.cc).
 constexpr double kMinSharedFlops = 1e5;
-inline int ThreadsFor(int threads, double flops) { return flops < kMinSharedFlops ? 1 : threads; }
+inline int ThreadsFor(int threads, double work, double bar = kMinSharedFlops) {
+  return work < bar ? 1 : threads;
+}
 
 // Runs body(row, scratch) for every row in [0, rows) on up to `threads`
 // threads of the call's team (at most the engine's), each with denormals

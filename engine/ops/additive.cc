@@ -382,7 +382,7 @@ class ForwardPass {
     // same, N 128 0.85x.
     const double flops = 4.0 * static_cast<double>(queries_ * width * hidden_);
     return internal::ForEachRowInParallel(
-        call_.workspace, flops < kMinSharedScoreFlops ? 1 : threads, blocks,
+        call_.workspace, internal::ThreadsFor(threads, flops, kMinSharedScoreFlops), blocks,
         internal::ScratchSlot::kRowBuffer,
         /*scratch_floats=*/0,
         [&](int64_t block, float*) {

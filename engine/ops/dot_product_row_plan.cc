@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "base/parallel.h"
 #include "kernels/attention_row.h"
 #include "ops/dot_product_paths.h"
 
@@ -35,8 +36,8 @@ int64_t RowKeyBlock(int64_t entries, int64_t entry_rows, int64_t keys, int64_t f
 
 int RowPathThreads(int threads, int64_t entries, int64_t groups, int64_t group_rows, int64_t keys,
                    int64_t features) {
-  return RowPathNanos(entries, groups, group_rows, keys, features) < kMinSharedRowNanos ? 1
-                                                                                        : threads;
+  return internal::ThreadsFor(threads, RowPathNanos(entries, groups, group_rows, keys, features),
+                              kMinSharedRowNanos);
 }
 
 internal::Balance RowPathBalance(const internal::RowLengths& lens, int64_t batch) {

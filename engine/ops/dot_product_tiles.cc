@@ -102,7 +102,7 @@ class TileRun {
       flops +=
           2.0 * static_cast<double>(queries_ * (widths.longest * depth_ + widths.mix * value_dim_));
     }
-    threads_ = flops < kMinSharedTileFlops ? 1 : call_.threads();
+    threads_ = internal::ThreadsFor(call_.threads(), flops, kMinSharedTileFlops);
     // Past kTileKeyBlock keys, tiles in groups of up to kMaxTileGroup, at
     // least 4 groups a thread.
     if (keys_ > kTileKeyBlock) {
