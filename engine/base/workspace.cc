@@ -29,6 +29,9 @@ float* Workspace::Floats(ScratchSlot slot, size_t count) {
     buffer = AlignedFloats(count);
   }
   if (count * sizeof(float) > kKeptScratchBytes) asked_large_[index] |= 1;
+  if (buffer.capacity() * sizeof(float) > kKeptScratchBytes) {
+    large_.store(true, std::memory_order_relaxed);
+  }
   return buffer.data();
 }
 
@@ -56,17 +59,23 @@ double* Workspace::Reals(IndexSlot slot, size_t count) {
 }
 
 void Workspace::Trim() {
-  size_t kept_large = 0;
-  for (size_t i = 0; i < floats_.size(); ++i) {
-    const size_t bytes = floats_[i].capacity() * sizeof(float);
-    const bool asked_twice = asked_large_[i] == 3;
-    asked_large_[i] = static_cast<unsigned char>((asked_large_[i] & 1) << 1);
-    if (bytes <= kKeptScratchBytes) continue;
-    if (asked_twice && kept_large + bytes <= kKeptRepeatedBytes) {
-      kept_large += bytes;
-    } else {
-      floats_[i] = AlignedFloats();
+  // The call's threads have joined: their stores to large_ happened before.
+  if (large_.load(std::memory_order_relaxed)) {
+    size_t kept_large = 0;
+    bool asked = false;
+    for (size_t i = 0; i < floats_.size(); ++i) {
+      const size_t bytes = floats_[i].capacity() * sizeof(float);
+      const bool asked_twice = asked_large_[i] == 3;
+      asked_large_[i] = static_cast<unsigned char>((asked_large_[i] & 1) << 1);
+      asked = asked || asked_large_[i] != 0;
+      if (bytes <= kKeptScratchBytes) continue;
+      if (asked_twice && kept_large + bytes <= kKeptRepeatedBytes) {
+        kept_large += bytes;
+      } else {
+        floats_[i] = AlignedFloats();
+      }
     }
+    large_.store(asked || kept_large > 0, std::memory_order_relaxed);
   }
   if (!oversized_) return;
   oversized_ = false;

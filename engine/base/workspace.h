@@ -109,6 +109,9 @@ class Workspace {
   ThreadTeam* team_;
   const CancelToken* cancel_token_ = nullptr;
   bool oversized_ = false;  // an integer buffer grew past kKeptScratchBytes
+  // False only while no buffer of floats_ is larger than kKeptScratchBytes
+  // and no bit of asked_large_ is set: Trim then has nothing to walk.
+  std::atomic<bool> large_{false};
   size_t ThreadIndex() const;
 
   std::vector<AlignedFloats> floats_;                 // threads_ x ScratchSlot::kCount
