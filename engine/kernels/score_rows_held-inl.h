@@ -99,11 +99,11 @@ HWY_INLINE V KeySums(D d, const V* HWY_RESTRICT qv, const float* HWY_RESTRICT ro
 }
 
 // Sixteen keys' scores for a row alone, from `row` on: all sixteen when
-// kWhole, else the first `count` < 16, the last key standing in for the
-// missing ones (their scores not stored). The keys' sums go through memory,
-// a key at a time, then are reduced together (QuadSums, BlockSums16) into
-// one vector of scores. Unrolled over the sixteen keys instead, the kernel
-// read K from L2 at about 120 GB/s against 160 (an AMD EPYC Zen 5, 1,024
+// kWhole, else the first `count` < 16, zeros standing in for the missing
+// ones' sums (their scores not stored; a key's sum never mixes with
+// another's). The keys' sums go through memory, a key at a time, then are
+// reduced together (QuadSums, BlockSums16) into one vector of scores. Unrolled over the sixteen
+// keys instead, the kernel read K from L2 at about 120 GB/s against 160 (an AMD EPYC Zen 5, 1,024
 // keys of D 64, in one process).
 template <size_t kVectors, bool kWhole, class D, class V = hn::Vec<D>>
 HWY_INLINE void ScoreSixteenKeys(D d, const V* HWY_RESTRICT qv, const float* HWY_RESTRICT row,
@@ -111,12 +111,13 @@ HWY_INLINE void ScoreSixteenKeys(D d, const V* HWY_RESTRICT qv, const float* HWY
                                  float* HWY_RESTRICT scores) {
   const size_t lanes = hn::Lanes(d);
   HWY_ALIGN float sums[16 * hn::MaxLanes(d)];  // key i's accumulators from i · lanes
-  const int64_t last = static_cast<int64_t>(count) - 1;
+  const size_t present = kWhole ? 16 : count;
   HWY_UNROLL(1)
-  for (int64_t i = 0; i < 16; ++i) {
-    const float* key = row + (kWhole || i < last ? i : last) * k_row_stride;
+  for (size_t i = 0; i < present; ++i) {
+    const float* key = row + static_cast<int64_t>(i) * k_row_stride;
     hn::Store(KeySums<kVectors>(d, qv, key), d, sums + i * lanes);
   }
+  for (size_t i = present; i < 16; ++i) hn::Store(hn::Zero(d), d, sums + i * lanes);
   const auto quad = [&](size_t g) HWY_ATTR {  // keys 4g..4g+3
     const float* s = sums + 4 * g * lanes;
     return QuadSums(d, hn::Load(d, s), hn::Load(d, s + lanes), hn::Load(d, s + 2 * lanes),
