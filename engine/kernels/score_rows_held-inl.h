@@ -102,9 +102,10 @@ HWY_INLINE V KeySums(D d, const V* HWY_RESTRICT qv, const float* HWY_RESTRICT ro
 // kWhole, else the first `count` < 16, zeros standing in for the missing
 // ones' sums (their scores not stored; a key's sum never mixes with
 // another's). The keys' sums go through memory, a key at a time, then are
-// reduced together (QuadSums, BlockSums16) into one vector of scores. Unrolled over the sixteen
-// keys instead, the kernel read K from L2 at about 120 GB/s against 160 (an AMD EPYC Zen 5, 1,024
-// keys of D 64, in one process).
+// reduced together (QuadSums, BlockSums16) into one vector of scores.
+// Unrolled over the sixteen keys instead, the kernel read K from L2 at about
+// 120 GB/s against 160 (an AMD EPYC Zen 5, 1,024 keys of D 64, in one
+// process).
 template <size_t kVectors, bool kWhole, class D, class V = hn::Vec<D>>
 HWY_INLINE void ScoreSixteenKeys(D d, const V* HWY_RESTRICT qv, const float* HWY_RESTRICT row,
                                  int64_t k_row_stride, size_t count, V scaling,
