@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "hwy/targets.h"
@@ -205,6 +207,67 @@ TEST_P(AttentionRowTest, AddMixesOverRangesOfKeysGivesMixRowsBits) {
       for (size_t r = 0; r < rows; ++r) {
         EXPECT_TRUE(SameBits(whole_rows[r], ranged_rows[r], c.value_dim))
             << "row " << r << " of " << c.keys[r] << " keys, ranges of " << range;
+      }
+    }
+  }
+}
+
+// `values` copied to a buffer of their own that starts `lanes_off` floats
+// past a 64-byte line and ends where they end (so that a read past their
+// end leaves the allocation, which ASan reports).
+class OffLine {
+ public:
+  OffLine(const std::vector<float>& values, size_t lanes_off)
+      : bytes_((lanes_off + values.size()) * sizeof(float)),
+        base_(static_cast<float*>(std::aligned_alloc(64, (bytes_ + 63) / 64 * 64))) {
+    data_ = base_ + lanes_off;
+    std::copy(values.begin(), values.end(), data_);
+  }
+  ~OffLine() { std::free(base_); }
+  OffLine(const OffLine&) = delete;
+  OffLine& operator=(const OffLine&) = delete;
+  const float* data() const { return data_; }
+
+ private:
+  size_t bytes_;
+  float* base_;
+  float* data_ = nullptr;
+};
+
+// Rows back to back that start off a 64-byte line (as a std::vector's or a
+// NumPy array's floats, 16 bytes past one) give a row alone the bits it
+// gets from the same rows on a line: its scores, MixRow, and AddMixes over
+// ranges of the keys; D and Dv of one to eight vectors and off them, every
+// offset within a line, key counts that leave no inner row, one, a part of
+// sixteen and several.
+TEST_P(AttentionRowTest, RowsOffALineGiveTheBitsOfRowsOnOne) {
+  for (size_t depth : {size_t{16}, size_t{48}, size_t{64}, size_t{128}, size_t{20}}) {
+    for (size_t keys : {size_t{1}, size_t{2}, size_t{3}, size_t{17}, size_t{70}}) {
+      const std::vector<float> q = RandomFloats(depth, 7);
+      const std::vector<float> k = RandomFloats(keys * depth, 8);
+      const std::vector<float> v = RandomFloats(keys * depth, 9);
+      const std::vector<float> w = RandomFloats(keys, 10);
+      const OffLine k_on(k, 0), v_on(v, 0);
+      const auto stride = static_cast<int64_t>(depth);
+      std::vector<float> scores_on(keys), mixed_on(depth);
+      kernels::ScoreRow(q.data(), depth, k_on.data(), stride, keys, 0.25f, scores_on.data());
+      kernels::MixRow(w.data(), keys, v_on.data(), stride, depth, mixed_on.data());
+      for (size_t off = 1; off < 16; ++off) {
+        const OffLine k_off(k, off), v_off(v, off);
+        std::vector<float> scores(keys), mixed(depth), ranged(depth, 0.0f);
+        kernels::ScoreRow(q.data(), depth, k_off.data(), stride, keys, 0.25f, scores.data());
+        kernels::MixRow(w.data(), keys, v_off.data(), stride, depth, mixed.data());
+        for (size_t first = 0; first < keys; first += 5) {
+          const size_t n = std::min<size_t>(5, keys - first);
+          const float* w_range = w.data() + first;
+          float* out = ranged.data();
+          kernels::AddMixes(1, &w_range, &n, v_off.data() + first * depth, stride, depth, &out);
+        }
+        const std::string at = "D " + std::to_string(depth) + ", M " + std::to_string(keys) + ", " +
+                               std::to_string(off) + " floats past a line";
+        EXPECT_TRUE(SameBits(scores.data(), scores_on.data(), keys)) << at;
+        EXPECT_TRUE(SameBits(mixed.data(), mixed_on.data(), depth)) << at;
+        EXPECT_TRUE(SameBits(ranged.data(), mixed_on.data(), depth)) << at;
       }
     }
   }

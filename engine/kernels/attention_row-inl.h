@@ -290,6 +290,83 @@ HWY_INLINE void MixRowTile(D d, const size_t* HWY_RESTRICT rows,
   }
 }
 
+#if HWY_TARGET <= HWY_AVX3
+// MixTile<1, kVectors>'s sums for a row alone over its `keys` V rows from
+// v, read with `rows` but the first and the last (by LoadU): each column's
+// sum goes on from out's key after key, so the bits are MixStrips<1>'s.
+template <size_t kVectors, class D>
+HWY_NOINLINE void MixRowOffLine(D d, const float* HWY_RESTRICT w, size_t keys,
+                                const float* HWY_RESTRICT v, const OffLineRows<D>& rows,
+                                float* HWY_RESTRICT out) {
+  using V = hn::Vec<D>;
+  const size_t lanes = hn::Lanes(d);
+  constexpr size_t kRowFloats = kVectors * hn::MaxLanes(d);
+  V acc[kVectors];
+  HWY_UNROLL(8)
+  for (size_t t = 0; t < kVectors; ++t) acc[t] = hn::LoadU(d, out + t * lanes);
+  const auto add = [&](size_t j, const V* HWY_RESTRICT value) HWY_ATTR {
+    const V weight = hn::Set(d, w[j]);
+    HWY_UNROLL(8)
+    for (size_t t = 0; t < kVectors; ++t) acc[t] = hn::MulAdd(weight, value[t], acc[t]);
+  };
+  const auto add_loaded = [&](size_t j) HWY_ATTR {
+    V value[kVectors];
+    HWY_UNROLL(8)
+    for (size_t t = 0; t < kVectors; ++t) value[t] = hn::LoadU(d, v + j * kRowFloats + t * lanes);
+    add(j, value);
+  };
+  add_loaded(0);
+  for (size_t j = 1; j + 1 < keys; ++j) {
+    V value[kVectors];
+    rows.template Row<kVectors>(d, v + j * kRowFloats, value);
+    add(j, value);
+  }
+  add_loaded(keys - 1);
+  HWY_UNROLL(8)
+  for (size_t t = 0; t < kVectors; ++t) hn::StoreU(acc[t], d, out + t * lanes);
+}
+
+// AddMixes for a row alone whose V rows lie back to back off a line
+// (OffLineRows), at least three of them, of 1 to 8 whole vectors: true
+// where it ran.
+template <class D>
+HWY_INLINE bool MixRowOffLines(D d, const float* HWY_RESTRICT w, size_t keys,
+                               const float* HWY_RESTRICT v, int64_t v_row_stride, size_t value_dim,
+                               float* HWY_RESTRICT out) {
+  const OffLineRows<D> rows(d, v, v_row_stride, value_dim);
+  if (rows.off() == 0 || keys < 3) return false;
+  switch (value_dim / hn::Lanes(d)) {
+    case 1:
+      MixRowOffLine<1>(d, w, keys, v, rows, out);
+      break;
+    case 2:
+      MixRowOffLine<2>(d, w, keys, v, rows, out);
+      break;
+    case 3:
+      MixRowOffLine<3>(d, w, keys, v, rows, out);
+      break;
+    case 4:
+      MixRowOffLine<4>(d, w, keys, v, rows, out);
+      break;
+    case 5:
+      MixRowOffLine<5>(d, w, keys, v, rows, out);
+      break;
+    case 6:
+      MixRowOffLine<6>(d, w, keys, v, rows, out);
+      break;
+    case 7:
+      MixRowOffLine<7>(d, w, keys, v, rows, out);
+      break;
+    case 8:
+      MixRowOffLine<8>(d, w, keys, v, rows, out);
+      break;
+    default:
+      return false;
+  }
+  return true;
+}
+#endif
+
 // Keys per pass of MixRows: every tile of rows takes this many V rows while
 // they are in L1 (64 rows of Dv 64: 16 KiB; much wider V rows spill to L2).
 constexpr size_t kMixPassKeys = 64;
@@ -306,6 +383,11 @@ void AddMixes(size_t rows, const float* const* HWY_RESTRICT weights,
   const D d;
   size_t longest = 0;
   for (size_t r = 0; r < rows; ++r) longest = keys[r] > longest ? keys[r] : longest;
+#if HWY_TARGET <= HWY_AVX3
+  if (rows == 1 && MixRowOffLines(d, weights[0], keys[0], v, v_row_stride, value_dim, out[0])) {
+    return;
+  }
+#endif
   for (size_t first = 0; first < longest; first += kMixPassKeys) {
     const size_t pass_end = longest - first < kMixPassKeys ? longest : first + kMixPassKeys;
     size_t active[kernels::kMaxSharedRows];
