@@ -47,10 +47,9 @@ HWY_INLINE void PrefetchRows(const float* HWY_RESTRICT base, size_t first, size_
 // them across two lines. Row() reads a row's vectors instead as the aligned
 // vectors they straddle, each one permute of two of them, the same floats.
 // It reads up to a vector before and after the row, within the rows beside
-// it: callers use it on rows that have a row on each side. On an AMD EPYC
-// Zen 5, D 64, 1,024 keys in L2, 16 bytes past a line, alternated in one
-// process: the score kernel 2.14 µs against 2.47 by LoadU (1.85 on lines),
-// the mix 1.69 against 1.83 (1.71).
+// it: callers use it on rows that have a row on each side. Decode (1, 1,
+// 1,024), D 64, 16 bytes past a line, on an AMD EPYC Zen 5: 3.57-3.65 µs a
+// call against 4.29-4.33 by LoadU (3.10-3.21 on lines), alternated.
 template <class D>
 class OffLineRows {
  public:
@@ -135,8 +134,8 @@ HWY_INLINE void ScoreRowsHeld(D d, size_t rows, const float* const* HWY_RESTRICT
 }
 
 // One key's accumulators as ScoreRowsHeld sums them: vector v into the even
-// or odd one as v is even or odd, in order, then the two added.
-// The key's row by LoadU, or with `rows` where given.
+// or odd one as v is even or odd, in order, then the two added. Its row read
+// by LoadU, or with `rows` where given.
 template <size_t kVectors, class D, class V = hn::Vec<D>>
 HWY_INLINE V KeySums(D d, const V* HWY_RESTRICT qv, const float* HWY_RESTRICT row,
                      const OffLineRows<D>* rows = nullptr) {
