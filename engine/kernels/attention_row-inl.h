@@ -326,6 +326,16 @@ HWY_NOINLINE void MixRowOffLine(D d, const float* HWY_RESTRICT w, size_t keys,
   for (size_t t = 0; t < kVectors; ++t) hn::StoreU(acc[t], d, out + t * lanes);
 }
 
+// MixRowOffLine for rows of `vectors` <= kVectors vectors, the row's length
+// chosen once here.
+template <size_t kVectors, class D>
+HWY_INLINE void MixRowOffLineOf(D d, size_t vectors, const float* HWY_RESTRICT w, size_t keys,
+                                const float* HWY_RESTRICT v, const OffLineRows<D>& rows,
+                                float* HWY_RESTRICT out) {
+  if (vectors == kVectors) return MixRowOffLine<kVectors>(d, w, keys, v, rows, out);
+  if constexpr (kVectors > 1) MixRowOffLineOf<kVectors - 1>(d, vectors, w, keys, v, rows, out);
+}
+
 // AddMixes for a row alone whose V rows lie back to back off a line
 // (OffLineRows), at least three of them, of 1 to 8 whole vectors: true
 // where it ran.
@@ -334,35 +344,9 @@ HWY_INLINE bool MixRowOffLines(D d, const float* HWY_RESTRICT w, size_t keys,
                                const float* HWY_RESTRICT v, int64_t v_row_stride, size_t value_dim,
                                float* HWY_RESTRICT out) {
   const OffLineRows<D> rows(d, v, v_row_stride, value_dim);
-  if (rows.off() == 0 || keys < 3) return false;
-  switch (value_dim / hn::Lanes(d)) {
-    case 1:
-      MixRowOffLine<1>(d, w, keys, v, rows, out);
-      break;
-    case 2:
-      MixRowOffLine<2>(d, w, keys, v, rows, out);
-      break;
-    case 3:
-      MixRowOffLine<3>(d, w, keys, v, rows, out);
-      break;
-    case 4:
-      MixRowOffLine<4>(d, w, keys, v, rows, out);
-      break;
-    case 5:
-      MixRowOffLine<5>(d, w, keys, v, rows, out);
-      break;
-    case 6:
-      MixRowOffLine<6>(d, w, keys, v, rows, out);
-      break;
-    case 7:
-      MixRowOffLine<7>(d, w, keys, v, rows, out);
-      break;
-    case 8:
-      MixRowOffLine<8>(d, w, keys, v, rows, out);
-      break;
-    default:
-      return false;
-  }
+  const size_t vectors = value_dim / hn::Lanes(d);
+  if (rows.off() == 0 || keys < 3 || vectors > 8) return false;
+  MixRowOffLineOf<8>(d, vectors, w, keys, v, rows, out);
   return true;
 }
 #endif
