@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -214,14 +215,18 @@ TEST_P(AttentionRowTest, AddMixesOverRangesOfKeysGivesMixRowsBits) {
 
 // `values` copied to a buffer of their own that starts `lanes_off` floats
 // past a 64-byte line and ends where they end (so that a read past their
-// end leaves the allocation, which ASan reports).
+// end leaves the allocation, which ASan reports: posix_memalign takes the
+// exact size, where aligned_alloc's is a multiple of the alignment).
 class OffLine {
  public:
-  OffLine(const std::vector<float>& values, size_t lanes_off)
-      : bytes_((lanes_off + values.size()) * sizeof(float)),
-        base_(static_cast<float*>(std::aligned_alloc(64, (bytes_ + 63) / 64 * 64))) {
+  OffLine(const std::vector<float>& values, size_t lanes_off) {
+    void* base = nullptr;
+    if (posix_memalign(&base, 64, (lanes_off + values.size()) * sizeof(float)) != 0) {
+      throw std::bad_alloc();
+    }
+    base_ = static_cast<float*>(base);
+    std::copy(values.begin(), values.end(), base_ + lanes_off);
     data_ = base_ + lanes_off;
-    std::copy(values.begin(), values.end(), data_);
   }
   ~OffLine() { std::free(base_); }
   OffLine(const OffLine&) = delete;
@@ -229,8 +234,7 @@ class OffLine {
   const float* data() const { return data_; }
 
  private:
-  size_t bytes_;
-  float* base_;
+  float* base_ = nullptr;
   float* data_ = nullptr;
 };
 
