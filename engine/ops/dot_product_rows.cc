@@ -384,13 +384,18 @@ Status RowsInKeyBlocks(const internal::CallContext& call, int threads, int64_t k
         // A sink's e^{z - max} joins the denominator (+Inf: every share 0).
         if (sink != nullptr) total += std::exp(*sink - max);
         for (int64_t block = 0; block < used; ++block) partial(r, block).max() /= total;
-        for (int64_t c = 0; c < value_dim; ++c) {
-          float sum = 0.0f;
-          for (int64_t block = 0; block < used; ++block) {
-            sum += partial(r, block).max() * partial(r, block).out()[c];
-          }
-          out_row[c * out.strides[3]] = sum;
+        // out[c] = Σ_β share_β · out_β[c], summed from +0 in block order, a
+        // product then a sum per term; block after block into block 0's
+        // output, so that the columns go a vector at a time.
+        float* sum = partial(r, 0).out();
+        const float first_share = partial(r, 0).max();
+        for (int64_t c = 0; c < value_dim; ++c) sum[c] = 0.0f + first_share * sum[c];
+        for (int64_t block = 1; block < used; ++block) {
+          const float share = partial(r, block).max();
+          const float* block_out = partial(r, block).out();
+          for (int64_t c = 0; c < value_dim; ++c) sum[c] += share * block_out[c];
         }
+        for (int64_t c = 0; c < value_dim; ++c) out_row[c * out.strides[3]] = sum[c];
         for (int64_t block = 0; w != nullptr && block < used; ++block) {
           const float share = partial(r, block).max();
           const int64_t first = block * key_block, last = std::min(valid, first + key_block);
