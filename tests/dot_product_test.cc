@@ -367,7 +367,7 @@ TEST_P(DotProductTest, FewQueriesTakeTheRowPathAndAgreeWithTheMatmulPath) {
 
 TEST_P(DotProductTest, RowPathSplitsLongRowsIntoKeyBlocks) {
   // With few rows and work enough for a second thread, the row path
-  // computes each row's keys in blocks and merges them (336 keys for 1 to
+  // computes each row's keys in blocks and merges them (528 keys for 1 to
   // 3 rows here). Lengths sweep the range, and sit on and next to every
   // edge (a last block of one key, rows that fill only their first block).
   uint32_t seed = 600;
@@ -391,10 +391,10 @@ TEST_P(DotProductTest, RowPathSplitsLongRowsIntoKeyBlocks) {
 }
 
 TEST_P(DotProductTest, RowPathNaNInALaterBlockMakesOnlyItsRowNaN) {
-  // Row 0 (L = 2600) meets a NaN key in its seventh block (of 336 keys);
+  // Row 0 (L = 2600) meets a NaN key in its fourth block (of 528 keys);
   // row 1 (L = 600) ends before it. As in the one-block softmax, the whole of row 0 is NaN.
   const int64_t m = 2600, depth = 64, dv = 64;
-  ASSERT_EQ(ops::dot_product::RowKeyBlock(1, 2, m, depth + dv), 336);
+  ASSERT_EQ(ops::dot_product::RowKeyBlock(1, 2, m, depth + dv), 528);
   std::vector<float> q = RandomFloats(2 * depth, 71), k = RandomFloats(m * depth, 72),
                      v = RandomFloats(m * dv, 73);
   k[2100 * depth + 3] = std::nanf("");

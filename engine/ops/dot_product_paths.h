@@ -83,16 +83,18 @@ int RowPathThreads(int threads, int64_t entries, int64_t groups, int64_t group_r
 // blocks are merged in a fixed order. Keys are cut only where the rows, in
 // their fewest chunks, have work for a second thread (RowPathNanos at least
 // kMinSharedRowNanos), into blocks of at least about kMinRowKeyBlock keys:
-// each block costs its own reductions and merge on any thread count
-// (256-key blocks made (8, 1, 1024) 10-15% slower on one thread; one row of
-// 1,024 keys in 4 blocks took 3.4-3.7 µs, whole 2.9-3.0). Where an entry
+// each block costs its own kernel calls, reductions and merge on any
+// thread count, about 0.1 µs (256-key blocks made (8, 1, 1024) 10-15%
+// slower on one thread; one row of 1,024 keys in 4 blocks took 3.4-3.7 µs,
+// whole 2.9-3.0; one of 2,048 keys took 10.3 µs in 8 blocks of 256, 9.9 in
+// 4 of 512, 9.3 whole, on a Zen 5). Where an entry
 // has more rows than a chunk, cut blocks hold at most kSharedKeyBlockBytes
 // of K and V rows, so that each chunk after the first finds them in L2:
 // their keys are read from memory once, not once per chunk. (Before, a GQA
 // group's four heads were cut so too: KvCache decode of 2,048 keys in whole
 // rows took 0.87-0.93x the time on one thread, alternated, on a Zen 3.)
 constexpr int64_t kRowTasks = 8;
-constexpr int64_t kMinRowKeyBlock = 256;
+constexpr int64_t kMinRowKeyBlock = 512;
 constexpr int64_t kSharedKeyBlockBytes = int64_t{128} << 10;
 
 // How the row path's tasks go to its threads: where every row of the
