@@ -372,8 +372,10 @@ void AddMixes(size_t rows, const float* const* HWY_RESTRICT weights,
     return;
   }
 #endif
-  for (size_t first = 0; first < longest; first += kMixPassKeys) {
-    const size_t pass_end = longest - first < kMixPassKeys ? longest : first + kMixPassKeys;
+  // A row alone has no tile to share V's rows with: one pass over its keys.
+  const size_t pass_keys = rows == 1 ? longest : kMixPassKeys;
+  for (size_t first = 0; first < longest; first += pass_keys) {
+    const size_t pass_end = longest - first < pass_keys ? longest : first + pass_keys;
     size_t active[kernels::kMaxSharedRows];
     size_t count = 0;
     for (size_t r = 0; r < rows; ++r) {
