@@ -140,12 +140,14 @@ Status WholeRows(const internal::CallContext& call, int threads, const ConstTens
       call.workspace, threads, q.dims[0] * runs, internal::ScratchSlot::kRowTask,
       static_cast<size_t>(run * chunk_rows * keys),
       [&](int64_t task, float* scratch) {
-        const int64_t b = task / runs;
-        const int64_t first_chunk = task % runs * run;
+        const int64_t b = runs == 1 ? task : task / runs;
+        const int64_t first_chunk = runs == 1 ? 0 : task % runs * run;
         const int64_t last_chunk = std::min(entry_chunks, first_chunk + run);
-        // Chunk c of the entry: group c / chunks, rows from (c % chunks) * kChunkRows.
-        const auto group_of = [&](int64_t c) { return c / chunks; };
-        const auto row0_of = [&](int64_t c) { return c % chunks * kChunkRows; };
+        // Chunk c of the entry: group c / chunks, rows from (c % chunks) *
+        // kChunkRows. A group's rows make one chunk wherever there are at
+        // most kChunkRows of them (decode): then no division.
+        const auto group_of = [&](int64_t c) { return chunks == 1 ? c : c / chunks; };
+        const auto row0_of = [&](int64_t c) { return chunks == 1 ? 0 : c % chunks * kChunkRows; };
         const auto count_of = [&](int64_t c) { return std::min(kChunkRows, queries - row0_of(c)); };
         const auto row_scratch = [&](int64_t c, int64_t r) {
           return scratch + ((c - first_chunk) * chunk_rows + r) * keys;
