@@ -35,10 +35,10 @@ the 1024 x 1024 product from M = 1,024 on), counting only the
 visible keys' FLOPs; additive against its own score kernel alone at its
 best (BM_SweepAdditiveKernel: 16 queries, 4,096 keys in cache, the same
 rate at every M), the bulk of its work; GQA decode from a KvCache of each
-precision against reading the bytes that cache holds for its keys
-(BM_SweepGqaRead*: bf16 words; int8 codes and their scales). Each limit is
-run in the same
-process as its workload; the 2-thread columns report speed-up, not % of a
+precision against reading the bytes that cache holds for its keys (bf16
+words; int8 codes and their scales), in turn with it as decode's
+(BM_SweepGqaDecode*'s op_us, limit_us and bytes). Each limit is run in the
+same process as its workload; the 2-thread columns report speed-up, not % of a
 limit (the read is one thread's).
 
 Trend check: each inner point of a series against the geometric mean of its
@@ -70,13 +70,14 @@ WORKLOADS = ("decode", "decode off lines", "prefill", "multi-head prefill", "add
 FAMILY = {"decode": "BM_SweepDecode", "decode off lines": "BM_SweepDecodeOffLines",
           "prefill": "BM_SweepPrefill",
           "multi-head prefill": "BM_SweepMultiHeadPrefill", "additive": "BM_SweepAdditive"}
-# Decode times its limit in its own benchmark, in turn with the op.
+# Decode and GQA decode time their limits in their own benchmarks, in turn
+# with the op.
 LIMIT = {"decode": "BM_SweepDecode", "decode off lines": "BM_SweepRead",
          "prefill": "BM_SweepMatmul",
          "multi-head prefill": "BM_SweepMatmul", "additive": "BM_SweepAdditiveKernel"}
 for _p, _w in zip(CACHE_PRECISIONS, GQA):
     FAMILY[_w] = "BM_SweepGqaDecode" + _p.capitalize()
-    LIMIT[_w] = "BM_SweepGqaRead" + _p.capitalize()
+    LIMIT[_w] = FAMILY[_w]
 FEWEST_KEYS, MOST_KEYS = 64, 131072  # as bench/sweep_bench.cc registers them
 DEPTH = 64
 ADDITIVE_QUERIES = 16
@@ -118,7 +119,7 @@ def bench_filter(max_keys):
         return "BM_Sweep"
     return "BM_Sweep(Decode|DecodeOffLines|Prefill|MultiHeadPrefill|Matmul|Additive)" \
         "/keys:(%s)/|" \
-        "BM_SweepGqa(Decode|Read)(Fp32|Bf16|Int8)/keys:(%s)/|" \
+        "BM_SweepGqaDecode(Fp32|Bf16|Int8)/keys:(%s)/|" \
         "BM_SweepAdditiveKernel/|" \
         "BM_SweepRead/bytes:(%s)/" % ("|".join(map(str, keys)),
                                       "|".join(map(str, keys)),
@@ -158,12 +159,11 @@ def series(runs):
         a = report.args_of(name)
         m = a["bytes"] // (2 * DEPTH * 4) if "bytes" in a else a["keys"]
         by_family.setdefault(report.family(name), {})[m] = b
-    rate = {"decode": report.gbps, "decode off lines": report.gbps, "prefill": report.gflops,
+    rate = {"decode off lines": report.gbps, "prefill": report.gflops,
             "multi-head prefill": report.gflops, "additive": report.per_ns}
-    rate.update((w, report.gbps) for w in GQA)
     out = {}
     for w in WORKLOADS:
-        if w == "decode":  # the op and its limit alternated in one benchmark
+        if w == "decode" or w in GQA:  # the op and its limit in turn in one benchmark
             out[w] = {m: alternated_read(b, m)
                       for m, b in sorted(by_family.get(FAMILY[w], {}).items())}
             continue
@@ -178,8 +178,9 @@ def series(runs):
 
 def alternated_read(b, m):
     """(seconds, GB/s, limit GB/s) of a decode of M keys timed in turn with the
-    read of its K and V (counters op_us and limit_us)."""
-    gigabytes = m * 2 * DEPTH * 4 / 1e9
+    read of its K and V, or of the bytes its cache holds (counters op_us,
+    limit_us and, from a cache, bytes)."""
+    gigabytes = b.get("bytes", m * 2 * DEPTH * 4) / 1e9
     return b["op_us"] * 1e-6, gigabytes / (b["op_us"] * 1e-6), gigabytes / (b["limit_us"] * 1e-6)
 
 
@@ -390,7 +391,8 @@ def page(facts, command, bench_cmds, ours, torch_times, torch_blas):
             "score kernel alone at its best, 16 queries over 4,096 keys in cache (the "
             "projections and the tanh factors of the keys are the rest of its work), and "
             "GQA decode's read of the bytes its cache holds for the keys (bf16 words; int8 "
-            "codes and their scales). Medians of the repetitions; "
+            "codes and their scales), in turn with the step as decode's. Medians of the "
+            "repetitions; "
             "the PyTorch seed modules are timed on the same shapes where they fit in 2 GiB."),
         "",
         "- CPU: %s" % facts["cpu"],

@@ -150,7 +150,7 @@ class Sweep(unittest.TestCase):
         self.assertIn("--max-keys 256", self.page)
         self.assertIn("--benchmark_filter='BM_Sweep(Decode|DecodeOffLines|Prefill|"
                       "MultiHeadPrefill|Matmul|Additive)/keys:(64|128|256)/|"
-                      "BM_SweepGqa(Decode|Read)(Fp32|Bf16|Int8)/keys:(64|128|256)/|"
+                      "BM_SweepGqaDecode(Fp32|Bf16|Int8)/keys:(64|128|256)/|"
                       "BM_SweepAdditiveKernel/|"
                       "BM_SweepRead/bytes:(32768|65536|131072)/'", self.page)
 
