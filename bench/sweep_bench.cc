@@ -59,29 +59,40 @@ void SweepKeys(benchmark::internal::Benchmark* b) {
 
 // N queries over M keys of one entry with per-query lengths `lens` (N), Q,
 // K and V `offset` floats past a 64-byte line.
-void RunDotProduct(benchmark::State& state, int64_t queries, const std::vector<int64_t>& lens,
-                   size_t offset = 0) {
-  const int64_t keys = state.range(0);
-  const Engine& engine = SharedEngine();
-  const LineFloats q(RandomFloats(queries * kDepth, 1), offset);
-  const LineFloats k(RandomFloats(keys * kDepth, 2), offset);
-  const LineFloats v(RandomFloats(keys * kDepth, 3), offset);
-  std::vector<float> out(static_cast<size_t>(queries * kDepth));
-  const ImplementationLabel label;
-  for (auto _ : state) {
+struct SweepDotProduct {
+  SweepDotProduct(int64_t queries, int64_t keys, std::vector<int64_t> lens, size_t offset)
+      : queries(queries),
+        keys(keys),
+        lens(std::move(lens)),
+        q(RandomFloats(queries * kDepth, 1), offset),
+        k(RandomFloats(keys * kDepth, 2), offset),
+        v(RandomFloats(keys * kDepth, 3), offset),
+        out(static_cast<size_t>(queries * kDepth)) {}
+
+  Status Run(const Engine& engine) {
     Status s = engine.DotProductAttention(
         ConstTensor(q.data(), {1, queries, kDepth}), ConstTensor(k.data(), {1, keys, kDepth}),
         ConstTensor(v.data(), {1, keys, kDepth}), ValidLens::PerQuery(lens.data(), 1, queries),
         Tensor(out.data(), {1, queries, kDepth}));
-    if (!s.ok()) state.SkipWithError(s.message().c_str());
     benchmark::DoNotOptimize(out.data());
+    return s;
   }
-  label.Apply(state);
+
+  const int64_t queries, keys;
+  const std::vector<int64_t> lens;
+  const LineFloats q, k, v;
+  std::vector<float> out;
+};
+
+void RunDotProduct(benchmark::State& state, int64_t queries, const std::vector<int64_t>& lens,
+                   size_t offset = 0) {
+  SweepDotProduct call(queries, state.range(0), lens, offset);
+  RunEachIteration(state, SharedEngine(), call);
   double visible = 0;
   for (int64_t l : lens) visible += static_cast<double>(l);
   state.counters["GFLOPS"] = benchmark::Counter(2.0 * visible * 2 * kDepth * 1e-9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
-  state.SetBytesProcessed(static_cast<int64_t>(4.0 * static_cast<double>(keys * 2 * kDepth)) *
+  state.SetBytesProcessed(static_cast<int64_t>(4.0 * static_cast<double>(call.keys * 2 * kDepth)) *
                           state.iterations());
 }
 
@@ -92,27 +103,14 @@ void RunDotProduct(benchmark::State& state, int64_t queries, const std::vector<i
 // 32,768 keys at 92% and 66%; taking turns, two runs gave 84.1% and 84.0%,
 // 92.5% and 92.6%.
 void BM_SweepDecode(benchmark::State& state) {
-  const int64_t keys = state.range(0);
   const Engine& engine = SharedEngine();
-  const LineFloats q(RandomFloats(kDepth, 1));
-  const LineFloats k(RandomFloats(keys * kDepth, 2));
-  const LineFloats v(RandomFloats(keys * kDepth, 3));
-  std::vector<float> out(static_cast<size_t>(kDepth));
-  const int64_t lens[] = {keys};
-  const auto bytes = static_cast<size_t>(keys * kDepth) * sizeof(float);
-  const std::vector<std::pair<const void*, size_t>> k_and_v = {{k.data(), bytes},
-                                                               {v.data(), bytes}};
+  SweepDotProduct call(1, state.range(0), {state.range(0)}, 0);
+  const auto bytes = static_cast<size_t>(call.keys * kDepth) * sizeof(float);
+  const std::vector<std::pair<const void*, size_t>> k_and_v = {{call.k.data(), bytes},
+                                                               {call.v.data(), bytes}};
   const ImplementationLabel label;
   AgainstItsRead(
-      state,
-      [&] {
-        return SecondsOf(state, [&] {
-          return engine.DotProductAttention(
-              ConstTensor(q.data(), {1, 1, kDepth}), ConstTensor(k.data(), {1, keys, kDepth}),
-              ConstTensor(v.data(), {1, keys, kDepth}), ValidLens::PerQuery(lens, 1, 1),
-              Tensor(out.data(), {1, 1, kDepth}));
-        });
-      },
+      state, [&] { return SecondsOf(state, [&] { return call.Run(engine); }); },
       [&] { return SecondsToRead(k_and_v); });
   label.Apply(state);
 }
