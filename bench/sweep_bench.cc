@@ -96,6 +96,19 @@ void RunDotProduct(benchmark::State& state, int64_t queries, const std::vector<i
                           state.iterations());
 }
 
+// `call` (a Run(engine) returning a Status) in turn with a read of `spans`,
+// round by round, on the shared engine (AgainstItsRead), labelled.
+template <class Call>
+void AgainstReadOf(benchmark::State& state, Call& call,
+                   const std::vector<std::pair<const void*, size_t>>& spans) {
+  const Engine& engine = SharedEngine();
+  const ImplementationLabel label;
+  AgainstItsRead(
+      state, [&] { return SecondsOf(state, [&] { return call.Run(engine); }); },
+      [&] { return SecondsToRead(spans); });
+  label.Apply(state);
+}
+
 // The decode in turn with the read of its own K and V, round by round. Run
 // minutes apart, as the sweep runs its families, the two moved apart by
 // more than the changes the share is to show: two sweeps of one build (a
@@ -103,16 +116,9 @@ void RunDotProduct(benchmark::State& state, int64_t queries, const std::vector<i
 // 32,768 keys at 92% and 66%; taking turns, two runs gave 84.1% and 84.0%,
 // 92.5% and 92.6%.
 void BM_SweepDecode(benchmark::State& state) {
-  const Engine& engine = SharedEngine();
   SweepDotProduct call(1, state.range(0), {state.range(0)}, 0);
   const auto bytes = static_cast<size_t>(call.keys * kDepth) * sizeof(float);
-  const std::vector<std::pair<const void*, size_t>> k_and_v = {{call.k.data(), bytes},
-                                                               {call.v.data(), bytes}};
-  const ImplementationLabel label;
-  AgainstItsRead(
-      state, [&] { return SecondsOf(state, [&] { return call.Run(engine); }); },
-      [&] { return SecondsToRead(k_and_v); });
-  label.Apply(state);
+  AgainstReadOf(state, call, {{call.k.data(), bytes}, {call.v.data(), bytes}});
 }
 BENCHMARK(BM_SweepDecode)->Apply(SweepKeys);
 
@@ -192,14 +198,9 @@ void SweepGqa(benchmark::State& state, Precision precision) {
     state.SkipWithError(call.status.message().c_str());
     return;
   }
-  const Engine& engine = SharedEngine();
   const std::vector<std::pair<const void*, size_t>> held =
       internal::KvCacheBytes::Held(*call.cache);
-  const ImplementationLabel label;
-  AgainstItsRead(
-      state, [&] { return SecondsOf(state, [&] { return call.Run(engine); }); },
-      [&] { return SecondsToRead(held); });
-  label.Apply(state);
+  AgainstReadOf(state, call, held);
   double bytes = 0;
   for (const auto& span : held) bytes += static_cast<double>(span.second);
   state.counters["bytes"] = bytes;
