@@ -4,8 +4,10 @@
 #include <cstdint>
 #include <exception>
 #include <new>
+#include <optional>
 #include <set>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -35,6 +37,15 @@ grpc::StatusCode CodeOf(int status) {
 
 grpc::Status Error(int status, const std::string& message) {
   return grpc::Status(CodeOf(status), message);
+}
+
+// A unary call's reactor, finished with answer()'s status on the gRPC thread
+// that read the call.
+template <class Answer>
+grpc::ServerUnaryReactor* Answered(grpc::CallbackServerContext* context, Answer answer) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(answer());
+  return reactor;
 }
 
 // A model's single version is "1"; "" lets the server choose it.
@@ -128,35 +139,30 @@ Status ReadInputs(const inference::ModelInferRequest& request, std::vector<Input
 
 }  // namespace
 
-grpc::Status GrpcService::ServerLive(grpc::ServerContext*, const inference::ServerLiveRequest*,
-                                     inference::ServerLiveResponse* response) {
+grpc::Status GrpcService::ServerLive(inference::ServerLiveResponse* response) {
   response->set_live(true);
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcService::ServerReady(grpc::ServerContext*, const inference::ServerReadyRequest*,
-                                      inference::ServerReadyResponse* response) {
+grpc::Status GrpcService::ServerReady(inference::ServerReadyResponse* response) {
   response->set_ready(!state_.stopping);
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcService::ModelReady(grpc::ServerContext*,
-                                     const inference::ModelReadyRequest* request,
+grpc::Status GrpcService::ModelReady(const inference::ModelReadyRequest& request,
                                      inference::ModelReadyResponse* response) {
   int status = 0;
   std::string message;
-  const std::shared_ptr<const Model> model = state_.ReadyModel(request->name(), &status, &message);
+  const std::shared_ptr<const Model> model = state_.ReadyModel(request.name(), &status, &message);
   if (status == 404) return Error(status, message);
-  if (!KnownVersion(request->version())) {
-    return Error(404, UnknownVersion(request->name(), request->version()));
+  if (!KnownVersion(request.version())) {
+    return Error(404, UnknownVersion(request.name(), request.version()));
   }
   response->set_ready(model != nullptr && !state_.stopping);
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcService::ServerMetadata(grpc::ServerContext*,
-                                         const inference::ServerMetadataRequest*,
-                                         inference::ServerMetadataResponse* response) {
+grpc::Status GrpcService::ServerMetadata(inference::ServerMetadataResponse* response) {
   response->set_name("attnscore");
   response->set_version(Version());
   response->add_extensions("binary_tensor_data");
@@ -164,15 +170,14 @@ grpc::Status GrpcService::ServerMetadata(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcService::ModelMetadata(grpc::ServerContext*,
-                                        const inference::ModelMetadataRequest* request,
+grpc::Status GrpcService::ModelMetadata(const inference::ModelMetadataRequest& request,
                                         inference::ModelMetadataResponse* response) {
   int status = 0;
   std::string message;
-  const std::shared_ptr<const Model> model = state_.ReadyModel(request->name(), &status, &message);
+  const std::shared_ptr<const Model> model = state_.ReadyModel(request.name(), &status, &message);
   if (model == nullptr) return Error(status, message);
-  if (!KnownVersion(request->version())) {
-    return Error(404, UnknownVersion(request->name(), request->version()));
+  if (!KnownVersion(request.version())) {
+    return Error(404, UnknownVersion(request.name(), request.version()));
   }
   const json metadata = model->Metadata();
   response->set_name(metadata["name"].get<std::string>());
@@ -189,30 +194,29 @@ grpc::Status GrpcService::ModelMetadata(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcService::ModelInfer(grpc::ServerContext*,
-                                     const inference::ModelInferRequest* request,
-                                     inference::ModelInferResponse* response) {
+grpc::Status GrpcService::ModelInfer(const inference::ModelInferRequest& request,
+                                     inference::ModelInferResponse* response, Slot slot) {
   const Clock::time_point start = Clock::now();
   std::string error;
   int status = 500;
   try {
-    status = Infer(*request, response, &error);
+    status = Infer(request, response, slot, &error);
   } catch (const std::bad_alloc&) {
     error = "out of memory";
   } catch (const std::exception& e) {
     error = std::string("internal error: ") + e.what();
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  const bool known = state_.models.Find(request->model_name()) != nullptr;
-  state_.metrics.Record(known ? request->model_name() : "unknown", status, seconds);
+  const bool known = state_.models.Find(request.model_name()) != nullptr;
+  state_.metrics.Record(known ? request.model_name() : "unknown", status, seconds);
   json line = {{"time", LogTime()},
                {"method", "gRPC"},
                {"path", "/inference.GRPCInferenceService/ModelInfer"},
                {"status", status},
-               {"request_bytes", request->ByteSizeLong()},
+               {"request_bytes", request.ByteSizeLong()},
                {"response_bytes", status == 200 ? response->ByteSizeLong() : 0},
                {"latency_us", static_cast<int64_t>(seconds * 1e6)},
-               {"model", request->model_name()}};
+               {"model", request.model_name()}};
   if (!error.empty()) line["error"] = error;
   state_.Log(line);
   if (status != 200) {
@@ -222,8 +226,59 @@ grpc::Status GrpcService::ModelInfer(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+// The callback API's entry points: each but ModelInfer answered at once.
+
+grpc::ServerUnaryReactor* GrpcService::ServerLive(grpc::CallbackServerContext* context,
+                                                  const inference::ServerLiveRequest*,
+                                                  inference::ServerLiveResponse* response) {
+  return Answered(context, [&] { return ServerLive(response); });
+}
+
+grpc::ServerUnaryReactor* GrpcService::ServerReady(grpc::CallbackServerContext* context,
+                                                   const inference::ServerReadyRequest*,
+                                                   inference::ServerReadyResponse* response) {
+  return Answered(context, [&] { return ServerReady(response); });
+}
+
+grpc::ServerUnaryReactor* GrpcService::ModelReady(grpc::CallbackServerContext* context,
+                                                  const inference::ModelReadyRequest* request,
+                                                  inference::ModelReadyResponse* response) {
+  return Answered(context, [&] { return ModelReady(*request, response); });
+}
+
+grpc::ServerUnaryReactor* GrpcService::ServerMetadata(grpc::CallbackServerContext* context,
+                                                      const inference::ServerMetadataRequest*,
+                                                      inference::ServerMetadataResponse* response) {
+  return Answered(context, [&] { return ServerMetadata(response); });
+}
+
+grpc::ServerUnaryReactor* GrpcService::ModelMetadata(grpc::CallbackServerContext* context,
+                                                     const inference::ModelMetadataRequest* request,
+                                                     inference::ModelMetadataResponse* response) {
+  return Answered(context, [&] { return ModelMetadata(*request, response); });
+}
+
+// A call that takes a free slot computes on the gRPC thread that read it;
+// one that must wait for a slot waits on a thread of `waiting_`; one that
+// finds no place there either is refused, as Gate::Enter refuses.
+grpc::ServerUnaryReactor* GrpcService::ModelInfer(grpc::CallbackServerContext* context,
+                                                  const inference::ModelInferRequest* request,
+                                                  inference::ModelInferResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (state_.gate.TryEnter()) {
+    reactor->Finish(ModelInfer(*request, response, Slot::kHeld));
+  } else if (!waiting_.Post([this, request, response, reactor] {
+               reactor->Finish(ModelInfer(*request, response, Slot::kWait));
+             })) {
+    reactor->Finish(ModelInfer(*request, response, Slot::kRefused));
+  }
+  return reactor;
+}
+
 int GrpcService::Infer(const inference::ModelInferRequest& request,
-                       inference::ModelInferResponse* response, std::string* error) {
+                       inference::ModelInferResponse* response, Slot slot, std::string* error) {
+  std::optional<GateSlot> held;  // left on return
+  if (slot == Slot::kHeld) held.emplace(&state_.gate);
   int status = 0;
   const std::shared_ptr<const Model> model =
       state_.ReadyModel(request.model_name(), &status, error);
@@ -232,11 +287,11 @@ int GrpcService::Infer(const inference::ModelInferRequest& request,
     *error = UnknownVersion(request.model_name(), request.model_version());
     return 404;
   }
-  if (!state_.gate.Enter()) {
+  if (slot == Slot::kRefused || (slot == Slot::kWait && !state_.gate.Enter())) {
     *error = state_.AtCapacity();
     return 503;
   }
-  GateSlot slot(&state_.gate);
+  if (slot == Slot::kWait) held.emplace(&state_.gate);
 
   std::vector<InputTensor> inputs;
   std::vector<RequestedOutput> requested;
@@ -272,6 +327,50 @@ int GrpcService::Infer(const inference::ModelInferRequest& request,
     }
   }
   return 200;
+}
+
+WaitingCalls::~WaitingCalls() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  posted_.notify_all();
+  for (std::thread& thread : threads_) thread.join();
+}
+
+bool WaitingCalls::Post(std::function<void()> call) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_ || calls_.size() + running_ >= max_calls_) return false;
+  calls_.push_back(std::move(call));
+  // Each call posted has a thread not running one to take it, so there are
+  // at most running_ + calls_.size() <= max_calls_ threads.
+  if (threads_.size() - running_ < calls_.size()) {
+    try {
+      threads_.emplace_back([this] { Run(); });
+    } catch (const std::system_error&) {  // no thread to be had
+      if (threads_.size() == running_) {
+        calls_.pop_back();
+        return false;
+      }
+    }
+  }
+  posted_.notify_one();
+  return true;
+}
+
+void WaitingCalls::Run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    posted_.wait(lock, [&] { return stopping_ || !calls_.empty(); });
+    if (calls_.empty()) return;  // stopping, every call run
+    std::function<void()> call = std::move(calls_.front());
+    calls_.pop_front();
+    ++running_;
+    lock.unlock();
+    call();
+    lock.lock();
+    --running_;
+  }
 }
 
 }  // namespace attnscore::server

@@ -42,6 +42,13 @@ bool Gate::Enter() {
   return true;
 }
 
+bool Gate::TryEnter() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (running_ >= slots_) return false;
+  ++running_;
+  return true;
+}
+
 void Gate::Leave() {
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -30,6 +30,9 @@ class Gate {
   // True once the caller holds a slot (call Leave after); false, without
   // waiting, when max_waiting requests are waiting already.
   bool Enter();
+  // True once the caller holds a slot (call Leave after), where one is free
+  // now; false at once, without waiting or queueing, where none is.
+  bool TryEnter();
   void Leave();
   int running() const;
   int waiting() const;

@@ -4,6 +4,7 @@ the library's own numbers (through the CLI) to hold the server's answers to."""
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -49,3 +50,15 @@ def bits(array):
 
 
 DOT_TOY = ("dot_toy", "queries", "keys", "values", "valid_lens")
+
+
+def wait_for_gauge(server, name, value, seconds=10):
+    """True once the server's /metrics gives gauge `name` at `value`, polled
+    every 2 ms for up to `seconds`; False if it never does."""
+    line = f"{name} {value}\n"
+    for _ in range(int(seconds / 0.002)):
+        _, _, text = server.call("GET", "/metrics")
+        if line in (text if isinstance(text, str) else text.decode()):
+            return True
+        time.sleep(0.002)
+    return False

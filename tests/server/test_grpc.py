@@ -12,17 +12,17 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import grpc
 import numpy as np
 import pytest
 
-from server_testing import DOT_TOY, ROOT, SERVER, bits, golden, library, requests_counted
+from server_testing import (DOT_TOY, ROOT, SERVER, bits, golden, library, requests_counted,
+                            wait_for_gauge)
 from server_util import Server, build_dir, infer_body
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from grpc_client import GrpcClient  # noqa: E402
+from grpc_client import GrpcClient, arrays  # noqa: E402
 
 BUILT_IN = ["masked_softmax", "dot_product_attention", "multihead_attention",
             "multihead_attention_packed"]
@@ -197,13 +197,48 @@ def test_a_message_over_the_byte_limit_is_resource_exhausted():
             client.close()
 
 
+def long_inputs():
+    """Q, K, V (8, 4096, 64): about 34 GFLOP, a quarter of a second or more."""
+    rng = np.random.default_rng(0)
+    return {name: rng.standard_normal((8, 4096, 64), dtype=np.float32)
+            for name in ("queries", "keys", "values")}
+
+
+def test_calls_past_the_workers_wait_their_turn_and_past_the_queue_are_unavailable():
+    """--workers 1 --max-queue 1: while a long call computes, the next waits
+    for the slot, off gRPC's own threads (ServerLive is answered meanwhile),
+    and gets its answer after; the one after that finds the queue full and
+    gets UNAVAILABLE with REST's 503 text at once."""
+    with Server(SERVER, "--workers", "1", "--max-queue", "1", "--max-request-bytes",
+                str(64 << 20)) as busy:
+        client = GrpcClient(busy.grpc_address, build_dir())
+        try:
+            toy = golden(*DOT_TOY)
+            long_call = client.stub.ModelInfer.future(
+                client.request("dot_product_attention", long_inputs()), timeout=120)
+            assert wait_for_gauge(busy, "attnscore_in_flight", 1)
+            waiting = client.stub.ModelInfer.future(client.request("dot_product_attention", toy),
+                                                    timeout=120)
+            assert wait_for_gauge(busy, "attnscore_queue_depth", 1)
+            assert client.stub.ServerLive(client.pb.ServerLiveRequest(), timeout=5).live
+            with pytest.raises(grpc.RpcError) as refused:
+                client.stub.ModelInfer(client.request("dot_product_attention", toy), timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "--max-queue" in refused.value.details(), refused.value.details()
+            assert not long_call.done()  # refused at once, not after the slot came free
+            assert arrays(long_call.result())["output"].shape == (8, 4096, 64)
+            alone = client.infer("dot_product_attention", toy)["output"]
+            np.testing.assert_array_equal(bits(arrays(waiting.result())["output"]), bits(alone))
+        finally:
+            client.close()
+        assert busy.stop() == 0
+
+
 def test_sigterm_finishes_the_rpc_in_flight_and_exits_0():
-    # About 34 GFLOP: a quarter of a second or more, seen in flight first.
+    # The long call, seen in flight first.
     busy = Server(SERVER, "--workers", "1", "--max-request-bytes", str(64 << 20))
     client = GrpcClient(busy.grpc_address, build_dir())
-    rng = np.random.default_rng(0)
-    x = {name: rng.standard_normal((8, 4096, 64), dtype=np.float32)
-         for name in ("queries", "keys", "values")}
+    x = long_inputs()
     results = []
 
     def call():
@@ -214,13 +249,7 @@ def test_sigterm_finishes_the_rpc_in_flight_and_exits_0():
 
     worker = threading.Thread(target=call)
     worker.start()
-    seen = False
-    for _ in range(5000):
-        _, _, text = busy.call("GET", "/metrics")
-        if "attnscore_in_flight 1\n" in text.decode():
-            seen = True
-            break
-        time.sleep(0.002)
+    seen = wait_for_gauge(busy, "attnscore_in_flight", 1)
     busy.process.send_signal(signal.SIGTERM)
     worker.join()
     client.close()

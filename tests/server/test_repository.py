@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from server_testing import DOT_TOY, GOLDEN, SERVER, golden
+from server_testing import DOT_TOY, GOLDEN, SERVER, golden, wait_for_gauge
 from server_util import Server, infer_body
 
 
@@ -103,10 +103,7 @@ def test_a_request_in_flight_finishes_on_the_model_it_started_with():
         worker = threading.Thread(target=lambda: results.append(
             server.call("POST", "/v2/models/dot_product_attention/infer", long)))
         worker.start()
-        for _ in range(2000):
-            _, _, text = server.call("GET", "/metrics")
-            if b"attnscore_in_flight 1\n" in text:
-                break
+        wait_for_gauge(server, "attnscore_in_flight", 1)
         assert server.call("POST", "/v2/repository/models/dot_product_attention/unload",
                            b"")[0] == 200
         worker.join()

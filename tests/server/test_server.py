@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 from server_util import (Server, binary_infer_body, binary_outputs, infer_body,  # noqa: E402
                          output_array)
 from server_testing import (DOT_TOY, GOLDEN, SERVER, bits, golden, library,  # noqa: E402
-                            requests_counted)
+                            requests_counted, wait_for_gauge)
 
 
 def test_toy_through_urllib_is_the_library_bit_for_bit(server, tmp_path):
@@ -291,15 +291,6 @@ def long_request():
                        "values": rng.standard_normal((2, 1500, 64), dtype=np.float32)})
 
 
-def wait_in_flight(server, count):
-    for _ in range(2000):
-        _, _, text = server.call("GET", "/metrics")
-        if f"attnscore_in_flight {count}\n" in text.decode():
-            return
-        time.sleep(0.005)
-    raise AssertionError("no request in flight")
-
-
 def start_long_request(server):
     """A long request sent from a thread, once the server computes it:
     (the thread, the list its answer goes to, the body sent)."""
@@ -308,7 +299,7 @@ def start_long_request(server):
     worker = threading.Thread(target=lambda: results.append(
         server.call("POST", "/v2/models/dot_product_attention/infer", body)))
     worker.start()
-    wait_in_flight(server, 1)
+    assert wait_for_gauge(server, "attnscore_in_flight", 1), "no request in flight"
     return worker, results, body
 
 
