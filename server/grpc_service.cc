@@ -268,7 +268,15 @@ grpc::ServerUnaryReactor* GrpcService::ModelInfer(grpc::CallbackServerContext* c
   if (state_.gate.TryEnter()) {
     reactor->Finish(ModelInfer(*request, response, Slot::kHeld));
   } else if (!waiting_.Post([this, request, response, reactor] {
-               reactor->Finish(ModelInfer(*request, response, Slot::kWait));
+               // What gRPC does for a handler that throws, here by hand: no
+               // exception may leave a thread of WaitingCalls.
+               grpc::Status status(grpc::StatusCode::UNKNOWN, "internal error");
+               try {
+                 status = ModelInfer(*request, response, Slot::kWait);
+               } catch (const std::exception& e) {
+                 status = grpc::Status(grpc::StatusCode::UNKNOWN, e.what());
+               }
+               reactor->Finish(status);
              })) {
     reactor->Finish(ModelInfer(*request, response, Slot::kRefused));
   }
