@@ -39,12 +39,12 @@ grpc::Status Error(int status, const std::string& message) {
   return grpc::Status(CodeOf(status), message);
 }
 
-// A unary call's reactor, finished with answer()'s status on the gRPC thread
-// that read the call.
-template <class Answer>
-grpc::ServerUnaryReactor* Answered(grpc::CallbackServerContext* context, Answer answer) {
+// A unary call's reactor, finished with `status` on the gRPC thread that
+// read the call.
+grpc::ServerUnaryReactor* Answered(grpc::CallbackServerContext* context,
+                                   const grpc::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(answer());
+  reactor->Finish(status);
   return reactor;
 }
 
@@ -139,63 +139,8 @@ Status ReadInputs(const inference::ModelInferRequest& request, std::vector<Input
 
 }  // namespace
 
-grpc::Status GrpcService::ServerLive(inference::ServerLiveResponse* response) {
-  response->set_live(true);
-  return grpc::Status::OK;
-}
-
-grpc::Status GrpcService::ServerReady(inference::ServerReadyResponse* response) {
-  response->set_ready(!state_.stopping);
-  return grpc::Status::OK;
-}
-
-grpc::Status GrpcService::ModelReady(const inference::ModelReadyRequest& request,
-                                     inference::ModelReadyResponse* response) {
-  int status = 0;
-  std::string message;
-  const std::shared_ptr<const Model> model = state_.ReadyModel(request.name(), &status, &message);
-  if (status == 404) return Error(status, message);
-  if (!KnownVersion(request.version())) {
-    return Error(404, UnknownVersion(request.name(), request.version()));
-  }
-  response->set_ready(model != nullptr && !state_.stopping);
-  return grpc::Status::OK;
-}
-
-grpc::Status GrpcService::ServerMetadata(inference::ServerMetadataResponse* response) {
-  response->set_name("attnscore");
-  response->set_version(Version());
-  response->add_extensions("binary_tensor_data");
-  response->add_extensions("model_repository");
-  return grpc::Status::OK;
-}
-
-grpc::Status GrpcService::ModelMetadata(const inference::ModelMetadataRequest& request,
-                                        inference::ModelMetadataResponse* response) {
-  int status = 0;
-  std::string message;
-  const std::shared_ptr<const Model> model = state_.ReadyModel(request.name(), &status, &message);
-  if (model == nullptr) return Error(status, message);
-  if (!KnownVersion(request.version())) {
-    return Error(404, UnknownVersion(request.name(), request.version()));
-  }
-  const json metadata = model->Metadata();
-  response->set_name(metadata["name"].get<std::string>());
-  for (const json& version : metadata["versions"])
-    response->add_versions(version.get<std::string>());
-  response->set_platform(metadata["platform"].get<std::string>());
-  const auto add = [](const json& entry, inference::ModelMetadataResponse::TensorMetadata* tensor) {
-    tensor->set_name(entry["name"].get<std::string>());
-    tensor->set_datatype(entry["datatype"].get<std::string>());
-    for (const json& dim : entry["shape"]) tensor->add_shape(dim.get<int64_t>());
-  };
-  for (const json& entry : metadata["inputs"]) add(entry, response->add_inputs());
-  for (const json& entry : metadata["outputs"]) add(entry, response->add_outputs());
-  return grpc::Status::OK;
-}
-
-grpc::Status GrpcService::ModelInfer(const inference::ModelInferRequest& request,
-                                     inference::ModelInferResponse* response, Slot slot) {
+grpc::Status GrpcService::LoggedInfer(const inference::ModelInferRequest& request,
+                                      inference::ModelInferResponse* response, Slot slot) {
   const Clock::time_point start = Clock::now();
   std::string error;
   int status = 500;
@@ -231,31 +176,64 @@ grpc::Status GrpcService::ModelInfer(const inference::ModelInferRequest& request
 grpc::ServerUnaryReactor* GrpcService::ServerLive(grpc::CallbackServerContext* context,
                                                   const inference::ServerLiveRequest*,
                                                   inference::ServerLiveResponse* response) {
-  return Answered(context, [&] { return ServerLive(response); });
+  response->set_live(true);
+  return Answered(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* GrpcService::ServerReady(grpc::CallbackServerContext* context,
                                                    const inference::ServerReadyRequest*,
                                                    inference::ServerReadyResponse* response) {
-  return Answered(context, [&] { return ServerReady(response); });
+  response->set_ready(!state_.stopping);
+  return Answered(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* GrpcService::ModelReady(grpc::CallbackServerContext* context,
                                                   const inference::ModelReadyRequest* request,
                                                   inference::ModelReadyResponse* response) {
-  return Answered(context, [&] { return ModelReady(*request, response); });
+  int status = 0;
+  std::string message;
+  const std::shared_ptr<const Model> model = state_.ReadyModel(request->name(), &status, &message);
+  if (status == 404) return Answered(context, Error(status, message));
+  if (!KnownVersion(request->version())) {
+    return Answered(context, Error(404, UnknownVersion(request->name(), request->version())));
+  }
+  response->set_ready(model != nullptr && !state_.stopping);
+  return Answered(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* GrpcService::ServerMetadata(grpc::CallbackServerContext* context,
                                                       const inference::ServerMetadataRequest*,
                                                       inference::ServerMetadataResponse* response) {
-  return Answered(context, [&] { return ServerMetadata(response); });
+  response->set_name("attnscore");
+  response->set_version(Version());
+  response->add_extensions("binary_tensor_data");
+  response->add_extensions("model_repository");
+  return Answered(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* GrpcService::ModelMetadata(grpc::CallbackServerContext* context,
                                                      const inference::ModelMetadataRequest* request,
                                                      inference::ModelMetadataResponse* response) {
-  return Answered(context, [&] { return ModelMetadata(*request, response); });
+  int status = 0;
+  std::string message;
+  const std::shared_ptr<const Model> model = state_.ReadyModel(request->name(), &status, &message);
+  if (model == nullptr) return Answered(context, Error(status, message));
+  if (!KnownVersion(request->version())) {
+    return Answered(context, Error(404, UnknownVersion(request->name(), request->version())));
+  }
+  const json metadata = model->Metadata();
+  response->set_name(metadata["name"].get<std::string>());
+  for (const json& version : metadata["versions"])
+    response->add_versions(version.get<std::string>());
+  response->set_platform(metadata["platform"].get<std::string>());
+  const auto add = [](const json& entry, inference::ModelMetadataResponse::TensorMetadata* tensor) {
+    tensor->set_name(entry["name"].get<std::string>());
+    tensor->set_datatype(entry["datatype"].get<std::string>());
+    for (const json& dim : entry["shape"]) tensor->add_shape(dim.get<int64_t>());
+  };
+  for (const json& entry : metadata["inputs"]) add(entry, response->add_inputs());
+  for (const json& entry : metadata["outputs"]) add(entry, response->add_outputs());
+  return Answered(context, grpc::Status::OK);
 }
 
 // A call that takes a free slot computes on the gRPC thread that read it;
@@ -266,19 +244,19 @@ grpc::ServerUnaryReactor* GrpcService::ModelInfer(grpc::CallbackServerContext* c
                                                   inference::ModelInferResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (state_.gate.TryEnter()) {
-    reactor->Finish(ModelInfer(*request, response, Slot::kHeld));
+    reactor->Finish(LoggedInfer(*request, response, Slot::kHeld));
   } else if (!waiting_.Post([this, request, response, reactor] {
                // What gRPC does for a handler that throws, here by hand: no
                // exception may leave a thread of WaitingCalls.
                grpc::Status status(grpc::StatusCode::UNKNOWN, "internal error");
                try {
-                 status = ModelInfer(*request, response, Slot::kWait);
+                 status = LoggedInfer(*request, response, Slot::kWait);
                } catch (const std::exception& e) {
                  status = grpc::Status(grpc::StatusCode::UNKNOWN, e.what());
                }
                reactor->Finish(status);
              })) {
-    reactor->Finish(ModelInfer(*request, response, Slot::kRefused));
+    reactor->Finish(LoggedInfer(*request, response, Slot::kRefused));
   }
   return reactor;
 }

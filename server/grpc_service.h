@@ -78,16 +78,9 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
   // place in the queue taken).
   enum class Slot { kHeld, kWait, kRefused };
 
-  grpc::Status ServerLive(inference::ServerLiveResponse* response);
-  grpc::Status ServerReady(inference::ServerReadyResponse* response);
-  grpc::Status ModelReady(const inference::ModelReadyRequest& request,
-                          inference::ModelReadyResponse* response);
-  grpc::Status ServerMetadata(inference::ServerMetadataResponse* response);
-  grpc::Status ModelMetadata(const inference::ModelMetadataRequest& request,
-                             inference::ModelMetadataResponse* response);
   // ModelInfer's status, counted and logged.
-  grpc::Status ModelInfer(const inference::ModelInferRequest& request,
-                          inference::ModelInferResponse* response, Slot slot);
+  grpc::Status LoggedInfer(const inference::ModelInferRequest& request,
+                           inference::ModelInferResponse* response, Slot slot);
   // The answer of ModelInfer and its HTTP status (200 when it succeeded).
   int Infer(const inference::ModelInferRequest& request, inference::ModelInferResponse* response,
             Slot slot, std::string* error);
