@@ -121,7 +121,7 @@ Status ReadInputs(const inference::ModelInferRequest& request, std::vector<Input
       ATTNSCORE_RETURN_IF_ERROR(CheckRawSize(tensor, bytes.size(),
                                              "raw_input_contents[" + std::to_string(i) + "] has " +
                                                  std::to_string(bytes.size()) + " bytes"));
-      CopyRaw(bytes.data(), &tensor);
+      ReadRaw(bytes.data(), &tensor);
     } else if (tensor.datatype == "FP32") {
       ATTNSCORE_RETURN_IF_ERROR(CheckElementCount(tensor, contents.fp32_contents_size()));
       tensor.floats.assign(contents.fp32_contents().begin(), contents.fp32_contents().end());

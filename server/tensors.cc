@@ -89,7 +89,7 @@ Status ReadBinary(int64_t bytes, std::string_view* binary, InputTensor* tensor) 
     return Bad("input '" + tensor->name + "' has binary_data_size " + std::to_string(bytes) +
                " but only " + std::to_string(binary->size()) + " bytes of binary data are left");
   }
-  CopyRaw(binary->data(), tensor);
+  ReadRaw(binary->data(), tensor);
   binary->remove_prefix(bytes);
   return Status::Ok();
 }
@@ -193,9 +193,13 @@ Status CheckRawSize(const InputTensor& tensor, uint64_t bytes, const std::string
              tensor.datatype + " (" + std::to_string(expected) + " bytes) but " + source);
 }
 
-void CopyRaw(const char* data, InputTensor* tensor) {
+void ReadRaw(const char* data, InputTensor* tensor) {
   const uint64_t count = ElementCount(tensor->shape);
   if (tensor->datatype == "FP32") {
+    if (count > 0 && reinterpret_cast<uintptr_t>(data) % alignof(float) == 0) {
+      tensor->borrowed = reinterpret_cast<const float*>(data);
+      return;
+    }
     tensor->floats.resize(count);
     std::memcpy(tensor->floats.data(), data, count * sizeof(float));
   } else if (tensor->datatype == "INT32") {
@@ -217,7 +221,7 @@ const int64_t* InputTensor::IntData() const { return ints.empty() ? kNoInts : in
 
 ConstTensor InputTensor::View() const {
   ConstTensor view;
-  view.data = floats.empty() ? kNoFloats : floats.data();
+  view.data = borrowed != nullptr ? borrowed : floats.empty() ? kNoFloats : floats.data();
   view.rank = static_cast<int>(shape.size());
   int64_t stride = 1;
   for (int d = view.rank - 1; d >= 0; --d) {

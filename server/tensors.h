@@ -17,15 +17,19 @@
 
 namespace attnscore::server {
 
-// One input tensor of a request, its data converted from JSON numbers.
+// One input tensor of a request, its data converted from JSON numbers, or
+// read from the request's raw bytes.
 struct InputTensor {
   std::string name;
   std::string datatype;        // "FP32", "INT32" or "INT64"
   std::vector<int64_t> shape;  // each dim >= 0, at most kMaxRank dims
-  std::vector<float> floats;   // FP32 data, C order
+  std::vector<float> floats;   // FP32 data, C order, unless `borrowed`
   std::vector<int64_t> ints;   // INT32 / INT64 data, C order
+  // FP32 data read in place from the request's raw bytes (ReadRaw): the
+  // request must outlive every use of the tensor.
+  const float* borrowed = nullptr;
 
-  // A C-order view of `floats` (FP32 only).
+  // A C-order view of the FP32 data.
   ConstTensor View() const;
   // ints.data(), never null (the engine takes null for a missing tensor).
   const int64_t* IntData() const;
@@ -40,8 +44,8 @@ struct InputTensor {
 // JSON array (flat, or nested as the shape) of finite float32 numbers or of
 // integers within INT32 / INT64; or, for an input whose parameters give
 // binary_data_size, the next that many bytes of `binary` (the body after the
-// JSON), which must be used up exactly. InvalidArgument naming the input and
-// what is wrong.
+// JSON), which must be used up exactly (and outlive the inputs: ReadRaw may
+// read them in place). InvalidArgument naming the input and what is wrong.
 Status ParseInputs(const nlohmann::json& request, std::string_view binary,
                    std::vector<InputTensor>* inputs);
 
@@ -52,9 +56,12 @@ Status ParseInputs(const nlohmann::json& request, std::string_view binary,
 Status CheckDatatype(const InputTensor& tensor);
 Status CheckElementCount(const InputTensor& tensor, uint64_t count);
 Status CheckRawSize(const InputTensor& tensor, uint64_t bytes, const std::string& source);
-// Fills `tensor`'s data from raw little-endian C-order bytes, as many as
-// CheckRawSize accepted.
-void CopyRaw(const char* data, InputTensor* tensor);
+// Gives `tensor` its data from raw little-endian C-order bytes, as many as
+// CheckRawSize accepted: FP32 bytes that lie on a float's alignment are
+// read in place (`borrowed`, so `data` must outlive the tensor's use); other
+// bytes are copied. A 4 MiB decode request over gRPC copied its K and V a
+// second time here, after protobuf's copy.
+void ReadRaw(const char* data, InputTensor* tensor);
 
 // An output the request asks for, and whether it wants its data as binary
 // (its parameters' binary_data, or the request's binary_data_output).

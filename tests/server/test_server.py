@@ -67,6 +67,17 @@ def test_binary_tensor_data_is_the_library_bit_for_bit(server, tmp_path):
     out, weights = library(tmp_path, ["dot"], inputs)
     np.testing.assert_array_equal(bits(got["output"]), bits(out))
     np.testing.assert_array_equal(bits(got["attention_weights"]), bits(weights))
+    # The tensor data at each offset mod 4 from the body's start (the JSON
+    # padded with spaces): read in place where it lies on a float's
+    # alignment, copied where not; the same bits either way.
+    json_bytes = int(headers["Inference-Header-Content-Length"])
+    for pad in range(4):
+        padded = body[:json_bytes] + b" " * pad + body[json_bytes:]
+        status, answer_headers, raw = server.call(
+            "POST", "/v2/models/dot_product_attention/infer", padded,
+            headers=dict(headers, **{"Inference-Header-Content-Length": str(json_bytes + pad)}))
+        assert status == 200, raw
+        np.testing.assert_array_equal(bits(binary_outputs(answer_headers, raw)["output"]), bits(out))
     # binary_data_output without "outputs": the default output, as binary.
     body, headers = binary_infer_body(inputs)
     status, answer_headers, raw = server.call("POST", "/v2/models/dot_product_attention/infer",
