@@ -103,7 +103,8 @@ SIGTERM or SIGINT stops accepting, finishes the requests in flight and exits 0.
   --max-inflight-bytes N    bytes of request bodies held at once, reserved
                             before a body is read; a request that would pass
                             it waits up to 0.5 s, then gets 503 with
-                            Retry-After (default: workers * max-request-bytes)
+                            Retry-After (default: workers * max-request-bytes);
+                            gRPC's buffers are held to twice it
   --connections N           connections open at once (default 256); at the
                             limit, a new one takes the place of the one that
                             has waited longest for a request's headers
@@ -287,6 +288,17 @@ int Serve(const std::vector<std::string>& argv) {
   // A message is a request's whole body: the same limit as REST's.
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(max_bytes, INT32_MAX)));
   builder.SetMaxSendMessageSize(-1);
+  // gRPC's own buffers (messages being read or written, and the read buffer
+  // a connection keeps between messages, as large as its last ones) are
+  // held to twice the byte budget: past it gRPC frees idle connections'
+  // buffers, then cancels streams (RESOURCE_EXHAUSTED). Unbounded, 40
+  // connections that had each sent three 2.7 MiB messages kept 134 MB
+  // between them once idle, and one 64 MiB message over the limit was read
+  // whole before its refusal; at the budget itself, over-limit messages made
+  // gRPC reset other clients' good calls.
+  grpc::ResourceQuota grpc_buffers("attnscore-server gRPC buffers");
+  grpc_buffers.Resize(static_cast<size_t>(2 * std::min(max_inflight, int64_t{1} << 61)));
+  builder.SetResourceQuota(grpc_buffers);
   std::unique_ptr<grpc::Server> grpc_server = builder.BuildAndStart();
   if (grpc_server == nullptr || grpc_bound == 0) {
     return Fail("cannot listen for gRPC on " + grpc_host + ":" + std::to_string(grpc_port) +

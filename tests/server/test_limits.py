@@ -3,20 +3,28 @@
 the answer goes out and the connection closes), so many connections
 uploading at once cost the server the budget, not their sum, and a burst
 leaves no memory behind: the heaps keep what requests free while they run
-and give it back once the server is idle for a second.
+and give it back once the server is idle for a second. gRPC's own buffers,
+which the budget cannot cover (gRPC reads a message before the service
+sees it), are held to twice the budget.
 
     ATTNSCORE_BUILD_DIR=build /usr/bin/python3 -m pytest tests/server
 """
 
 import os
 import socket
+import sys
 import threading
 import time
 
 import numpy as np
+import pytest
 
-from server_testing import SERVER, library
-from server_util import Server, binary_infer_body, binary_outputs, decode_step_inputs, infer_body
+from server_testing import ROOT, SERVER, library
+from server_util import (Server, binary_infer_body, binary_outputs, build_dir,
+                         decode_step_inputs, infer_body)
+
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from grpc_client import infer_request, load_stubs  # noqa: E402
 
 MIB = 1 << 20
 # An ASan server's resident memory is mostly the sanitizer's own.
@@ -170,3 +178,88 @@ def test_a_body_over_the_budget_waits_then_gets_503_with_retry_after():
             sock.close()
         assert held_comes_to(server, 0)
         assert server.call("POST", "/v2/models/masked_softmax/infer", infer_body({"x": x}))[0] == 200
+
+
+def grpc_channels(server, count):
+    """`count` gRPC channels to the server, each on a connection of its own."""
+    import grpc
+    return [grpc.insecure_channel(server.grpc_address, options=[
+        ("grpc.use_local_subchannel_pool", 1), ("grpc.max_send_message_length", -1),
+        ("grpc.max_receive_message_length", -1)]) for _ in range(count)]
+
+
+def softmax_message(x):
+    return infer_request(load_stubs(build_dir())[0], "masked_softmax", {"x": x})
+
+
+def test_grpc_connections_keep_at_most_twice_the_budget_of_buffers_once_idle():
+    # gRPC keeps a read buffer per connection about the size of its last
+    # messages: 16 connections that sent two 3 MiB messages each kept 53 MB
+    # between them without a bound. The server holds gRPC's buffers to twice
+    # the byte budget (here 2 x 4 MiB), freeing idle connections' first.
+    with Server(SERVER, "--workers", "1", "--max-request-bytes", str(4 * MIB)) as server:
+        x = np.ones((1, 768, 1024), np.float32)
+        message = softmax_message(x).SerializeToString()
+        channels = grpc_channels(server, 16)
+        idle = server.status_kib("VmRSS")
+        try:
+            for _ in range(2):
+                for channel in channels:
+                    answer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")(
+                        message, timeout=60)
+                    response = load_stubs(build_dir())[0].ModelInferResponse.FromString(answer)
+                    out = np.frombuffer(response.raw_output_contents[0], np.float32)
+                    np.testing.assert_array_equal(out, np.full(x.size, 1 / 1024, np.float32))
+            if not SANITIZED:
+                bound = idle * 1.10 + 2 * 4 * 1024 + 4 * 1024
+                after = resident_comes_to_at_most(server, bound)
+                assert after <= bound, (idle, after)
+        finally:
+            for channel in channels:
+                channel.close()
+
+
+def test_a_grpc_message_far_over_the_limit_costs_at_most_twice_the_budget():
+    # gRPC reads a message over --max-request-bytes before refusing it: one
+    # of 64 MiB took the server 67 MB above idle without a bound on gRPC's
+    # buffers; with twice the budget (2 x 4 MiB), the message is refused
+    # as gRPC runs out of it.
+    import grpc
+    with Server(SERVER, "--workers", "1", "--max-request-bytes", str(4 * MIB)) as server:
+        [channel] = grpc_channels(server, 1)
+        infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        try:
+            x = np.zeros((1, 2, 4), np.float32)
+            assert infer(softmax_message(x).SerializeToString(), timeout=60)
+            idle = server.status_kib("VmRSS")
+            huge = softmax_message(np.zeros((16, 1024, 1024), np.float32)).SerializeToString()
+            with pytest.raises(grpc.RpcError) as error:
+                infer(huge, timeout=60)
+            assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            if not SANITIZED:
+                peak = server.status_kib("VmHWM")
+                assert peak - idle <= 2 * 4 * 1024 + 8 * 1024, (idle, peak)
+            # The connection still serves.
+            answer = infer(softmax_message(x).SerializeToString(), timeout=60)
+            assert answer
+        finally:
+            channel.close()
+
+
+def test_the_largest_budget_serves_over_both_protocols():
+    # --max-inflight-bytes at its most (2^62): gRPC's buffers are held to
+    # twice it, capped where the doubling would not fit.
+    with Server(SERVER, "--max-inflight-bytes", str(1 << 62)) as server:
+        x = np.zeros((1, 2, 4), np.float32)
+        status, _, answer = server.call("POST", "/v2/models/masked_softmax/infer",
+                                        infer_body({"x": x}))
+        assert status == 200, answer
+        [channel] = grpc_channels(server, 1)
+        try:
+            answer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")(
+                softmax_message(x).SerializeToString(), timeout=60)
+            response = load_stubs(build_dir())[0].ModelInferResponse.FromString(answer)
+            out = np.frombuffer(response.raw_output_contents[0], np.float32)
+            np.testing.assert_array_equal(out, np.full(8, 0.25, np.float32))
+        finally:
+            channel.close()
