@@ -30,6 +30,10 @@
 #include "repository.h"
 #include "service.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
+
 namespace attnscore::server {
 namespace {
 
@@ -324,7 +328,15 @@ int Serve(const std::vector<std::string>& argv) {
   stopper.join();
   grpc_server->Wait();
   std::fprintf(stderr, "attnscore-server: stopped\n");
-  return 0;
+  // Every request is answered: the process ends here, before gRPC's library
+  // shuts down (grpc_shutdown, as the last gRPC object goes), which joins a
+  // thread of gRPC's own that may sit polling with a 10 s timeout: 2 of 6
+  // stops took 10.2 s. Nothing left is the system's to keep.
+  std::fflush(nullptr);
+#if defined(__SANITIZE_ADDRESS__)
+  __lsan_do_leak_check();  // what an exit would have checked
+#endif
+  std::_Exit(0);
 }
 
 }  // namespace

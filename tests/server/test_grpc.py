@@ -234,8 +234,11 @@ def test_calls_past_the_workers_wait_their_turn_and_past_the_queue_are_unavailab
         assert busy.stop() == 0
 
 
-def test_sigterm_finishes_the_rpc_in_flight_and_exits_0():
-    # The long call, seen in flight first.
+@pytest.mark.parametrize("attempt", range(6))
+def test_sigterm_finishes_the_rpc_in_flight_and_exits_0_at_once(attempt):
+    # The long call, seen in flight first; then the process ends within
+    # seconds of the answer (gRPC's library shutdown once took 10 s, in 2 of
+    # 6 stops: hence the attempts).
     busy = Server(SERVER, "--workers", "1", "--max-request-bytes", str(64 << 20))
     client = GrpcClient(busy.grpc_address, build_dir())
     x = long_inputs()
@@ -254,7 +257,7 @@ def test_sigterm_finishes_the_rpc_in_flight_and_exits_0():
     worker.join()
     client.close()
     assert seen and results == [(8, 4096, 64)], results
-    assert busy.process.wait(30) == 0
+    assert busy.process.wait(5) == 0
     busy.process.stdout.close()
 
 
