@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <new>
 #include <optional>
 #include <set>
@@ -236,13 +237,23 @@ grpc::ServerUnaryReactor* GrpcService::ModelMetadata(grpc::CallbackServerContext
   return Answered(context, grpc::Status::OK);
 }
 
-// A call that takes a free slot computes on the gRPC thread that read it;
-// one that must wait for a slot waits on a thread of `waiting_`; one that
-// finds no place there either is refused, as Gate::Enter refuses.
+// A message's bytes count against the byte budget until gRPC is done with
+// the call (its answer sent), as a REST body's do until it is answered;
+// gRPC has read the message already, so one that does not fit is refused at
+// once rather than kept waiting. A call that takes a free slot computes on
+// the gRPC thread that read it; one that must wait for a slot waits on a
+// thread of `waiting_`; one that finds no place there either is refused, as
+// Gate::Enter refuses.
 grpc::ServerUnaryReactor* GrpcService::ModelInfer(grpc::CallbackServerContext* context,
                                                   const inference::ModelInferRequest* request,
                                                   inference::ModelInferResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const auto bytes = static_cast<int64_t>(request->ByteSizeLong());
+  if (!state_.budget.TryReserve(bytes)) {
+    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
+    refused->Finish(LoggedInfer(*request, response, Slot::kOverBudget));
+    return refused;
+  }
+  auto* reactor = new HeldBytesReactor(&state_.budget, bytes);
   if (state_.gate.TryEnter()) {
     reactor->Finish(LoggedInfer(*request, response, Slot::kHeld));
   } else if (!waiting_.Post([this, request, response, reactor] {
@@ -265,6 +276,10 @@ int GrpcService::Infer(const inference::ModelInferRequest& request,
                        inference::ModelInferResponse* response, Slot slot, std::string* error) {
   std::optional<GateSlot> held;  // left on return
   if (slot == Slot::kHeld) held.emplace(&state_.gate);
+  if (slot == Slot::kOverBudget) {
+    *error = state_.OverBudget(static_cast<int64_t>(request.ByteSizeLong()));
+    return 503;
+  }
   int status = 0;
   const std::shared_ptr<const Model> model =
       state_.ReadyModel(request.model_name(), &status, error);

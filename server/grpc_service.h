@@ -45,6 +45,18 @@ class WaitingCalls {
   bool stopping_ = false;
 };
 
+// A ModelInfer call's reactor, holding the call's bytes of the budget until
+// gRPC is done with the call (OnDone: its answer sent, or the call
+// cancelled), then deleting itself.
+class HeldBytesReactor final : public grpc::ServerUnaryReactor {
+ public:
+  HeldBytesReactor(ByteBudget* budget, int64_t bytes) : hold_(budget, bytes) {}
+  void OnDone() override { delete this; }
+
+ private:
+  BudgetHold hold_;
+};
+
 // Calls are answered through gRPC's callback API on the gRPC thread that
 // read them, with no hand-off to a thread of the server's own, except the
 // ModelInfer calls WaitingCalls takes. docs/serving.md.
@@ -73,10 +85,10 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
                                        inference::ModelInferResponse* response) override;
 
  private:
-  // How a ModelInfer call stands with the worker slots: it holds one
-  // already, it may wait for one, or it is refused (every slot and every
-  // place in the queue taken).
-  enum class Slot { kHeld, kWait, kRefused };
+  // How a ModelInfer call stands: refused over the byte budget; holding a
+  // worker slot already; free to wait for one; or refused, every slot and
+  // every place in the queue taken.
+  enum class Slot { kOverBudget, kHeld, kWait, kRefused };
 
   // ModelInfer's status, counted and logged.
   grpc::Status LoggedInfer(const inference::ModelInferRequest& request,

@@ -104,11 +104,12 @@ SIGTERM or SIGINT stops accepting, finishes the requests in flight and exits 0.
   --max-request-bytes N     larger bodies get 413 (default 16777216); outputs
                             are limited to N/4 floats. A JSON body takes up to
                             about 50 times its size in memory while parsed
-  --max-inflight-bytes N    bytes of request bodies held at once, reserved
-                            before a body is read; a request that would pass
-                            it waits up to 0.5 s, then gets 503 with
-                            Retry-After (default: workers * max-request-bytes);
-                            gRPC's buffers are held to twice it
+  --max-inflight-bytes N    bytes of request bodies and gRPC messages held at
+                            once, reserved before a body is read; a request
+                            that would pass it waits up to 0.5 s, then gets
+                            503 with Retry-After (a gRPC call: UNAVAILABLE at
+                            once) (default: workers * max-request-bytes);
+                            gRPC's own buffers are held to twice it
   --connections N           connections open at once (default 256); at the
                             limit, a new one takes the place of the one that
                             has waited longest for a request's headers

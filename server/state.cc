@@ -118,7 +118,9 @@ std::string Metrics::Text(const Gate& gate, const ByteBudget& budget) const {
   text += "# HELP attnscore_in_flight Inference requests being computed.\n";
   text += "# TYPE attnscore_in_flight gauge\n";
   text += "attnscore_in_flight " + std::to_string(gate.running()) + "\n";
-  text += "# HELP attnscore_inflight_bytes Bytes of request bodies held (--max-inflight-bytes).\n";
+  text +=
+      "# HELP attnscore_inflight_bytes Bytes of request bodies and gRPC messages held "
+      "(--max-inflight-bytes).\n";
   text += "# TYPE attnscore_inflight_bytes gauge\n";
   text += "attnscore_inflight_bytes " + std::to_string(budget.held()) + "\n";
   return text;

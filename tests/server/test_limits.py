@@ -180,6 +180,38 @@ def test_a_body_over_the_budget_waits_then_gets_503_with_retry_after():
         assert server.call("POST", "/v2/models/masked_softmax/infer", infer_body({"x": x}))[0] == 200
 
 
+
+def test_a_grpc_message_over_the_budget_is_unavailable_at_once():
+    # A REST upload holds the whole budget; a gRPC call then finds no room
+    # for its message (read already) and is refused at once with the
+    # budget's text; once the upload goes, the same call is answered.
+    import grpc
+    with Server(SERVER, "--workers", "1", "--max-request-bytes", str(MIB),
+                "--max-inflight-bytes", str(MIB)) as server:
+        sockets, statuses = [], []
+        upload(server.url, sockets, statuses, MIB, MIB // 2)
+        assert held_comes_to(server, MIB)
+        [channel] = grpc_channels(server, 1)
+        infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        message = softmax_message(np.zeros((1, 2, 4), np.float32)).SerializeToString()
+        try:
+            begin = time.monotonic()
+            with pytest.raises(grpc.RpcError) as error:
+                infer(message, timeout=60)
+            assert error.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "--max-inflight-bytes 1048576" in error.value.details()
+            assert time.monotonic() - begin < 0.4
+            for sock in sockets:
+                sock.close()
+            assert held_comes_to(server, 0)
+            response = load_stubs(build_dir())[0].ModelInferResponse.FromString(
+                infer(message, timeout=60))
+            out = np.frombuffer(response.raw_output_contents[0], np.float32)
+            np.testing.assert_array_equal(out, np.full(8, 0.25, np.float32))
+            assert held_comes_to(server, 0)
+        finally:
+            channel.close()
+
 def grpc_channels(server, count):
     """`count` gRPC channels to the server, each on a connection of its own."""
     import grpc
