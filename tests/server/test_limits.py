@@ -3,9 +3,10 @@
 the answer goes out and the connection closes), so many connections
 uploading at once cost the server the budget, not their sum, and a burst
 leaves no memory behind: the heaps keep what requests free while they run
-and give it back once the server is idle for a second. gRPC's own buffers,
-which the budget cannot cover (gRPC reads a message before the service
-sees it), are held to twice the budget.
+and give it back once the server is idle for a second. A gRPC message,
+which gRPC reads before the service sees it, takes its bytes of the budget
+then (refused at once where they do not fit), and gRPC's own buffers are
+held to twice the budget.
 
     ATTNSCORE_BUILD_DIR=build /usr/bin/python3 -m pytest tests/server
 """
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 
+import grpc
 import numpy as np
 import pytest
 
@@ -180,12 +182,21 @@ def test_a_body_over_the_budget_waits_then_gets_503_with_retry_after():
         assert server.call("POST", "/v2/models/masked_softmax/infer", infer_body({"x": x}))[0] == 200
 
 
+def grpc_channels(server, count):
+    """`count` gRPC channels to the server, each on a connection of its own."""
+    return [grpc.insecure_channel(server.grpc_address, options=[
+        ("grpc.use_local_subchannel_pool", 1), ("grpc.max_send_message_length", -1),
+        ("grpc.max_receive_message_length", -1)]) for _ in range(count)]
+
+
+def softmax_message(x):
+    return infer_request(load_stubs(build_dir())[0], "masked_softmax", {"x": x})
+
 
 def test_a_grpc_message_over_the_budget_is_unavailable_at_once():
     # A REST upload holds the whole budget; a gRPC call then finds no room
     # for its message (read already) and is refused at once with the
     # budget's text; once the upload goes, the same call is answered.
-    import grpc
     with Server(SERVER, "--workers", "1", "--max-request-bytes", str(MIB),
                 "--max-inflight-bytes", str(MIB)) as server:
         sockets, statuses = [], []
@@ -212,21 +223,10 @@ def test_a_grpc_message_over_the_budget_is_unavailable_at_once():
         finally:
             channel.close()
 
-def grpc_channels(server, count):
-    """`count` gRPC channels to the server, each on a connection of its own."""
-    import grpc
-    return [grpc.insecure_channel(server.grpc_address, options=[
-        ("grpc.use_local_subchannel_pool", 1), ("grpc.max_send_message_length", -1),
-        ("grpc.max_receive_message_length", -1)]) for _ in range(count)]
-
-
-def softmax_message(x):
-    return infer_request(load_stubs(build_dir())[0], "masked_softmax", {"x": x})
-
 
 def test_grpc_connections_keep_at_most_twice_the_budget_of_buffers_once_idle():
     # gRPC keeps a read buffer per connection about the size of its last
-    # messages: 16 connections that sent two 3 MiB messages each kept 53 MB
+    # messages: 16 connections that sent two 3 MiB messages each kept 31 MB
     # between them without a bound. The server holds gRPC's buffers to twice
     # the byte budget (here 2 x 4 MiB), freeing idle connections' first.
     with Server(SERVER, "--workers", "1", "--max-request-bytes", str(4 * MIB)) as server:
@@ -253,10 +253,9 @@ def test_grpc_connections_keep_at_most_twice_the_budget_of_buffers_once_idle():
 
 def test_a_grpc_message_far_over_the_limit_costs_at_most_twice_the_budget():
     # gRPC reads a message over --max-request-bytes before refusing it: one
-    # of 64 MiB took the server 67 MB above idle without a bound on gRPC's
+    # of 64 MiB took the server 66 MB above idle without a bound on gRPC's
     # buffers; with twice the budget (2 x 4 MiB), the message is refused
     # as gRPC runs out of it.
-    import grpc
     with Server(SERVER, "--workers", "1", "--max-request-bytes", str(4 * MIB)) as server:
         [channel] = grpc_channels(server, 1)
         infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
