@@ -237,26 +237,30 @@ grpc::ServerUnaryReactor* GrpcService::ModelMetadata(grpc::CallbackServerContext
   return Answered(context, grpc::Status::OK);
 }
 
-// A message's bytes count against the byte budget until gRPC is done with
-// the call (its answer sent), as a REST body's do until it is answered;
-// gRPC has read the message already, so one that does not fit is refused at
-// once rather than kept waiting. A call that takes a free slot computes on
+// A message's bytes count against the byte budget until its answer is
+// handed to gRPC, as a REST body's do until it is answered; gRPC has read
+// the message already, so one that does not fit is refused at once rather
+// than kept waiting. (Held until gRPC had sent the answer, by a reactor of
+// the server's own, a toy call at 8 at once took 0.9 more context switches
+// and about 10 µs more of the server's CPU: gRPC runs such a reactor's
+// OnDone on another thread.) A call that takes a free slot computes on
 // the gRPC thread that read it; one that must wait for a slot waits on a
 // thread of `waiting_`; one that finds no place there either is refused, as
 // Gate::Enter refuses.
 grpc::ServerUnaryReactor* GrpcService::ModelInfer(grpc::CallbackServerContext* context,
                                                   const inference::ModelInferRequest* request,
                                                   inference::ModelInferResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const auto bytes = static_cast<int64_t>(request->ByteSizeLong());
   if (!state_.budget.TryReserve(bytes)) {
-    grpc::ServerUnaryReactor* refused = context->DefaultReactor();
-    refused->Finish(LoggedInfer(*request, response, Slot::kOverBudget));
-    return refused;
+    reactor->Finish(LoggedInfer(*request, response, Slot::kOverBudget));
+    return reactor;
   }
-  auto* reactor = new HeldBytesReactor(&state_.budget, bytes);
+  // Shared with a waiting call's closure, which lives until the call has run.
+  const auto hold = std::make_shared<const BudgetHold>(&state_.budget, bytes);
   if (state_.gate.TryEnter()) {
     reactor->Finish(LoggedInfer(*request, response, Slot::kHeld));
-  } else if (!waiting_.Post([this, request, response, reactor] {
+  } else if (!waiting_.Post([this, request, response, reactor, hold] {
                // What gRPC does for a handler that throws, here by hand: no
                // exception may leave a thread of WaitingCalls.
                grpc::Status status(grpc::StatusCode::UNKNOWN, "internal error");

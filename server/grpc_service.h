@@ -45,18 +45,6 @@ class WaitingCalls {
   bool stopping_ = false;
 };
 
-// A ModelInfer call's reactor, holding the call's bytes of the budget until
-// gRPC is done with the call (OnDone: its answer sent, or the call
-// cancelled), then deleting itself.
-class HeldBytesReactor final : public grpc::ServerUnaryReactor {
- public:
-  HeldBytesReactor(ByteBudget* budget, int64_t bytes) : hold_(budget, bytes) {}
-  void OnDone() override { delete this; }
-
- private:
-  BudgetHold hold_;
-};
-
 // Calls are answered through gRPC's callback API on the gRPC thread that
 // read them, with no hand-off to a thread of the server's own, except the
 // ModelInfer calls WaitingCalls takes. docs/serving.md.
