@@ -297,7 +297,7 @@ int Serve(const std::vector<std::string>& argv) {
   // a connection keeps between messages, as large as its last ones) are
   // held to twice the byte budget: past it gRPC frees idle connections'
   // buffers, then cancels streams (RESOURCE_EXHAUSTED). Unbounded, 40
-  // connections that had each sent three 2.7 MiB messages kept 134 MB
+  // connections that had each sent three 2.7 MiB messages kept 131 MiB
   // between them once idle, and one 64 MiB message over the limit was read
   // whole before its refusal; at the budget itself, over-limit messages made
   // gRPC reset other clients' good calls.

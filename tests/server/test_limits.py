@@ -226,7 +226,7 @@ def test_a_grpc_message_over_the_budget_is_unavailable_at_once():
 
 def test_grpc_connections_keep_at_most_twice_the_budget_of_buffers_once_idle():
     # gRPC keeps a read buffer per connection about the size of its last
-    # messages: 16 connections that sent two 3 MiB messages each kept 31 MB
+    # messages: 16 connections that sent two 3 MiB messages each kept 30 MiB
     # between them without a bound. The server holds gRPC's buffers to twice
     # the byte budget (here 2 x 4 MiB), freeing idle connections' first.
     with Server(SERVER, "--workers", "1", "--max-request-bytes", str(4 * MIB)) as server:
@@ -253,7 +253,7 @@ def test_grpc_connections_keep_at_most_twice_the_budget_of_buffers_once_idle():
 
 def test_a_grpc_message_far_over_the_limit_costs_at_most_twice_the_budget():
     # gRPC reads a message over --max-request-bytes before refusing it: one
-    # of 64 MiB took the server 66 MB above idle without a bound on gRPC's
+    # of 64 MiB took the server 65 MiB above idle without a bound on gRPC's
     # buffers; with twice the budget (2 x 4 MiB), the message is refused
     # as gRPC runs out of it.
     with Server(SERVER, "--workers", "1", "--max-request-bytes", str(4 * MIB)) as server:
