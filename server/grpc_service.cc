@@ -1,7 +1,15 @@
 #include "grpc_service.h"
 
+#include <dirent.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <new>
@@ -9,6 +17,7 @@
 #include <set>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -47,6 +56,59 @@ grpc::ServerUnaryReactor* Answered(grpc::CallbackServerContext* context,
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(status);
   return reactor;
+}
+
+// Counts itself in `count` from its making to its deletion; lets every
+// batch of its call proceed untouched.
+class CountedCall final : public grpc::experimental::Interceptor {
+ public:
+  explicit CountedCall(std::atomic<int64_t>* count) : count_(count) {
+    count_->fetch_add(1, std::memory_order_relaxed);
+  }
+  ~CountedCall() override { count_->fetch_sub(1, std::memory_order_release); }
+  CountedCall(const CountedCall&) = delete;
+  CountedCall& operator=(const CountedCall&) = delete;
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    methods->Proceed();
+  }
+
+ private:
+  std::atomic<int64_t>* count_;
+};
+
+// Bytes written to this process's connected TCP sockets and not yet
+// acknowledged by their peers (SIOCOUTQ: sent but unacknowledged, plus not
+// yet sent), over every socket in /proc/self/fd; -1 if that cannot be read
+// (no descriptor left to open it with). A socket that gRPC closes meanwhile
+// is skipped (its descriptor fails fstat), or read once more if reused.
+int64_t UnacknowledgedBytes() {
+  DIR* fds = opendir("/proc/self/fd");
+  if (fds == nullptr) return -1;
+  int64_t total = 0;
+  while (const dirent* entry = readdir(fds)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == dirfd(fds)) continue;
+    struct stat info {};
+    int protocol = 0;
+    int listening = 0;
+    socklen_t size = sizeof(int);
+    if (fstat(static_cast<int>(fd), &info) != 0 || !S_ISSOCK(info.st_mode)) continue;
+    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_PROTOCOL, &protocol, &size) != 0 ||
+        protocol != IPPROTO_TCP) {
+      continue;
+    }
+    size = sizeof(int);
+    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) != 0 ||
+        listening != 0) {
+      continue;
+    }
+    int queued = 0;
+    if (ioctl(static_cast<int>(fd), SIOCOUTQ, &queued) == 0) total += queued;
+  }
+  closedir(fds);
+  return total;
 }
 
 // A model's single version is "1"; "" lets the server choose it.
@@ -251,6 +313,10 @@ grpc::ServerUnaryReactor* GrpcService::ModelInfer(grpc::CallbackServerContext* c
                                                   const inference::ModelInferRequest* request,
                                                   inference::ModelInferResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (state_.stopping) {  // until gRPC shuts down (AwaitDelivery)
+    reactor->Finish(LoggedInfer(*request, response, Slot::kStopping));
+    return reactor;
+  }
   const auto bytes = static_cast<int64_t>(request->ByteSizeLong());
   if (!state_.budget.TryReserve(bytes)) {
     reactor->Finish(LoggedInfer(*request, response, Slot::kOverBudget));
@@ -276,8 +342,29 @@ grpc::ServerUnaryReactor* GrpcService::ModelInfer(grpc::CallbackServerContext* c
   return reactor;
 }
 
+grpc::experimental::Interceptor* LiveCalls::CreateServerInterceptor(
+    grpc::experimental::ServerRpcInfo*) {
+  return new CountedCall(&count_);
+}
+
+// The calls first: once none is left, every answer so far is in the
+// kernel's send queues. Calls still come (ModelInfer is refused at once while
+// stopping; the others are answered, as small), so a busy server gets here
+// too; one that comes between the last reading and gRPC's shutdown is not
+// waited for.
+void AwaitDelivery(const LiveCalls& calls, Clock::time_point deadline) {
+  while (Clock::now() < deadline) {
+    if (calls.count() == 0 && UnacknowledgedBytes() == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 int GrpcService::Infer(const inference::ModelInferRequest& request,
                        inference::ModelInferResponse* response, Slot slot, std::string* error) {
+  if (slot == Slot::kStopping) {
+    *error = "attnscore-server is stopping: it takes no new calls";
+    return 503;
+  }
   std::optional<GateSlot> held;  // left on return
   if (slot == Slot::kHeld) held.emplace(&state_.gate);
   if (slot == Slot::kOverBudget) {

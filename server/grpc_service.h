@@ -6,8 +6,12 @@
 #define ATTNSCORE_SERVER_GRPC_SERVICE_H_
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/server_interceptor.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -45,6 +49,31 @@ class WaitingCalls {
   bool stopping_ = false;
 };
 
+// Counts the gRPC calls not yet done, as an interceptor of every call: gRPC
+// makes a call's interceptor once the call's request has arrived and the
+// call reaches its method, and deletes it once the call is done (its answer
+// handed to the kernel, or the call cancelled). A request still arriving is
+// not counted.
+class LiveCalls final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override;
+  int64_t count() const { return count_.load(std::memory_order_acquire); }
+
+ private:
+  std::atomic<int64_t> count_{0};
+};
+
+// Waits, until `deadline` at most, for every gRPC call to be done and every
+// byte this process wrote to its TCP connections to be acknowledged by the
+// peer. gRPC, once shut down, closes a connection as soon as its last call's
+// answer is written; the kernel then resets the connection when the client's
+// next frame arrives (a flow-control update, as it reads), dropping what it
+// had not yet sent: the tail of a large answer to a client that reads slower
+// than the server writes. So gRPC is shut down only after this. A client
+// that stops reading holds the wait to its deadline.
+void AwaitDelivery(const LiveCalls& calls, std::chrono::steady_clock::time_point deadline);
+
 // Calls are answered through gRPC's callback API on the gRPC thread that
 // read them, with no hand-off to a thread of the server's own, except the
 // ModelInfer calls WaitingCalls takes. docs/serving.md.
@@ -73,10 +102,10 @@ class GrpcService final : public inference::GRPCInferenceService::CallbackServic
                                        inference::ModelInferResponse* response) override;
 
  private:
-  // How a ModelInfer call stands: refused over the byte budget; holding a
-  // worker slot already; free to wait for one; or refused, every slot and
-  // every place in the queue taken.
-  enum class Slot { kOverBudget, kHeld, kWait, kRefused };
+  // How a ModelInfer call stands: refused, the server stopping; refused over
+  // the byte budget; holding a worker slot already; free to wait for one; or
+  // refused, every slot and every place in the queue taken.
+  enum class Slot { kStopping, kOverBudget, kHeld, kWait, kRefused };
 
   // ModelInfer's status, counted and logged.
   grpc::Status LoggedInfer(const inference::ModelInferRequest& request,

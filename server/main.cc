@@ -80,7 +80,7 @@ in its two forms. REST/JSON (HTTP/1.1): GET /v2, /v2/health/live, /v2/health/rea
 /v2/repository/index, /v2/repository/models/NAME/load and .../unload.
 gRPC: the service inference.GRPCInferenceService (ServerLive, ServerReady,
 ModelReady, ServerMetadata, ModelMetadata, ModelInfer).
-SIGTERM or SIGINT stops accepting, finishes the requests in flight and exits 0.
+SIGTERM or SIGINT stops taking inference requests, finishes those in flight and exits 0.
 
   --host HOST               address to listen on (default 127.0.0.1)
   --port PORT               port (default 8000; 0 picks a free one). The chosen
@@ -290,6 +290,11 @@ int Serve(const std::vector<std::string>& argv) {
   builder.AddListeningPort(grpc_host + ":" + std::to_string(grpc_port),
                            grpc::InsecureServerCredentials(), &grpc_bound);
   builder.RegisterService(&grpc_service);
+  auto counted_calls = std::make_unique<LiveCalls>();
+  const LiveCalls* live_calls = counted_calls.get();  // owned by the server once built
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::move(counted_calls));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   // A message is a request's whole body: the same limit as REST's.
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(max_bytes, INT32_MAX)));
   builder.SetMaxSendMessageSize(-1);
@@ -316,8 +321,13 @@ int Serve(const std::vector<std::string>& argv) {
     sigwait(&stop_signals, &signal_number);
     state.stopping = true;
     http.Stop();  // Run returns once the requests in flight are answered
-    // Finishes the RPCs in flight (cancelling any still running after 30 s).
-    grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    // The RPCs in flight are answered and their answers delivered before
+    // gRPC shuts down (grpc_service.h); any still running after 30 s is
+    // cancelled.
+    constexpr std::chrono::seconds kGrace(30);
+    const auto system_deadline = std::chrono::system_clock::now() + kGrace;
+    AwaitDelivery(*live_calls, std::chrono::steady_clock::now() + kGrace);
+    grpc_server->Shutdown(system_deadline);
   });
   std::printf(
       "attnscore-server: listening on http://%s:%d (%zu models; engine %d thread(s), "

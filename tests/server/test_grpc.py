@@ -2,16 +2,18 @@
 proto with Debian's python3-grpcio (tools/grpc_client.py): the d2l toy bit
 for bit as the CLI computes it, readiness and metadata for every model as
 REST gives them, bad requests with REST's error texts, metrics, the size
-limit, and SIGTERM finishing an RPC in flight.
+limit, and SIGTERM finishing an RPC in flight and delivering its answer whole.
 
     ATTNSCORE_BUILD_DIR=build /usr/bin/python3 -m pytest tests/server
 """
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 
 import grpc
 import numpy as np
@@ -234,13 +236,69 @@ def test_calls_past_the_workers_wait_their_turn_and_past_the_queue_are_unavailab
         assert busy.stop() == 0
 
 
-@pytest.mark.parametrize("attempt", range(6))
-def test_sigterm_finishes_the_rpc_in_flight_and_exits_0_at_once(attempt):
-    # The long call, seen in flight first; then the process ends within
-    # seconds of the answer (gRPC's library shutdown once took 10 s, in 2 of
-    # 6 stops: hence the attempts).
-    busy = Server(SERVER, "--workers", "1", "--max-request-bytes", str(64 << 20))
-    client = GrpcClient(busy.grpc_address, build_dir())
+
+class StallingRelay:
+    """A TCP relay for one gRPC connection that passes the client's bytes on
+    at once and the server's at once at first; once 4 MiB of those have
+    passed, it stops reading them until `release` is set and 0.5 s more,
+    then reads 64 KiB every 10 ms: a client that stalls mid-answer, as on a
+    busy machine, and catches up slowly. With `held`, `release` waits to be
+    set and the relay reads through a 64 KiB receive buffer, so the answer's
+    tail stays in the server's send queue, unacknowledged, until then. A
+    reset on either side closes both."""
+
+    def __init__(self, target, held=False):
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.held = held
+        self.release = threading.Event()
+        if not held:
+            self.release.set()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        threading.Thread(target=self._relay, daemon=True).start()
+
+    def _relay(self):
+        with self.listener:
+            client, _ = self.listener.accept()
+        upstream = socket.socket()
+        if self.held:
+            upstream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        upstream.connect(self.target)
+        with client, upstream:
+            passing = threading.Thread(target=self._pass, args=(client, upstream), daemon=True)
+            passing.start()
+            self._pass(upstream, client, stall_after=4 << 20)
+            passing.join()
+
+    def _pass(self, source, sink, stall_after=None):
+        passed = 0
+        pace = 0
+        try:
+            while chunk := source.recv(64 << 10):
+                sink.sendall(chunk)
+                passed += len(chunk)
+                if stall_after is not None and passed >= stall_after:
+                    stall_after = None
+                    self.release.wait(60)
+                    time.sleep(0.5)
+                    pace = 0.01
+                if pace:
+                    time.sleep(pace)
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            for end in (source, sink):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+def stop_during_long_call(busy, relay=None, while_stopping=lambda: None):
+    """The long call (through `relay` if given), SIGTERM once it is in
+    flight, then `while_stopping()`; the call's output shape, or its error's
+    code and details."""
+    client = GrpcClient(relay.address if relay else busy.grpc_address, build_dir())
     x = long_inputs()
     results = []
 
@@ -252,11 +310,64 @@ def test_sigterm_finishes_the_rpc_in_flight_and_exits_0_at_once(attempt):
 
     worker = threading.Thread(target=call)
     worker.start()
-    seen = wait_for_gauge(busy, "attnscore_in_flight", 1)
-    busy.process.send_signal(signal.SIGTERM)
-    worker.join()
-    client.close()
-    assert seen and results == [(8, 4096, 64)], results
+    try:
+        assert wait_for_gauge(busy, "attnscore_in_flight", 1)
+        busy.process.send_signal(signal.SIGTERM)
+        while_stopping()
+    finally:
+        if relay:
+            relay.release.set()
+        worker.join()
+        client.close()
+    return results[0]
+
+
+def test_sigterm_delivers_the_answer_in_flight_whole_to_a_client_that_stalls():
+    """gRPC, once shut down, closes a connection as soon as its last answer
+    is written, and the kernel resets it, dropping what it has not sent, at
+    the client's next flow-control update: so the server shuts gRPC down
+    only once the answers are acknowledged. The 8 MiB answer in flight at
+    SIGTERM arrives whole through a relay that stalls mid-answer (before,
+    it was cut in 5 of 8 tries)."""
+    with Server(SERVER, "--workers", "1", "--max-request-bytes", str(64 << 20)) as busy:
+        assert stop_during_long_call(busy, StallingRelay(busy.grpc_address)) == (8, 4096, 64)
+        assert busy.process.wait(30) == 0
+
+
+def test_calls_after_sigterm_are_unavailable_until_the_answers_in_flight_are_delivered():
+    """While the answer in flight waits on a client that does not read it,
+    the server is stopping but gRPC still listens: readiness is false and a
+    new call is refused with the reason; once the client reads, its answer
+    is whole and the server exits 0."""
+    with Server(SERVER, "--workers", "1", "--max-request-bytes", str(64 << 20)) as busy:
+        newcomer = GrpcClient(busy.grpc_address, build_dir())
+        refusals = []
+
+        def call_while_stopping():
+            while newcomer.stub.ServerReady(newcomer.pb.ServerReadyRequest()).ready:
+                time.sleep(0.002)
+            try:
+                newcomer.infer("dot_product_attention", golden(*DOT_TOY))
+            except grpc.RpcError as error:
+                refusals.append((error.code(), error.details()))
+
+        relay = StallingRelay(busy.grpc_address, held=True)
+        try:
+            shape = stop_during_long_call(busy, relay, call_while_stopping)
+        finally:
+            newcomer.close()
+        assert refusals == [(grpc.StatusCode.UNAVAILABLE,
+                             "attnscore-server is stopping: it takes no new calls")]
+        assert shape == (8, 4096, 64)
+        assert busy.process.wait(30) == 0
+
+
+@pytest.mark.parametrize("attempt", range(6))
+def test_sigterm_finishes_the_rpc_in_flight_and_exits_0_at_once(attempt):
+    # The process ends within seconds of the answer (gRPC's library shutdown
+    # once took 10 s, in 2 of 6 stops: hence the attempts).
+    busy = Server(SERVER, "--workers", "1", "--max-request-bytes", str(64 << 20))
+    assert stop_during_long_call(busy) == (8, 4096, 64)
     assert busy.process.wait(5) == 0
     busy.process.stdout.close()
 
