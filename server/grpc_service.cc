@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdint>
@@ -79,33 +78,25 @@ class CountedCall final : public grpc::experimental::Interceptor {
 
 // Bytes written to this process's connected TCP sockets and not yet
 // acknowledged by their peers (SIOCOUTQ: sent but unacknowledged, plus not
-// yet sent), over every socket in /proc/self/fd; -1 if that cannot be read
-// (no descriptor left to open it with). A socket that gRPC closes meanwhile
-// is skipped (its descriptor fails fstat), or read once more if reused.
+// yet sent), over every descriptor in /proc/self/fd; -1 if that cannot be
+// read (no descriptor left to open it with). Descriptors that are not TCP
+// sockets fail SO_PROTOCOL or differ in it; listening ones fail SIOCOUTQ. A
+// socket that gRPC closes meanwhile fails too, or is read once more if reused.
 int64_t UnacknowledgedBytes() {
   DIR* fds = opendir("/proc/self/fd");
   if (fds == nullptr) return -1;
   int64_t total = 0;
   while (const dirent* entry = readdir(fds)) {
     char* end = nullptr;
-    const long fd = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0' || fd == dirfd(fds)) continue;
-    struct stat info {};
+    const int fd = static_cast<int>(std::strtol(entry->d_name, &end, 10));
+    if (end == entry->d_name || *end != '\0') continue;  // "." and ".."
     int protocol = 0;
-    int listening = 0;
-    socklen_t size = sizeof(int);
-    if (fstat(static_cast<int>(fd), &info) != 0 || !S_ISSOCK(info.st_mode)) continue;
-    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_PROTOCOL, &protocol, &size) != 0 ||
-        protocol != IPPROTO_TCP) {
-      continue;
-    }
-    size = sizeof(int);
-    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) != 0 ||
-        listening != 0) {
-      continue;
-    }
+    socklen_t size = sizeof(protocol);
     int queued = 0;
-    if (ioctl(static_cast<int>(fd), SIOCOUTQ, &queued) == 0) total += queued;
+    if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &size) == 0 && protocol == IPPROTO_TCP &&
+        ioctl(fd, SIOCOUTQ, &queued) == 0) {
+      total += queued;
+    }
   }
   closedir(fds);
   return total;
