@@ -107,6 +107,33 @@ TEST(KvCachePrecision, BitsAreTheSameForAnyThreadCountInEachPrecision) {
   }
 }
 
+// Decode of a short cache, each KV head's four query heads whole in one
+// task: asking for the weights changes no bit of the output, in each
+// precision (a call without them takes a task of its own; dot_product_rows.cc).
+TEST(KvCachePrecision, OutputsAreTheSameBitsWithAndWithoutTheWeights) {
+  for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kInt8}) {
+    Case c;
+    c.batch = 2, c.kv_heads = 2, c.heads = 8, c.depth = 64, c.value_dim = 48;
+    Grow(&c, Data::kNormal, 300, 5);
+    std::unique_ptr<KvCache> cache = MakeCache(c, 300, precision);
+    ASSERT_TRUE(AppendRange(cache.get(), c, 0, 300).ok());
+    const std::vector<float> q = Queries(c, Data::kNormal, 1, 6);
+    const auto attend = [&](bool with_weights) {
+      std::vector<float> out(static_cast<size_t>(c.batch * c.heads * c.value_dim), -1.0f);
+      std::vector<float> w(static_cast<size_t>(c.batch * c.heads * 300));
+      const Status s =
+          cache->Attend(DefaultEngine(), ConstTensor(q.data(), {c.batch, 1, c.heads, c.depth}),
+                        Tensor(out.data(), {c.batch, 1, c.heads, c.value_dim}),
+                        with_weights ? Tensor(w.data(), {c.batch, c.heads, 1, 300}) : Tensor());
+      EXPECT_TRUE(s.ok()) << s.message();
+      return out;
+    };
+    const std::vector<float> with = attend(true), without = attend(false);
+    EXPECT_EQ(std::memcmp(with.data(), without.data(), with.size() * sizeof(float)), 0)
+        << PrecisionName(precision);
+  }
+}
+
 // A bf16 pool: blocks of whole pages of words (twice fp32's positions), the
 // bytes held half of fp32's, and the bits of the same cache without a pool.
 TEST(KvCachePrecision, Bf16PoolHoldsHalfTheBytesAndGivesTheSameBits) {

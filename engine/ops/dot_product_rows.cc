@@ -102,6 +102,43 @@ constexpr int64_t kRangeBytes = int64_t{256} << 10;
 // starts one.
 constexpr auto kRangeMultiple = static_cast<int64_t>(kernels::kCachedKeyGroup);
 
+// Rows [row0, row0 + kChunkRows) of group g of entry b (those there are),
+// whole, scores of the scale alone and no weights asked for: scored
+// together over their own keys, each row's softmax in `scratch` (a row of
+// `keys` floats per row), then mixed together over its mixed keys. The
+// arithmetic of WholeRows' tasks for such a chunk, without their ranges.
+template <class KeyView, class ValueView>
+void ChunkWhole(const ConstTensor& q, const KeyView& k, const ValueView& v,
+                const internal::RowLengths& lens, float scale, int64_t b, int64_t g, int64_t row0,
+                float* scratch, const Tensor& out) {
+  const int64_t keys = k.dims[2], count = std::min(kChunkRows, q.dims[2] - row0);
+  const float* q_rows[kChunkRows] = {};
+  float* rows[kChunkRows] = {};
+  size_t valid[kChunkRows] = {}, mixed[kChunkRows] = {};
+  for (int64_t r = 0; r < count; ++r) {
+    q_rows[r] = GroupOf(q, b, g) + (row0 + r) * q.strides[2];
+    rows[r] = scratch + r * keys;
+    valid[r] = static_cast<size_t>(lens.row(b, row0 + r));
+    // A query with length 0 weighs all M keys equally, as the reference does.
+    mixed[r] = valid[r] > 0 ? valid[r] : static_cast<size_t>(keys);
+  }
+  ReadFrom(k, b, g, 0, [&](auto... keys_from) {
+    kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(q.dims[3]),
+                       keys_from..., valid, scale, rows);
+  });
+  for (int64_t r = 0; r < count; ++r) {
+    kernels::MaskedSoftmaxRow(rows[r], valid[r], mixed[r], rows[r]);
+    rows[r] = GroupOf(out, b, g) + (row0 + r) * out.strides[2];
+    std::fill(rows[r], rows[r] + v.dims[3], 0.0f);
+  }
+  const float* weights[kChunkRows] = {};
+  for (int64_t r = 0; r < count; ++r) weights[r] = scratch + r * keys;
+  ReadFrom(v, b, g, 0, [&](auto... values_from) {
+    kernels::AddMixes(static_cast<size_t>(count), weights, mixed, values_from...,
+                      static_cast<size_t>(v.dims[3]), rows);
+  });
+}
+
 // The row path with each row whole. A task takes a run of an entry's
 // chunks (group by group) through the keys range by range, every chunk of
 // the run scoring (then mixing) a range before the next. Where one chunk's
@@ -135,6 +172,22 @@ Status WholeRows(const internal::CallContext& call, int threads, const ConstTens
                                               kRangeMultiple * kRangeMultiple)
                : keys;
   const bool want_attention = !attention.empty();
+  // Decode's commonest call: a chunk a task, its rows whole, nothing but the
+  // scale on the scores and no weights asked for. ChunkWhole does what the
+  // tasks below do for it, without their ranges: a dot-product decode of
+  // 256 keys took 1.03-1.04 µs a call against 1.06-1.09, of 64 keys 0.38
+  // against 0.39-0.41 (alternated, on an AMD EPYC Zen 5).
+  if (!together && !want_attention && form.ScaleOnly()) {
+    return internal::ForEachRowInParallel(
+        call.workspace, threads, q.dims[0] * entry_chunks, internal::ScratchSlot::kRowTask,
+        static_cast<size_t>(chunk_rows * keys),
+        [&](int64_t task, float* scratch) {
+          const int64_t b = task / entry_chunks, c = task % entry_chunks;
+          ChunkWhole(q, k, v, lens, form.scale, b, chunks == 1 ? c : c / chunks,
+                     chunks == 1 ? 0 : c % chunks * kChunkRows, scratch, out);
+        },
+        [] {}, RowPathBalance(lens, q.dims[0]));
+  }
   // Each task's scratch: a row of scores per row of its run, then its weights.
   return internal::ForEachRowInParallel(
       call.workspace, threads, q.dims[0] * runs, internal::ScratchSlot::kRowTask,
