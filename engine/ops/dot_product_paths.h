@@ -3,7 +3,8 @@
 // call, resolves its lengths and picks one; ops/multihead.cc runs the row
 // path over a group of query heads.
 //
-// The row path (dot_product_rows.cc; its key blocks and threads in
+// The row path (dot_product_rows.cc, rows whole; dot_product_row_blocks.cc,
+// keys in blocks; the blocks' size and the threads in
 // dot_product_row_plan.cc): a few queries per batch entry, each query row
 // through the row kernels, its keys split into blocks when rows are too few
 // to share among threads, merged in a fixed order.
