@@ -50,29 +50,30 @@ void ChunkWhole(const ConstTensor& q, const KeyView& k, const ValueView& v,
                 float* scratch, const Tensor& out) {
   const int64_t keys = k.dims[2], count = std::min(kChunkRows, q.dims[2] - row0);
   const float* q_rows[kChunkRows] = {};
-  float* rows[kChunkRows] = {};
+  float* scores[kChunkRows] = {};
+  const float* weights[kChunkRows] = {};  // the scores, once softmaxed in place
+  float* outs[kChunkRows] = {};
   size_t valid[kChunkRows] = {}, mixed[kChunkRows] = {};
   for (int64_t r = 0; r < count; ++r) {
     q_rows[r] = GroupOf(q, b, g) + (row0 + r) * q.strides[2];
-    rows[r] = scratch + r * keys;
+    scores[r] = scratch + r * keys;
+    weights[r] = scores[r];
+    outs[r] = GroupOf(out, b, g) + (row0 + r) * out.strides[2];
     valid[r] = static_cast<size_t>(lens.row(b, row0 + r));
     // A query with length 0 weighs all M keys equally, as the reference does.
     mixed[r] = valid[r] > 0 ? valid[r] : static_cast<size_t>(keys);
   }
   ReadFrom(k, b, g, 0, [&](auto... keys_from) {
     kernels::ScoreRows(static_cast<size_t>(count), q_rows, static_cast<size_t>(q.dims[3]),
-                       keys_from..., valid, scale, rows);
+                       keys_from..., valid, scale, scores);
   });
   for (int64_t r = 0; r < count; ++r) {
-    kernels::MaskedSoftmaxRow(rows[r], valid[r], mixed[r], rows[r]);
-    rows[r] = GroupOf(out, b, g) + (row0 + r) * out.strides[2];
-    std::fill(rows[r], rows[r] + v.dims[3], 0.0f);
+    kernels::MaskedSoftmaxRow(scores[r], valid[r], mixed[r], scores[r]);
+    std::fill(outs[r], outs[r] + v.dims[3], 0.0f);
   }
-  const float* weights[kChunkRows] = {};
-  for (int64_t r = 0; r < count; ++r) weights[r] = scratch + r * keys;
   ReadFrom(v, b, g, 0, [&](auto... values_from) {
     kernels::AddMixes(static_cast<size_t>(count), weights, mixed, values_from...,
-                      static_cast<size_t>(v.dims[3]), rows);
+                      static_cast<size_t>(v.dims[3]), outs);
   });
 }
 
